@@ -1,0 +1,102 @@
+"""The error tree. Every failure a user can cause or meet is one of these.
+
+    CudaRedistError            base; ``str(err)`` is the one-paragraph message for stderr
+    ├── ManifestError          a redistrib JSON (or a profile file) is malformed
+    ├── ResolveError           a train/release does not exist at the base URL
+    ├── PlanError              a component/platform/profile cannot be planned
+    ├── FetchError             network or file access failed (after retries)
+    │   └── OfflineError       --offline and something is not in the cache
+    ├── IntegrityError         size or sha256 of a download or cache entry is wrong
+    ├── UnsafeArchiveError     an archive member would escape the prefix or is a device
+    ├── ConflictError          two archives write one path with different content
+    ├── PrefixError            the prefix cannot be used (not ours, busy, not installed)
+    └── LockFileError          a lock file is malformed or the resolution drifted from it
+
+Each carries the fields its message is built from, so callers test types and
+fields, never message text.
+"""
+
+from __future__ import annotations
+
+
+class CudaRedistError(Exception):
+    """Base class: the message is complete and actionable on its own."""
+
+    exit_code = 1
+
+
+class ManifestError(CudaRedistError):
+    def __init__(self, message: str, *, source: str = "", entry: str = "") -> None:
+        super().__init__(message)
+        self.source = source
+        self.entry = entry
+
+
+class ResolveError(CudaRedistError):
+    def __init__(self, message: str, *, requested: str = "", where: str = "",
+                 available: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.requested = requested
+        self.where = where
+        self.available = available
+
+
+class PlanError(CudaRedistError):
+    def __init__(self, message: str, *, component: str = "", release: str = "",
+                 platform: str = "") -> None:
+        super().__init__(message)
+        self.component = component
+        self.release = release
+        self.platform = platform
+
+
+class FetchError(CudaRedistError):
+    def __init__(self, message: str, *, url: str = "", status: int | None = None) -> None:
+        super().__init__(message)
+        self.url = url
+        self.status = status
+
+
+class OfflineError(FetchError):
+    pass
+
+
+class IntegrityError(CudaRedistError):
+    def __init__(self, message: str, *, url: str = "", what: str = "",
+                 expected: str | int = "", actual: str | int = "") -> None:
+        super().__init__(message)
+        self.url = url
+        self.what = what
+        self.expected = expected
+        self.actual = actual
+
+
+class UnsafeArchiveError(CudaRedistError):
+    def __init__(self, message: str, *, archive: str = "", member: str = "") -> None:
+        super().__init__(message)
+        self.archive = archive
+        self.member = member
+
+
+class ConflictError(CudaRedistError):
+    def __init__(self, message: str, *, path: str = "", first: str = "", second: str = "") -> None:
+        super().__init__(message)
+        self.path = path
+        self.first = first
+        self.second = second
+
+
+class PrefixError(CudaRedistError):
+    def __init__(self, message: str, *, prefix: str = "") -> None:
+        super().__init__(message)
+        self.prefix = prefix
+
+
+class BusyError(PrefixError):
+    exit_code = 75  # EX_TEMPFAIL: try again later
+
+
+class LockFileError(CudaRedistError):
+    def __init__(self, message: str, *, path: str = "") -> None:
+        super().__init__(message)
+        self.path = path

@@ -1,0 +1,313 @@
+"""The install transaction: fetch (cache first), extract into a staging tree, swap it into place.
+
+A prefix is either as it was or complete: the tree is built beside it and renamed
+over it only after every archive verified and extracted; the previous tree is kept
+until the new one is in place and restored if the swap fails. A per-prefix file
+lock serialises installers; leftovers of a killed run are cleaned by the next one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import os
+import shutil
+import stat
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cudaredist.cache import Cache, sha256_file
+from cudaredist.errors import BusyError, CudaRedistError, FetchError, OfflineError, PrefixError
+from cudaredist.extract import FileRecord, Tree, extract, redist_mapper
+from cudaredist.net import Transport
+from cudaredist.plan import Plan, PlannedArchive
+from cudaredist.profiles import platform_rule
+from cudaredist.progress import Reporter, Silent
+from cudaredist.record import build_record, read_record, write_record
+from cudaredist.resolve import version_key
+
+ENV_LOCK_TIMEOUT = "CUDAREDIST_LOCK_TIMEOUT"
+DEFAULT_LOCK_TIMEOUT = 600.0
+# layout name -> factory of member mappers; the PyPI source registers its wheel layouts here
+MAPPERS: dict[str, Callable[[PlannedArchive, str], Callable[[str], str | None]]] = {
+    "redist": lambda item, platform: redist_mapper(item.component, item.archive.filename),
+}
+
+
+@dataclass(frozen=True)
+class InstallResult:
+    prefix: Path
+    plan: Plan
+    noop: bool
+    downloaded: int = 0
+    cached: int = 0
+    files: int = 0
+    seconds: float = 0.0
+
+
+class _Aborted(Exception):
+    pass
+
+
+def lock_timeout_default() -> float:
+    raw = os.environ.get(ENV_LOCK_TIMEOUT)
+    try:
+        return float(raw) if raw else DEFAULT_LOCK_TIMEOUT
+    except ValueError:
+        return DEFAULT_LOCK_TIMEOUT
+
+
+def canonical_prefix(prefix: Path | str) -> Path:
+    p = Path(os.path.abspath(os.path.expanduser(str(prefix))))
+    return p.resolve() if p.is_symlink() else p
+
+
+@contextlib.contextmanager
+def prefix_lock(prefix: Path, timeout: float) -> Iterator[None]:
+    import filelock
+
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    lock = filelock.FileLock(str(prefix.parent / f".{prefix.name}.cudaredist.lock"), timeout=timeout)
+    try:
+        with lock:
+            yield
+    except filelock.Timeout as exc:
+        raise BusyError(
+            f"{prefix} is busy: another cudaredist process has held its lock for {timeout:.0f}s. "
+            f"Retry later, or wait longer with --lock-timeout / {ENV_LOCK_TIMEOUT}.",
+            prefix=str(prefix)) from exc
+
+
+def _rmtree(path: Path) -> None:
+    def onexc(func: Any, p: str, _exc: Any) -> None:
+        with contextlib.suppress(OSError):
+            os.chmod(p, stat.S_IWRITE | stat.S_IREAD | stat.S_IEXEC)
+            func(p)
+
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path, onerror=onexc)
+
+
+def recover(prefix: Path) -> list[str]:
+    """Clean what a killed run left beside ``prefix`` (call with the prefix lock held)."""
+    actions: list[str] = []
+    for p in sorted(prefix.parent.glob(f".{prefix.name}.cudaredist-*")):
+        kind = p.name[len(prefix.name) + 1:].split("-")[1]
+        if kind == "old" and not os.path.lexists(prefix):
+            os.rename(p, prefix)
+            actions.append(f"restored {prefix} from an interrupted swap")
+        else:
+            _rmtree(p)
+            actions.append(f"removed leftover {p.name}")
+    return actions
+
+
+def swap_into_place(staging: Path, prefix: Path) -> None:
+    old: Path | None = None
+    if os.path.lexists(prefix):
+        old = prefix.parent / f".{prefix.name}.cudaredist-old-{uuid.uuid4().hex[:8]}"
+        try:
+            os.rename(prefix, old)
+        except OSError as exc:
+            raise PrefixError(f"cannot move the existing {prefix} aside ({exc.strerror}); is a file in "
+                              "it open, or is it a mount point?", prefix=str(prefix)) from exc
+    try:
+        os.rename(staging, prefix)
+    except OSError as exc:
+        if old is not None:
+            os.rename(old, prefix)
+        raise PrefixError(f"cannot move the new tree into {prefix} ({exc.strerror}); the previous "
+                          "tree was restored", prefix=str(prefix)) from exc
+    if old is not None:
+        _rmtree(old)
+
+
+def satisfies(record: dict[str, Any], *, train: str, platform: str, profile: str | None,
+              components: Sequence[str], source: str) -> bool:
+    """Does an installed tree already answer this request (so no network is needed)?"""
+    plan = record.get("plan", {})
+    want = version_key(train)
+    if version_key(str(plan.get("release", "")))[: len(want)] != want:
+        return False
+    request = record.get("request", {})
+    return (plan.get("platform") == platform
+            and plan.get("source", "nvidia") == source
+            and plan.get("profile") == (profile or "custom")
+            and sorted(request.get("components", [])) == sorted(components))
+
+
+class Installer:
+    def __init__(self, transport: Transport, cache: Cache, *, reporter: Reporter | None = None,
+                 jobs: int = 8, offline: bool = False, lock_timeout: float | None = None,
+                 extract_workers: int | None = None) -> None:
+        self.transport = transport
+        self.cache = cache
+        self.reporter = reporter or Silent()
+        self.jobs = max(1, jobs)
+        self.offline = offline
+        self.lock_timeout = lock_timeout_default() if lock_timeout is None else lock_timeout
+        self.extract_workers = extract_workers or max(1, min(4, os.cpu_count() or 1))
+        self._abort = threading.Event()
+
+    # -- archives --------------------------------------------------------------------------------
+    def fetch(self, item: PlannedArchive) -> tuple[Path, bool]:
+        """The verified cache path of ``item``'s archive, downloading it if needed; (path, was_cached)."""
+        sha, size = item.archive.sha256, item.archive.size
+        hit = self._cached(sha, size)
+        if hit is not None:
+            self.reporter.advance(size)
+            return hit, True
+        if self.offline:
+            raise OfflineError(
+                f"--offline: {item.archive.filename} ({item.component}, sha256 {sha[:16]}…) is not in "
+                f"the cache {self.cache.root}; its URL is {item.url}. Run the same command online once, "
+                "or fill the cache from a mirror.", url=item.url)
+        with self.cache.lock(sha):
+            hit = self._cached(sha, size)  # another process may have fetched it meanwhile
+            if hit is not None:
+                self.reporter.advance(size)
+                return hit, True
+            tmp = self.cache.new_temp(sha[:16])
+            try:
+                self._download_any(item, tmp)
+                return self.cache.commit(tmp, sha, url=item.url, name=item.archive.filename), False
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    tmp.unlink()
+
+    def _cached(self, sha: str, size: int) -> Path | None:
+        path = self.cache.lookup(sha, size)
+        if path is None:
+            return None
+        if sha256_file(path) != sha:  # verified on every use: a corrupted entry is dropped
+            self.cache.evict(sha)
+            self.reporter.message(f"dropped a corrupted cache entry {sha[:16]}…; downloading again")
+            return None
+        self.cache.touch(sha)
+        return path
+
+    def _download_any(self, item: PlannedArchive, tmp: Path) -> None:
+        errors: list[FetchError] = []
+        for url in item.urls:
+            sent = 0
+
+            def progress(n: int) -> None:
+                nonlocal sent
+                if self._abort.is_set():
+                    raise _Aborted()
+                sent += n
+                self.reporter.advance(n)
+
+            try:
+                self.transport.download(url, tmp, size=item.archive.size, sha256=item.archive.sha256,
+                                        progress=progress)
+                return
+            except FetchError as exc:
+                self.reporter.advance(-sent)
+                errors.append(exc)
+                if url != item.urls[-1]:
+                    self.reporter.message(f"{url} failed ({exc}); trying {item.urls[len(errors)]}")
+        raise errors[-1] if len(errors) == 1 else FetchError(
+            "; ".join(str(e) for e in errors), url=item.url)
+
+    # -- transaction -------------------------------------------------------------------------------
+    def install(self, plan: Plan, prefix: Path | str, *, force: bool = False,
+                requested: Sequence[str] = ()) -> InstallResult:
+        t0 = time.monotonic()
+        prefix = canonical_prefix(prefix)
+        with prefix_lock(prefix, self.lock_timeout):
+            for action in recover(prefix):
+                self.reporter.message(action)
+            record = read_record(prefix) if prefix.is_dir() else None
+            if record is not None and record.get("content_key") == plan.content_key() and not force:
+                return InstallResult(prefix, plan, noop=True, seconds=time.monotonic() - t0)
+            if record is None and prefix.exists() and not force:
+                if not prefix.is_dir() or any(prefix.iterdir()):
+                    raise PrefixError(
+                        f"{prefix} exists and does not hold a cudaredist install; refusing to replace "
+                        "it. Choose another --prefix, empty it, or pass --force to replace it.",
+                        prefix=str(prefix))
+            staging = Path(tempfile.mkdtemp(dir=prefix.parent, prefix=f".{prefix.name}.cudaredist-stage-"))
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(staging, 0o777 & ~umask)  # mkdtemp's 0700 would hide the toolkit from other users
+            try:
+                files, downloaded, cached = self._build(plan, staging)
+                links = self._complete(plan, staging)
+                stamp = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+                rec = build_record(plan, files, stamp)
+                rec["links"] = links
+                rec["request"] = {"components": list(requested)}
+                write_record(staging, rec)
+                swap_into_place(staging, prefix)
+            except BaseException:
+                _rmtree(staging)
+                raise
+        return InstallResult(prefix, plan, noop=False, downloaded=downloaded, cached=cached,
+                             files=len(files), seconds=time.monotonic() - t0)
+
+    def _build(self, plan: Plan, staging: Path) -> tuple[list[FileRecord], int, int]:
+        """Download (concurrently) and extract each archive as soon as it is there."""
+        self._abort.clear()
+        tree = Tree(staging)
+        self.reporter.start(plan.total_size, len(plan.items))
+        counts = {"downloaded": 0, "cached": 0}
+        jobs = min(self.jobs, len(plan.items)) or 1
+        with ThreadPoolExecutor(jobs, thread_name_prefix="fetch") as fetchers, \
+                ThreadPoolExecutor(self.extract_workers, thread_name_prefix="extract") as extractors:
+
+            def unpack(item: PlannedArchive, path: Path) -> None:
+                mapper = MAPPERS[item.layout](item, plan.platform)
+                extract(path, tree, component=item.component, archive=item.archive.filename, mapper=mapper)
+                self.reporter.extracted(item.archive.filename)
+
+            pending: set[Future[Any]] = set()
+            fetch_futures = {fetchers.submit(self.fetch, it): it for it in plan.items}
+            pending |= set(fetch_futures)
+            try:
+                while pending:
+                    done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+                    for fut in done:
+                        fut.result()  # raises the first failure
+                        item = fetch_futures.get(fut)
+                        if item is not None:
+                            path, was_cached = fut.result()
+                            counts["cached" if was_cached else "downloaded"] += 1
+                            self.reporter.archive_done(item.archive.filename, item.archive.size,
+                                                       cached=was_cached)
+                            pending.add(extractors.submit(unpack, item, path))
+            except BaseException:
+                self._abort.set()
+                for fut in pending:
+                    fut.cancel()
+                raise
+            finally:
+                self.reporter.close()
+        return tree.finish(), counts["downloaded"], counts["cached"]
+
+    def _complete(self, plan: Plan, staging: Path) -> list[dict[str, str]]:
+        """Platform fix-ups from profiles.toml (e.g. ``lib64 -> lib`` on Linux)."""
+        made: list[dict[str, str]] = []
+        for name, target in platform_rule(plan.platform).links:
+            if (staging / target).is_dir() and not os.path.lexists(staging / name):
+                try:
+                    os.symlink(target, staging / name, target_is_directory=True)
+                except OSError:
+                    shutil.copytree(staging / target, staging / name, symlinks=True)
+                made.append({"path": name, "link": target})
+        return made
+
+
+def describe_error(exc: BaseException) -> str:
+    if isinstance(exc, CudaRedistError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"

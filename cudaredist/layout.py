@@ -1,0 +1,70 @@
+"""Archive member names -> paths in the toolkit tree, and the safety rules for them (pure)."""
+
+from __future__ import annotations
+
+import posixpath
+import re
+
+from cudaredist.errors import UnsafeArchiveError
+
+_DRIVE = re.compile(r"^[A-Za-z]:")
+
+
+def clean_member(name: str, *, archive: str, zip_entry: bool = False) -> str:
+    """A member name as a safe relative POSIX path, or :class:`UnsafeArchiveError`.
+
+    Refused: absolute paths, drive letters, ``..`` anywhere, NUL/control characters,
+    and in zips backslashes (a Windows extractor treats them as separators).
+    """
+    raw = name
+    if any(ord(c) < 0x20 for c in name):
+        raise UnsafeArchiveError(f"{archive}: member {raw!r} has control characters in its name; refused",
+                                 archive=archive, member=raw)
+    if "\\" in name:
+        if zip_entry:
+            raise UnsafeArchiveError(
+                f"{archive}: entry {raw!r} uses backslashes; refused (a Windows extractor would "
+                "read them as directory separators)", archive=archive, member=raw)
+    if name.startswith("/") or _DRIVE.match(name) or name.startswith("\\"):
+        raise UnsafeArchiveError(f"{archive}: member {raw!r} is an absolute path; refused",
+                                 archive=archive, member=raw)
+    parts = [p for p in name.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise UnsafeArchiveError(f"{archive}: member {raw!r} contains '..'; refused",
+                                 archive=archive, member=raw)
+    return "/".join(parts)
+
+
+def strip_top(clean: str, top: str | None, *, archive: str) -> tuple[str, str]:
+    """Split off the archive's single top folder; returns (top, rest)."""
+    head, _, rest = clean.partition("/")
+    if top is not None and head != top:
+        raise UnsafeArchiveError(
+            f"{archive}: member {clean!r} is outside the archive's top folder {top!r}; "
+            "redist archives hold exactly one top folder", archive=archive, member=clean)
+    return head, rest
+
+
+def tree_path(rest: str, *, component: str) -> str:
+    """Where a path inside the top folder goes in the tree.
+
+    Each archive carries its own LICENSE at the top; they differ between components
+    (CCCL's EULA is not the toolkit's), so they are kept per component.
+    """
+    if rest in ("LICENSE", "LICENSE.txt"):
+        return f"licenses/{component}/{rest}"
+    return rest
+
+
+def link_target_inside(link_path: str, target: str, *, archive: str) -> str:
+    """The tree path a symlink at ``link_path`` points to; refuses targets leaving the tree."""
+    if target.startswith("/") or _DRIVE.match(target) or "\\" in target:
+        raise UnsafeArchiveError(
+            f"{archive}: symlink {link_path!r} -> {target!r} points to an absolute path; refused",
+            archive=archive, member=link_path)
+    resolved = posixpath.normpath(posixpath.join(posixpath.dirname(link_path), target))
+    if resolved == ".." or resolved.startswith("../") or resolved.startswith("/"):
+        raise UnsafeArchiveError(
+            f"{archive}: symlink {link_path!r} -> {target!r} leaves the prefix; refused",
+            archive=archive, member=link_path)
+    return resolved

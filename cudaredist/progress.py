@@ -1,0 +1,117 @@
+"""Progress reporting: a small protocol the library calls, and the adapters the CLI picks.
+
+On a TTY: one aggregate tqdm bar (bytes, rate, ETA) plus a line per finished archive.
+Elsewhere (CI logs): a few plain lines, never carriage returns. ``--quiet``: nothing.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import Any, Protocol, TextIO
+
+
+class Reporter(Protocol):
+    def start(self, total_bytes: int, archives: int) -> None: ...
+    def advance(self, nbytes: int) -> None: ...
+    def archive_done(self, name: str, size: int, *, cached: bool) -> None: ...
+    def extracted(self, name: str) -> None: ...
+    def message(self, text: str) -> None: ...
+    def close(self) -> None: ...
+
+
+class Silent:
+    def start(self, total_bytes: int, archives: int) -> None:
+        pass
+
+    def advance(self, nbytes: int) -> None:
+        pass
+
+    def archive_done(self, name: str, size: int, *, cached: bool) -> None:
+        pass
+
+    def extracted(self, name: str) -> None:
+        pass
+
+    def message(self, text: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+class PlainLines(Silent):
+    """For logs: one line per archive and a summary; thread-safe."""
+
+    def __init__(self, stream: TextIO | None = None, *, verbose: bool = False) -> None:
+        self.stream = stream or sys.stderr
+        self.verbose = verbose
+        self._lock = threading.Lock()
+        self._t0 = time.monotonic()
+        self._done = 0
+        self._total = 0
+
+    def _print(self, text: str) -> None:
+        with self._lock:
+            print(text, file=self.stream, flush=True)
+
+    def start(self, total_bytes: int, archives: int) -> None:
+        self._total = total_bytes
+        self._t0 = time.monotonic()
+        self._print(f"fetching {archives} archives, {_mb(total_bytes)}")
+
+    def archive_done(self, name: str, size: int, *, cached: bool) -> None:
+        how = "cached" if cached else "downloaded"
+        self._print(f"  {how:10} {name} ({_mb(size)})")
+
+    def extracted(self, name: str) -> None:
+        if self.verbose:
+            self._print(f"  extracted  {name}")
+
+    def message(self, text: str) -> None:
+        self._print(text)
+
+
+class TqdmBar(PlainLines):
+    """One aggregate bar; per-archive lines are written above it."""
+
+    def __init__(self, stream: TextIO | None = None, *, verbose: bool = False) -> None:
+        super().__init__(stream, verbose=verbose)
+        self._bar: Any = None
+
+    def start(self, total_bytes: int, archives: int) -> None:
+        from tqdm import tqdm
+
+        self._bar = tqdm(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1000,
+                         desc=f"{archives} archives", file=self.stream, dynamic_ncols=True, leave=False)
+
+    def advance(self, nbytes: int) -> None:
+        if self._bar is not None:
+            with self._lock:
+                self._bar.update(nbytes)
+
+    def _print(self, text: str) -> None:
+        if self._bar is not None:
+            with self._lock:
+                self._bar.write(text, file=self.stream)
+        else:
+            super()._print(text)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+def pick(*, quiet: bool, verbose: bool, stream: TextIO | None = None) -> Reporter:
+    stream = stream or sys.stderr
+    if quiet:
+        return Silent()
+    if stream.isatty():
+        return TqdmBar(stream, verbose=verbose)
+    return PlainLines(stream, verbose=verbose)

@@ -1,0 +1,66 @@
+"""Train resolution: index listing -> release labels -> the release a train means (pure)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from cudaredist.errors import ResolveError
+from cudaredist.manifest import version_key
+
+_HREF = re.compile(r"""href\s*=\s*['"]?(?:[^'"\s>]*/)?redistrib_(\d+\.\d+\.\d+)\.json['"\s>]""", re.I)
+_FILE = re.compile(r"^redistrib_(\d+\.\d+\.\d+)\.json$")
+_TRAIN = re.compile(r"^\d+(?:\.\d+){0,2}$")
+
+
+def labels_from_listing(html: str) -> list[str]:
+    """Release labels linked from a directory page, highest first."""
+    return sort_labels(set(_HREF.findall(html)))
+
+
+def labels_from_names(names: Iterable[str]) -> list[str]:
+    """Release labels among plain file names (a local mirror directory), highest first."""
+    return sort_labels({m.group(1) for n in names if (m := _FILE.match(n))})
+
+
+def sort_labels(labels: Iterable[str]) -> list[str]:
+    return sorted(labels, key=version_key, reverse=True)
+
+
+def train_of(label: str) -> str:
+    return ".".join(label.split(".")[:2])
+
+
+def trains(labels: Iterable[str]) -> list[str]:
+    """Distinct major.minor trains, lowest first."""
+    return sorted({train_of(lbl) for lbl in labels}, key=version_key)
+
+
+def check_train(train: str) -> str:
+    train = train.strip().removeprefix("v")
+    if not _TRAIN.match(train):
+        raise ResolveError(
+            f"{train!r} is not a CUDA train or release: use MAJOR (13), MAJOR.MINOR (13.4) "
+            "or MAJOR.MINOR.PATCH (13.4.1)", requested=train)
+    return train
+
+
+def pick_release(train: str, labels: Iterable[str], where: str) -> str:
+    """``13.4`` -> highest 13.4.x; ``13`` -> highest 13.x.y; ``13.4.1`` -> exactly that."""
+    train = check_train(train)
+    labels = list(labels)
+    want = version_key(train)
+    matching = [lbl for lbl in labels if version_key(lbl)[: len(want)] == want]
+    if matching:
+        return max(matching, key=version_key)
+    published = trains(labels)
+    shown = ", ".join(published) if published else "none"
+    kind = "release" if len(want) == 3 else "train"
+    hint = ""
+    if kind == "release":
+        same = [lbl for lbl in labels if train_of(lbl) == train_of(train)]
+        if same:
+            hint = f" Releases of train {train_of(train)}: {', '.join(sort_labels(same))}."
+    raise ResolveError(
+        f"CUDA {kind} {train} has no release at {where}; published trains: {shown}.{hint}",
+        requested=train, where=where, available=tuple(published))

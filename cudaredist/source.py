@@ -1,0 +1,141 @@
+"""Where releases come from: base URLs and mirrors, the index listing and manifests (I/O)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from urllib.parse import urlparse
+
+from cudaredist.cache import Cache
+from cudaredist.errors import CudaRedistError, FetchError, OfflineError, ResolveError
+from cudaredist.manifest import Manifest, parse_manifest
+from cudaredist.net import Transport, is_local, local_path
+from cudaredist.plan import Plan, join_url, make_plan
+from cudaredist.resolve import check_train, labels_from_listing, labels_from_names, pick_release
+
+NVIDIA_BASE_URL = "https://developer.download.nvidia.com/compute/cuda/redist/"
+ENV_BASE_URL = "CUDAREDIST_BASE_URL"
+ENV_MIRROR = "CUDAREDIST_MIRROR"
+LISTING = "listing.html"
+
+
+def normalize_base(url: str) -> str:
+    """http(s) URLs get a trailing slash; local directories become file:// URLs."""
+    url = url.strip()
+    if not url:
+        raise ResolveError("the base URL is empty")
+    scheme = urlparse(url).scheme.lower()
+    if scheme in ("http", "https"):
+        return url if url.endswith("/") else url + "/"
+    if scheme == "file":
+        return url if url.endswith("/") else url + "/"
+    if "://" in url:
+        raise ResolveError(f"unsupported base URL {url!r}: use http://, https://, file:// or a directory")
+    return Path(url).expanduser().absolute().as_uri() + "/"
+
+
+def default_bases(base_url: str | None = None, mirror: str | None = None, *,
+                  fallback: bool = True) -> list[str]:
+    """Bases to try in order: the mirror (--mirror / CUDAREDIST_MIRROR), then the base URL."""
+    base = normalize_base(base_url or os.environ.get(ENV_BASE_URL) or NVIDIA_BASE_URL)
+    mirror = mirror or os.environ.get(ENV_MIRROR) or None
+    bases = [normalize_base(mirror)] if mirror else []
+    if not bases or fallback:
+        bases.append(base)
+    return list(dict.fromkeys(bases))
+
+
+class Index:
+    """Lists releases and reads manifests of one or more bases, caching both for --offline."""
+
+    def __init__(self, transport: Transport, cache: Cache, *, offline: bool = False) -> None:
+        self.transport = transport
+        self.cache = cache
+        self.offline = offline
+
+    def labels(self, base: str) -> list[str]:
+        if self.offline:
+            return self._cached_labels(base)
+        if is_local(base):
+            d = local_path(base)
+            if not d.is_dir():
+                raise FetchError(f"the base directory {d} does not exist", url=base)
+            return labels_from_names(os.listdir(d))
+        data = self.transport.get_bytes(base)
+        self.cache.store_index(base, LISTING, data)
+        return labels_from_listing(data.decode("utf-8", "replace"))
+
+    def _cached_labels(self, base: str) -> list[str]:
+        listing = self.cache.load_index(base, LISTING)
+        names = self.cache.cached_index_names(base)
+        found = set(labels_from_names(names))
+        if listing is not None:
+            found |= set(labels_from_listing(listing.decode("utf-8", "replace")))
+        if is_local(base) and local_path(base).is_dir():
+            found |= set(labels_from_names(os.listdir(local_path(base))))
+        if not found:
+            raise OfflineError(
+                f"--offline: no index of {base} is cached in {self.cache.root}; run once online "
+                "(e.g. `cudaredist resolve TRAIN`) to fill the cache", url=base)
+        return sorted(found)
+
+    def manifest(self, base: str, label: str) -> Manifest:
+        name = f"redistrib_{label}.json"
+        url = join_url(base, name)
+        data: bytes | None = None
+        if self.offline:
+            data = self.cache.load_index(base, name)
+            if data is None and is_local(base):
+                data = self.transport.get_bytes(url)
+            if data is None:
+                raise OfflineError(
+                    f"--offline: {name} ({url}) is not in the cache {self.cache.root}", url=url)
+        else:
+            data = self.transport.get_bytes(url)
+            if not is_local(base):
+                self.cache.store_index(base, name, data)
+        return parse_manifest(data, label=label, source=url)
+
+    def resolve(self, base: str, train: str) -> Manifest:
+        train = check_train(train)
+        label = pick_release(train, self.labels(base), base)
+        return self.manifest(base, label)
+
+
+def resolve_plan(
+    index: Index,
+    train: str,
+    *,
+    bases: Sequence[str],
+    platform: str,
+    profile: str | None,
+    components: Sequence[str] = (),
+) -> Plan:
+    """Resolve ``train`` against the first base that has it; the others become fallback URLs."""
+    errors: list[CudaRedistError] = []
+    for i, base in enumerate(bases):
+        try:
+            manifest = index.resolve(base, train)
+        except (FetchError, ResolveError) as exc:
+            if isinstance(exc, OfflineError) and len(bases) == 1:
+                raise
+            errors.append(exc)
+            continue
+        plan = make_plan(manifest, platform=platform, base_url=base, profile=profile,
+                         components=components)
+        others = [b for b in bases if b != base] if i == 0 else []
+        if others:
+            items = tuple(replace(it, fallback_urls=tuple(join_url(b, it.archive.relative_path)
+                                                          for b in others))
+                          for it in plan.items)
+            plan = replace(plan, items=items)
+        return plan
+    if len(errors) == 1:
+        raise errors[0]
+    detail = "; ".join(str(e) for e in errors)
+    first = errors[0]
+    if all(isinstance(e, ResolveError) for e in errors):
+        raise ResolveError(detail, requested=train, where=", ".join(bases))
+    raise type(first)(detail) if not isinstance(first, FetchError) else FetchError(detail, url=first.url)
