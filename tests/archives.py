@@ -1,0 +1,164 @@
+"""Build real tiny redist archives and mirrors for the tests (tar.xz with links and modes, zip)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tarfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+# A member spec: path -> bytes (a file), or a Link / Dir / Special / Mode(bytes, mode)
+
+
+@dataclass(frozen=True)
+class Link:
+    target: str
+    hard: bool = False
+
+
+@dataclass(frozen=True)
+class Dir:
+    pass
+
+
+@dataclass(frozen=True)
+class Exe:
+    data: bytes
+    mode: int = 0o755
+
+
+@dataclass(frozen=True)
+class Special:
+    kind: bytes  # tarfile.CHRTYPE, BLKTYPE, FIFOTYPE
+
+
+Members = dict[str, "bytes | Link | Dir | Exe | Special"]
+
+
+def make_tar_xz(dest: Path, members: Members) -> Path:
+    """Members are written in the given order, names as given (no top folder added)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(dest, "w:xz", preset=0, format=tarfile.GNU_FORMAT) as tf:
+        for name, spec in members.items():
+            ti = tarfile.TarInfo(name)
+            ti.mtime = 1_700_000_000
+            if isinstance(spec, Dir):
+                ti.type, ti.mode = tarfile.DIRTYPE, 0o755
+                tf.addfile(ti)
+            elif isinstance(spec, Link):
+                ti.type = tarfile.LNKTYPE if spec.hard else tarfile.SYMTYPE
+                ti.linkname, ti.mode = spec.target, 0o777
+                tf.addfile(ti)
+            elif isinstance(spec, Special):
+                ti.type = spec.kind
+                tf.addfile(ti)
+            else:
+                data, mode = (spec.data, spec.mode) if isinstance(spec, Exe) else (spec, 0o644)
+                ti.size, ti.mode = len(data), mode
+                tf.addfile(ti, io.BytesIO(data))
+    return dest
+
+
+def make_zip(dest: Path, members: Members) -> Path:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, spec in members.items():
+            if isinstance(spec, Dir):
+                zf.writestr(name.rstrip("/") + "/", b"")
+            elif isinstance(spec, Link):
+                zi = zipfile.ZipInfo(name)
+                zi.create_system = 3
+                zi.external_attr = (0o120777 << 16)
+                zf.writestr(zi, spec.target)
+            else:
+                data = spec.data if isinstance(spec, Exe) else spec
+                assert isinstance(data, bytes)
+                zf.writestr(name, data)
+    return dest
+
+
+def digest(path: Path) -> tuple[str, int]:
+    data = path.read_bytes()
+    return hashlib.sha256(data).hexdigest(), len(data)
+
+
+@dataclass
+class MirrorArchive:
+    component: str
+    platform: str
+    version: str
+    members: Members  # relative to the archive's top folder
+
+
+def archive_name(component: str, platform: str, version: str) -> str:
+    ext = "zip" if platform.startswith("windows") else "tar.xz"
+    return f"{component}-{platform}-{version}-archive.{ext}"
+
+
+def build_mirror(root: Path, label: str, archives: list[MirrorArchive], *,
+                 release_date: str = "2026-01-01", listing: bool = True,
+                 overrides: dict[tuple[str, str], dict[str, object]] | None = None) -> Path:
+    """A directory laid out like NVIDIA's redist site: archives, redistrib_<label>.json, index.html.
+
+    ``overrides[(component, platform)]`` replaces fields of that manifest entry (bad sha256, size...).
+    """
+    root.mkdir(parents=True, exist_ok=True)
+    manifest_path = root / f"redistrib_{label}.json"
+    manifest: dict[str, object] = (json.loads(manifest_path.read_text()) if manifest_path.exists()
+                                   else {})
+    manifest.update({"release_date": release_date, "release_label": label, "release_product": "cuda"})
+    for a in archives:
+        name = archive_name(a.component, a.platform, a.version)
+        top = name.rsplit(".", 2 if name.endswith(".tar.xz") else 1)[0]
+        members: Members = {f"{top}/": Dir()} | {f"{top}/{k}": v for k, v in a.members.items()}
+        rel = f"{a.component}/{a.platform}/{name}"
+        path = root / rel
+        if a.platform.startswith("windows"):
+            make_zip(path, {k.rstrip("/") if not isinstance(v, Dir) else k: v for k, v in members.items()})
+        else:
+            make_tar_xz(path, {k.rstrip("/"): v for k, v in members.items()})
+        sha, size = digest(path)
+        entry: dict[str, object] = {"relative_path": rel, "sha256": sha, "md5": "0" * 32, "size": str(size)}
+        entry.update((overrides or {}).get((a.component, a.platform), {}))
+        comp = manifest.setdefault(a.component, {"name": a.component, "license": "CUDA Toolkit",
+                                                 "version": a.version})
+        assert isinstance(comp, dict)
+        comp[a.platform] = entry
+    manifest_path.write_text(json.dumps(manifest, indent=4))
+    if listing:
+        names = sorted(p.name for p in root.glob("redistrib_*.json"))
+        links = "\n".join(f"<a href='{n}'>{n}</a>" for n in names)
+        (root / "index.html").write_text(f"<html><body><pre>\n{links}\n</pre></body></html>")
+    return manifest_path
+
+
+def toolkit(platform: str = "linux-x86_64", version: str = "13.0.1") -> list[MirrorArchive]:
+    """A small but realistically shaped nvcc profile: nvcc, cudart (with a .so chain), cccl, crt, nvvm."""
+    win = platform.startswith("windows")
+    if win:
+        return [
+            MirrorArchive("cuda_nvcc", platform, "13.0.88", {"bin/nvcc.exe": b"MZ nvcc", "LICENSE": b"eula"}),
+            MirrorArchive("cuda_cudart", platform, "13.0.96", {
+                "bin/x64/cudart64_13.dll": b"MZ cudart", "lib/x64/cudart.lib": b"lib",
+                "include/cuda_runtime.h": b"// rt", "LICENSE": b"eula"}),
+            MirrorArchive("cuda_cccl", platform, "13.0.85", {"include/cccl/thrust/version.h": b"// t",
+                                                             "LICENSE": b"cccl eula"}),
+            MirrorArchive("cuda_crt", platform, "13.0.88", {"include/crt/host_config.h": b"// hc"}),
+            MirrorArchive("libnvvm", platform, "13.0.88", {"nvvm/bin/cicc.exe": b"MZ cicc"}),
+        ]
+    return [
+        MirrorArchive("cuda_nvcc", platform, "13.0.88", {
+            "bin/": Dir(), "bin/nvcc": Exe(b"#!/bin/sh\necho nvcc\n"), "bin/nvcc.profile": b"TOP = ..",
+            "LICENSE": b"eula"}),
+        MirrorArchive("cuda_cudart", platform, "13.0.96", {
+            "include/cuda_runtime.h": b"// rt", "lib/libcudart.so.13.0.96": b"\x7fELF fake",
+            "lib/libcudart.so.13": Link("libcudart.so.13.0.96"), "lib/libcudart.so": Link("libcudart.so.13"),
+            "LICENSE": b"eula"}),
+        MirrorArchive("cuda_cccl", platform, "13.0.85", {"include/cccl/thrust/version.h": b"// t",
+                                                         "LICENSE": b"cccl eula"}),
+        MirrorArchive("cuda_crt", platform, "13.0.88", {"include/crt/host_config.h": b"// hc"}),
+        MirrorArchive("libnvvm", platform, "13.0.88", {"nvvm/bin/cicc": Exe(b"\x7fELF cicc")}),
+    ]
