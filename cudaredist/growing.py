@@ -1,0 +1,84 @@
+"""A reader over a file that a download is still writing, so extraction overlaps the transfer.
+
+The writer publishes how many bytes from the start are in place (contiguous, in order)
+and finally either ``close()``s (all bytes there and verified) or ``fail()``s. The
+reader blocks until the bytes it wants are there. Bytes read this way are not yet
+verified: they only ever go into a staging tree that is discarded unless the
+download's size and sha256 check out.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from pathlib import Path
+
+
+class DownloadFailed(Exception):
+    """Raised in the reader when the download it follows failed (the writer holds the real error)."""
+
+
+class GrowingFile(io.RawIOBase):
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+        self._cond = threading.Condition()
+        self._available = 0
+        self._done = False
+        self._failed: BaseException | None = None
+        self._cancelled = False
+        self._fh: io.BufferedReader | None = None
+        self._pos = 0
+
+    # -- writer side -------------------------------------------------------------------------------
+    def publish(self, available: int) -> None:
+        with self._cond:
+            if available > self._available:
+                self._available = available
+                self._cond.notify_all()
+            if self._cancelled:
+                raise DownloadFailed("the extraction following this download stopped")
+
+    def finish(self) -> None:
+        with self._cond:
+            self._done = True
+            self._cond.notify_all()
+
+    def fail(self, exc: BaseException) -> None:
+        with self._cond:
+            self._failed = exc
+            self._cond.notify_all()
+
+    def cancel(self) -> None:
+        """The reader gave up (extraction failed): the writer stops at its next publish."""
+        with self._cond:
+            self._cancelled = True
+            self._cond.notify_all()
+
+    # -- reader side ---------------------------------------------------------------------------------
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: memoryview | bytearray) -> int:  # type: ignore[override]
+        want = len(buf)
+        with self._cond:
+            while self._available <= self._pos and not self._done and self._failed is None:
+                self._cond.wait()
+            if self._failed is not None:
+                raise DownloadFailed(str(self._failed))
+            n = min(want, self._available - self._pos)
+        if n <= 0:
+            return 0  # done and everything read
+        if self._fh is None:
+            self._fh = open(self.path, "rb")  # noqa: SIM115 - closed in close()
+        self._fh.seek(self._pos)
+        data = self._fh.read(n)
+        buf[: len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+        super().close()
