@@ -1,0 +1,381 @@
+"""The PyPI source: a train resolves through NVIDIA's ``cuda-toolkit`` metapackage to a plan of wheels (I/O).
+
+The plan's items are wheels (``layout="wheel"``): the installer downloads, verifies,
+caches and extracts them like redist archives, and :mod:`cudaredist.wheels` maps their
+members into the same tree. Works with any index that speaks the Simple API (PEP 691
+JSON, or PEP 503 HTML), so a PyPI proxy or a local ``file://`` index works too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import zipfile
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cudaredist.cache import Cache, sha256_file
+from cudaredist.errors import FetchError, IntegrityError, OfflineError, PlanError, ResolveError
+from cudaredist.manifest import Archive
+from cudaredist.net import Transport, is_local, local_path
+from cudaredist.plan import Plan, PlannedArchive
+from cudaredist.resolve import check_train, pick_release, train_of
+from cudaredist.wheels import (
+    ExtraSpec,
+    IndexFile,
+    Metadata,
+    Requirement,
+    Version,
+    WheelData,
+    choose_version,
+    component_for,
+    marker_env,
+    normalize_name,
+    parse_metadata,
+    parse_simple_page,
+    parse_version,
+    parse_wheel_filename,
+    pick_wheel,
+    release_label,
+    version_key,
+    wheel_data,
+    wheel_platforms,
+)
+
+DEFAULT_INDEX_URL = "https://pypi.org/simple/"
+ENV_INDEX_URL = "PIP_INDEX_URL"
+ENV_SOURCE = "CUDAREDIST_SOURCE"
+SOURCES = ("nvidia", "pypi")
+LAYOUT = "wheel"
+# PEP 691 content negotiation: JSON (it carries sizes) before HTML.
+ACCEPT = ("application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, "
+          "text/html;q=0.1")
+PAGE_LIMIT = 32 << 20
+
+
+def default_index_url(url: str | None = None) -> str:
+    """``--index-url`` > ``PIP_INDEX_URL`` > PyPI; always with a trailing slash."""
+    url = (url or os.environ.get(ENV_INDEX_URL) or DEFAULT_INDEX_URL).strip()
+    if "://" not in url:
+        url = Path(url).expanduser().absolute().as_uri()
+    return url if url.endswith("/") else url + "/"
+
+
+def check_source(source: str | None) -> str:
+    """``--source`` > ``CUDAREDIST_SOURCE`` > nvidia."""
+    value = (source or os.environ.get(ENV_SOURCE) or "nvidia").strip().lower()
+    if value not in SOURCES:
+        raise PlanError(f"unknown source {value!r}: use one of {', '.join(SOURCES)}")
+    return value
+
+
+@dataclass(frozen=True)
+class Release:
+    """One release of the metapackage on the index."""
+
+    version: Version
+    file: IndexFile
+
+    @property
+    def label(self) -> str:
+        return release_label(self.version.text)
+
+    @property
+    def date(self) -> str:
+        return self.file.upload_time[:10]
+
+
+class WheelIndex:
+    """Project pages and small files of one package index, cached for ``--offline``."""
+
+    def __init__(self, transport: Transport, cache: Cache, *, index_url: str | None = None,
+                 offline: bool = False, data: WheelData | None = None) -> None:
+        self.transport = transport
+        self.cache = cache
+        self.index_url = default_index_url(index_url)
+        self.offline = offline
+        self.data = data or wheel_data()
+        self._pages: dict[str, list[IndexFile]] = {}
+
+    # -- project pages -----------------------------------------------------------------------------
+    def files(self, project: str) -> list[IndexFile]:
+        name = normalize_name(project)
+        if name not in self._pages:
+            page_url = f"{self.index_url}{name}/"
+            key = f"simple-{name}"
+            if self.offline:
+                data = self.cache.load_index(self.index_url, key)
+                if data is None and is_local(page_url):
+                    data = self.transport.get_bytes(page_url + "index.html")
+                if data is None:
+                    raise OfflineError(
+                        f"--offline: the index page of {name} ({page_url}) is not in the cache "
+                        f"{self.cache.root}; run the same command online once", url=page_url)
+            elif is_local(page_url):
+                data = self.transport.get_bytes(page_url + "index.html")
+            else:
+                data = self._get_page(page_url, name)
+                self.cache.store_index(self.index_url, key, data)
+            self._pages[name] = parse_simple_page(data, page_url)
+        return self._pages[name]
+
+    def _get_page(self, url: str, name: str) -> bytes:
+        import httpx
+
+        failures = 0
+        while True:
+            retry_after: float | None = None
+            try:
+                r = self.transport.client.get(url, headers={"Accept": ACCEPT})
+                if r.status_code == 200:
+                    if len(r.content) > PAGE_LIMIT:
+                        raise FetchError(f"{url} is larger than {PAGE_LIMIT} bytes; refusing it", url=url)
+                    return r.content
+                if r.status_code == 404:
+                    raise FetchError(f"the index {self.index_url} has no project {name} (HTTP 404 for {url})",
+                                     url=url, status=404)
+                if r.status_code != 429 and r.status_code < 500:
+                    raise FetchError(f"HTTP {r.status_code} for {url}", url=url, status=r.status_code)
+                reason = f"HTTP {r.status_code}"
+                ra = r.headers.get("retry-after", "")
+                retry_after = float(ra) if ra.isdigit() else None
+            except httpx.TransportError as exc:
+                reason = f"{type(exc).__name__}: {exc}"
+            failures += 1
+            if failures >= self.transport.retry.attempts:
+                raise FetchError(f"giving up on {url} after {failures} attempts: {reason}", url=url)
+            self.transport.sleep(self.transport.retry.delay(failures - 1, retry_after))
+
+    def size(self, f: IndexFile) -> int:
+        """A file's size: from the JSON page, the file system, or a HEAD request (HTML pages)."""
+        if f.size is not None:
+            return f.size
+        if is_local(f.url):
+            try:
+                return local_path(f.url).stat().st_size
+            except OSError as exc:
+                raise FetchError(f"{f.url} does not exist", url=f.url, status=404) from exc
+        if self.offline:
+            raise OfflineError(f"--offline: the size of {f.filename} is unknown (the cached index page "
+                               "is HTML)", url=f.url)
+        import httpx
+
+        try:
+            r = self.transport.client.head(f.url)
+        except httpx.TransportError as exc:
+            raise FetchError(f"cannot get the size of {f.url}: {exc}", url=f.url) from exc
+        length = r.headers.get("content-length", "")
+        if r.status_code != 200 or not length.isdigit():
+            raise FetchError(f"cannot get the size of {f.url} (HTTP {r.status_code}, no Content-Length)",
+                             url=f.url, status=r.status_code)
+        return int(length)
+
+    # -- the metapackage ---------------------------------------------------------------------------
+    def releases(self) -> list[Release]:
+        """Every wheel release of the metapackage, newest first (yanked ones only if nothing else)."""
+        meta = self.data.metapackage
+        best: dict[tuple[Any, ...], Release] = {}
+        for f in self.files(meta):
+            wn = parse_wheel_filename(f.filename)
+            v = parse_version(wn.version) if wn and wn.distribution == normalize_name(meta) else None
+            if v is None:
+                continue
+            old = best.get(v.key)
+            if old is None or (old.file.yanked and not f.yanked):
+                best[v.key] = Release(v, f)
+        return sorted(best.values(), key=lambda r: r.version, reverse=True)
+
+    def resolve(self, train: str, *, pre: bool = False) -> Release:
+        """``13.4`` -> newest 13.4.x; ``13.4.1`` -> that release; ``13.4.0rc1`` -> that pre-release."""
+        where = f"{self.index_url} ({self.data.metapackage})"
+        text = train.strip().removeprefix("v")
+        asked = parse_version(text)
+        rels = self.releases()
+        if asked is not None and asked.is_prerelease:
+            exact = [r for r in rels if r.version.key == asked.key]
+            if exact:
+                return exact[0]
+            raise ResolveError(f"CUDA pre-release {text} has no {self.data.metapackage} release at {where}",
+                               requested=text, where=where)
+        want = tuple(int(p) for p in check_train(text).split("."))
+        hits = [r for r in rels
+                if r.version.release[: len(want)] == want and (pre or not r.version.is_prerelease)]
+        live = [r for r in hits if not r.file.yanked] or hits
+        if live:
+            return max(live, key=lambda r: r.version)
+        # the same message and fields as the redist route, from the final releases
+        pick_release(text, [r.label for r in rels if not r.version.is_prerelease], where)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def metadata(self, release: Release) -> Metadata:
+        path = self.fetch(release.file)
+        try:
+            with zipfile.ZipFile(path) as zf:
+                names = [n for n in zf.namelist()
+                         if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+                if len(names) != 1:
+                    raise PlanError(f"{release.file.filename} holds {len(names)} METADATA files, "
+                                    "not one")
+                text = zf.read(names[0]).decode("utf-8", "replace")
+        except zipfile.BadZipFile as exc:
+            raise PlanError(f"{release.file.filename} is not a readable wheel: {exc}") from exc
+        return parse_metadata(text)
+
+    def fetch(self, f: IndexFile) -> Path:
+        """A small file (the metapackage wheel) into the cache, verified against the index's sha256."""
+        _require_digest(f)
+        size = self.size(f)
+        hit = self.cache.lookup(f.sha256, size)
+        if hit is not None and sha256_file(hit) == f.sha256:
+            return hit
+        if self.offline:
+            raise OfflineError(f"--offline: {f.filename} ({f.url}) is not in the cache {self.cache.root}",
+                               url=f.url)
+        with self.cache.lock(f.sha256):
+            tmp = self.cache.new_temp(f.sha256[:16])
+            try:
+                self.transport.download(f.url, tmp, size=size, sha256=f.sha256)
+                return self.cache.commit(tmp, f.sha256, url=f.url, name=f.filename)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    tmp.unlink()
+
+
+def _require_digest(f: IndexFile) -> None:
+    if len(f.sha256) != 64 or any(c not in "0123456789abcdef" for c in f.sha256):
+        raise IntegrityError(
+            f"the index lists no sha256 for {f.filename} ({f.url}); cudaredist installs only files "
+            "whose digest the index publishes", url=f.url, what="sha256", expected="a published sha256",
+            actual=f.sha256 or "none")
+
+
+# ------------------------------------------------------------------------------------------------
+# Planning
+
+def _requirements_for(spec: ExtraSpec, meta: Metadata, release: Release, platform: str,
+                      data: WheelData) -> list[Requirement]:
+    """The wheels one profile entry or ``--component`` asks for: an extra, a component or a package."""
+    plat = data.platform(platform)
+    env = marker_env(plat)
+    for alt in spec.names:
+        extra = normalize_name(alt)
+        if extra in meta.extras:
+            reqs = meta.wanted(extra, env)
+            if reqs:
+                return reqs
+            continue
+        found: dict[str, Requirement] = {}
+        for e in meta.extras:
+            for r in meta.wanted(e, env):
+                if r.name == extra or component_for(r.name, release.label, data) == alt:
+                    found.setdefault(r.name, r)
+        if found:
+            return list(found.values())
+    offered = [e for e in meta.extras if meta.wanted(e, env)]
+    if not offered:
+        msg = (f"{data.metapackage} {release.label} lists no wheels for {platform} at all (its "
+               "Requires-Dist markers leave that platform out); try a newer release")
+    elif any(normalize_name(a) in meta.extras for a in spec.names):
+        msg = (f"the extra {spec} of {data.metapackage} {release.label} names no wheel for {platform}; "
+               f"extras with wheels for {platform}: {', '.join(offered)}")
+    else:
+        msg = (f"{data.metapackage} {release.label} has no extra, component or wheel {spec} for {platform}; "
+               f"its extras: {', '.join(offered)}")
+    raise PlanError(msg, component=str(spec), release=release.label, platform=platform)
+
+
+def _plan_item(index: WheelIndex, name: str, specs: list[str], release: Release, platform: str,
+               pre: bool) -> tuple[PlannedArchive, list[str]]:
+    data = index.data
+    plat = data.platform(platform)
+    files = index.files(name)
+    by_version: dict[str, list[IndexFile]] = {}
+    for f in files:
+        wn = parse_wheel_filename(f.filename)
+        if wn is not None and wn.distribution == name:
+            by_version.setdefault(wn.version, []).append(f)
+    version = choose_version(specs, by_version, pre=pre)
+    shown = " and ".join(s for s in specs if s) or "any version"
+    if version is None:
+        raise PlanError(f"no wheel of {name} on {index.index_url} matches {shown} (needed by "
+                        f"{data.metapackage} {release.label})", component=name, release=release.label,
+                        platform=platform)
+    candidates = by_version[version]
+    notes: list[str] = []
+    chosen = pick_wheel([f for f in candidates if not f.yanked], plat)
+    if chosen is None:
+        chosen = pick_wheel(candidates, plat)
+        if chosen is not None:
+            notes.append(f"{chosen.filename} is yanked on the index; no other wheel of {name} {version} fits")
+    if chosen is None:
+        fits = sorted({p for f in candidates if (wn := parse_wheel_filename(f.filename))
+                       for p in wheel_platforms(wn, data.platforms.values())})
+        raise PlanError(
+            f"{name} {version} has no wheel for {platform} on {index.index_url} (its wheels are for: "
+            f"{', '.join(fits) or 'no known platform'})", component=name, release=release.label,
+            platform=platform)
+    _require_digest(chosen)
+    comp = component_for(name, release.label, data)
+    item = PlannedArchive(comp, version, Archive(chosen.filename, chosen.sha256, index.size(chosen)),
+                          chosen.url, layout=LAYOUT)
+    return item, notes
+
+
+def resolve_plan(index: WheelIndex, train: str, *, platform: str, profile: str | None = "nvcc",
+                 components: Sequence[str] = (), pre: bool = False) -> Plan:
+    """Resolve ``train`` on the index; select the wheels of ``profile`` (+ ``components``) for ``platform``.
+
+    ``profile=None`` installs exactly ``components`` (extras, component names or wheel
+    names). Every failure happens here, before any wheel is downloaded.
+    """
+    data = index.data
+    data.platform(platform)
+    release = index.resolve(train, pre=pre)
+    label = release.label
+    notes: list[str] = []
+    specs: list[ExtraSpec] = []
+    if profile is not None:
+        prof = data.profile(profile)
+        if prof.since and version_key(label) < version_key(prof.since):
+            raise PlanError(
+                f"profile {profile} cannot be built from CUDA {label}'s wheels: {prof.before}. "
+                f"Use --source nvidia, or a release from {prof.since} on", release=label, platform=platform)
+        for s in prof.extras:
+            if s.applies_to(label):
+                specs.append(s)
+            elif s.missing:
+                notes.append(s.missing)
+    specs.extend(ExtraSpec(tuple(n.strip() for n in c.split("|") if n.strip())) for c in components)
+    if not specs:
+        raise PlanError("nothing to install: give a profile or at least one --component")
+    meta = index.metadata(release)
+    wanted: dict[str, list[str]] = {}
+    for spec in specs:
+        for req in _requirements_for(spec, meta, release, platform, data):
+            wanted.setdefault(req.name, [])
+            if req.specifier not in wanted[req.name]:
+                wanted[req.name].append(req.specifier)
+    with ThreadPoolExecutor(min(8, len(wanted))) as pool:
+        results = list(pool.map(lambda kv: _plan_item(index, kv[0], kv[1], release, platform, pre),
+                                wanted.items()))
+    items = tuple(item for item, _n in results)
+    for _item, extra_notes in results:
+        notes.extend(extra_notes)
+    present = {i.component for i in items}
+    notes.extend(n.text for n in data.notes if n.component in present and platform in n.platforms)
+    return Plan(release=label, release_date=release.date, platform=platform, base_url=index.index_url,
+                profile=profile or "custom", items=items, source="pypi", notes=tuple(notes))
+
+
+def list_trains(index: WheelIndex) -> list[dict[str, Any]]:
+    """Trains of the metapackage, oldest first: newest final release, its upload date, all releases."""
+    rels = [r for r in index.releases() if not r.version.is_prerelease]
+    rows: dict[str, dict[str, Any]] = {}
+    for r in rels:  # newest first
+        row = rows.setdefault(train_of(r.label), {"train": train_of(r.label), "release": r.label,
+                                                  "release_date": r.date, "releases": []})
+        row["releases"].append(r.label)
+    return sorted(rows.values(), key=lambda row: [int(p) for p in row["train"].split(".")])
