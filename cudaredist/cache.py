@@ -12,6 +12,7 @@ Layout under the cache root (``--cache-dir`` > ``CUDAREDIST_CACHE_DIR`` > the us
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import json
 import os
@@ -78,19 +79,23 @@ class Cache:
 
     # -- locking -------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def lock(self, name: str) -> Iterator[None]:
+    def lock(self, name: str, *, timeout: float | None = None) -> Iterator[None]:
         import filelock
 
+        wait = self.lock_timeout if timeout is None else timeout
         (self.root / "locks").mkdir(parents=True, exist_ok=True)
-        lock = filelock.FileLock(str(self.root / "locks" / f"{name}.lock"), timeout=self.lock_timeout)
+        lock = filelock.FileLock(str(self.root / "locks" / f"{name}.lock"), timeout=wait)
         try:
-            with lock:
-                yield
+            lock.acquire()
         except filelock.Timeout as exc:
             raise BusyError(
                 f"the cache entry {name} in {self.root} is locked by another cudaredist process "
-                f"for more than {self.lock_timeout:.0f}s; retry, or raise --lock-timeout",
+                f"for more than {wait:g}s; retry, or raise --lock-timeout",
                 prefix=str(self.root)) from exc
+        try:
+            yield
+        finally:
+            lock.release()
 
     # -- archives ------------------------------------------------------------------------------
     def lookup(self, sha256: str, size: int) -> Path | None:
@@ -110,6 +115,16 @@ class Cache:
     def touch(self, sha256: str) -> None:
         with contextlib.suppress(OSError):
             os.utime(self.archive_path(sha256))
+
+    def drop_partials(self, hint: str) -> int:
+        """Delete partial downloads ``hint.*``; call with that entry's lock held (their writer is gone)."""
+        count = 0
+        if self.tmp.is_dir():
+            for p in self.tmp.glob(f"{glob.escape(hint)}.*"):
+                with contextlib.suppress(FileNotFoundError):
+                    p.unlink()
+                    count += 1
+        return count
 
     def new_temp(self, hint: str) -> Path:
         self.tmp.mkdir(parents=True, exist_ok=True)

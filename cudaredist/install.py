@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import glob
 import os
 import shutil
 import stat
+import sys
 import tempfile
 import threading
 import time
@@ -24,20 +26,36 @@ from pathlib import Path
 from typing import Any
 
 from cudaredist.cache import Cache, sha256_file
-from cudaredist.errors import BusyError, CudaRedistError, FetchError, OfflineError, PrefixError
+from cudaredist.errors import (
+    BusyError,
+    CudaRedistError,
+    FetchError,
+    IntegrityError,
+    OfflineError,
+    PrefixError,
+    UnsafeArchiveError,
+)
 from cudaredist.extract import FileRecord, Tree, extract, redist_mapper
+from cudaredist.manifest import version_key
 from cudaredist.net import Transport
 from cudaredist.plan import Plan, PlannedArchive
 from cudaredist.profiles import platform_rule
 from cudaredist.progress import Reporter, Silent
 from cudaredist.record import build_record, read_record, write_record
-from cudaredist.resolve import version_key
+from cudaredist.wheels import add_soname_links, member_mapper
 
 ENV_LOCK_TIMEOUT = "CUDAREDIST_LOCK_TIMEOUT"
 DEFAULT_LOCK_TIMEOUT = 600.0
 # layout name -> factory of member mappers; the PyPI source registers its wheel layouts here
 MAPPERS: dict[str, Callable[[PlannedArchive, str], Callable[[str], str | None]]] = {
     "redist": lambda item, platform: redist_mapper(item.component, item.archive.filename),
+    "wheel": lambda item, platform: member_mapper(item.component, item.version, platform),
+}
+# layout name -> step run after one archive of that layout is extracted, given the tree paths it
+# wrote: wheels carry no symlinks, so the .so chains are restored from each library's SONAME
+AFTER_EXTRACT: dict[str, Callable[[PlannedArchive, str, Tree, list[str]], object]] = {
+    "wheel": lambda item, platform, tree, paths: add_soname_links(
+        tree, paths, component=item.component, archive=item.archive.filename),
 }
 
 
@@ -80,27 +98,38 @@ def prefix_lock(prefix: Path, timeout: float) -> Iterator[None]:
             yield
     except filelock.Timeout as exc:
         raise BusyError(
-            f"{prefix} is busy: another cudaredist process has held its lock for {timeout:.0f}s. "
+            f"{prefix} is busy: another cudaredist process has held its lock for {timeout:g}s. "
             f"Retry later, or wait longer with --lock-timeout / {ENV_LOCK_TIMEOUT}.",
             prefix=str(prefix)) from exc
 
 
 def _rmtree(path: Path) -> None:
-    def onexc(func: Any, p: str, _exc: Any) -> None:
+    def retry(func: Any, p: str, _exc: Any) -> None:
+        # a read-only directory (as some archives ship them) refuses to lose its entries
         with contextlib.suppress(OSError):
-            os.chmod(p, stat.S_IWRITE | stat.S_IREAD | stat.S_IEXEC)
+            os.chmod(os.path.dirname(p), stat.S_IRWXU)
+            if os.path.isdir(p) and not os.path.islink(p):
+                os.chmod(p, stat.S_IRWXU)
             func(p)
 
     if path.is_symlink() or path.is_file():
         path.unlink()
     elif path.exists():
-        shutil.rmtree(path, onerror=onexc)
+        if sys.version_info >= (3, 12):
+            shutil.rmtree(path, onexc=retry)
+        else:
+            shutil.rmtree(path, onerror=retry)
+
+
+def leftovers(prefix: Path) -> list[Path]:
+    """Staging and moved-aside trees that a killed run left beside ``prefix``."""
+    return sorted(prefix.parent.glob(f".{glob.escape(prefix.name)}.cudaredist-*"))
 
 
 def recover(prefix: Path) -> list[str]:
     """Clean what a killed run left beside ``prefix`` (call with the prefix lock held)."""
     actions: list[str] = []
-    for p in sorted(prefix.parent.glob(f".{prefix.name}.cudaredist-*")):
+    for p in leftovers(prefix):
         kind = p.name[len(prefix.name) + 1:].split("-")[1]
         if kind == "old" and not os.path.lexists(prefix):
             os.rename(p, prefix)
@@ -171,11 +200,13 @@ class Installer:
                 f"--offline: {item.archive.filename} ({item.component}, sha256 {sha[:16]}…) is not in "
                 f"the cache {self.cache.root}; its URL is {item.url}. Run the same command online once, "
                 "or fill the cache from a mirror.", url=item.url)
-        with self.cache.lock(sha):
-            hit = self._cached(sha, size)  # another process may have fetched it meanwhile
+        with self.cache.lock(sha, timeout=self.lock_timeout):
+            # another process may have fetched it meanwhile
+            hit = self._cached(sha, size, evict=True)
             if hit is not None:
                 self.reporter.advance(size)
                 return hit, True
+            self.cache.drop_partials(sha[:16])  # what a killed run left for this entry
             tmp = self.cache.new_temp(sha[:16])
             try:
                 self._download_any(item, tmp)
@@ -184,19 +215,22 @@ class Installer:
                 with contextlib.suppress(FileNotFoundError):
                     tmp.unlink()
 
-    def _cached(self, sha: str, size: int) -> Path | None:
+    def _cached(self, sha: str, size: int, *, evict: bool = False) -> Path | None:
+        """The entry if it hashes right; ``evict`` (entry lock held) drops a corrupted one."""
         path = self.cache.lookup(sha, size)
         if path is None:
             return None
-        if sha256_file(path) != sha:  # verified on every use: a corrupted entry is dropped
-            self.cache.evict(sha)
-            self.reporter.message(f"dropped a corrupted cache entry {sha[:16]}…; downloading again")
+        if sha256_file(path) != sha:  # verified on every use
+            if evict:
+                self.cache.evict(sha)
+                self.reporter.message(f"dropped a corrupted cache entry {sha[:16]}…; downloading again")
             return None
         self.cache.touch(sha)
         return path
 
     def _download_any(self, item: PlannedArchive, tmp: Path) -> None:
-        errors: list[FetchError] = []
+        errors: list[FetchError | IntegrityError] = []
+        sent_lock = threading.Lock()  # segmented downloads report from several threads
         for url in item.urls:
             sent = 0
 
@@ -204,20 +238,24 @@ class Installer:
                 nonlocal sent
                 if self._abort.is_set():
                     raise _Aborted()
-                sent += n
+                with sent_lock:
+                    sent += n
                 self.reporter.advance(n)
 
             try:
                 self.transport.download(url, tmp, size=item.archive.size, sha256=item.archive.sha256,
                                         progress=progress)
                 return
-            except FetchError as exc:
+            except (FetchError, IntegrityError) as exc:  # another URL may serve the right bytes
                 self.reporter.advance(-sent)
                 errors.append(exc)
                 if url != item.urls[-1]:
                     self.reporter.message(f"{url} failed ({exc}); trying {item.urls[len(errors)]}")
-        raise errors[-1] if len(errors) == 1 else FetchError(
-            "; ".join(str(e) for e in errors), url=item.url)
+        if len(errors) == 1:
+            raise errors[0]
+        if all(isinstance(e, IntegrityError) for e in errors):
+            raise errors[-1]
+        raise FetchError("; ".join(str(e) for e in errors), url=item.url)
 
     # -- transaction -------------------------------------------------------------------------------
     def install(self, plan: Plan, prefix: Path | str, *, force: bool = False,
@@ -227,15 +265,21 @@ class Installer:
         with prefix_lock(prefix, self.lock_timeout):
             for action in recover(prefix):
                 self.reporter.message(action)
-            record = read_record(prefix) if prefix.is_dir() else None
+            record = None
+            if prefix.is_dir():
+                try:
+                    record = read_record(prefix)
+                except PrefixError:
+                    if not force:  # its message says to reinstall with --force
+                        raise
             if record is not None and record.get("content_key") == plan.content_key() and not force:
                 return InstallResult(prefix, plan, noop=True, seconds=time.monotonic() - t0)
-            if record is None and prefix.exists() and not force:
-                if not prefix.is_dir() or any(prefix.iterdir()):
-                    raise PrefixError(
-                        f"{prefix} exists and does not hold a cudaredist install; refusing to replace "
-                        "it. Choose another --prefix, empty it, or pass --force to replace it.",
-                        prefix=str(prefix))
+            if (record is None and prefix.exists() and not force
+                    and (not prefix.is_dir() or any(prefix.iterdir()))):
+                raise PrefixError(
+                    f"{prefix} exists and does not hold a cudaredist install; refusing to replace "
+                    "it. Choose another --prefix, empty it, or pass --force to replace it.",
+                    prefix=str(prefix))
             staging = Path(tempfile.mkdtemp(dir=prefix.parent, prefix=f".{prefix.name}.cudaredist-stage-"))
             umask = os.umask(0)
             os.umask(umask)
@@ -267,7 +311,25 @@ class Installer:
 
             def unpack(item: PlannedArchive, path: Path) -> None:
                 mapper = MAPPERS[item.layout](item, plan.platform)
-                extract(path, tree, component=item.component, archive=item.archive.filename, mapper=mapper)
+                after = AFTER_EXTRACT.get(item.layout)
+                written: list[str] = []
+
+                def recording(clean: str) -> str | None:
+                    rel = mapper(clean)
+                    if rel is not None:
+                        written.append(rel)
+                    return rel
+
+                try:
+                    extract(path, tree, component=item.component, archive=item.archive.filename,
+                            mapper=recording if after is not None else mapper)
+                    if after is not None:
+                        after(item, plan.platform, tree, written)
+                except UnsafeArchiveError:
+                    # hashes right but is hostile or broken: keep no copy to install from later
+                    with self.cache.lock(item.archive.sha256, timeout=self.lock_timeout):
+                        self.cache.evict(item.archive.sha256)
+                    raise
                 self.reporter.extracted(item.archive.filename)
 
             pending: set[Future[Any]] = set()

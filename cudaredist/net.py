@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import email.utils
+import functools
 import hashlib
 import os
 import random
@@ -16,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 from urllib.parse import unquote, urlparse
 
 from cudaredist import __version__
@@ -124,6 +125,12 @@ class Transport:
         if self._client is not None:
             self._client.close()
 
+    def __enter__(self) -> Transport:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
     # -- small documents -------------------------------------------------------------------------
     def get_bytes(self, url: str, *, limit: int = 64 << 20) -> bytes:
         """A whole small document (index page, manifest), retried like archives."""
@@ -147,6 +154,7 @@ class Transport:
                         raise FetchError(f"{url} is larger than {limit} bytes; refusing it", url=url)
                 return bytes(buf)
         except httpx.TransportError as exc:
+            _raise_if_untrusted(url, exc)
             raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
 
     # -- archives --------------------------------------------------------------------------------
@@ -163,7 +171,7 @@ class Transport:
         if size >= 2 * self.segment_size and self.connections > 1:
             actual = self._segmented(url, dest, size, progress)
         else:
-            h = hashlib.sha256()
+            h = _Digest()
             with open(dest, "wb") as fh:
                 self._stream_range(url, fh, 0, size, size, progress, h)
             actual = h.hexdigest()
@@ -210,10 +218,8 @@ class Transport:
                 with open(dest, "r+b") as fh:
                     fh.seek(start)
                     self._stream_range(url, fh, start, end, size, progress, None,
-                                       on_write=lambda k, i=idx: hasher.advance(i, k),
+                                       on_write=functools.partial(hasher.advance, idx),
                                        ranged=True)
-            except _RangeIgnored:
-                errors.append(_RangeIgnored())
             except BaseException as exc:  # re-raised in the caller's thread
                 errors.append(exc)
             finally:
@@ -232,22 +238,26 @@ class Transport:
                 t.join()
         first.join()
         hashing = hasher.result()
-        if any(isinstance(e, _RangeIgnored) for e in errors) or not hasher.range_ok():
-            # The server answered the ranged request with the whole body: use one plain stream.
-            if errors and not all(isinstance(e, _RangeIgnored) for e in errors):
-                raise next(e for e in errors if not isinstance(e, _RangeIgnored))
-            h = hashlib.sha256()
+        real = [e for e in errors if not isinstance(e, _RangeIgnored)]
+        if real:
+            raise real[0]
+        if errors or not hasher.range_ok():
+            # The server answered a ranged request with the whole body: use one plain stream.
+            h = _Digest()
             with open(dest, "wb") as fh:
                 self._stream_range(url, fh, 0, size, size, progress, h)
             return h.hexdigest()
-        if errors:
-            raise errors[0]
         return hashing
 
-    def _stream_range(self, url: str, fh: object, start: int, end: int, total: int,
-                      progress: Progress, h: hashlib._Hash | None, *,
+    def _stream_range(self, url: str, fh: BinaryIO, start: int, end: int, total: int,
+                      progress: Progress, h: _Digest | None, *,
                       on_write: Callable[[int], None] | None = None, ranged: bool = False) -> None:
-        """Write bytes [start, end) of ``url`` to ``fh`` (positioned at ``start``), resuming with Range."""
+        """Write bytes [start, end) of ``url`` to ``fh`` (positioned at ``start``), resuming with Range.
+
+        ``ranged`` marks one segment of a segmented download: it always asks for a range and
+        raises :class:`_RangeIgnored` when the server answers with the whole body instead.
+        Failures count toward the retry budget only while no bytes arrive.
+        """
         import httpx
 
         pos = start
@@ -257,28 +267,32 @@ class Transport:
             want_range = ranged or pos > 0
             if want_range:
                 headers["Range"] = f"bytes={pos}-{end - 1}" if end < total or ranged else f"bytes={pos}-"
+            got = 0
             try:
                 with self.slots, self.client.stream("GET", url, headers=headers) as r:
-                    self._check_status(r, url)
-                    if want_range and r.status_code == 200:
-                        if ranged:
-                            raise _RangeIgnored()
-                        # resume refused: start over from byte 0
-                        fh.seek(0)  # type: ignore[attr-defined]
-                        fh.truncate()  # type: ignore[attr-defined]
-                        if h is not None:
-                            h.__init__()  # type: ignore[misc]
-                        progress(-(pos - start))
-                        pos = start = 0
+                    self._check_status(r, url, total)
+                    if r.status_code == 200:
+                        declared = r.headers.get("content-length", "")
+                        if declared.isdigit():  # the whole file, and the server says how long it is
+                            _check_size(url, total, int(declared))
+                        if want_range:
+                            if ranged:
+                                raise _RangeIgnored()
+                            # resume refused: start over from byte 0
+                            fh.seek(0)
+                            fh.truncate()
+                            if h is not None:
+                                h.reset()
+                            progress(-(pos - start))
+                            pos = start = 0
                     elif want_range:
                         _check_content_range(r.headers.get("content-range", ""), pos, total, url)
-                    if on_write is not None and ranged and pos == start:
+                    else:
+                        raise _Retryable(f"HTTP 206 to a request without Range from {url}")
+                    if on_write is not None:
                         on_write(0)
-                    got = False
-                    declared = r.headers.get("content-length")
-                    received = 0
-                    for chunk in r.iter_bytes(CHUNK):
-                        received += len(chunk)
+                    # Unsized iteration: every byte that arrived is kept when the connection breaks.
+                    for chunk in r.iter_bytes():
                         if pos + len(chunk) > end:
                             if end == total:
                                 raise IntegrityError(
@@ -286,29 +300,26 @@ class Transport:
                                     "refusing it", url=url, what="size", expected=total,
                                     actual=f">{total}")
                             chunk = chunk[: end - pos]
-                        fh.write(chunk)  # type: ignore[attr-defined]
+                        fh.write(chunk)
                         if h is not None:
                             h.update(chunk)
                         pos += len(chunk)
+                        got += len(chunk)
                         progress(len(chunk))
                         if on_write is not None:
+                            fh.flush()  # the hasher reads these bytes back through another handle
                             on_write(len(chunk))
-                        got = True
-                        if pos >= end:
-                            break
+                        if pos >= end and end < total:
+                            break  # a segment is complete; the last one reads on to catch extra bytes
                 if pos >= end:
                     return
-                if declared is not None and declared.isdigit() and received == int(declared):
-                    # the server finished its body normally: the file itself is shorter
-                    _check_size(url, total, pos if not ranged else total - (end - pos))
-                if got:
-                    failures = 0
                 raise _Retryable(f"connection closed after {pos} of {total} bytes")
             except _Retryable as exc:
-                failures += 1
+                failures = 1 if got else failures + 1
                 self._backoff(url, failures, exc)
             except httpx.TransportError as exc:
-                failures += 1
+                _raise_if_untrusted(url, exc)
+                failures = 1 if got else failures + 1
                 self._backoff(url, failures, _Retryable(f"{type(exc).__name__}: {exc}"))
 
     def _backoff(self, url: str, failures: int, exc: _Retryable) -> None:
@@ -326,13 +337,17 @@ class Transport:
                 self._backoff(url, failures, exc)
 
     @staticmethod
-    def _check_status(r: httpx.Response, url: str) -> None:
+    def _check_status(r: httpx.Response, url: str, total: int | None = None) -> None:
         code = r.status_code
         if code in (200, 206):
             return
         if code == 429 or code >= 500:
             raise _Retryable(f"HTTP {code}", _retry_after(r.headers.get("retry-after")))
         if code == 416:
+            # "bytes */N": the server's file has N bytes; a resume past its end means it is short
+            length = r.headers.get("content-range", "").rpartition("/")[2]
+            if total is not None and length.isdigit():
+                _check_size(url, total, int(length))
             raise _Retryable("HTTP 416 (range not satisfiable)")
         raise FetchError(f"HTTP {code} for {url}" + (
             " (not found: the mirror or base URL lacks this file)" if code == 404 else ""),
@@ -341,6 +356,36 @@ class Transport:
 
 class _RangeIgnored(Exception):
     pass
+
+
+class _Digest:
+    """A sha256 that can start over (hashlib objects cannot be reset in place)."""
+
+    def __init__(self) -> None:
+        self._h = hashlib.sha256()
+
+    def update(self, data: bytes) -> None:
+        self._h.update(data)
+
+    def reset(self) -> None:
+        self._h = hashlib.sha256()
+
+    def hexdigest(self) -> str:
+        return self._h.hexdigest()
+
+
+def _raise_if_untrusted(url: str, exc: Exception) -> None:
+    """A certificate the trust store rejects is not transient: fail at once, saying what to do."""
+    import ssl
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            raise FetchError(
+                f"the TLS certificate of {url} is not trusted ({seen.verify_message or seen}). Behind a "
+                "TLS-inspecting proxy, point SSL_CERT_FILE at a PEM bundle holding its CA.",
+                url=url) from exc
+        seen = seen.__cause__ or seen.__context__
 
 
 def _check_size(url: str, expected: int, actual: int) -> None:
@@ -408,7 +453,8 @@ class _OrderedHasher:
 
     def _run(self) -> None:
         h = hashlib.sha256()
-        with open(self.path, "rb") as fh:
+        # Unbuffered: read-ahead would keep bytes of the pre-sized file that are not written yet.
+        with open(self.path, "rb", buffering=0) as fh:
             for idx, (start, end) in enumerate(self.bounds):
                 done = 0
                 while start + done < end:

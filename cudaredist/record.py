@@ -92,17 +92,35 @@ class VerifyReport:
                 "missing": self.missing, "changed": self.changed, "extra": self.extra}
 
 
-def _walk(prefix: Path) -> set[str]:
+def _walk(prefix: Path, skip: set[str]) -> set[str]:
+    """Every file and symlink under ``prefix`` (POSIX, relative), not descending into ``skip``."""
     found: set[str] = set()
     for dirpath, dirnames, filenames in os.walk(prefix):
-        rel_dir = os.path.relpath(dirpath, prefix)
+        rel_dir = os.path.relpath(dirpath, prefix).replace(os.sep, "/")
+
+        def rel(name: str, rel_dir: str = rel_dir) -> str:
+            return name if rel_dir == "." else f"{rel_dir}/{name}"
+
         if rel_dir == ".":
             dirnames[:] = [d for d in dirnames if d != RECORD_DIR]
-        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
-            rel = name if rel_dir == "." else f"{rel_dir}/{name}".replace(os.sep, "/")
-            found.add(rel)
-        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
+        found.update(rel(n) for n in filenames)
+        found.update(rel(d) for d in dirnames if os.path.islink(os.path.join(dirpath, d)) or rel(d) in skip)
+        dirnames[:] = [d for d in dirnames
+                       if not os.path.islink(os.path.join(dirpath, d)) and rel(d) not in skip]
     return found
+
+
+def _check_link(p: Path, target: str) -> str:
+    """What is wrong with the link ``p`` -> ``target``: "", "missing" or "changed"."""
+    try:
+        actual = os.readlink(p)
+    except FileNotFoundError:
+        return "missing"
+    except OSError:  # not a link: a copy where symlinks could not be made (Windows), else a change
+        if not os.path.lexists(p):
+            return "missing"
+        return "" if os.name == "nt" else "changed"
+    return "" if actual == target else "changed"
 
 
 def verify(prefix: Path, *, fast: bool = False) -> VerifyReport:
@@ -116,42 +134,69 @@ def verify(prefix: Path, *, fast: bool = False) -> VerifyReport:
         p = prefix / rel
         report.checked += 1
         if "link" in f:
-            try:
-                if os.readlink(p) != f["link"]:
-                    report.changed.append(rel)
-            except FileNotFoundError:
-                report.missing.append(rel)
-            except OSError:
-                if not p.exists():  # a link that Windows materialised as a copy
-                    report.missing.append(rel)
+            problem = _check_link(p, f["link"])
+            if problem:
+                getattr(report, problem).append(rel)
             continue
         try:
             st = p.lstat()
         except FileNotFoundError:
             report.missing.append(rel)
             continue
-        if not p.is_file() or p.is_symlink() or st.st_size != f["size"]:
+        differs = not p.is_file() or p.is_symlink() or st.st_size != f["size"]
+        if differs or (not fast and sha256_file(p) != f["sha256"]):
             report.changed.append(rel)
-        elif not fast and sha256_file(p) != f["sha256"]:
-            report.changed.append(rel)
-    for extra in rec.get("links", []):
-        recorded.add(extra["path"])
-    report.extra = sorted(_walk(prefix) - recorded)
+    links: set[str] = set()
+    for extra in rec.get("links", []):  # platform fix-ups such as lib64 -> lib
+        rel = extra["path"]
+        links.add(rel)
+        report.checked += 1
+        p = prefix / rel
+        problem = _check_link(p, extra["link"])
+        if problem == "changed" and p.is_dir() and not p.is_symlink():
+            problem = ""  # materialised as a directory copy when the link could not be made
+        if problem:
+            getattr(report, problem).append(rel)
+    report.missing.sort()
+    report.changed.sort()
+    report.extra = sorted(_walk(prefix, links) - recorded - links)
     return report
 
 
+def _installed_path(prefix: Path, rel: str) -> Path | None:
+    """``prefix/rel`` if the recorded path is relative, clean and reached without following a
+    symlink; None otherwise (such a path is not ours to delete)."""
+    parts = rel.split("/")
+    if not rel or rel.startswith("/") or "\\" in rel or ":" in parts[0] or any(
+            x in ("", ".", "..") for x in parts):
+        return None
+    here = prefix
+    for part in parts[:-1]:
+        here = here / part
+        if here.is_symlink():
+            return None
+    return here / parts[-1]
+
+
 def uninstall(prefix: Path) -> int:
-    """Remove exactly what the record lists (and then empty directories); returns files removed."""
+    """Remove exactly what the record lists (and then empty directories); returns files removed.
+
+    Files the user added stay; recorded paths under a directory that has become a symlink
+    are left alone rather than deleted through it.
+    """
     rec = require_record(prefix)
     removed = 0
-    paths = [f["path"] for f in rec["files"]] + [x["path"] for x in rec.get("links", [])]
-    for rel in paths:
-        p = prefix / rel
+    entries = [(f["path"], "link" in f) for f in rec["files"]]
+    entries += [(x["path"], True) for x in rec.get("links", [])]
+    for rel, is_link in entries:
+        p = _installed_path(prefix, rel)
+        if p is None:
+            continue
         with contextlib.suppress(FileNotFoundError):
             if p.is_symlink() or p.is_file():
                 p.unlink()
                 removed += 1
-            elif p.is_dir():  # a link materialised as a directory copy
+            elif is_link and p.is_dir():  # a link materialised as a directory copy
                 import shutil
 
                 shutil.rmtree(p)

@@ -1,0 +1,76 @@
+"""What "never half-installed, never poisoned" means, as checks the tests share.
+
+A prefix is either exactly as it was (``snapshot`` equal) or a complete install that
+verifies against its record; nothing named ``.<prefix>.cudaredist-*`` stays beside it; the
+cache holds no partial download and no entry whose bytes do not hash to its name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from cudaredist.cache import Cache
+from cudaredist.record import read_record, verify
+
+
+def snapshot(root: Path, *, skip: tuple[Path, ...] = ()) -> dict[str, str]:
+    """rel path -> "dir" | "file <mode> <sha256>" | "link <target>", without following links."""
+    out: dict[str, str] = {}
+    if not os.path.lexists(root):
+        return out
+    skipped = {os.path.abspath(p) for p in skip}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if os.path.abspath(os.path.join(dirpath, d)) not in skipped]
+        for name in dirnames + filenames:
+            p = os.path.join(dirpath, name)
+            if os.path.abspath(p) in skipped:
+                continue
+            rel = os.path.relpath(p, root).replace(os.sep, "/")
+            if os.path.islink(p):
+                out[rel] = f"link {os.readlink(p)}"
+            elif os.path.isdir(p):
+                out[rel] = "dir"
+            else:
+                with open(p, "rb") as fh:
+                    digest = hashlib.sha256(fh.read()).hexdigest()
+                out[rel] = f"file {oct(os.stat(p).st_mode & 0o7777)} {digest}"
+    return out
+
+
+def leftovers(prefix: Path) -> list[str]:
+    """Staging trees and moved-aside old trees beside ``prefix`` (the lock file is not one)."""
+    if not prefix.parent.is_dir():
+        return []
+    return sorted(p.name for p in prefix.parent.iterdir()
+                  if p.name.startswith(f".{prefix.name}.cudaredist-"))
+
+
+def cache_problems(cache: Cache) -> list[str]:
+    problems = [f"partial download {p.name}" for p in cache.tmp.iterdir()] if cache.tmp.is_dir() else []
+    for e in cache.entries():
+        if hashlib.sha256(e.path.read_bytes()).hexdigest() != e.sha256:
+            problems.append(f"entry {e.sha256[:16]} does not hash to its name")
+    return problems
+
+
+def assert_installed(prefix: Path, release: str, cache: Cache | None = None) -> None:
+    """A complete install of ``release`` that verifies, with nothing left beside it."""
+    rec = read_record(prefix)
+    assert rec is not None, f"{prefix} holds no install"
+    assert rec["plan"]["release"] == release
+    report = verify(prefix)
+    assert report.ok, report.to_json()
+    assert leftovers(prefix) == []
+    if cache is not None:
+        assert cache_problems(cache) == []
+
+
+def assert_intact(prefix: Path, before: dict[str, str], cache: Cache, *bad_sha: str) -> None:
+    """The prefix exactly as it was, no leftovers, and no cache entry for the refused archives."""
+    assert snapshot(prefix) == before
+    assert leftovers(prefix) == []
+    assert cache_problems(cache) == []
+    for sha in bad_sha:
+        assert not cache.archive_path(sha).exists(), f"the refused archive {sha[:16]} is cached"

@@ -1,0 +1,154 @@
+"""The install record and the commands that read it: verify, info, uninstall."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import filelock
+import pytest
+from typer.testing import CliRunner
+
+from cudaredist.cli import app
+from cudaredist.record import read_record, record_path, uninstall, verify
+from tests.invariants import snapshot
+
+runner = CliRunner()
+
+
+def cli(*args: str) -> tuple[int, str, str]:
+    r = runner.invoke(app, list(args))
+    return r.exit_code, r.stdout, r.stderr
+
+
+@pytest.fixture
+def prefix(mirror: Path, tmp_path: Path) -> Path:
+    p = tmp_path / "inst" / "cuda"
+    code, _, err = cli("install", "13.0", "--prefix", str(p), "--platform", "linux-x86_64",
+                       "--base-url", str(mirror), "-q")
+    assert code == 0, err
+    return p
+
+
+def test_record_lists_every_file_and_link(prefix: Path) -> None:
+    rec = read_record(prefix)
+    assert rec is not None
+    files = {f["path"]: f for f in rec["files"]}
+    assert files["lib/libcudart.so"]["link"] == "libcudart.so.13"
+    assert files["bin/nvcc"]["mode"] == "0o755" and files["bin/nvcc"]["component"] == "cuda_nvcc"
+    assert rec["links"] == [{"path": "lib64", "link": "lib"}]
+    assert rec["plan"]["release"] == "13.0.1" and rec["content_key"]
+
+
+def test_verify_ok(prefix: Path) -> None:
+    code, out, _ = cli("verify", "--prefix", str(prefix))
+    assert code == 0 and out.startswith("ok: ")
+    code, out, _ = cli("verify", "--prefix", str(prefix), "--json")
+    report = json.loads(out)
+    assert code == 0 and report["ok"] and report["checked"] == len(read_record(prefix)["files"]) + 1  # type: ignore[index]
+    assert report["missing"] == report["changed"] == report["extra"] == []
+
+
+def _tamper(prefix: Path) -> None:
+    (prefix / "include" / "cuda_runtime.h").write_bytes(b"// patched")           # changed content
+    (prefix / "bin" / "nvcc.profile").unlink()                                   # missing
+    (prefix / "include" / "mine.h").write_bytes(b"user file")                    # extra
+    (prefix / "lib" / "libcudart.so.13").unlink()
+    (prefix / "lib" / "libcudart.so.13").write_bytes(b"a copy, not a link")      # link -> file
+    os.unlink(prefix / "lib" / "libcudart.so")
+    os.symlink("libcudart.so.13.0.96", prefix / "lib" / "libcudart.so")          # other target
+    os.unlink(prefix / "lib64")                                                  # platform link gone
+
+
+def test_verify_reports_missing_changed_and_extra(prefix: Path) -> None:
+    _tamper(prefix)
+    code, out, _ = cli("verify", "--prefix", str(prefix), "--json")
+    report = json.loads(out)
+    assert code == 1 and not report["ok"]
+    assert report["missing"] == ["bin/nvcc.profile", "lib64"]
+    assert report["changed"] == ["include/cuda_runtime.h", "lib/libcudart.so", "lib/libcudart.so.13"]
+    assert report["extra"] == ["include/mine.h"]
+    code, out, _ = cli("verify", "--prefix", str(prefix))
+    assert code == 1
+    assert "missing  bin/nvcc.profile" in out and "extra    include/mine.h" in out
+    assert out.splitlines()[-1].startswith("DIFFERS:")
+
+
+def test_fast_verify_compares_sizes_only(prefix: Path) -> None:
+    (prefix / "include" / "crt" / "host_config.h").write_bytes(b"// HC")  # same size
+    assert verify(prefix, fast=True).ok
+    assert verify(prefix).changed == ["include/crt/host_config.h"]
+    (prefix / "include" / "crt" / "host_config.h").write_bytes(b"// longer")
+    assert verify(prefix, fast=True).changed == ["include/crt/host_config.h"]
+
+
+def test_info_text_and_json(prefix: Path) -> None:
+    code, out, _ = cli("info", "--prefix", str(prefix))
+    assert code == 0
+    assert f"prefix:    {prefix}" in out and "release:   CUDA 13.0.1 (2026-01-01)" in out
+    assert "platform:  linux-x86_64" in out and "cuda_nvcc" in out
+    code, out, _ = cli("info", "--prefix", str(prefix), "--json")
+    info = json.loads(out)
+    assert code == 0 and "files" not in info
+    assert info["file_count"] == len(read_record(prefix)["files"])  # type: ignore[index]
+    assert [c["name"] for c in info["plan"]["components"]] == [
+        "cuda_nvcc", "cuda_cudart", "cuda_cccl", "cuda_crt", "libnvvm"]
+
+
+@pytest.mark.parametrize("command", ["verify", "info", "uninstall"])
+def test_commands_on_a_prefix_without_an_install(tmp_path: Path, command: str) -> None:
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "keep.txt").write_text("x")
+    code, _, err = cli(command, "--prefix", str(tmp_path / "plain"))
+    assert code == 1 and "holds no cudaredist install" in err
+    assert (tmp_path / "plain" / "keep.txt").exists()
+
+
+def test_uninstall_removes_exactly_what_was_installed(prefix: Path, tmp_path: Path) -> None:
+    (prefix / "include" / "mine.h").write_bytes(b"user file")
+    (prefix / "notes").mkdir()
+    (prefix / "notes" / "todo.txt").write_text("user dir")
+    code, out, _ = cli("uninstall", "--prefix", str(prefix))
+    assert code == 0 and out.startswith("removed ")
+    assert snapshot(prefix) == {"include": "dir", "include/mine.h": snapshot(prefix)["include/mine.h"],
+                                "notes": "dir", "notes/todo.txt": snapshot(prefix)["notes/todo.txt"]}
+    code, _, err = cli("verify", "--prefix", str(prefix))
+    assert code == 1 and "holds no cudaredist install" in err
+
+
+def test_uninstall_of_an_untouched_install_removes_the_prefix(prefix: Path) -> None:
+    n = len(read_record(prefix)["files"]) + 1  # type: ignore[index]
+    code, out, _ = cli("uninstall", "--prefix", str(prefix))
+    assert code == 0 and out.startswith(f"removed {n} files")
+    assert not prefix.exists()
+    assert sorted(p.name for p in prefix.parent.iterdir()) == [".cuda.cudaredist.lock"]
+
+
+def test_uninstall_does_not_follow_a_directory_replaced_by_a_symlink(prefix: Path, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "cuda_runtime.h").write_bytes(b"not cudaredist's")
+    os.rename(prefix / "include", tmp_path / "moved-include")
+    os.symlink(elsewhere, prefix / "include")
+    uninstall(prefix)
+    assert (elsewhere / "cuda_runtime.h").read_bytes() == b"not cudaredist's"
+
+
+def test_uninstall_ignores_record_paths_that_leave_the_prefix(prefix: Path, tmp_path: Path) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    rp = record_path(prefix)
+    rec = json.loads(rp.read_text())
+    rec["files"] += [{"path": "../../victim.txt", "size": 7, "sha256": "", "mode": "0o644"},
+                     {"path": str(victim), "size": 7, "sha256": "", "mode": "0o644"}]
+    rp.write_text(json.dumps(rec))
+    uninstall(prefix)
+    assert victim.read_text() == "keep me"
+
+
+def test_uninstall_waits_for_the_prefix_lock(prefix: Path) -> None:
+    with filelock.FileLock(str(prefix.parent / ".cuda.cudaredist.lock")):
+        code, _, err = cli("uninstall", "--prefix", str(prefix), "--lock-timeout", "0.2")
+    assert code == 75 and "busy" in err
+    assert verify(prefix).ok
