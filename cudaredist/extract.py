@@ -59,7 +59,7 @@ class Tree:
         self._deferred_links: list[tuple[str, str, str]] = []
 
     # -- claims ------------------------------------------------------------------------------------
-    def _check_parents(self, rel: str, archive: str) -> None:
+    def _check_parents(self, rel: str, component: str, archive: str) -> None:
         parts = rel.split("/")
         for i in range(1, len(parts)):
             parent = "/".join(parts[:i])
@@ -70,13 +70,14 @@ class Tree:
             claim = self._claims.get(parent)
             if claim is not None and claim.kind != "dir":
                 raise ConflictError(
-                    f"{rel!r} ({archive}) needs {parent!r} to be a directory, but {claim.component} "
-                    f"installs a {claim.kind} there", path=rel, first=claim.component, second=archive)
+                    f"{component} ({archive}) needs {parent!r} to be a directory for {rel!r}, but "
+                    f"{claim.component} installs a {claim.kind} there", path=rel, first=claim.component,
+                    second=component)
 
     def _claim(self, rel: str, kind: str, component: str, archive: str) -> _Claim | None:
         """Claim ``rel``; returns the earlier claim if another archive has it."""
         with self._cond:
-            self._check_parents(rel, archive)
+            self._check_parents(rel, component, archive)
             for i in range(1, rel.count("/") + 1):
                 parent = rel.rsplit("/", i)[0]
                 self._claims.setdefault(parent, _Claim(component, "dir", done=True))
@@ -156,6 +157,8 @@ class Tree:
         try:
             os.symlink(target, dest)
         except OSError:
+            if os.name != "nt":
+                raise  # POSIX has symlinks: a failure here is real, not a missing right
             # Windows without symlink rights: materialise the target once all files exist.
             with self._cond:
                 self._deferred_links.append((rel, target, component))
@@ -198,19 +201,29 @@ def redist_mapper(component: str, archive: str) -> Mapper:
     return mapper
 
 
-def extract(path: Path, tree: Tree, *, component: str, archive: str, mapper: Mapper,
-            on_bytes: Callable[[int], None] | None = None) -> None:
-    """Extract one archive (by its file name: .zip or a tar) into ``tree``."""
-    if archive.endswith((".zip", ".whl")):
+def is_streamable(archive: str) -> bool:
+    """Tars are read front to back, so they can be extracted while they download; zips cannot."""
+    return not archive.endswith((".zip", ".whl"))
+
+
+def extract(path: Path | None, tree: Tree, *, component: str, archive: str, mapper: Mapper,
+            on_bytes: Callable[[int], None] | None = None, fileobj: IO[bytes] | None = None) -> None:
+    """Extract one archive (by its file name: .zip or a tar) into ``tree``.
+
+    A tar may come as ``fileobj`` instead of ``path``: a download still being written.
+    """
+    if not is_streamable(archive):
+        assert path is not None
         _extract_zip(path, tree, component=component, archive=archive, mapper=mapper, on_bytes=on_bytes)
     else:
-        _extract_tar(path, tree, component=component, archive=archive, mapper=mapper, on_bytes=on_bytes)
+        _extract_tar(path, tree, component=component, archive=archive, mapper=mapper, on_bytes=on_bytes,
+                     fileobj=fileobj)
 
 
-def _extract_tar(path: Path, tree: Tree, *, component: str, archive: str, mapper: Mapper,
-                 on_bytes: Callable[[int], None] | None) -> None:
+def _extract_tar(path: Path | None, tree: Tree, *, component: str, archive: str, mapper: Mapper,
+                 on_bytes: Callable[[int], None] | None, fileobj: IO[bytes] | None = None) -> None:
     try:
-        tf = tarfile.open(path, mode="r|*")
+        tf = tarfile.open(path, mode="r|*", fileobj=fileobj)  # noqa: SIM115 - closed by `with tf`
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise UnsafeArchiveError(f"{archive} is not a readable tar archive: {exc}", archive=archive) from exc
     with tf:

@@ -19,25 +19,28 @@ class DownloadFailed(Exception):
 
 
 class GrowingFile(io.RawIOBase):
-    def __init__(self, path: Path) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.path = path
         self._cond = threading.Condition()
         self._available = 0
         self._done = False
         self._failed: BaseException | None = None
-        self._cancelled = False
-        self._fh: io.BufferedReader | None = None
+        self._fh: io.FileIO | None = None
         self._pos = 0
 
     # -- writer side -------------------------------------------------------------------------------
+    def attach(self, path: Path) -> None:
+        """Follow ``path``; opened now, so renaming it into the cache later does not matter."""
+        with self._cond:
+            if self._fh is None:
+                # Unbuffered: read-ahead would cache bytes of a pre-sized file not yet written.
+                self._fh = open(path, "rb", buffering=0)  # noqa: SIM115 - closed in close()
+
     def publish(self, available: int) -> None:
         with self._cond:
             if available > self._available:
                 self._available = available
                 self._cond.notify_all()
-            if self._cancelled:
-                raise DownloadFailed("the extraction following this download stopped")
 
     def finish(self) -> None:
         with self._cond:
@@ -47,12 +50,6 @@ class GrowingFile(io.RawIOBase):
     def fail(self, exc: BaseException) -> None:
         with self._cond:
             self._failed = exc
-            self._cond.notify_all()
-
-    def cancel(self) -> None:
-        """The reader gave up (extraction failed): the writer stops at its next publish."""
-        with self._cond:
-            self._cancelled = True
             self._cond.notify_all()
 
     # -- reader side ---------------------------------------------------------------------------------
@@ -69,8 +66,7 @@ class GrowingFile(io.RawIOBase):
             n = min(want, self._available - self._pos)
         if n <= 0:
             return 0  # done and everything read
-        if self._fh is None:
-            self._fh = open(self.path, "rb")  # noqa: SIM115 - closed in close()
+        assert self._fh is not None, "publish() before attach()"
         self._fh.seek(self._pos)
         data = self._fh.read(n)
         buf[: len(data)] = data
@@ -78,7 +74,8 @@ class GrowingFile(io.RawIOBase):
         return len(data)
 
     def close(self) -> None:
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+        with self._cond:
+            if self._fh is not None:
+                self._fh.close()
+                self._fh = None
         super().close()

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 from cudaredist.cache import Cache, sha256_file
 from cudaredist.errors import (
@@ -35,7 +35,8 @@ from cudaredist.errors import (
     PrefixError,
     UnsafeArchiveError,
 )
-from cudaredist.extract import FileRecord, Tree, extract, redist_mapper
+from cudaredist.extract import FileRecord, Tree, extract, is_streamable, redist_mapper
+from cudaredist.growing import DownloadFailed, GrowingFile
 from cudaredist.manifest import version_key
 from cudaredist.net import Transport
 from cudaredist.plan import Plan, PlannedArchive
@@ -72,6 +73,10 @@ class InstallResult:
 
 class _Aborted(Exception):
     pass
+
+
+class _StreamBroken(Exception):
+    """A followed download failed on one URL while others remain: rebuild without streaming."""
 
 
 def lock_timeout_default() -> float:
@@ -186,10 +191,28 @@ class Installer:
         self.lock_timeout = lock_timeout_default() if lock_timeout is None else lock_timeout
         self.extract_workers = extract_workers or max(1, min(4, os.cpu_count() or 1))
         self._abort = threading.Event()
+        self._bad_urls: dict[str, FetchError | IntegrityError] = {}  # failed in this run: not asked again
 
     # -- archives --------------------------------------------------------------------------------
-    def fetch(self, item: PlannedArchive) -> tuple[Path, bool]:
-        """The verified cache path of ``item``'s archive, downloading it if needed; (path, was_cached)."""
+    def fetch(self, item: PlannedArchive, follow: GrowingFile | None = None) -> tuple[Path, bool]:
+        """The verified cache path of ``item``'s archive, downloading it if needed; (path, was_cached).
+
+        ``follow`` is fed the bytes as they land, for an extraction running alongside.
+        """
+        try:
+            path, cached = self._fetch(item, follow)
+        except BaseException as exc:
+            if follow is not None:
+                follow.fail(exc)
+            raise
+        if follow is not None:
+            if cached:
+                follow.attach(path)
+                follow.publish(item.archive.size)
+            follow.finish()
+        return path, cached
+
+    def _fetch(self, item: PlannedArchive, follow: GrowingFile | None) -> tuple[Path, bool]:
         sha, size = item.archive.sha256, item.archive.size
         hit = self._cached(sha, size)
         if hit is not None:
@@ -208,8 +231,10 @@ class Installer:
                 return hit, True
             self.cache.drop_partials(sha[:16])  # what a killed run left for this entry
             tmp = self.cache.new_temp(sha[:16])
+            if follow is not None:
+                follow.attach(tmp)
             try:
-                self._download_any(item, tmp)
+                self._download_any(item, tmp, follow.publish if follow is not None else None)
                 return self.cache.commit(tmp, sha, url=item.url, name=item.archive.filename), False
             finally:
                 with contextlib.suppress(FileNotFoundError):
@@ -228,10 +253,12 @@ class Installer:
         self.cache.touch(sha)
         return path
 
-    def _download_any(self, item: PlannedArchive, tmp: Path) -> None:
-        errors: list[FetchError | IntegrityError] = []
+    def _download_any(self, item: PlannedArchive, tmp: Path,
+                      watch: Callable[[int], None] | None = None) -> None:
         sent_lock = threading.Lock()  # segmented downloads report from several threads
-        for url in item.urls:
+        urls = [u for u in item.urls if u not in self._bad_urls] or list(item.urls[-1:])
+        errors = [self._bad_urls[u] for u in item.urls if u in self._bad_urls and u not in urls]
+        for url in urls:
             sent = 0
 
             def progress(n: int) -> None:
@@ -244,13 +271,17 @@ class Installer:
 
             try:
                 self.transport.download(url, tmp, size=item.archive.size, sha256=item.archive.sha256,
-                                        progress=progress)
+                                        progress=progress, watch=watch)
                 return
             except (FetchError, IntegrityError) as exc:  # another URL may serve the right bytes
                 self.reporter.advance(-sent)
+                self._bad_urls[url] = exc
+                if watch is not None and url != urls[-1]:
+                    # an extraction already read these bytes: start the tree over, unstreamed
+                    raise _StreamBroken(exc) from exc
                 errors.append(exc)
-                if url != item.urls[-1]:
-                    self.reporter.message(f"{url} failed ({exc}); trying {item.urls[len(errors)]}")
+                if url != urls[-1]:
+                    self.reporter.message(f"{url} failed ({exc}); trying {urls[urls.index(url) + 1]}")
         if len(errors) == 1:
             raise errors[0]
         if all(isinstance(e, IntegrityError) for e in errors):
@@ -285,7 +316,13 @@ class Installer:
             os.umask(umask)
             os.chmod(staging, 0o777 & ~umask)  # mkdtemp's 0700 would hide the toolkit from other users
             try:
-                files, downloaded, cached = self._build(plan, staging)
+                try:
+                    files, downloaded, cached = self._build(plan, staging)
+                except _StreamBroken as broken:
+                    self.reporter.message(f"{broken.__cause__}; trying the next URL")
+                    _rmtree(staging)
+                    staging.mkdir()
+                    files, downloaded, cached = self._build(plan, staging, stream=False)
                 links = self._complete(plan, staging)
                 stamp = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
                 rec = build_record(plan, files, stamp)
@@ -299,17 +336,23 @@ class Installer:
         return InstallResult(prefix, plan, noop=False, downloaded=downloaded, cached=cached,
                              files=len(files), seconds=time.monotonic() - t0)
 
-    def _build(self, plan: Plan, staging: Path) -> tuple[list[FileRecord], int, int]:
-        """Download (concurrently) and extract each archive as soon as it is there."""
+    def _build(self, plan: Plan, staging: Path, *,
+               stream: bool = True) -> tuple[list[FileRecord], int, int]:
+        """Download (concurrently) and extract each archive while it downloads (tar) or once it is
+        there (zip). Biggest first, so the longest extraction starts earliest."""
         self._abort.clear()
         tree = Tree(staging)
         self.reporter.start(plan.total_size, len(plan.items))
         counts = {"downloaded": 0, "cached": 0}
-        jobs = min(self.jobs, len(plan.items)) or 1
+        items = sorted(plan.items, key=lambda it: -it.archive.size)
+        # A Windows host cannot rename a file another handle has open: no streaming there.
+        streamed = {it for it in items
+                    if stream and os.name != "nt" and is_streamable(it.archive.filename)}
+        jobs = min(self.jobs, len(items)) or 1
         with ThreadPoolExecutor(jobs, thread_name_prefix="fetch") as fetchers, \
                 ThreadPoolExecutor(self.extract_workers, thread_name_prefix="extract") as extractors:
 
-            def unpack(item: PlannedArchive, path: Path) -> None:
+            def unpack(item: PlannedArchive, path: Path | None, follow: GrowingFile | None) -> None:
                 mapper = MAPPERS[item.layout](item, plan.platform)
                 after = AFTER_EXTRACT.get(item.layout)
                 written: list[str] = []
@@ -322,38 +365,71 @@ class Installer:
 
                 try:
                     extract(path, tree, component=item.component, archive=item.archive.filename,
-                            mapper=recording if after is not None else mapper)
+                            mapper=recording if after is not None else mapper,
+                            fileobj=cast("BinaryIO | None", follow))
+                    if follow is not None:
+                        # the archive is read; wait for its verdict (size and sha256) before trusting it
+                        fetch_of[item].result()
                     if after is not None:
                         after(item, plan.platform, tree, written)
                 except UnsafeArchiveError:
+                    if follow is not None:
+                        # read before it was verified: a bad download explains it better
+                        err = fetch_of[item].exception()
+                        if err is not None:
+                            raise err from None
                     # hashes right but is hostile or broken: keep no copy to install from later
                     with self.cache.lock(item.archive.sha256, timeout=self.lock_timeout):
                         self.cache.evict(item.archive.sha256)
                     raise
+                finally:
+                    if follow is not None:
+                        follow.close()
                 self.reporter.extracted(item.archive.filename)
 
-            pending: set[Future[Any]] = set()
-            fetch_futures = {fetchers.submit(self.fetch, it): it for it in plan.items}
-            pending |= set(fetch_futures)
+            fetch_of: dict[PlannedArchive, Future[tuple[Path, bool]]] = {}
+            follows = {it: GrowingFile() for it in streamed}
+            extractions: set[Future[Any]] = set()
+            for it in items:
+                fetch_of[it] = fetchers.submit(self.fetch, it, follows.get(it))
+                if it in follows:
+                    extractions.add(extractors.submit(unpack, it, None, follows[it]))
+            by_future = {f: it for it, f in fetch_of.items()}
+            pending: set[Future[Any]] = set(fetch_of.values()) | extractions
             try:
                 while pending:
                     done, pending = wait(pending, return_when=FIRST_EXCEPTION)
                     for fut in done:
-                        fut.result()  # raises the first failure
-                        item = fetch_futures.get(fut)
-                        if item is not None:
-                            path, was_cached = fut.result()
-                            counts["cached" if was_cached else "downloaded"] += 1
-                            self.reporter.archive_done(item.archive.filename, item.archive.size,
-                                                       cached=was_cached)
-                            pending.add(extractors.submit(unpack, item, path))
-            except BaseException:
+                        item = by_future.get(fut)
+                        if item is None:
+                            fut.result()  # an extraction: raises its failure
+                            continue
+                        path, was_cached = fut.result()
+                        counts["cached" if was_cached else "downloaded"] += 1
+                        self.reporter.archive_done(item.archive.filename, item.archive.size,
+                                                   cached=was_cached)
+                        if item not in streamed:
+                            pending.add(extractors.submit(unpack, item, path, None))
+            except BaseException as exc:
                 self._abort.set()
                 for fut in pending:
                     fut.cancel()
+                for follow in follows.values():  # unblock extractions following a cancelled download
+                    follow.fail(_Aborted())
+                if isinstance(exc, DownloadFailed):
+                    # an extraction saw its download fail: report the download's own error
+                    for f in fetch_of.values():
+                        with contextlib.suppress(TimeoutError):
+                            err = f.exception(timeout=60)
+                            if err is not None and not isinstance(err, _Aborted):
+                                raise err  # noqa: B904 - the download error is the real one
                 raise
             finally:
                 self.reporter.close()
+                fetchers.shutdown(wait=True)
+                extractors.shutdown(wait=True)
+                for follow in follows.values():  # one whose extraction never ran
+                    follow.close()
         return tree.finish(), counts["downloaded"], counts["cached"]
 
     def _complete(self, plan: Plan, staging: Path) -> list[dict[str, str]]:

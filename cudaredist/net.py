@@ -159,21 +159,23 @@ class Transport:
 
     # -- archives --------------------------------------------------------------------------------
     def download(self, url: str, dest: Path, *, size: int, sha256: str,
-                 progress: Progress = _noop) -> None:
+                 progress: Progress = _noop, watch: Progress | None = None) -> None:
         """Fetch ``url`` into ``dest``, checking size and sha256 as the bytes arrive.
 
-        On return ``dest`` holds exactly the expected bytes; on error its content is
-        undefined and the caller deletes it.
+        ``watch(n)`` is told whenever the first ``n`` bytes of ``dest`` are in place (n only
+        grows), so a reader can follow the download. On return ``dest`` holds exactly the
+        expected bytes; on error its content is undefined and the caller deletes it.
         """
         if is_local(url):
-            self._copy_local(url, dest, size=size, sha256=sha256, progress=progress)
+            self._copy_local(url, dest, size=size, sha256=sha256, progress=progress, watch=watch)
             return
         if size >= 2 * self.segment_size and self.connections > 1:
-            actual = self._segmented(url, dest, size, progress)
+            actual = self._segmented(url, dest, size, progress, watch)
         else:
             h = _Digest()
-            with open(dest, "wb") as fh:
-                self._stream_range(url, fh, 0, size, size, progress, h)
+            with open(dest, "wb", buffering=0) as fh:
+                self._stream_range(url, fh, 0, size, size, progress, h,
+                                   on_write=_follower(watch, 0) if watch else None)
             actual = h.hexdigest()
         if actual != sha256:
             raise IntegrityError(
@@ -181,12 +183,13 @@ class Transport:
                 "discarded; the server or a proxy served different bytes than the manifest lists.",
                 url=url, what="sha256", expected=sha256, actual=actual)
 
-    def _copy_local(self, url: str, dest: Path, *, size: int, sha256: str, progress: Progress) -> None:
+    def _copy_local(self, url: str, dest: Path, *, size: int, sha256: str, progress: Progress,
+                    watch: Progress | None = None) -> None:
         src = local_path(url)
         h = hashlib.sha256()
         n = 0
         try:
-            with open(src, "rb") as fi, open(dest, "wb") as fo:
+            with open(src, "rb") as fi, open(dest, "wb", buffering=0) as fo:
                 while chunk := fi.read(CHUNK):
                     n += len(chunk)
                     if n > size:
@@ -194,6 +197,8 @@ class Transport:
                     h.update(chunk)
                     fo.write(chunk)
                     progress(len(chunk))
+                    if watch is not None:
+                        watch(n)
         except FileNotFoundError as exc:
             raise FetchError(f"{url} does not exist (404)", url=url, status=404) from exc
         except OSError as exc:
@@ -203,13 +208,14 @@ class Transport:
             raise IntegrityError(f"sha256 mismatch for {url}: expected {sha256}, got {h.hexdigest()}",
                                  url=url, what="sha256", expected=sha256, actual=h.hexdigest())
 
-    def _segmented(self, url: str, dest: Path, size: int, progress: Progress) -> str:
+    def _segmented(self, url: str, dest: Path, size: int, progress: Progress,
+                   watch: Progress | None = None) -> str:
         """Fetch ``size`` bytes as concurrent byte ranges; falls back to one stream without Range."""
         n = min(self.connections, max(2, size // self.segment_size))
         bounds = [(i * size // n, (i + 1) * size // n) for i in range(n)]
         with open(dest, "wb") as fh:
             fh.truncate(size)
-        hasher = _OrderedHasher(dest, bounds)
+        hasher = _OrderedHasher(dest, bounds, watch)
         errors: list[BaseException] = []
 
         def run(idx: int) -> None:
@@ -243,9 +249,11 @@ class Transport:
             raise real[0]
         if errors or not hasher.range_ok():
             # The server answered a ranged request with the whole body: use one plain stream.
+            # "r+b", not "wb": a reader following ``watch`` may already hold the first bytes.
             h = _Digest()
-            with open(dest, "wb") as fh:
-                self._stream_range(url, fh, 0, size, size, progress, h)
+            with open(dest, "r+b", buffering=0) as out:
+                self._stream_range(url, out, 0, size, size, progress, h,
+                                   on_write=_follower(watch, 0) if watch else None)
             return h.hexdigest()
         return hashing
 
@@ -268,6 +276,7 @@ class Transport:
             if want_range:
                 headers["Range"] = f"bytes={pos}-{end - 1}" if end < total or ranged else f"bytes={pos}-"
             got = 0
+            skip = 0
             try:
                 with self.slots, self.client.stream("GET", url, headers=headers) as r:
                     self._check_status(r, url, total)
@@ -278,13 +287,10 @@ class Transport:
                         if want_range:
                             if ranged:
                                 raise _RangeIgnored()
-                            # resume refused: start over from byte 0
-                            fh.seek(0)
-                            fh.truncate()
-                            if h is not None:
-                                h.reset()
-                            progress(-(pos - start))
-                            pos = start = 0
+                            # Resume refused: the whole body again. Skip the bytes already in place
+                            # (and hashed) rather than start over, so a reader following the file
+                            # never sees it shrink; changed content still fails the final sha256.
+                            skip = pos
                     elif want_range:
                         _check_content_range(r.headers.get("content-range", ""), pos, total, url)
                     else:
@@ -293,6 +299,12 @@ class Transport:
                         on_write(0)
                     # Unsized iteration: every byte that arrived is kept when the connection breaks.
                     for chunk in r.iter_bytes():
+                        if skip:
+                            dropped = min(skip, len(chunk))
+                            skip -= dropped
+                            chunk = chunk[dropped:]
+                            if not chunk:
+                                continue
                         if pos + len(chunk) > end:
                             if end == total:
                                 raise IntegrityError(
@@ -359,16 +371,13 @@ class _RangeIgnored(Exception):
 
 
 class _Digest:
-    """A sha256 that can start over (hashlib objects cannot be reset in place)."""
+    """A sha256 accumulated across resumed requests."""
 
     def __init__(self) -> None:
         self._h = hashlib.sha256()
 
     def update(self, data: bytes) -> None:
         self._h.update(data)
-
-    def reset(self) -> None:
-        self._h = hashlib.sha256()
 
     def hexdigest(self) -> str:
         return self._h.hexdigest()
@@ -417,9 +426,11 @@ class _OrderedHasher:
     second pass over the file is needed once the last range arrives.
     """
 
-    def __init__(self, path: Path, bounds: list[tuple[int, int]]) -> None:
+    def __init__(self, path: Path, bounds: list[tuple[int, int]],
+                 watch: Progress | None = None) -> None:
         self.path = path
         self.bounds = bounds
+        self.watch = watch
         self.written = [0] * len(bounds)
         self.finished = [False] * len(bounds)
         self.cond = threading.Condition()
@@ -474,6 +485,8 @@ class _OrderedHasher:
                         h.update(data)
                         todo -= len(data)
                         done += len(data)
+                    if self.watch is not None:
+                        self.watch(start + done)
         self._digest = h.hexdigest()
 
     def result(self) -> str:
@@ -483,6 +496,18 @@ class _OrderedHasher:
             self.cond.notify_all()
         self._thread.join()
         return self._digest or ""
+
+
+def _follower(watch: Progress, start: int) -> Callable[[int], None]:
+    """Turns per-write byte counts of one in-order stream into "first n bytes are in place"."""
+    pos = start
+
+    def on_write(n: int) -> None:
+        nonlocal pos
+        pos += n
+        watch(pos)
+
+    return on_write
 
 
 def iter_chunks(path: Path) -> Iterator[bytes]:
