@@ -32,6 +32,10 @@ def clean_member(name: str, *, archive: str, zip_entry: bool = False) -> str:
     if ".." in parts:
         raise UnsafeArchiveError(f"{archive}: member {raw!r} contains '..'; refused",
                                  archive=archive, member=raw)
+    # "./C:/x" or "top/C:/x": once the leading parts are gone, Windows reads "C:/x" as absolute
+    if any(_DRIVE.match(p) for p in parts):
+        raise UnsafeArchiveError(f"{archive}: member {raw!r} contains a drive letter; refused",
+                                 archive=archive, member=raw)
     return "/".join(parts)
 
 
@@ -62,6 +66,19 @@ def link_target_inside(link_path: str, target: str, *, archive: str) -> str:
         raise UnsafeArchiveError(
             f"{archive}: symlink {link_path!r} -> {target!r} points to an absolute path; refused",
             archive=archive, member=link_path)
+    if not target:
+        raise UnsafeArchiveError(f"{archive}: symlink {link_path!r} has an empty target; refused",
+                                 archive=archive, member=link_path)
+    # Lexical normalisation is only right if no '..' follows a name: in "x/y/../.." the OS
+    # resolves x/y first, and if another member made x/y a link to "..", this leaves the tree.
+    parts = [p for p in target.split("/") if p not in ("", ".")]
+    ups = 0
+    while ups < len(parts) and parts[ups] == "..":
+        ups += 1
+    if ".." in parts[ups:]:
+        raise UnsafeArchiveError(
+            f"{archive}: symlink {link_path!r} -> {target!r} climbs with '..' after a name, which "
+            "can leave the prefix through another link; refused", archive=archive, member=link_path)
     resolved = posixpath.normpath(posixpath.join(posixpath.dirname(link_path), target))
     if resolved == ".." or resolved.startswith("../") or resolved.startswith("/"):
         raise UnsafeArchiveError(

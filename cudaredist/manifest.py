@@ -6,10 +6,13 @@ import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote
 
 from cudaredist.errors import ManifestError
 
-_HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
+_HEX64 = re.compile(r"[0-9a-fA-F]{64}")
+# ASCII digits only: str.isdigit() also accepts "²", which int() refuses
+_SIZE = re.compile(r"[0-9]{1,20}")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 # A single archive larger than this is not a CUDA component; it is a hostile manifest.
 MAX_ARCHIVE_SIZE = 64 * 1024**3
@@ -17,7 +20,8 @@ MAX_ARCHIVE_SIZE = 64 * 1024**3
 
 def version_key(text: str) -> tuple[int, ...]:
     """Numeric sort key for dotted versions: 13.10.0 > 13.9.1 > 13.2.2."""
-    return tuple(int(p) for p in re.findall(r"\d+", text))
+    # bounded runs of ASCII digits: int() of a 5000-digit run from a hostile listing raises
+    return tuple(int(p) for p in re.findall(r"[0-9]{1,18}", text))
 
 
 @dataclass(frozen=True)
@@ -67,14 +71,8 @@ def check_relative_path(value: object, where: str, source: str) -> str:
     if not isinstance(value, str) or not value:
         raise ManifestError(f"{source}: {where}: relative_path must be a non-empty string, got {value!r}",
                             source=source, entry=where)
-    bad = (
-        value.startswith(("/", "\\"))
-        or _SCHEME.match(value) is not None
-        or "\\" in value
-        or any(part in ("..", ".", "") for part in value.split("/"))
-        or any(ord(ch) < 0x20 for ch in value)
-    )
-    if bad:
+    # "%2e%2e/" is "../" once a server or a file:// base decodes it; "?" and "#" end the path
+    if not (_plain(value) and _plain(unquote(value))) or any(ch in value for ch in "?#"):
         raise ManifestError(
             f"{source}: {where}: relative_path {value!r} is not a plain relative path "
             "(absolute paths, URLs, '..' and backslashes are refused)",
@@ -82,10 +80,20 @@ def check_relative_path(value: object, where: str, source: str) -> str:
     return value
 
 
+def _plain(path: str) -> bool:
+    return not (
+        path.startswith(("/", "\\"))
+        or _SCHEME.match(path) is not None
+        or "\\" in path
+        or any(part in ("..", ".", "") for part in path.split("/"))
+        or any(ord(ch) < 0x20 for ch in path)
+    )
+
+
 def _archive(obj: dict[str, Any], where: str, source: str) -> Archive:
     rel = check_relative_path(obj.get("relative_path"), where, source)
     sha = obj.get("sha256")
-    if not isinstance(sha, str) or not _HEX64.match(sha):
+    if not isinstance(sha, str) or not _HEX64.fullmatch(sha):
         raise ManifestError(f"{source}: {where}: sha256 must be 64 hex digits, got {sha!r}",
                             source=source, entry=where)
     raw = obj.get("size")
@@ -94,7 +102,7 @@ def _archive(obj: dict[str, Any], where: str, source: str) -> Archive:
     size: int | None = None
     if isinstance(raw, int):
         size = raw
-    elif isinstance(raw, str) and raw.strip().isdigit():
+    elif isinstance(raw, str) and _SIZE.fullmatch(raw.strip()):
         size = int(raw.strip())
     if size is None or size < 0 or size > MAX_ARCHIVE_SIZE:
         raise ManifestError(
@@ -111,7 +119,8 @@ def _component(key: str, obj: dict[str, Any], source: str) -> Component:
         if not isinstance(value, dict):
             continue  # name, version, license, cuda_variant lists, future scalar keys
         where = f"{key}.{plat}"
-        if "relative_path" in value:
+        # an archive entry that lost its relative_path is broken, not a variant dict to skip
+        if not value.keys().isdisjoint(("relative_path", "sha256", "size", "md5")):
             archives[plat] = _archive(value, where, source)
             continue
         nested = {v: _archive(a, f"{where}.{v}", source)
@@ -135,7 +144,7 @@ def parse_manifest(data: bytes | str, *, label: str = "", source: str = "") -> M
     source = source or (f"redistrib_{label}.json" if label else "manifest")
     try:
         obj = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise ManifestError(f"{source} is not valid JSON: {exc}", source=source) from exc
     if not isinstance(obj, dict):
         raise ManifestError(f"{source}: the top level must be a JSON object, got {type(obj).__name__}",

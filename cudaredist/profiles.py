@@ -5,7 +5,7 @@ from __future__ import annotations
 import platform as _platform
 import sys
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +61,7 @@ def data_dir() -> Path:
     raise ManifestError(f"profiles.toml not found next to {here}; the installation is incomplete")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _load(path: str) -> dict[str, Any]:
     try:
         with open(path, "rb") as fh:

@@ -8,9 +8,11 @@ from collections.abc import Iterable
 from cudaredist.errors import ResolveError
 from cudaredist.manifest import version_key
 
-_HREF = re.compile(r"""href\s*=\s*['"]?(?:[^'"\s>]*/)?redistrib_(\d+\.\d+\.\d+)\.json['"\s>]""", re.I)
-_FILE = re.compile(r"^redistrib_(\d+\.\d+\.\d+)\.json$")
-_TRAIN = re.compile(r"^\d+(?:\.\d+){0,2}$")
+# ASCII digits only (\d also matches "١٣"); a "\n" before "$" is not part of a train
+_HREF = re.compile(r"""href\s*=\s*['"]?(?:[^'"\s>]*/)?redistrib_(\d+\.\d+\.\d+)\.json['"\s>]""",
+                   re.I | re.A)
+_FILE = re.compile(r"redistrib_(\d+\.\d+\.\d+)\.json", re.A)
+_TRAIN = re.compile(r"\d+(?:\.\d+){0,2}", re.A)
 
 
 def labels_from_listing(html: str) -> list[str]:
@@ -20,7 +22,7 @@ def labels_from_listing(html: str) -> list[str]:
 
 def labels_from_names(names: Iterable[str]) -> list[str]:
     """Release labels among plain file names (a local mirror directory), highest first."""
-    return sort_labels({m.group(1) for n in names if (m := _FILE.match(n))})
+    return sort_labels({m.group(1) for n in names if (m := _FILE.fullmatch(n))})
 
 
 def sort_labels(labels: Iterable[str]) -> list[str]:
@@ -38,7 +40,7 @@ def trains(labels: Iterable[str]) -> list[str]:
 
 def check_train(train: str) -> str:
     train = train.strip().removeprefix("v")
-    if not _TRAIN.match(train):
+    if not _TRAIN.fullmatch(train):
         raise ResolveError(
             f"{train!r} is not a CUDA train or release: use MAJOR (13), MAJOR.MINOR (13.4) "
             "or MAJOR.MINOR.PATCH (13.4.1)", requested=train)

@@ -13,7 +13,13 @@ from cudaredist.errors import CudaRedistError, FetchError, OfflineError, Resolve
 from cudaredist.manifest import Manifest, parse_manifest
 from cudaredist.net import Transport, is_local, local_path
 from cudaredist.plan import Plan, join_url, make_plan
-from cudaredist.resolve import check_train, labels_from_listing, labels_from_names, pick_release
+from cudaredist.resolve import (
+    check_train,
+    labels_from_listing,
+    labels_from_names,
+    pick_release,
+    sort_labels,
+)
 
 NVIDIA_BASE_URL = "https://developer.download.nvidia.com/compute/cuda/redist/"
 ENV_BASE_URL = "CUDAREDIST_BASE_URL"
@@ -79,7 +85,7 @@ class Index:
             raise OfflineError(
                 f"--offline: no index of {base} is cached in {self.cache.root}; run once online "
                 "(e.g. `cudaredist resolve TRAIN`) to fill the cache", url=base)
-        return sorted(found)
+        return sort_labels(found)  # highest first, like the online listing
 
     def manifest(self, base: str, label: str) -> Manifest:
         name = f"redistrib_{label}.json"
@@ -138,4 +144,6 @@ def resolve_plan(
     first = errors[0]
     if all(isinstance(e, ResolveError) for e in errors):
         raise ResolveError(detail, requested=train, where=", ".join(bases))
+    if all(isinstance(e, OfflineError) for e in errors):
+        raise OfflineError(detail, url=first.url if isinstance(first, FetchError) else "")
     raise type(first)(detail) if not isinstance(first, FetchError) else FetchError(detail, url=first.url)

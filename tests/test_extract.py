@@ -1,0 +1,325 @@
+"""Safe extraction into a shared staging tree (cudaredist.extract), with real tiny archives."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import tarfile
+import warnings
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from cudaredist.errors import ConflictError, UnsafeArchiveError
+from cudaredist.extract import Tree, extract, redist_mapper
+from tests.archives import Dir, Exe, Link, Members, Special, make_tar_xz, make_zip
+
+TOP = "comp-linux-x86_64-1.0-archive"
+
+
+def _tar(tmp_path: Path, members: Members, name: str = f"{TOP}.tar.xz") -> Path:
+    return make_tar_xz(tmp_path / "in" / name, members)
+
+
+def _zip(tmp_path: Path, members: Members, name: str = "comp-windows-x86_64-1.0-archive.zip") -> Path:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile warns about the duplicate names some tests need
+        return make_zip(tmp_path / "in" / name, members)
+
+
+def _extract(path: Path, tree: Tree, component: str = "comp") -> None:
+    extract(path, tree, component=component, archive=path.name, mapper=redist_mapper(component, path.name))
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Tree:
+    root = tmp_path / "stage" / "tree"
+    root.mkdir(parents=True)
+    return Tree(root)
+
+
+def _outside(tmp_path: Path, tree: Tree) -> set[str]:
+    """Everything under tmp_path that is not the input archives or the tree itself."""
+    return {str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")
+            if not p.is_relative_to(tree.root) and not p.is_relative_to(tmp_path / "in")}
+
+
+# -- what must survive ------------------------------------------------------------------------------
+def test_symlink_chain_exec_bits_and_records(tmp_path: Path, tree: Tree) -> None:
+    so = b"\x7fELF cudart"
+    path = _tar(tmp_path, {
+        f"{TOP}": Dir(), f"{TOP}/bin": Dir(), f"{TOP}/bin/nvcc": Exe(b"#!/bin/sh\n"),
+        f"{TOP}/lib/libcudart.so.13.0.96": so,
+        f"{TOP}/lib/libcudart.so.13": Link("libcudart.so.13.0.96"),
+        f"{TOP}/lib/libcudart.so": Link("libcudart.so.13"),
+        f"{TOP}/LICENSE": b"eula",
+    })
+    _extract(path, tree)
+    records = {r.path: r for r in tree.finish()}
+    root = tree.root
+    assert os.readlink(root / "lib/libcudart.so") == "libcudart.so.13"
+    assert os.readlink(root / "lib/libcudart.so.13") == "libcudart.so.13.0.96"
+    assert (root / "lib/libcudart.so").read_bytes() == so  # the chain resolves
+    assert stat.S_IMODE((root / "bin/nvcc").stat().st_mode) == 0o755
+    assert stat.S_IMODE((root / "lib/libcudart.so.13.0.96").stat().st_mode) == 0o644
+    assert (root / "licenses/comp/LICENSE").read_bytes() == b"eula"
+    assert not (root / "LICENSE").exists()
+    assert set(records) == {"bin/nvcc", "lib/libcudart.so.13.0.96", "lib/libcudart.so.13",
+                            "lib/libcudart.so", "licenses/comp/LICENSE"}
+    assert records["lib/libcudart.so"].link == "libcudart.so.13"
+    assert records["lib/libcudart.so.13.0.96"].sha256 == hashlib.sha256(so).hexdigest()
+    assert records["lib/libcudart.so.13.0.96"].size == len(so)
+    assert records["bin/nvcc"].mode == 0o755
+    assert {r.component for r in records.values()} == {"comp"}
+
+
+@pytest.mark.parametrize(("mode", "expected"), [
+    pytest.param(0o4755, 0o755, id="setuid"),
+    pytest.param(0o2755, 0o755, id="setgid"),
+    pytest.param(0o1777, 0o755, id="sticky-world-writable"),
+    pytest.param(0o6711, 0o755, id="setuid-setgid-exec-only"),
+    pytest.param(0o666, 0o644, id="world-writable"),
+    pytest.param(0o600, 0o644, id="private"),
+    pytest.param(0o100, 0o755, id="owner-exec-only"),
+])
+def test_modes_are_normalised(tmp_path: Path, tree: Tree, mode: int, expected: int) -> None:
+    _extract(_tar(tmp_path, {f"{TOP}/bin/tool": Exe(b"x", mode)}), tree)
+    st_mode = (tree.root / "bin/tool").stat().st_mode
+    assert stat.S_IMODE(st_mode) == expected
+    assert {r.mode for r in tree.finish()} == {expected}
+
+
+def test_hardlink_inside_archive_becomes_a_copy(tmp_path: Path, tree: Tree) -> None:
+    members: Members = {f"{TOP}/bin/a": Exe(b"same bytes"), f"{TOP}/bin/b": Link(f"{TOP}/bin/a", hard=True)}
+    _extract(_tar(tmp_path, members), tree)
+    a, b = tree.root / "bin/a", tree.root / "bin/b"
+    assert b.read_bytes() == b"same bytes"
+    assert not b.is_symlink()
+    assert a.stat().st_ino != b.stat().st_ino
+    assert b.stat().st_nlink == 1
+    assert stat.S_IMODE(b.stat().st_mode) == 0o755
+    records = {r.path: r for r in tree.finish()}
+    assert records["bin/b"].sha256 == records["bin/a"].sha256 == hashlib.sha256(b"same bytes").hexdigest()
+
+
+@pytest.mark.parametrize("members", [
+    pytest.param({f"{TOP}/b": Link(f"{TOP}/a", hard=True), f"{TOP}/a": b"x"}, id="target-comes-later"),
+    pytest.param({f"{TOP}/b": Link(f"{TOP}/missing", hard=True)}, id="target-missing"),
+    pytest.param({f"{TOP}/a": Link("x"), f"{TOP}/x": b"x", f"{TOP}/b": Link(f"{TOP}/a", hard=True)},
+                 id="target-is-a-symlink"),
+    pytest.param({f"{TOP}/a": b"x", f"{TOP}/b": Link("other/a", hard=True)}, id="target-outside-top"),
+    pytest.param({f"{TOP}/a": b"x", f"{TOP}/b": Link(f"{TOP}/../../etc/passwd", hard=True)},
+                 id="target-dotdot"),
+    pytest.param({f"{TOP}/a": b"x", f"{TOP}/b": Link("/etc/passwd", hard=True)}, id="target-absolute"),
+    pytest.param({f"{TOP}/a": b"x", f"{TOP}/b": Link(TOP, hard=True)}, id="target-top-folder"),
+])
+def test_bad_hardlinks_are_refused(tmp_path: Path, tree: Tree, members: Members) -> None:
+    with pytest.raises(UnsafeArchiveError) as info:
+        _extract(_tar(tmp_path, members), tree)
+    assert info.value.archive == f"{TOP}.tar.xz"
+    assert not (tree.root / "b").exists()
+
+
+def test_progress_reports_every_byte(tmp_path: Path, tree: Tree) -> None:
+    seen: list[int] = []
+    path = _tar(tmp_path, {f"{TOP}/a": b"1234", f"{TOP}/b/c": b"56789"})
+    extract(path, tree, component="comp", archive=path.name, mapper=redist_mapper("comp", path.name),
+            on_bytes=seen.append)
+    assert sum(seen) == 9
+
+
+# -- hostile tar members -------------------------------------------------------------------------------
+@pytest.mark.parametrize(("members", "member", "reason"), [
+    pytest.param({f"{TOP}/a": b"x", f"{TOP}/../../evil": b"x"}, f"{TOP}/../../evil", "'..'", id="traversal"),
+    pytest.param({"../evil": b"x"}, "../evil", "'..'", id="traversal-first"),
+    pytest.param({f"{TOP}/a": b"x", "/tmp/evil-cudaredist": b"x"}, "/tmp/evil-cudaredist", "absolute",
+                 id="absolute"),
+    pytest.param({f"{TOP}/lib/x": Link("/etc/passwd")}, "lib/x", "absolute", id="symlink-absolute"),
+    pytest.param({f"{TOP}/lib/x": Link("../../evil")}, "lib/x", "leaves the prefix", id="symlink-dotdot"),
+    pytest.param({f"{TOP}/x": Link("..")}, "x", "leaves the prefix", id="symlink-parent-of-root"),
+    pytest.param({f"{TOP}/x": Dir(), f"{TOP}/x/y": Link(".."), f"{TOP}/w": Link("x/y/../..")}, "w",
+                 "climbs with '..'", id="symlink-escape-through-another-link"),
+    pytest.param({f"{TOP}/lib/e": Link("")}, "lib/e", "empty target", id="symlink-empty-target"),
+    pytest.param({f"{TOP}/lib/sub": Dir(), f"{TOP}/lib/d": Link("sub"), f"{TOP}/lib/d/evil": b"x"},
+                 "lib/d/evil", "under the symlink 'lib/d'", id="member-under-symlink"),
+    pytest.param({f"{TOP}/up": Link("."), f"{TOP}/up/evil": b"x"}, "up/evil", "under the symlink 'up'",
+                 id="member-under-symlink-to-root"),
+    pytest.param({f"{TOP}/dev/null": Special(tarfile.CHRTYPE)}, f"{TOP}/dev/null", "character device",
+                 id="char-device"),
+    pytest.param({f"{TOP}/dev/sda": Special(tarfile.BLKTYPE)}, f"{TOP}/dev/sda", "block device",
+                 id="block-device"),
+    pytest.param({f"{TOP}/fifo": Special(tarfile.FIFOTYPE)}, f"{TOP}/fifo", "fifo", id="fifo"),
+    pytest.param({f"{TOP}/a": b"x", "other-top/b": b"x"}, "other-top/b", "top folder", id="two-top-folders"),
+    pytest.param({f"{TOP}/C:/evil": b"x"}, f"{TOP}/C:/evil", "drive letter", id="drive-letter-part"),
+])
+def test_hostile_tar_is_refused(tmp_path: Path, tree: Tree, members: Members, member: str,
+                                reason: str) -> None:
+    path = _tar(tmp_path, members)
+    with pytest.raises(UnsafeArchiveError) as info:
+        _extract(path, tree)
+    assert info.value.member == member
+    assert info.value.archive == path.name
+    assert reason in str(info.value)
+    assert _outside(tmp_path, tree) <= {"stage"}
+    assert not Path("/tmp/evil-cudaredist").exists()
+
+
+def test_member_under_another_archives_symlink(tmp_path: Path, tree: Tree) -> None:
+    _extract(_tar(tmp_path, {f"{TOP}/lib": Dir(), f"{TOP}/lib64": Link("lib")}), tree, "first")
+    other = "second-linux-x86_64-1.0-archive"
+    with pytest.raises(UnsafeArchiveError, match="under the symlink 'lib64'"):
+        _extract(_tar(tmp_path, {f"{other}/lib64/libx.so": b"x"}, name=f"{other}.tar.xz"), tree, "second")
+    assert list((tree.root / "lib").iterdir()) == []
+
+
+@pytest.mark.parametrize("data", [
+    pytest.param(b"", id="empty"),
+    pytest.param(b"not a tar at all" * 100, id="garbage"),
+])
+def test_unreadable_tar(tmp_path: Path, tree: Tree, data: bytes) -> None:
+    path = tmp_path / f"{TOP}.tar.xz"
+    path.write_bytes(data)
+    with pytest.raises(UnsafeArchiveError) as info:
+        _extract(path, tree)
+    assert info.value.archive == path.name
+
+
+def test_truncated_tar(tmp_path: Path, tree: Tree) -> None:
+    path = _tar(tmp_path, {f"{TOP}/a": os.urandom(200_000)})
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(UnsafeArchiveError, match="corrupt or truncated|not a readable"):
+        _extract(path, tree)
+
+
+# -- zips ---------------------------------------------------------------------------------------------
+ZTOP = "comp-windows-x86_64-1.0-archive"
+
+
+def test_zip_extracts_files_and_dirs(tmp_path: Path, tree: Tree) -> None:
+    _extract(_zip(tmp_path, {f"{ZTOP}/": Dir(), f"{ZTOP}/bin/x64/cudart64_13.dll": b"MZ",
+                             f"{ZTOP}/lib/x64/": Dir(), f"{ZTOP}/LICENSE": b"eula"}), tree)
+    assert (tree.root / "bin/x64/cudart64_13.dll").read_bytes() == b"MZ"
+    assert (tree.root / "lib/x64").is_dir()
+    assert (tree.root / "licenses/comp/LICENSE").read_bytes() == b"eula"
+    assert stat.S_IMODE((tree.root / "bin/x64/cudart64_13.dll").stat().st_mode) == 0o644
+    assert [r.path for r in tree.finish()] == ["bin/x64/cudart64_13.dll", "licenses/comp/LICENSE"]
+
+
+@pytest.mark.parametrize(("members", "member", "reason"), [
+    pytest.param({f"{ZTOP}/a": b"x", f"{ZTOP}/../evil": b"x"}, f"{ZTOP}/../evil", "'..'", id="dotdot"),
+    pytest.param({f"{ZTOP}/a": b"x", "/abs/evil": b"x"}, "/abs/evil", "absolute", id="absolute"),
+    pytest.param({f"{ZTOP}/a": b"x", "C:/evil": b"x"}, "C:/evil", "absolute", id="drive-letter"),
+    pytest.param({f"{ZTOP}/a": b"x", f"{ZTOP}/./C:/evil": b"x"}, f"{ZTOP}/./C:/evil", "drive letter",
+                 id="drive-letter-inside"),
+    pytest.param({f"{ZTOP}\\..\\..\\evil": b"x"}, f"{ZTOP}\\..\\..\\evil", "backslashes",
+                 id="backslash-dotdot"),
+    pytest.param({f"{ZTOP}\\bin\\x.dll": b"x"}, f"{ZTOP}\\bin\\x.dll", "backslashes", id="backslash"),
+])
+def test_hostile_zip_is_refused(tmp_path: Path, tree: Tree, members: Members, member: str,
+                                reason: str) -> None:
+    path = _zip(tmp_path, members)
+    with pytest.raises(UnsafeArchiveError) as info:
+        _extract(path, tree)
+    assert info.value.member == member
+    assert reason in str(info.value)
+    # every entry is checked before the first byte is written
+    assert list(tree.root.iterdir()) == []
+    assert _outside(tmp_path, tree) <= {"stage"}
+
+
+@pytest.mark.parametrize(("first", "second"), [
+    pytest.param(f"{ZTOP}/include/a.h", f"{ZTOP}/include/a.h", id="same-name"),
+    pytest.param(f"{ZTOP}/include/a.h", f"{ZTOP}/INCLUDE/A.H", id="case-only"),
+    pytest.param(f"{ZTOP}/include/a.h", f"{ZTOP}/./include//a.h", id="same-after-cleaning"),
+])
+def test_zip_duplicate_names(tmp_path: Path, tree: Tree, first: str, second: str) -> None:
+    path = tmp_path / "in" / "dup.zip"
+    path.parent.mkdir(parents=True)
+    with warnings.catch_warnings(), zipfile.ZipFile(path, "w") as zf:
+        warnings.simplefilter("ignore")
+        zf.writestr(first, b"harmless")
+        zf.writestr(second, b"evil")
+    with pytest.raises(UnsafeArchiveError, match="appears twice") as info:
+        _extract(path, tree)
+    assert info.value.member == second
+    assert list(tree.root.iterdir()) == []
+
+
+def test_zip_symlink_entry_is_refused(tmp_path: Path, tree: Tree) -> None:
+    path = _zip(tmp_path, {f"{ZTOP}/a": b"x", f"{ZTOP}/lib/link": Link("../../../etc/passwd")})
+    with pytest.raises(UnsafeArchiveError, match="is a symlink") as info:
+        _extract(path, tree)
+    assert info.value.member == f"{ZTOP}/lib/link"
+    assert not (tree.root / "lib/link").exists()
+
+
+def test_corrupt_zip(tmp_path: Path, tree: Tree) -> None:
+    path = tmp_path / "bad.zip"
+    path.write_bytes(b"PK\x03\x04 but not really")
+    with pytest.raises(UnsafeArchiveError, match="not a readable zip"):
+        _extract(path, tree)
+
+
+# -- several archives, one tree -------------------------------------------------------------------------
+def _two(tmp_path: Path, a: Members, b: Members) -> tuple[Path, Path]:
+    return (_tar(tmp_path, {f"a-1-archive/{k}": v for k, v in a.items()}, "a-1-archive.tar.xz"),
+            _tar(tmp_path, {f"b-1-archive/{k}": v for k, v in b.items()}, "b-1-archive.tar.xz"))
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    pytest.param({"include/common.h": b"same"}, {"include/common.h": b"same"}, id="same-file"),
+    pytest.param({"lib/x": Link("y")}, {"lib/x": Link("y")}, id="same-link"),
+    pytest.param({"include": Dir(), "include/a.h": b"a"}, {"include": Dir(), "include/b.h": b"b"},
+                 id="shared-directory"),
+])
+def test_identical_content_from_two_archives_is_fine(tmp_path: Path, tree: Tree, a: Members,
+                                                     b: Members) -> None:
+    pa, pb = _two(tmp_path, a, b)
+    _extract(pa, tree, "comp_a")
+    _extract(pb, tree, "comp_b")
+    records = tree.finish()
+    # every path is recorded once, for the archive that wrote it first
+    assert len({r.path for r in records}) == len(records)
+    assert all(r.component == "comp_a" for r in records if r.path in {k for k in a if k != "include"})
+
+
+@pytest.mark.parametrize(("a", "b", "what"), [
+    pytest.param({"include/common.h": b"one"}, {"include/common.h": b"two"}, "different content",
+                 id="different-content"),
+    pytest.param({"lib/x": Link("y")}, {"lib/x": Link("z")}, "different content", id="different-link-target"),
+    pytest.param({"lib/x": b"file"}, {"lib/x": Link("y")}, "type (file vs link)", id="file-vs-link"),
+    pytest.param({"include/x": b"file"}, {"include/x/y.h": b"header"}, "to be a directory",
+                 id="file-then-directory"),
+    pytest.param({"include/x/y.h": b"header"}, {"include/x": b"file"}, "type (dir vs file)",
+                 id="directory-then-file"),
+    pytest.param({"include/x/y.h": b"header"}, {"include/x": Link("y")}, "type (dir vs link)",
+                 id="directory-then-link"),
+    pytest.param({"include/x": b"file"}, {"include/x": Dir()}, "to be a directory",
+                 id="file-then-dir-member"),
+])
+def test_conflicts_name_both_components(tmp_path: Path, tree: Tree, a: Members, b: Members,
+                                        what: str) -> None:
+    pa, pb = _two(tmp_path, a, b)
+    _extract(pa, tree, "comp_a")
+    with pytest.raises(ConflictError) as info:
+        _extract(pb, tree, "comp_b")
+    err = info.value
+    assert what in str(err)
+    assert "comp_a" in str(err) and "comp_b" in str(err)
+    assert (err.first, err.second) == ("comp_a", "comp_b")
+    assert err.path == next(iter(b)).removesuffix("/")
+
+
+def test_conflict_detected_when_extracting_concurrently(tmp_path: Path, tree: Tree) -> None:
+    big_a, big_b = os.urandom(3_000_000), os.urandom(3_000_000)
+    pa, pb = _two(tmp_path, {"lib/big": big_a, "lib/same": b"s"}, {"lib/big": big_b, "lib/same": b"s"})
+    with ThreadPoolExecutor(2) as pool:
+        futures = [pool.submit(_extract, pa, tree, "comp_a"), pool.submit(_extract, pb, tree, "comp_b")]
+        errors = [f.exception() for f in futures]
+    conflicts = [e for e in errors if e is not None]
+    assert len(conflicts) == 1 and isinstance(conflicts[0], ConflictError)
+    assert {conflicts[0].first, conflicts[0].second} == {"comp_a", "comp_b"}
+    assert (tree.root / "lib/big").read_bytes() in (big_a, big_b)
