@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Optional, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -36,27 +36,39 @@ _VERBOSE = False
 # -- shared options -------------------------------------------------------------------------------
 Train = Annotated[str, typer.Argument(help="CUDA train (13.4 = newest 13.4.x; 13 = newest 13.x) "
                                            "or exact release (13.4.1).")]
-PlatformOpt = Annotated[Optional[str], typer.Option(
+PlatformOpt = Annotated[str | None, typer.Option(
     "--platform", "-p", help="Target platform (linux-x86_64, linux-sbsa, windows-x86_64, "
                              "windows-arm64). Default: this host's.")]
 ProfileOpt = Annotated[str, typer.Option("--profile", help="Component profile: nvcc, runtime, build.")]
-ComponentOpt = Annotated[Optional[list[str]], typer.Option(
+ComponentOpt = Annotated[list[str] | None, typer.Option(
     "--component", "-c", help="Add a component (repeatable; 'a|b' takes the first the release has).")]
 OnlyOpt = Annotated[bool, typer.Option("--only", help="Install exactly the --component list, no profile.")]
-BaseUrlOpt = Annotated[Optional[str], typer.Option(
+BaseUrlOpt = Annotated[str | None, typer.Option(
     "--base-url", envvar="CUDAREDIST_BASE_URL", show_envvar=True,
     help="Redist base URL: http(s)://, file:// or a directory. Default: NVIDIA's.")]
-MirrorOpt = Annotated[Optional[str], typer.Option(
+MirrorOpt = Annotated[str | None, typer.Option(
     "--mirror", envvar="CUDAREDIST_MIRROR", show_envvar=True,
     help="A mirror tried before the base URL (http(s)://, file:// or a directory).")]
 NoFallbackOpt = Annotated[bool, typer.Option("--no-fallback", help="Use only the mirror, never the base URL.")]
-CacheDirOpt = Annotated[Optional[Path], typer.Option(
+CacheDirOpt = Annotated[Path | None, typer.Option(
     "--cache-dir", envvar="CUDAREDIST_CACHE_DIR", show_envvar=True, help="Download cache directory.")]
 OfflineOpt = Annotated[bool, typer.Option("--offline", help="Use only the cache: no network at all.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="More output; tracebacks on errors.")]
 PrefixOpt = Annotated[Path, typer.Option("--prefix", help="The toolkit directory (CUDA_PATH).")]
+SourceOpt = Annotated[str, typer.Option(
+    "--source", envvar="CUDAREDIST_SOURCE", show_envvar=True,
+    help="nvidia: NVIDIA's redist archives; pypi: NVIDIA's wheels, through the cuda-toolkit "
+         "metapackage (see docs/pypi-source.md).")]
+IndexUrlOpt = Annotated[str | None, typer.Option(
+    "--index-url", envvar="PIP_INDEX_URL", show_envvar=True,
+    help="Package index (Simple API) for --source pypi. Default: PyPI.")]
+PlatformsOpt = Annotated[list[str] | None, typer.Option(
+    "--platform", "-p", help="Target platform; repeatable or comma-separated. Default: this host's.")]
+LockOpt = Annotated[Path | None, typer.Option(
+    "--lock", help="Install exactly what this lock file (from `cudaredist lock`) pins: no resolution, "
+                   "no manifest; refuses a TRAIN, --platform, --profile or --component it does not pin.")]
 
 
 def _fail(message: str, code: int = 1) -> None:
@@ -84,12 +96,14 @@ def _emit_json(obj: Any) -> None:
 class Ctx:
     """What a command needs for resolving and fetching, built from its options."""
 
-    cache_dir: Optional[Path]
+    cache_dir: Path | None
     offline: bool
-    base_url: Optional[str]
-    mirror: Optional[str]
+    base_url: str | None
+    mirror: str | None
     no_fallback: bool
     jobs: int = 8
+    source: str = "nvidia"
+    index_url: str | None = None
 
     def cache(self) -> Any:
         from cudaredist.cache import Cache
@@ -109,16 +123,21 @@ class Ctx:
         return default_bases(self.base_url, self.mirror, fallback=not self.no_fallback)
 
 
-def _platform(platform: Optional[str]) -> str:
+def _platform(platform: str | None) -> str:
     from cudaredist.profiles import host_platform
 
     return platform or host_platform()
 
 
-def _plan(ctx: Ctx, transport: Any, train: str, platform: str, profile: Optional[str],
+def _plan(ctx: Ctx, transport: Any, train: str, platform: str, profile: str | None,
           components: list[str]) -> Any:
+    from cudaredist import pypi
     from cudaredist.source import Index, resolve_plan
 
+    if pypi.check_source(ctx.source) == "pypi":
+        wheels = pypi.WheelIndex(transport, ctx.cache(), index_url=ctx.index_url, offline=ctx.offline)
+        return pypi.resolve_plan(wheels, train, platform=platform, profile=profile,
+                                 components=components)
     index = Index(transport, ctx.cache(), offline=ctx.offline)
     return resolve_plan(index, train, bases=ctx.bases(), platform=platform, profile=profile,
                         components=components)
@@ -153,13 +172,15 @@ def resolve(
     no_fallback: NoFallbackOpt = False,
     cache_dir: CacheDirOpt = None,
     offline: OfflineOpt = False,
+    source: SourceOpt = "nvidia",
+    index_url: IndexUrlOpt = None,
     as_json: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Show the install plan without installing: release, and per component version, URL, size, sha256."""
     _set_verbose(verbose)
     with errors():
-        ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback)
+        ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, source=source, index_url=index_url)
         transport = ctx.transport()
         try:
             plan = _plan(ctx, transport, train, _platform(platform), None if only else profile,
@@ -174,10 +195,13 @@ def resolve(
 
 @app.command()
 def install(
-    train: Train,
     prefix: PrefixOpt,
+    train: Annotated[str | None, typer.Argument(
+        help="CUDA train (13.4 = newest 13.4.x; 13 = newest 13.x) or exact release (13.4.1); "
+             "optional with --lock.", show_default=False)] = None,
     platform: PlatformOpt = None,
-    profile: ProfileOpt = "nvcc",
+    profile: Annotated[str | None, typer.Option(
+        "--profile", help="Component profile: nvcc, runtime, build.  [default: nvcc]")] = None,
     component: ComponentOpt = None,
     only: OnlyOpt = False,
     base_url: BaseUrlOpt = None,
@@ -191,38 +215,55 @@ def install(
                                                         "cudaredist did not install.")] = False,
     refresh: Annotated[bool, typer.Option("--refresh", help="Look for a newer release of the train "
                                                             "even if the prefix satisfies it.")] = False,
-    lock_timeout: Annotated[Optional[float], typer.Option(
+    lock_timeout: Annotated[float | None, typer.Option(
         "--lock-timeout", envvar="CUDAREDIST_LOCK_TIMEOUT",
         help="Seconds to wait for another process holding the prefix or cache (default 600).")] = None,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
     as_json: JsonOpt = False,
+    lock: LockOpt = None,
+    source: SourceOpt = "nvidia",
+    index_url: IndexUrlOpt = None,
 ) -> None:
     """Install a toolkit tree into --prefix (atomically; a failure leaves the prefix as it was)."""
     _set_verbose(verbose)
     with errors():
-        from cudaredist.install import Installer, canonical_prefix, satisfies
+        from cudaredist.install import Installer, canonical_prefix, leftovers, satisfies
         from cudaredist.progress import pick
+        from cudaredist.pypi import check_source
         from cudaredist.record import read_record
 
         components = component or []
         target = canonical_prefix(prefix)
-        plat = _platform(platform)
-        prof = None if only else profile
-        if not (force or refresh):
+        if lock is None and train is None:
+            _fail("give a TRAIN (e.g. 13.4) or --lock FILE", 2)
+        plat = _platform(platform) if lock is None else ""
+        prof = None if only else (profile or "nvcc")
+        if lock is None and train is not None and not (force or refresh):
             rec = read_record(target) if target.is_dir() else None
-            if rec is not None and satisfies(rec, train=train, platform=plat, profile=prof,
-                                             components=components, source="nvidia"):
+            # leftovers of a killed run: go through the installer, which cleans them
+            if rec is not None and not leftovers(target) and satisfies(
+                    rec, train=train, platform=plat, profile=prof, components=components,
+                    source=check_source(source)):
                 _report_noop(rec, target, as_json, quiet)
                 return
-        ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, jobs)
+        ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, jobs, source=source,
+                  index_url=index_url)
         transport = ctx.transport()
         reporter = pick(quiet=quiet or as_json, verbose=verbose)
         try:
-            plan = _plan(ctx, transport, train, plat, prof, components)
+            if lock is not None:
+                plan, components = _locked_plan(ctx, lock, train, platform,
+                                                "custom" if only else profile,
+                                                components if (component or only) else None)
+            else:
+                assert train is not None
+                plan = _plan(ctx, transport, train, plat, prof, components)
             if not quiet and not as_json:
                 typer.echo(f"CUDA {plan.release} for {plan.platform} ({plan.profile}: "
                            f"{', '.join(plan.components)}) -> {target}", err=True)
+                for note in plan.notes:
+                    typer.echo(f"note: {note}", err=True)
             installer = Installer(transport, ctx.cache(), reporter=reporter, jobs=jobs,
                                   offline=offline, lock_timeout=lock_timeout)
             result = installer.install(plan, target, force=force, requested=components)
@@ -242,6 +283,30 @@ def install(
                 typer.echo(f"installed CUDA {plan.release} ({plan.platform}) into {result.prefix}: "
                            f"{result.files} files, {result.downloaded} downloaded, {result.cached} "
                            f"from cache, {result.seconds:.1f}s", err=True)
+
+
+def _locked_plan(ctx: Ctx, path: Path, train: str | None, platform: str | None,
+                 profile: str | None, components: list[str] | None) -> tuple[Any, list[str]]:
+    """The plan a lock file pins for this request (drift is an error), fetched from the
+    lock's base URL, or --base-url, behind --mirror."""
+    from cudaredist.lockfile import read_lock, select, with_bases
+    from cudaredist.profiles import host_platform
+    from cudaredist.pypi import check_source
+    from cudaredist.source import default_bases
+
+    locked = read_lock(path)
+    try:
+        host: str | None = host_platform()
+    except CudaRedistError:
+        host = None
+    plan = select(locked, train=train, platform=platform, host=host, profile=profile,
+                  components=components, source=check_source(ctx.source))
+    if plan.source != "nvidia":  # archive URLs of other sources are not base + relative_path
+        return plan, list(locked.components)
+    if ctx.no_fallback and not ctx.mirror:
+        _fail("--no-fallback needs --mirror (or CUDAREDIST_MIRROR)", 2)
+    bases = default_bases(ctx.base_url or locked.base_url, ctx.mirror, fallback=not ctx.no_fallback)
+    return with_bases(plan, bases), list(locked.components)
 
 
 def _report_noop(rec: dict[str, Any], target: Path, as_json: bool, quiet: bool) -> None:
@@ -309,7 +374,7 @@ def info(prefix: PrefixOpt, as_json: JsonOpt = False, verbose: VerboseOpt = Fals
 
 @app.command()
 def uninstall(prefix: PrefixOpt, verbose: VerboseOpt = False,
-              lock_timeout: Annotated[Optional[float], typer.Option("--lock-timeout")] = None) -> None:
+              lock_timeout: Annotated[float | None, typer.Option("--lock-timeout")] = None) -> None:
     """Remove exactly what cudaredist installed in the prefix (other files stay)."""
     _set_verbose(verbose)
     with errors():
@@ -329,6 +394,8 @@ def trains(
     no_fallback: NoFallbackOpt = False,
     cache_dir: CacheDirOpt = None,
     offline: OfflineOpt = False,
+    source: SourceOpt = "nvidia",
+    index_url: IndexUrlOpt = None,
     as_json: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -337,11 +404,24 @@ def trains(
     with errors():
         from concurrent.futures import ThreadPoolExecutor
 
+        from cudaredist import pypi
         from cudaredist.resolve import train_of
         from cudaredist.source import Index
 
         ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback)
         transport = ctx.transport()
+        if pypi.check_source(source) == "pypi":
+            try:
+                wheels = pypi.WheelIndex(transport, ctx.cache(), index_url=index_url, offline=offline)
+                rows = pypi.list_trains(wheels)
+            finally:
+                transport.close()
+            if as_json:
+                _emit_json({"base_url": wheels.index_url, "source": "pypi", "trains": rows})
+            else:
+                for row in rows:
+                    typer.echo(f"{row['train']:<6} {row['release']:<9} {row['release_date']}")
+            return
         try:
             index = Index(transport, ctx.cache(), offline=offline)
             base = ctx.bases()[0]
@@ -368,6 +448,176 @@ def trains(
         else:
             for row in rows:
                 typer.echo(f"{row['train']:<6} {row['release']:<9} {row['release_date']}")
+
+
+def _platforms(values: list[str] | None) -> list[str]:
+    """--platform values, repeated or comma-separated, in order, once each; default the host's."""
+    out = [p.strip() for v in values or [] for p in v.split(",") if p.strip()]
+    return list(dict.fromkeys(out)) or [_platform(None)]
+
+
+@app.command("env")
+def env_cmd(
+    prefix: PrefixOpt,
+    shell: Annotated[str | None, typer.Option(
+        "--shell", help="sh, bash, zsh, fish, pwsh or cmd.  [default: sh; pwsh on Windows]",
+        show_default=False)] = None,
+    github: Annotated[bool, typer.Option(
+        "--github", help="Append to $GITHUB_ENV and $GITHUB_PATH (a GitHub Actions step) instead "
+                         "of printing.")] = False,
+    as_json: JsonOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Print the environment for the tree in --prefix: eval "$(cudaredist env --prefix DIR)"."""
+    _set_verbose(verbose)
+    with errors():
+        from cudaredist.envexport import SHELLS, default_shell, environment, github_files, render
+        from cudaredist.install import canonical_prefix
+        from cudaredist.record import require_record
+
+        if shell is not None and shell not in SHELLS:
+            _fail(f"unknown --shell {shell!r}; choose one of {', '.join(SHELLS)}", 2)
+        target = canonical_prefix(prefix)
+        plan = require_record(target)["plan"]
+        host_windows = os.name == "nt"
+        found = environment(str(target), platform=plan["platform"], release=plan["release"],
+                            host_windows=host_windows)
+        for note in [] if as_json else found.notes:
+            typer.echo(f"note: {note}", err=True)
+        if github:
+            env_file, path_file = os.environ.get("GITHUB_ENV"), os.environ.get("GITHUB_PATH")
+            if not env_file or not path_file:
+                _fail("--github: $GITHUB_ENV or $GITHUB_PATH is not set; run it in a GitHub Actions step", 2)
+            assert env_file and path_file
+            env_text, path_text = github_files(found, os.environ)
+            # text mode: the runner's own line ending (os.EOL, as @actions/core writes)
+            with open(env_file, "a", encoding="utf-8") as fh:
+                fh.write(env_text)
+            with open(path_file, "a", encoding="utf-8") as fh:
+                fh.write(path_text)
+            for name, value in found.variables:
+                typer.echo(f"set {name}={value}", err=True)
+            for var, dirs in found.prepend:
+                typer.echo(f"prepended to {var}: {os.pathsep.join(dirs)}", err=True)
+        elif as_json:
+            _emit_json({"prefix": str(target), "release": plan["release"], "platform": plan["platform"]}
+                       | found.to_json())
+        else:
+            typer.echo(render(found, shell or default_shell(host_windows)), nl=False)
+
+
+@app.command("mirror")
+def mirror_cmd(
+    train_list: Annotated[list[str], typer.Argument(
+        metavar="TRAIN...", help="Trains or releases to mirror (13.4 = newest 13.4.x, 13.0.2, ...).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="The mirror directory (created, or completed "
+                                                            "in place).")],
+    platform: PlatformsOpt = None,
+    profile: ProfileOpt = "nvcc",
+    component: ComponentOpt = None,
+    only: OnlyOpt = False,
+    base_url: BaseUrlOpt = None,
+    mirror: MirrorOpt = None,
+    no_fallback: NoFallbackOpt = False,
+    cache_dir: CacheDirOpt = None,
+    offline: OfflineOpt = False,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, max=64,
+                                      help="Concurrent connections.")] = 8,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write a mirror laid out like NVIDIA's redist site (index.html, manifests as served, archives
+    at their relative paths), verified; a re-run fetches only what is missing."""
+    _set_verbose(verbose)
+    with errors():
+        from cudaredist.install import Installer
+        from cudaredist.mirror import fetch_release, plan_release, write_mirror
+        from cudaredist.progress import pick
+        from cudaredist.source import Index
+
+        platforms = _platforms(platform)
+        ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, jobs)
+        transport = ctx.transport()
+        reporter = pick(quiet=quiet or as_json, verbose=verbose)
+        try:
+            index = Index(transport, ctx.cache(), offline=offline)
+            bases = ctx.bases()
+            releases: dict[str, Any] = {}
+            for train in train_list:
+                release = fetch_release(index, train, bases)
+                if release.label not in releases:
+                    releases[release.label] = (release, plan_release(
+                        release, platforms, profile=None if only else profile, components=component or []))
+            installer = Installer(transport, ctx.cache(), reporter=reporter, jobs=jobs, offline=offline)
+            report = write_mirror(out, list(releases.values()), fetch=installer.fetch,
+                                  get_bytes=None if offline else transport.get_bytes,
+                                  reporter=reporter, jobs=jobs)
+        finally:
+            reporter.close()
+            transport.close()
+        if as_json:
+            _emit_json(report.to_json())
+        elif not quiet:
+            for note in report.notes:
+                typer.echo(f"note: {note}", err=True)
+            typer.echo(f"mirror {report.out}: CUDA {', '.join(report.releases)} for "
+                       f"{', '.join(platforms)}: {len(report.archives)} archives "
+                       f"({report.count('downloaded')} downloaded, {report.count('cached')} from cache, "
+                       f"{report.count('present')} already there), {len(report.licenses)} license "
+                       "files added", err=True)
+
+
+@app.command("lock")
+def lock_cmd(
+    train: Train,
+    platform: PlatformsOpt = None,
+    profile: ProfileOpt = "nvcc",
+    component: ComponentOpt = None,
+    only: OnlyOpt = False,
+    output: Annotated[Path | None, typer.Option(
+        "--output", "-o", help="Write the lock file here (default: print it).")] = None,
+    hash_only: Annotated[bool, typer.Option(
+        "--hash", help="Print only the content key: a stable hex key of the resolved archives "
+                       "(a CI cache key).")] = False,
+    base_url: BaseUrlOpt = None,
+    mirror: MirrorOpt = None,
+    no_fallback: NoFallbackOpt = False,
+    cache_dir: CacheDirOpt = None,
+    offline: OfflineOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Resolve TRAIN for each --platform and write a lock file: release, base URL, components,
+    URLs, sha256 and sizes. `install --lock FILE` installs exactly that."""
+    _set_verbose(verbose)
+    with errors():
+        from dataclasses import replace
+
+        from cudaredist.lockfile import build_lock, dumps, write_lock
+        from cudaredist.mirror import fetch_release, plan_release
+        from cudaredist.source import Index
+
+        platforms = _platforms(platform)
+        ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback)
+        transport = ctx.transport()
+        try:
+            bases = ctx.bases()
+            release = fetch_release(Index(transport, ctx.cache(), offline=offline), train, bases)
+        finally:
+            transport.close()
+        plans = plan_release(release, platforms, profile=None if only else profile,
+                             components=component or [])
+        # the lock names where the archives live, not a mirror that happened to be in front of it
+        plans = [replace(p, base_url=bases[-1]) for p in plans]
+        locked = build_lock(plans, train=train, components=component or [])
+        if output is not None:
+            write_lock(output, locked)
+            typer.echo(f"wrote {output}: CUDA {locked['release']} for {', '.join(platforms)}, "
+                       f"content key {locked['content_key'][:16]}…", err=True)
+        if hash_only:
+            typer.echo(locked["content_key"])
+        elif output is None:
+            typer.echo(dumps(locked), nl=False)
 
 
 @cache_app.command("dir")

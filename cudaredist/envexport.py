@@ -1,0 +1,199 @@
+"""The environment a toolkit tree needs, and how each shell (or GitHub Actions) is told it (pure).
+
+What is set, for a tree of release X.Y installed in PREFIX:
+
+    native tree (Linux tree on a POSIX host, Windows tree on Windows):
+        CUDA_PATH, CUDA_HOME, CUDA_PATH_VX_Y = PREFIX
+        PATH            += PREFIX/bin  (Windows 13.x: also PREFIX\\bin\\x64, where the DLLs moved)
+        LD_LIBRARY_PATH += PREFIX/lib  (Linux trees)
+    Windows tree on a non-Windows host (WSL / Linux cross-compiling for Windows):
+        WINDOWS_CUDA_HOME = PREFIX     (what torch's cross-compile paths read); PATH is left alone,
+                                       and CUDA_HOME stays free for a native toolkit
+
+Every renderer quotes so that any path (spaces, quotes, ``$``, backslashes) comes out as
+exactly one word; what no quoting of a shell can carry is refused with an error.
+"""
+
+from __future__ import annotations
+
+import ntpath
+import posixpath
+import re
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from cudaredist.errors import PrefixError
+
+SHELLS = ("sh", "bash", "zsh", "fish", "pwsh", "cmd")
+# PowerShell also closes a single-quoted string on the typographic single quotes
+_PWSH_QUOTES = "'\u2018\u2019\u201a\u201b"
+_DRIVE = re.compile(r"^([A-Za-z]):[\\/]")
+
+
+@dataclass(frozen=True)
+class Environment:
+    """Variables set to a value, and directories put in front of search-path variables."""
+
+    variables: tuple[tuple[str, str], ...]
+    # (variable, directories in the order they should be searched)
+    prepend: tuple[tuple[str, tuple[str, ...]], ...]
+    host_windows: bool
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, object]:
+        return {"set": dict(self.variables), "prepend": {k: list(v) for k, v in self.prepend},
+                "notes": list(self.notes)}
+
+
+def environment(prefix: str, *, platform: str, release: str, host_windows: bool) -> Environment:
+    """The environment for a tree of ``platform``/``release`` at ``prefix`` (a path of this host)."""
+    tree_windows = platform.startswith("windows")
+    join = ntpath.join if host_windows else posixpath.join
+    if tree_windows and not host_windows:
+        return Environment(
+            variables=(("WINDOWS_CUDA_HOME", prefix),), prepend=(), host_windows=False,
+            notes=(f"a {platform} tree on a non-Windows host: only WINDOWS_CUDA_HOME is set "
+                   "(for cross-compiling); PATH and CUDA_HOME are left alone",))
+    if not tree_windows and host_windows:
+        raise PrefixError(
+            f"{prefix} holds a {platform} tree, which cannot run on this Windows host; use it from "
+            "Linux or WSL (`cudaredist env` there), or install --platform windows-x86_64 here",
+            prefix=prefix)
+    major_minor = release.split(".")[:2]
+    variables = (("CUDA_PATH", prefix), ("CUDA_HOME", prefix),
+                 (f"CUDA_PATH_V{'_'.join(major_minor)}", prefix))
+    bins = [join(prefix, "bin")]
+    if tree_windows and _major(release) >= 13:
+        bins.append(join(prefix, "bin", "x64"))  # CUDA 13 moved the runtime DLLs here
+    prepend: list[tuple[str, tuple[str, ...]]] = [("PATH", tuple(bins))]
+    if not tree_windows:
+        prepend.append(("LD_LIBRARY_PATH", (join(prefix, "lib"),)))
+    return Environment(variables, tuple(prepend), host_windows)
+
+
+def _major(release: str) -> int:
+    head = release.split(".", 1)[0]
+    return int(head) if head.isdigit() else 0
+
+
+# -- quoting -----------------------------------------------------------------------------------
+def quote_sh(value: str) -> str:
+    """POSIX single quotes: nothing inside is special; a quote is closed, escaped and reopened."""
+    return "'" + value.replace("'", "'\\''") + "'"
+
+
+def quote_fish(value: str) -> str:
+    """fish single quotes: only ``\\'`` and ``\\\\`` are escapes inside them."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def quote_pwsh(value: str) -> str:
+    """PowerShell verbatim string: every single-quote character (also ‘ ’ ‚ ‛) is doubled."""
+    return "'" + "".join(c + c if c in _PWSH_QUOTES else c for c in value) + "'"
+
+
+def quote_cmd(value: str, *, name: str) -> str:
+    """The inside of ``set "NAME=value"`` in a batch file: ``%`` doubled; no quote or newline."""
+    if '"' in value or "\n" in value or "\r" in value:
+        raise PrefixError(f"cmd cannot carry {name}={value!r} (a double quote or a line break); "
+                          "use --shell pwsh", prefix=value)
+    return value.replace("%", "%%")
+
+
+def msys_path(path: str) -> str:
+    """``C:\\a b\\cuda`` -> ``/c/a b/cuda``: how Git Bash / MSYS2 shells spell a PATH entry."""
+    m = _DRIVE.match(path)
+    rest = path[m.end():] if m else path
+    rest = rest.replace("\\", "/")
+    return f"/{m.group(1).lower()}/{rest}" if m else rest
+
+
+# -- renderers -----------------------------------------------------------------------------------
+def _render_sh(env: Environment) -> str:
+    lines = [f"export {name}={quote_sh(value)}" for name, value in env.variables]
+    for var, dirs in env.prepend:
+        if env.host_windows and var == "PATH":
+            dirs = tuple(msys_path(d) for d in dirs)  # a POSIX shell on Windows splits PATH on ':'
+        head = ":".join(quote_sh(d) for d in dirs)
+        # ${VAR:+:$VAR} adds no empty entry when VAR is unset (an empty entry means the cwd)
+        lines.append(f'export {var}={head}"${{{var}:+:${{{var}}}}}"')
+    return "\n".join(lines) + "\n"
+
+
+def _render_fish(env: Environment) -> str:
+    lines = [f"set -gx {name} {quote_fish(value)}" for name, value in env.variables]
+    for var, dirs in env.prepend:
+        if env.host_windows and var == "PATH":
+            dirs = tuple(msys_path(d) for d in dirs)
+        # fish keeps *PATH variables as lists; an unset one expands to nothing
+        lines.append(f"set -gx {var} {' '.join(quote_fish(d) for d in dirs)} ${var}")
+    return "\n".join(lines) + "\n"
+
+
+def _render_pwsh(env: Environment) -> str:
+    lines = [f"$env:{name} = {quote_pwsh(value)}" for name, value in env.variables]
+    for var, dirs in env.prepend:
+        items = ", ".join(quote_pwsh(d) for d in dirs)
+        lines.append(f"$env:{var} = (@({items}, $env:{var}) | Where-Object {{ $_ }}) "
+                     "-join [IO.Path]::PathSeparator")
+    return "\n".join(lines) + "\n"
+
+
+def _render_cmd(env: Environment) -> str:
+    lines = [f'@set "{name}={quote_cmd(value, name=name)}"' for name, value in env.variables]
+    for var, dirs in env.prepend:
+        head = ";".join(quote_cmd(d, name=var) for d in dirs)
+        lines.append(f'@set "{var}={head};%{var}%"')
+    return "\r\n".join(lines) + "\r\n"
+
+
+_RENDERERS: dict[str, Callable[[Environment], str]] = {
+    "sh": _render_sh, "bash": _render_sh, "zsh": _render_sh,
+    "fish": _render_fish, "pwsh": _render_pwsh, "cmd": _render_cmd,
+}
+
+
+def render(env: Environment, shell: str) -> str:
+    """Commands that set ``env`` when evaluated by ``shell``."""
+    try:
+        return _RENDERERS[shell](env)
+    except KeyError:
+        raise ValueError(f"unknown shell {shell!r}; choose one of {', '.join(SHELLS)}") from None
+
+
+def default_shell(host_windows: bool) -> str:
+    return "pwsh" if host_windows else "sh"
+
+
+# -- GitHub Actions ------------------------------------------------------------------------------
+def github_files(env: Environment, current: Mapping[str, str], *,
+                 delimiter: str | None = None) -> tuple[str, str]:
+    """(text for $GITHUB_ENV, text for $GITHUB_PATH).
+
+    GITHUB_ENV gets ``NAME<<DELIM`` heredocs, which carry any value. GITHUB_PATH gets one
+    directory per line; the runner prepends each line in turn, so the first one wanted in
+    PATH is written last. Other search paths are written out whole, with ``current`` (the
+    present environment) after the new directories.
+    """
+    sep = ";" if env.host_windows else ":"
+    values = list(env.variables)
+    path_lines: list[str] = []
+    for var, dirs in env.prepend:
+        if var == "PATH":
+            for d in dirs:
+                if "\n" in d or "\r" in d:
+                    raise PrefixError(f"GITHUB_PATH cannot carry a directory with a line break: {d!r}",
+                                      prefix=d)
+            path_lines.extend(reversed(dirs))
+        else:
+            old = current.get(var, "")
+            values.append((var, sep.join([*dirs, *([old] if old else [])])))
+    env_text = ""
+    for name, value in values:
+        delim = delimiter or f"ghadelimiter_{uuid.uuid4()}"
+        if delim in value.splitlines():
+            raise PrefixError(f"the value of {name} contains the delimiter {delim!r}", prefix=value)
+        env_text += f"{name}<<{delim}\n{value}\n{delim}\n"
+    path_text = "".join(f"{d}\n" for d in path_lines)
+    return env_text, path_text

@@ -1,0 +1,216 @@
+"""Lock files: resolved plans written down, then read back, checked for edits and for drift.
+
+A lock (``cudaredist lock 13.4 -o cuda.lock``) is JSON with a fixed key order::
+
+    {
+      "lock_version": 1,
+      "release": "13.4.2",  "release_date": "2026-09-16",
+      "base_url": "<redist base the archives come from>",  "source": "nvidia",
+      "request": {"train": "13.4", "profile": "nvcc", "components": []},
+      "platforms": ["linux-x86_64", "windows-x86_64"],
+      "content_key": "<sha256 of platforms + archive hashes: the CI cache key>",
+      "plans": {"linux-x86_64": <Plan.to_json()>, ...},
+      "digest": "<sha256 of everything above, canonical JSON: detects hand edits>"
+    }
+
+``install --lock`` takes its plan from here: no index listing, no manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from cudaredist.errors import LockFileError, ManifestError
+from cudaredist.manifest import check_relative_path, version_key
+from cudaredist.plan import Plan, join_url, plan_from_json
+
+LOCK_VERSION = 1
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_URL = re.compile(r"^(https?|file)://", re.I)
+
+
+@dataclass(frozen=True)
+class Lock:
+    path: str
+    release: str
+    base_url: str
+    train: str
+    profile: str
+    components: tuple[str, ...]
+    plans: dict[str, Plan]
+    content_key: str
+    source: str = "nvidia"
+
+    @property
+    def platforms(self) -> tuple[str, ...]:
+        return tuple(self.plans)
+
+
+def content_key(plans: Sequence[Plan]) -> str:
+    """A stable key of what the plans install (platforms + archive hashes), not of where from."""
+    body = json.dumps(sorted([p.platform, p.content_key()] for p in plans))
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def _digest(body: dict[str, Any]) -> str:
+    canon = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canon.encode()).hexdigest()
+
+
+def build_lock(plans: Sequence[Plan], *, train: str, components: Sequence[str] = ()) -> dict[str, Any]:
+    """The lock document for plans of one release (one plan per platform)."""
+    if not plans:
+        raise LockFileError("nothing to lock: no platform was planned")
+    first = plans[0]
+    if any(p.release != first.release or p.base_url != first.base_url for p in plans):
+        raise LockFileError("all platforms of a lock must come from one release and base URL")
+    body: dict[str, Any] = {
+        "lock_version": LOCK_VERSION,
+        "release": first.release,
+        "release_date": first.release_date,
+        "base_url": first.base_url,
+        "source": first.source,
+        "request": {"train": train, "profile": first.profile, "components": list(components)},
+        "platforms": [p.platform for p in plans],
+        "content_key": content_key(plans),
+        "plans": {p.platform: _plain(p).to_json() for p in plans},
+    }
+    body["digest"] = _digest(body)
+    return body
+
+
+def _plain(plan: Plan) -> Plan:
+    """The plan as recorded: archive URLs on its own base, no mirror fallbacks."""
+    return replace(plan, items=tuple(replace(i, url=join_url(plan.base_url, i.archive.relative_path),
+                                             fallback_urls=()) for i in plan.items))
+
+
+def dumps(lock: dict[str, Any]) -> str:
+    return json.dumps(lock, indent=2, ensure_ascii=False) + "\n"
+
+
+def write_lock(path: Path, lock: dict[str, Any]) -> None:
+    path = path.absolute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(dumps(lock))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_lock(path: Path) -> Lock:
+    """Parse and check a lock file: format, digest, every archive entry, the content key."""
+    where = str(path)
+    try:
+        obj = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise LockFileError(f"the lock file {where} does not exist; create it with "
+                            "`cudaredist lock TRAIN -o FILE`", path=where) from None
+    except (OSError, ValueError) as exc:
+        raise LockFileError(f"the lock file {where} is not readable JSON: {exc}", path=where) from exc
+    if not isinstance(obj, dict) or obj.get("lock_version") != LOCK_VERSION:
+        version = obj.get("lock_version") if isinstance(obj, dict) else None
+        raise LockFileError(f"{where} is not a cudaredist lock of version {LOCK_VERSION} "
+                            f"(lock_version: {version!r})", path=where)
+    body = {k: v for k, v in obj.items() if k != "digest"}
+    if obj.get("digest") != _digest(body):
+        raise LockFileError(
+            f"the lock file {where} was edited after `cudaredist lock` wrote it (its digest does not "
+            "match its content); regenerate it with `cudaredist lock`", path=where)
+    try:
+        release = str(obj["release"])
+        base_url = str(obj["base_url"])
+        request = obj["request"]
+        plans = {str(k): plan_from_json(v) for k, v in obj["plans"].items()}
+        train = str(request["train"])
+        profile = str(request["profile"])
+        components = tuple(str(c) for c in request["components"])
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise LockFileError(f"the lock file {where} lacks a field or has a wrong type: {exc!r}",
+                            path=where) from exc
+    if not plans or list(plans) != list(obj.get("platforms", [])):
+        raise LockFileError(f"{where}: 'platforms' does not list the planned platforms", path=where)
+    for platform, plan in plans.items():
+        _check_plan(plan, platform, release, where)
+    key = content_key(list(plans.values()))
+    if obj.get("content_key") != key:
+        raise LockFileError(f"{where}: content_key does not match the archives it lists", path=where)
+    return Lock(where, release, base_url, train, profile, components, plans, key,
+                str(obj.get("source", "nvidia")))
+
+
+def _check_plan(plan: Plan, platform: str, release: str, where: str) -> None:
+    if plan.platform != platform or plan.release != release:
+        raise LockFileError(f"{where}: the plan under {platform!r} is for {plan.platform} "
+                            f"CUDA {plan.release}, not {platform} CUDA {release}", path=where)
+    if not plan.items:
+        raise LockFileError(f"{where}: the plan for {platform} lists no archives", path=where)
+    for item in plan.items:
+        entry = f"{platform}/{item.component}"
+        try:
+            check_relative_path(item.archive.relative_path, entry, where)
+        except ManifestError as exc:
+            raise LockFileError(str(exc), path=where) from exc
+        if not _HEX64.match(item.archive.sha256):
+            raise LockFileError(f"{where}: {entry}: sha256 must be 64 lowercase hex digits",
+                                path=where)
+        if item.archive.size < 0:
+            raise LockFileError(f"{where}: {entry}: size must not be negative", path=where)
+        if not _URL.match(item.url):
+            raise LockFileError(f"{where}: {entry}: url {item.url!r} is not http(s):// or file://",
+                                path=where)
+
+
+def select(lock: Lock, *, train: str | None, platform: str | None, host: str | None,
+           profile: str | None, components: Sequence[str] | None, source: str | None = None) -> Plan:
+    """The locked plan for this request, or :class:`LockFileError` if the request drifted."""
+    hint = (f"regenerate the lock (`cudaredist lock {train or lock.train} ... -o {lock.path}`) "
+            "or drop the conflicting option")
+    if train is not None:
+        want = version_key(train)
+        if not want or version_key(lock.release)[: len(want)] != want:
+            raise LockFileError(f"{lock.path} pins CUDA {lock.release}, but {train} was asked for; "
+                                f"{hint}", path=lock.path)
+    if platform is None:
+        if host in lock.plans:
+            platform = host
+        elif len(lock.plans) == 1:
+            platform = lock.platforms[0]
+        else:
+            raise LockFileError(f"{lock.path} locks {', '.join(lock.platforms)}, not this host's "
+                                f"{host}; pass --platform", path=lock.path)
+    if platform not in lock.plans:
+        raise LockFileError(f"{lock.path} has no plan for platform {platform} (it locks "
+                            f"{', '.join(lock.platforms)}); {hint}", path=lock.path)
+    if profile is not None and profile != lock.profile:
+        raise LockFileError(f"{lock.path} was locked with profile {lock.profile!r}, not {profile!r}; "
+                            f"{hint}", path=lock.path)
+    if source is not None and source != lock.source:
+        raise LockFileError(f"{lock.path} was locked from source {lock.source!r}, not {source!r}; "
+                            f"{hint}", path=lock.path)
+    if components is not None and sorted(components) != sorted(lock.components):
+        raise LockFileError(f"{lock.path} was locked with components {list(lock.components)}, not "
+                            f"{list(components)}; {hint}", path=lock.path)
+    return lock.plans[platform]
+
+
+def with_bases(plan: Plan, bases: Sequence[str]) -> Plan:
+    """The plan fetching each archive from ``bases`` in order (mirror first), same bytes."""
+    if not bases:
+        return plan
+    items = tuple(replace(i, url=join_url(bases[0], i.archive.relative_path),
+                          fallback_urls=tuple(join_url(b, i.archive.relative_path) for b in bases[1:]))
+                  for i in plan.items)
+    return replace(plan, items=items)
