@@ -1,9 +1,10 @@
-"""A session fixture: a redist-shaped mirror of CUDA 13.0.2 with REAL NVIDIA binaries.
+"""Session fixtures: a redist-shaped mirror of CUDA 13.0.2 with REAL NVIDIA binaries, and nginx.
 
-Built once per session by ``../shared/tools/pypi-mirror.sh`` (NVIDIA's component wheels
-from PyPI, re-packed as redist archives) for linux-x86_64 and windows-x86_64, into
-``$CUDAREDIST_TEST_MIRROR`` when set (kept and reused across sessions) or a session
-temp dir. Import it into a test module::
+The mirror is built once per session by ``cudaredist mirror 13.0.2 --source pypi`` (NVIDIA's
+component wheels from PyPI, re-packed as redist archives) for linux-x86_64 and
+windows-x86_64, into a session temp dir. The wheels go through cudaredist's download cache:
+``$CUDAREDIST_TEST_CACHE`` when set (kept across sessions: a warm rerun needs only PyPI's
+index pages), else a session temp dir. Import the fixtures into a test module::
 
     from tests.realmirror import real_mirror_1302  # noqa: F401
 """
@@ -18,53 +19,35 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SHARED
-
 LABEL = "13.0.2"
 PLATFORMS = ("linux-x86_64", "windows-x86_64")
-SCRIPT = SHARED / "tools" / "pypi-mirror.sh"
-ENV_DIR = "CUDAREDIST_TEST_MIRROR"
-
-
-def _complete(root: Path) -> bool:
-    """Does ``root`` already hold the manifest and every archive it lists for PLATFORMS?"""
-    try:
-        manifest = json.loads((root / f"redistrib_{LABEL}.json").read_text())
-    except (OSError, ValueError):
-        return False
-    found = set()
-    for comp in manifest.values():
-        if not isinstance(comp, dict):
-            continue
-        for plat in PLATFORMS:
-            entry = comp.get(plat)
-            if isinstance(entry, dict) and "relative_path" in entry:
-                p = root / entry["relative_path"]
-                if not p.is_file() or p.stat().st_size != int(entry["size"]):
-                    return False
-                found.add(plat)
-    return found == set(PLATFORMS)
+ENV_CACHE = "CUDAREDIST_TEST_CACHE"
+XZ_PRESET = "1"  # a test fixture: fast to build (the command's default is 6)
 
 
 @pytest.fixture(scope="session")
-def real_mirror_1302(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The mirror root (index.html, redistrib_13.0.2.json, archives) for both platforms."""
-    if not SCRIPT.is_file():
-        pytest.skip(f"{SCRIPT} is absent (../shared is not next to the repository)")
-    import filelock
+def real_wheel_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """cudaredist's download cache for NVIDIA's wheels: $CUDAREDIST_TEST_CACHE or a session dir."""
+    given = os.environ.get(ENV_CACHE)
+    return Path(given).absolute() if given else tmp_path_factory.mktemp("pypi-wheel-cache")
 
-    chosen = os.environ.get(ENV_DIR)
-    root = Path(chosen).absolute() if chosen else tmp_path_factory.mktemp("real-mirror-1302")
-    root.mkdir(parents=True, exist_ok=True)
-    with filelock.FileLock(str(root.parent / f".{root.name}.build.lock")):
-        if not _complete(root):
-            env = dict(os.environ)
-            # the script calls `pip` and `python3`: take this interpreter's (3.11+, has pip)
-            env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-            r = subprocess.run(["bash", str(SCRIPT), LABEL, str(root), ",".join(PLATFORMS)],
-                               env=env, capture_output=True, text=True, timeout=1200)
-            assert r.returncode == 0, f"pypi-mirror.sh failed ({r.returncode}):\n{r.stderr[-4000:]}"
-            assert _complete(root), f"pypi-mirror.sh left an incomplete mirror in {root}"
+
+@pytest.fixture(scope="session")
+def real_mirror_1302(tmp_path_factory: pytest.TempPathFactory, real_wheel_cache: Path) -> Path:
+    """The mirror root (index.html, redistrib_13.0.2.json, archives) for both platforms."""
+    root = tmp_path_factory.mktemp("real-mirror-1302")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUDAREDIST_")}
+    env["CUDAREDIST_CACHE_DIR"] = str(real_wheel_cache)
+    cmd = [sys.executable, "-m", "cudaredist", "mirror", LABEL, "--source", "pypi",
+           *(a for p in PLATFORMS for a in ("--platform", p)), "--out", str(root),
+           "--xz-preset", XZ_PRESET, "--json"]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
+    assert r.returncode == 0, f"cudaredist mirror --source pypi failed ({r.returncode}):\n{r.stderr[-4000:]}"
+    report = json.loads(r.stdout)
+    assert report["releases"] == [LABEL], report
+    manifest = json.loads((root / f"redistrib_{LABEL}.json").read_text())
+    for plat in PLATFORMS:
+        assert any(isinstance(c, dict) and plat in c for c in manifest.values()), (plat, manifest)
     return root
 
 
@@ -126,6 +109,8 @@ def nginx_serve(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-un
 
     binary = nginx_binary()
     if binary is None:
+        if os.environ.get("CI"):  # CI installs it (.ci/run): a missing nginx there is a failure
+            pytest.fail("nginx is not installed although CI is set; .ci/run should have installed it")
         pytest.skip("nginx is not installed (apt-get install nginx-light; .ci/run does)")
     procs: list[subprocess.Popen[bytes]] = []
 
