@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -49,7 +48,8 @@ BaseUrlOpt = Annotated[str | None, typer.Option(
 MirrorOpt = Annotated[str | None, typer.Option(
     "--mirror", envvar="CUDAREDIST_MIRROR", show_envvar=True,
     help="A mirror tried before the base URL (http(s)://, file:// or a directory).")]
-NoFallbackOpt = Annotated[bool, typer.Option("--no-fallback", help="Use only the mirror, never the base URL.")]
+NoFallbackOpt = Annotated[bool, typer.Option("--no-fallback",
+                                             help="Use only the mirror, never the base URL.")]
 CacheDirOpt = Annotated[Path | None, typer.Option(
     "--cache-dir", envvar="CUDAREDIST_CACHE_DIR", show_envvar=True, help="Download cache directory.")]
 OfflineOpt = Annotated[bool, typer.Option("--offline", help="Use only the cache: no network at all.")]
@@ -102,7 +102,7 @@ class Ctx:
     mirror: str | None
     no_fallback: bool
     jobs: int = 8
-    source: str = "nvidia"
+    source: str | None = "nvidia"  # None: not given (install --lock takes the lock's)
     index_url: str | None = None
 
     def cache(self) -> Any:
@@ -222,7 +222,11 @@ def install(
     verbose: VerboseOpt = False,
     as_json: JsonOpt = False,
     lock: LockOpt = None,
-    source: SourceOpt = "nvidia",
+    source: Annotated[str | None, typer.Option(
+        "--source", envvar="CUDAREDIST_SOURCE", show_envvar=True,
+        help="nvidia: NVIDIA's redist archives; pypi: NVIDIA's wheels, through the cuda-toolkit "
+             "metapackage (see docs/pypi-source.md). With --lock: the lock's; another one is refused.  "
+             "[default: nvidia]", show_default=False)] = None,
     index_url: IndexUrlOpt = None,
 ) -> None:
     """Install a toolkit tree into --prefix (atomically; a failure leaves the prefix as it was)."""
@@ -300,8 +304,9 @@ def _locked_plan(ctx: Ctx, path: Path, train: str | None, platform: str | None,
     except CudaRedistError:
         host = None
     plan = select(locked, train=train, platform=platform, host=host, profile=profile,
-                  components=components, source=check_source(ctx.source))
-    if plan.source != "nvidia":  # archive URLs of other sources are not base + relative_path
+                  components=components,
+                  source=None if ctx.source is None else check_source(ctx.source))
+    if plan.source != "nvidia":  # a wheel is fetched from the URL the lock pins: no index, no base
         return plan, list(locked.components)
     if ctx.no_fallback and not ctx.mirror:
         _fail("--no-fallback needs --mirror (or CUDAREDIST_MIRROR)", 2)
@@ -437,7 +442,7 @@ def trains(
                     return ""
 
             with ThreadPoolExecutor(8) as pool:
-                dates = dict(zip(newest.values(), pool.map(date, newest.values())))
+                dates = dict(zip(newest.values(), pool.map(date, newest.values()), strict=True))
         finally:
             transport.close()
         rows = [{"train": t, "release": r, "release_date": dates.get(r, ""),
@@ -526,46 +531,77 @@ def mirror_cmd(
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
     as_json: JsonOpt = False,
+    source: SourceOpt = "nvidia",
+    index_url: IndexUrlOpt = None,
+    xz_preset: Annotated[int | None, typer.Option(
+        "--xz-preset", min=0, max=9, help="--source pypi: xz preset of the .tar.xz archives (the deflate "
+                                          "level of the .zip ones, 1 at least).  [default: 6]",
+        show_default=False)] = None,
 ) -> None:
     """Write a mirror laid out like NVIDIA's redist site (index.html, manifests as served, archives
-    at their relative paths), verified; a re-run fetches only what is missing."""
+    at their relative paths), verified; a re-run fetches only what is missing. With --source pypi
+    the archives are built from NVIDIA's wheels, holding the tree `install --source pypi` makes."""
     _set_verbose(verbose)
     with errors():
+        from cudaredist import pypi
         from cudaredist.install import Installer
-        from cudaredist.mirror import fetch_release, plan_release, write_mirror
+        from cudaredist.mirror import fetch_release, plan_release, write_mirror, write_wheel_mirror
         from cudaredist.progress import pick
         from cudaredist.source import Index
 
         platforms = _platforms(platform)
-        ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, jobs)
+        wheels = pypi.check_source(source) == "pypi"
+        if xz_preset is not None and not wheels:
+            _fail("--xz-preset needs --source pypi: NVIDIA's archives are mirrored as served", 2)
+        ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, jobs, source=source,
+                  index_url=index_url)
         transport = ctx.transport()
         reporter = pick(quiet=quiet or as_json, verbose=verbose)
         try:
-            index = Index(transport, ctx.cache(), offline=offline)
-            bases = ctx.bases()
-            releases: dict[str, Any] = {}
-            for train in train_list:
-                release = fetch_release(index, train, bases)
-                if release.label not in releases:
-                    releases[release.label] = (release, plan_release(
-                        release, platforms, profile=None if only else profile, components=component or []))
-            installer = Installer(transport, ctx.cache(), reporter=reporter, jobs=jobs, offline=offline)
-            report = write_mirror(out, list(releases.values()), fetch=installer.fetch,
-                                  get_bytes=None if offline else transport.get_bytes,
-                                  reporter=reporter, jobs=jobs)
+            if wheels:
+                wheel_index = pypi.WheelIndex(transport, ctx.cache(), index_url=index_url, offline=offline)
+                by_release: dict[str, Any] = {}
+                for train in train_list:
+                    plans = pypi.resolve_plans(wheel_index, train, platforms,
+                                               profile=None if only else profile, components=component or [])
+                    by_release.setdefault(plans[0].release, plans)
+                installer = Installer(transport, ctx.cache(), reporter=reporter, jobs=jobs, offline=offline)
+                report = write_wheel_mirror(out, list(by_release.values()), fetch=installer.fetch,
+                                            reporter=reporter, jobs=jobs,
+                                            preset=6 if xz_preset is None else xz_preset)
+            else:
+                index = Index(transport, ctx.cache(), offline=offline)
+                bases = ctx.bases()
+                releases: dict[str, Any] = {}
+                for train in train_list:
+                    release = fetch_release(index, train, bases)
+                    if release.label not in releases:
+                        releases[release.label] = (release, plan_release(
+                            release, platforms, profile=None if only else profile,
+                            components=component or []))
+                installer = Installer(transport, ctx.cache(), reporter=reporter, jobs=jobs, offline=offline)
+                report = write_mirror(out, list(releases.values()), fetch=installer.fetch,
+                                      get_bytes=None if offline else transport.get_bytes,
+                                      reporter=reporter, jobs=jobs)
         finally:
             reporter.close()
             transport.close()
-        if as_json:
-            _emit_json(report.to_json())
-        elif not quiet:
-            for note in report.notes:
-                typer.echo(f"note: {note}", err=True)
-            typer.echo(f"mirror {report.out}: CUDA {', '.join(report.releases)} for "
-                       f"{', '.join(platforms)}: {len(report.archives)} archives "
-                       f"({report.count('downloaded')} downloaded, {report.count('cached')} from cache, "
-                       f"{report.count('present')} already there), {len(report.licenses)} license "
-                       "files added", err=True)
+        _mirror_summary(report, platforms, as_json=as_json, quiet=quiet, built=wheels)
+
+
+def _mirror_summary(report: Any, platforms: list[str], *, as_json: bool, quiet: bool, built: bool) -> None:
+    if as_json:
+        _emit_json(report.to_json())
+    elif not quiet:
+        for note in report.notes:
+            typer.echo(f"note: {note}", err=True)
+        how = (f"{report.count('downloaded') + report.count('cached')} built from wheels "
+               f"({report.count('downloaded')} downloaded, {report.count('cached')} from cache)" if built
+               else f"{report.count('downloaded')} downloaded, {report.count('cached')} from cache")
+        typer.echo(f"mirror {report.out}: CUDA {', '.join(report.releases)} for "
+                   f"{', '.join(platforms)}: {len(report.archives)} archives ({how}, "
+                   f"{report.count('present')} already there), {len(report.licenses)} license "
+                   "files added", err=True)
 
 
 @app.command("lock")
@@ -586,6 +622,8 @@ def lock_cmd(
     cache_dir: CacheDirOpt = None,
     offline: OfflineOpt = False,
     verbose: VerboseOpt = False,
+    source: SourceOpt = "nvidia",
+    index_url: IndexUrlOpt = None,
 ) -> None:
     """Resolve TRAIN for each --platform and write a lock file: release, base URL, components,
     URLs, sha256 and sizes. `install --lock FILE` installs exactly that."""
@@ -593,6 +631,7 @@ def lock_cmd(
     with errors():
         from dataclasses import replace
 
+        from cudaredist import pypi
         from cudaredist.lockfile import build_lock, dumps, write_lock
         from cudaredist.mirror import fetch_release, plan_release
         from cudaredist.source import Index
@@ -601,14 +640,19 @@ def lock_cmd(
         ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback)
         transport = ctx.transport()
         try:
-            bases = ctx.bases()
-            release = fetch_release(Index(transport, ctx.cache(), offline=offline), train, bases)
+            if pypi.check_source(source) == "pypi":
+                wheels = pypi.WheelIndex(transport, ctx.cache(), index_url=index_url, offline=offline)
+                plans = pypi.resolve_plans(wheels, train, platforms, profile=None if only else profile,
+                                           components=component or [])
+            else:
+                bases = ctx.bases()
+                release = fetch_release(Index(transport, ctx.cache(), offline=offline), train, bases)
+                plans = plan_release(release, platforms, profile=None if only else profile,
+                                     components=component or [])
+                # the lock names where the archives live, not a mirror that happened to be in front of it
+                plans = [replace(p, base_url=bases[-1]) for p in plans]
         finally:
             transport.close()
-        plans = plan_release(release, platforms, profile=None if only else profile,
-                             components=component or [])
-        # the lock names where the archives live, not a mirror that happened to be in front of it
-        plans = [replace(p, base_url=bases[-1]) for p in plans]
         locked = build_lock(plans, train=train, components=component or [])
         if output is not None:
             write_lock(output, locked)
@@ -688,6 +732,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
-
-_ = os  # keep `os` for plugins that patch the environment in tests
+    main()

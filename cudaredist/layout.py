@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import posixpath
 import re
 
@@ -20,11 +21,10 @@ def clean_member(name: str, *, archive: str, zip_entry: bool = False) -> str:
     if any(ord(c) < 0x20 for c in name):
         raise UnsafeArchiveError(f"{archive}: member {raw!r} has control characters in its name; refused",
                                  archive=archive, member=raw)
-    if "\\" in name:
-        if zip_entry:
-            raise UnsafeArchiveError(
-                f"{archive}: entry {raw!r} uses backslashes; refused (a Windows extractor would "
-                "read them as directory separators)", archive=archive, member=raw)
+    if "\\" in name and (zip_entry or os.name == "nt"):
+        raise UnsafeArchiveError(
+            f"{archive}: entry {raw!r} uses backslashes; refused (Windows reads them as "
+            "directory separators)", archive=archive, member=raw)
     if name.startswith("/") or _DRIVE.match(name) or name.startswith("\\"):
         raise UnsafeArchiveError(f"{archive}: member {raw!r} is an absolute path; refused",
                                  archive=archive, member=raw)

@@ -50,7 +50,8 @@ class Plan:
 
     def content_key(self) -> str:
         """Identifies what the tree holds: platform + archives' hashes (not where they came from)."""
-        body = json.dumps([self.platform, sorted((i.component, i.archive.sha256, i.layout) for i in self.items)])
+        body = json.dumps([self.platform,
+                           sorted((i.component, i.archive.sha256, i.layout) for i in self.items)])
         return hashlib.sha256(body.encode()).hexdigest()
 
     def to_json(self) -> dict[str, Any]:

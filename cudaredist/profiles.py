@@ -65,7 +65,8 @@ def data_dir() -> Path:
 def _load(path: str) -> dict[str, Any]:
     try:
         with open(path, "rb") as fh:
-            return tomllib.load(fh)
+            data: dict[str, Any] = tomllib.load(fh)
+            return data
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ManifestError(f"cannot read {path}: {exc}", source=path) from exc
 

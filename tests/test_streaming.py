@@ -116,8 +116,8 @@ def test_install_extracts_while_the_archive_downloads(tmp_path: Path) -> None:
     root = tmp_path / "www"
     arch = make_tar_xz(root / "big-archive.tar.xz", {k.rstrip("/"): v for k, v in members.items()})  # type: ignore[misc]
     raw = arch.read_bytes()
-    item = PlannedArchive("big", "1", Archive("big-archive.tar.xz", hashlib.sha256(raw).hexdigest(), len(raw)),
-                          "")
+    digest = hashlib.sha256(raw).hexdigest()
+    item = PlannedArchive("big", "1", Archive("big-archive.tar.xz", digest, len(raw)), "")
     prefix = tmp_path / "prefix"
     seen_during_stall: list[list[str]] = []
     with FaultServer(root) as srv:
