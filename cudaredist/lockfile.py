@@ -13,7 +13,10 @@ A lock (``cudaredist lock 13.4 -o cuda.lock``) is JSON with a fixed key order::
       "digest": "<sha256 of everything above, canonical JSON: detects hand edits>"
     }
 
-``install --lock`` takes its plan from here: no index listing, no manifest.
+``install --lock`` takes its plan from here: no index listing, no manifest. A lock of the
+``nvidia`` source names archives by ``relative_path`` under ``base_url`` (which ``--base-url``
+and ``--mirror`` may replace); a lock of the ``pypi`` source has ``base_url`` = the package
+index it was resolved on and pins each wheel by its own URL (``layout`` "wheel"), fetched as is.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from cudaredist.manifest import check_relative_path, version_key
 from cudaredist.plan import Plan, join_url, plan_from_json
 
 LOCK_VERSION = 1
+# source -> the layout of its archives (a lock mixing them was not written by `cudaredist lock`)
+LAYOUTS = {"nvidia": "redist", "pypi": "wheel"}
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _URL = re.compile(r"^(https?|file)://", re.I)
 
@@ -88,7 +93,10 @@ def build_lock(plans: Sequence[Plan], *, train: str, components: Sequence[str] =
 
 
 def _plain(plan: Plan) -> Plan:
-    """The plan as recorded: archive URLs on its own base, no mirror fallbacks."""
+    """The plan as recorded: no mirror fallbacks; redist archives on the plan's own base (a wheel's
+    URL is wherever the index said it is, not under the index URL)."""
+    if plan.source != "nvidia":
+        return replace(plan, items=tuple(replace(i, fallback_urls=()) for i in plan.items))
     return replace(plan, items=tuple(replace(i, url=join_url(plan.base_url, i.archive.relative_path),
                                              fallback_urls=()) for i in plan.items))
 
@@ -142,23 +150,32 @@ def read_lock(path: Path) -> Lock:
                             path=where) from exc
     if not plans or list(plans) != list(obj.get("platforms", [])):
         raise LockFileError(f"{where}: 'platforms' does not list the planned platforms", path=where)
+    source = str(obj.get("source", "nvidia"))
+    if source not in LAYOUTS:
+        raise LockFileError(f"{where}: unknown source {source!r} (this cudaredist knows "
+                            f"{', '.join(LAYOUTS)}); regenerate the lock or upgrade cudaredist", path=where)
     for platform, plan in plans.items():
-        _check_plan(plan, platform, release, where)
+        _check_plan(plan, platform, release, source, where)
     key = content_key(list(plans.values()))
     if obj.get("content_key") != key:
         raise LockFileError(f"{where}: content_key does not match the archives it lists", path=where)
-    return Lock(where, release, base_url, train, profile, components, plans, key,
-                str(obj.get("source", "nvidia")))
+    return Lock(where, release, base_url, train, profile, components, plans, key, source)
 
 
-def _check_plan(plan: Plan, platform: str, release: str, where: str) -> None:
+def _check_plan(plan: Plan, platform: str, release: str, source: str, where: str) -> None:
     if plan.platform != platform or plan.release != release:
         raise LockFileError(f"{where}: the plan under {platform!r} is for {plan.platform} "
                             f"CUDA {plan.release}, not {platform} CUDA {release}", path=where)
+    if plan.source != source:
+        raise LockFileError(f"{where}: the plan for {platform} is from source {plan.source!r}, the lock "
+                            f"from {source!r}", path=where)
     if not plan.items:
         raise LockFileError(f"{where}: the plan for {platform} lists no archives", path=where)
     for item in plan.items:
         entry = f"{platform}/{item.component}"
+        if item.layout != LAYOUTS[source]:
+            raise LockFileError(f"{where}: {entry}: layout {item.layout!r} is not that of a {source} "
+                                f"archive ({LAYOUTS[source]!r})", path=where)
         try:
             check_relative_path(item.archive.relative_path, entry, where)
         except ManifestError as exc:

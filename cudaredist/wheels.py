@@ -16,7 +16,7 @@ import posixpath
 import re
 import struct
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from typing import IO, TYPE_CHECKING, Any
@@ -435,6 +435,8 @@ class Metadata:
     version: str
     extras: tuple[str, ...]
     requirements: tuple[Requirement, ...]
+    summary: str = ""
+    license: str = ""   # License-Expression, else License
 
     def wanted(self, extra: str, env: Mapping[str, str]) -> list[Requirement]:
         """The requirements ``extra`` adds for a target whose markers are ``env``."""
@@ -455,7 +457,9 @@ def parse_metadata(text: str) -> Metadata:
     msg = email.parser.Parser().parsestr(text, headersonly=True)
     extras = tuple(normalize_name(str(x)) for x in msg.get_all("Provides-Extra") or [])
     reqs = tuple(parse_requirement(str(x)) for x in msg.get_all("Requires-Dist") or [])
-    return Metadata(normalize_name(str(msg.get("Name", ""))), str(msg.get("Version", "")), extras, reqs)
+    license_ = str(msg.get("License-Expression") or msg.get("License") or "").strip()
+    return Metadata(normalize_name(str(msg.get("Name", ""))), str(msg.get("Version", "")), extras, reqs,
+                    str(msg.get("Summary") or "").strip(), license_)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -762,24 +766,42 @@ def soname_links(filename: str, soname: str) -> list[tuple[str, str]]:
     return links
 
 
-def add_soname_links(tree: Tree, paths: Iterable[str], *, component: str, archive: str) -> list[str]:
-    """Restore ``libX.so -> libX.so.N -> libX.so.N.M.P`` beside each extracted shared library.
+def chain_links(paths: Iterable[str], soname_of: Callable[[str], str | None],
+                taken: Callable[[str], bool]) -> Iterator[tuple[str, str]]:
+    """(link path, target) for ``libX.so -> libX.so.N -> libX.so.N.M.P`` beside each shared library.
 
-    The SONAME comes from the ELF itself; a link whose name is already taken is left alone.
+    ``soname_of`` reads a library's DT_SONAME (None: not an ELF shared object); a link whose
+    path ``taken`` says is in use is left out. Lazy, so a caller that creates each link before
+    asking for the next one sees its own links as taken.
     """
-    made: list[str] = []
     for rel in sorted(set(paths)):
         d, _, name = rel.rpartition("/")
-        full = tree.root / rel
-        if not _DEV_LIB.match(name) or full.is_symlink() or not full.is_file():
+        if not _DEV_LIB.match(name):
             continue
-        with open(full, "rb") as fh:
-            soname = read_soname(fh)
+        soname = soname_of(rel)
         if not soname:
             continue
         for link, target in soname_links(name, soname):
             link_rel = f"{d}/{link}" if d else link
-            if not os.path.lexists(tree.root / link_rel):
-                tree.add_symlink(link_rel, target, component, archive)
-                made.append(link_rel)
+            if not taken(link_rel):
+                yield link_rel, target
+
+
+def add_soname_links(tree: Tree, paths: Iterable[str], *, component: str, archive: str) -> list[str]:
+    """Restore the chains of :func:`chain_links` in an extracted tree (the wheels carry no symlinks).
+
+    The SONAME comes from the ELF itself; a link whose name is already taken is left alone.
+    """
+
+    def soname_of(rel: str) -> str | None:
+        full = tree.root / rel
+        if full.is_symlink() or not full.is_file():
+            return None
+        with open(full, "rb") as fh:
+            return read_soname(fh)
+
+    made: list[str] = []
+    for link_rel, target in chain_links(paths, soname_of, lambda rel: os.path.lexists(tree.root / rel)):
+        tree.add_symlink(link_rel, target, component, archive)
+        made.append(link_rel)
     return made

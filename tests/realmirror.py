@@ -4,13 +4,15 @@ The mirror is built once per session by ``cudaredist mirror 13.0.2 --source pypi
 component wheels from PyPI, re-packed as redist archives) for linux-x86_64 and
 windows-x86_64, into a session temp dir. The wheels go through cudaredist's download cache:
 ``$CUDAREDIST_TEST_CACHE`` when set (kept across sessions: a warm rerun needs only PyPI's
-index pages), else a session temp dir. Import the fixtures into a test module::
+index pages), else a session temp dir. Import the fixtures into a test module (the mirror
+fixture needs the cache fixture in the module too)::
 
-    from tests.realmirror import real_mirror_1302  # noqa: F401
+    from tests.realmirror import real_mirror_1302, real_wheel_cache  # noqa: F401
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -23,19 +25,29 @@ LABEL = "13.0.2"
 PLATFORMS = ("linux-x86_64", "windows-x86_64")
 ENV_CACHE = "CUDAREDIST_TEST_CACHE"
 XZ_PRESET = "1"  # a test fixture: fast to build (the command's default is 6)
+# Each module that imports a fixture gets its own copy of it, even session-scoped: what the
+# first copy made is kept here, so the session builds the mirror once.
+_made: dict[str, Path] = {}
 
 
 @pytest.fixture(scope="session")
 def real_wheel_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """cudaredist's download cache for NVIDIA's wheels: $CUDAREDIST_TEST_CACHE or a session dir."""
-    given = os.environ.get(ENV_CACHE)
-    return Path(given).absolute() if given else tmp_path_factory.mktemp("pypi-wheel-cache")
+    if "cache" not in _made:
+        given = os.environ.get(ENV_CACHE)
+        _made["cache"] = Path(given).absolute() if given else tmp_path_factory.mktemp("pypi-wheel-cache")
+    return _made["cache"]
 
 
 @pytest.fixture(scope="session")
 def real_mirror_1302(tmp_path_factory: pytest.TempPathFactory, real_wheel_cache: Path) -> Path:
     """The mirror root (index.html, redistrib_13.0.2.json, archives) for both platforms."""
-    root = tmp_path_factory.mktemp("real-mirror-1302")
+    if "mirror" not in _made:
+        _made["mirror"] = _build_mirror(tmp_path_factory.mktemp("real-mirror-1302"), real_wheel_cache)
+    return _made["mirror"]
+
+
+def _build_mirror(root: Path, real_wheel_cache: Path) -> Path:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUDAREDIST_")}
     env["CUDAREDIST_CACHE_DIR"] = str(real_wheel_cache)
     cmd = [sys.executable, "-m", "cudaredist", "mirror", LABEL, "--source", "pypi",
@@ -49,6 +61,25 @@ def real_mirror_1302(tmp_path_factory: pytest.TempPathFactory, real_wheel_cache:
     for plat in PLATFORMS:
         assert any(isinstance(c, dict) and plat in c for c in manifest.values()), (plat, manifest)
     return root
+
+
+def tree_of(prefix: Path) -> dict[str, tuple[str, str]]:
+    """path -> ("file", sha256 + exec bit) / ("link", target) / ("dir", ""): what two installs of one
+    release must agree on. Not licenses/ (a redist archive's own licence files may differ from a
+    wheel's) and not .cudaredist/ (the record names its source)."""
+    out: dict[str, tuple[str, str]] = {}
+    for path in sorted(prefix.rglob("*")):
+        rel = path.relative_to(prefix).as_posix()
+        if rel.split("/")[0] in ("licenses", ".cudaredist"):
+            continue
+        if path.is_symlink():
+            out[rel] = ("link", os.readlink(path))
+        elif path.is_dir():
+            out[rel] = ("dir", "")
+        else:
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            out[rel] = ("file", f"{digest} {'x' if os.access(path, os.X_OK) else '-'}")
+    return out
 
 
 # -- a real web server --------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from cudaredist.envexport import quote_sh
-from tests.realmirror import nginx_serve, real_mirror_1302  # noqa: F401  (fixtures)
+from tests.realmirror import nginx_serve, real_mirror_1302, real_wheel_cache  # noqa: F401  (fixtures)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.pypi]
 

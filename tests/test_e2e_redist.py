@@ -1,5 +1,6 @@
 """End to end with real NVIDIA binaries: a redist-shaped mirror built from NVIDIA's PyPI wheels
-(../shared/tools/pypi-mirror.sh), served on 127.0.0.1, installed from, and compiled with."""
+(`cudaredist mirror --source pypi`), served on 127.0.0.1, installed from, and compiled with; the
+tree it installs is the tree `install --source pypi` makes."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.realmirror import real_mirror_1302  # noqa: F401  (session fixture)
+from tests.realmirror import real_mirror_1302, real_wheel_cache, tree_of  # noqa: F401  (fixtures)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.pypi]
 
@@ -99,3 +100,21 @@ def test_install_windows_tree_on_linux(real_mirror_1302: Path, serve, tmp_path: 
         assert (prefix / rel).is_file(), rel
     assert (prefix / "bin" / "nvcc.exe").read_bytes()[:2] == b"MZ"
     assert not (prefix / "lib64").exists()  # the lib64 link is a Linux fix-up only
+
+
+@pytest.mark.parametrize("platform", ["linux-x86_64", "windows-x86_64"])
+def test_mirror_installs_the_tree_the_wheels_install(platform: str, real_mirror_1302: Path,  # noqa: F811
+                                                     real_wheel_cache: Path, tmp_path: Path) -> None:  # noqa: F811
+    env = clean_env(tmp_path)
+    redist = tmp_path / "from the mirror"
+    r = cudaredist("install", "13.0", "--base-url", str(real_mirror_1302), "--prefix", str(redist),
+                   "--platform", platform, "--quiet", env=env)
+    assert r.returncode == 0, r.stderr
+    wheels = tmp_path / "from the wheels"
+    r = cudaredist("install", "13.0.2", "--source", "pypi", "--prefix", str(wheels), "--platform", platform,
+                   "--quiet", env=env | {"CUDAREDIST_CACHE_DIR": str(real_wheel_cache)})
+    assert r.returncode == 0, r.stderr
+    got, want = tree_of(redist), tree_of(wheels)
+    assert sorted(got) == sorted(want)
+    assert got == want
+    assert ("bin/nvcc" if platform.startswith("linux") else "bin/nvcc.exe") in got

@@ -1,10 +1,13 @@
-"""Lock files (`cudaredist lock`, `install --lock`), `trains`, and the JSON outputs that
+"""Lock files (`cudaredist lock`, `install --lock`) of both sources, `trains`, and the JSON outputs that
 docs/recipes.md documents."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +18,8 @@ from cudaredist.errors import LockFileError
 from cudaredist.lockfile import _digest, read_lock, select
 from cudaredist.manifest import parse_manifest
 from cudaredist.plan import make_plan
+from tests.realmirror import tree_of
+from tests.test_pypi import FILES, INDEX, FakeIndex, add_release_13_0
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "recipes.md"
 BOTH = "linux-x86_64,windows-x86_64"
@@ -315,3 +320,118 @@ def _same_keys(want: Any, got: Any) -> bool:
     if isinstance(want, list):
         return isinstance(got, list) and (not want or not got or _same_keys(want[0], got[0]))
     return bool(want == got)
+
+
+# -- locks of the pypi source ------------------------------------------------------------------------
+@pytest.fixture
+def wheels() -> Iterator[FakeIndex]:
+    """A package index with tiny wheels shaped like NVIDIA's (tests/test_pypi.py), through respx."""
+    import respx
+
+    idx = FakeIndex()
+    with respx.mock(assert_all_called=False) as router:
+        idx.mount(router)
+        yield idx
+
+
+def pypi_lock(out: Path, *args: str) -> dict[str, Any]:
+    r = cli("lock", "13.0", "--source", "pypi", "--index-url", INDEX, "-o", str(out), *args)
+    assert r.exit_code == 0, r.output
+    return json.loads(out.read_text())
+
+
+def test_lock_of_the_pypi_source_pins_wheels(wheels: FakeIndex, tmp_path: Path) -> None:
+    add_release_13_0(wheels)
+    got = pypi_lock(tmp_path / "cuda.lock", "-p", BOTH)
+    assert got["source"] == "pypi" and got["base_url"] == INDEX and got["release"] == "13.0.2"
+    assert got["release_date"] == "2025-12-19"
+    for platform, plan in got["plans"].items():
+        assert plan["source"] == "pypi" and plan["base_url"] == INDEX
+        assert [c["name"] for c in plan["components"]] == ["cuda_nvcc", "cuda_cudart", "cuda_cccl",
+                                                           "cuda_crt", "libnvvm"]
+        for c in plan["components"]:
+            assert c["layout"] == "wheel" and c["relative_path"].endswith(".whl")
+            # the wheel's own URL, as the index gave it (not index URL + file name)
+            assert c["url"] == FILES + c["relative_path"]
+            data = wheels.blobs[c["relative_path"]]
+            assert c["sha256"] == hashlib.sha256(data).hexdigest() and c["size"] == len(data)
+        tag = "win_amd64" if platform.startswith("windows") else "manylinux"
+        assert all(tag in c["relative_path"] for c in plan["components"])
+    back = read_lock(tmp_path / "cuda.lock")
+    assert back.source == "pypi" and back.base_url == INDEX
+    assert {i.layout for p in back.plans.values() for i in p.items} == {"wheel"}
+    # stable, and --hash works as for the redist source
+    again = pypi_lock(tmp_path / "again.lock", "-p", BOTH)
+    assert again == got
+    r = cli("lock", "13.0", "--source", "pypi", "--index-url", INDEX, "-p", BOTH, "--hash")
+    assert r.exit_code == 0 and r.stdout.strip() == got["content_key"]
+
+
+def test_install_from_a_pypi_lock_reads_no_index(wheels: FakeIndex, tmp_path: Path) -> None:
+    add_release_13_0(wheels)
+    lock_path = tmp_path / "cuda.lock"
+    locked = pypi_lock(lock_path, "-p", "linux-x86_64")
+    wheels.requests.clear()
+    prefix = tmp_path / "p"
+    r = cli("install", "--lock", str(lock_path), "--prefix", str(prefix), "--json")
+    assert r.exit_code == 0, r.output
+    assert [u for u in wheels.requests if u.startswith(INDEX)] == []  # no project page, no metapackage
+    assert {u for u in wheels.requests} == {c["url"] for c in locked["plans"]["linux-x86_64"]["components"]}
+    out = json.loads(r.stdout)
+    assert out["plan"]["source"] == "pypi" and out["plan"]["components"] == \
+        locked["plans"]["linux-x86_64"]["components"]
+    # laid out as a wheel install: the .so chain, nvvm under nvvm/
+    assert os.readlink(prefix / "lib" / "libcudart.so") == "libcudart.so.13"
+    assert (prefix / "nvvm" / "bin" / "cicc").is_file()
+    # the same tree as resolving on the index
+    resolved = tmp_path / "resolved"
+    r = cli("install", "13.0", "--source", "pypi", "--index-url", INDEX, "--prefix", str(resolved),
+            "-p", "linux-x86_64", "-q")
+    assert r.exit_code == 0, r.output
+    assert tree_of(prefix) == tree_of(resolved)
+    # --source pypi agrees with the lock; --offline needs only the cache
+    r = cli("install", "--lock", str(lock_path), "--prefix", str(tmp_path / "q"), "--source", "pypi",
+            "--offline", "-q")
+    assert r.exit_code == 0, r.output
+
+
+def test_install_refuses_another_source_than_the_pypi_lock(wheels: FakeIndex, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    add_release_13_0(wheels)
+    lock_path = tmp_path / "cuda.lock"
+    pypi_lock(lock_path, "-p", "linux-x86_64")
+    prefix = tmp_path / "p"
+    r = cli("install", "--lock", str(lock_path), "--prefix", str(prefix), "--source", "nvidia")
+    assert r.exit_code == 1
+    assert "locked from source 'pypi', not 'nvidia'" in r.stderr and "regenerate the lock" in r.stderr
+    monkeypatch.setenv("CUDAREDIST_SOURCE", "nvidia")  # a source set in the environment is asked for too
+    r = cli("install", "--lock", str(lock_path), "--prefix", str(prefix))
+    assert r.exit_code == 1 and "locked from source 'pypi', not 'nvidia'" in r.stderr
+    assert not prefix.exists()
+
+
+def _wheel_as_redist(obj: dict[str, Any]) -> None:
+    obj["plans"]["linux-x86_64"]["components"][0]["layout"] = "redist"
+
+
+def _plan_source(obj: dict[str, Any]) -> None:
+    obj["plans"]["linux-x86_64"]["source"] = "nvidia"
+
+
+def _lock_source(obj: dict[str, Any]) -> None:
+    obj["source"] = "conda"
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    pytest.param(_wheel_as_redist, "layout 'redist' is not that of a pypi archive", id="layout"),
+    pytest.param(_plan_source, "is from source 'nvidia', the lock from 'pypi'", id="plan-source"),
+    pytest.param(_lock_source, "unknown source 'conda'", id="lock-source"),
+])
+def test_inconsistent_pypi_lock_is_refused(edit: Any, message: str, wheels: FakeIndex,
+                                           tmp_path: Path) -> None:
+    add_release_13_0(wheels)
+    path = tmp_path / "cuda.lock"
+    pypi_lock(path, "-p", "linux-x86_64")
+    rewrite(path, edit, fix_digest=True)
+    with pytest.raises(LockFileError, match=re.escape(message)):
+        read_lock(path)

@@ -1,21 +1,27 @@
-"""`cudaredist mirror`, installs behind --mirror / CUDAREDIST_MIRROR, a tool-made mirror served by a
-real nginx, and the progress output such commands leave in CI logs."""
+"""`cudaredist mirror` (from NVIDIA's redist archives, and built from wheels with --source pypi),
+installs behind --mirror / CUDAREDIST_MIRROR, a tool-made mirror served by a real nginx, and the
+progress output such commands leave in CI logs."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from cudaredist.mirror import index_page
+from cudaredist.layout import tree_path
+from cudaredist.mirror import index_page, merge_manifest
+from cudaredist.repack import archive_member
 from cudaredist.resolve import labels_from_listing
-from tests.realmirror import nginx_serve  # noqa: F401  (fixture)
+from tests.realmirror import nginx_serve, tree_of  # noqa: F401  (fixture)
+from tests.test_pypi import INDEX, LINUX, LINUX_TAG, FakeIndex, add_release_13_0, make_wheel, toolkit_metadata
 
 LINUX_ARCHIVES = 5  # the nvcc profile of the tiny 13.0.1 fixture: nvcc, cudart, cccl, crt, nvvm
 
@@ -263,3 +269,288 @@ def test_progress_in_a_non_tty_log_is_a_few_plain_lines(command: str, mirror: Pa
                        "--verbose", tmp_path=tmp_path)
         assert loud.returncode == 0 and "\r" not in loud.stderr
         assert sum("extracted" in line for line in loud.stderr.splitlines()) == LINUX_ARCHIVES
+
+
+# -- a mirror built from wheels (--source pypi) ------------------------------------------------------
+@pytest.fixture
+def wheels() -> Iterator[FakeIndex]:
+    """A package index with tiny wheels shaped like NVIDIA's (tests/test_pypi.py), through respx."""
+    import respx
+
+    idx = FakeIndex()
+    with respx.mock(assert_all_called=False) as router:
+        idx.mount(router)
+        yield idx
+
+
+def wheel_mirror(out: Path, *args: str) -> dict:  # type: ignore[type-arg]
+    r = cli("mirror", "13.0", "--source", "pypi", "--index-url", INDEX, "--out", str(out), "--json", *args)
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def files_of(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_wheel_mirror_is_shaped_like_nvidias(wheels: FakeIndex, tmp_path: Path) -> None:
+    add_release_13_0(wheels)
+    out = tmp_path / "out"
+    report = wheel_mirror(out, "-p", "linux-x86_64,windows-x86_64")
+    assert report["releases"] == ["13.0.2"]
+    assert {a["status"] for a in report["archives"]} == {"downloaded"}
+    assert any("libcuda.so" in n for n in report["notes"])  # what the wheels lack, as for install
+    raw = (out / "redistrib_13.0.2.json").read_bytes()
+    manifest = json.loads(raw)
+    assert raw == json.dumps(manifest, indent=4).encode()  # NVIDIA's format: 4 spaces, no final newline
+    assert list(manifest)[:3] == ["release_date", "release_label", "release_product"]
+    assert (manifest["release_date"], manifest["release_label"], manifest["release_product"]) == \
+        ("2025-12-19", "13.0.2", "cuda")
+    comps = {k: v for k, v in manifest.items() if isinstance(v, dict)}
+    assert list(comps) == ["cuda_cccl", "cuda_crt", "cuda_cudart", "cuda_nvcc", "libnvvm"]
+    for key, comp in comps.items():
+        assert list(comp) == ["name", "license", "license_path", "version", "linux-x86_64", "windows-x86_64"]
+        assert comp["license_path"] == f"{key}/LICENSE.txt"
+        assert (out / key / "LICENSE.txt").read_bytes() == b"NVIDIA EULA\n"
+        for platform, ext in (("linux-x86_64", "tar.xz"), ("windows-x86_64", "zip")):
+            entry = comp[platform]
+            rel = f"{key}/{platform}/{key}-{platform}-{comp['version']}-archive.{ext}"
+            assert list(entry) == ["relative_path", "sha256", "md5", "size"] and entry["relative_path"] == rel
+            data = (out / rel).read_bytes()
+            assert entry["size"] == str(len(data))
+            assert entry["sha256"] == hashlib.sha256(data).hexdigest()
+            assert entry["md5"] == hashlib.md5(data).hexdigest()
+    assert comps["cuda_cudart"]["version"] == "13.0.96"  # the wheel's own version
+    page = (out / "index.html").read_text()
+    assert "<a href='redistrib_13.0.2.json'>" in page and labels_from_listing(page) == ["13.0.2"]
+    assert [p for p in out.rglob("*") if p.name.startswith(".")] == []
+    # the Linux archive: one top folder, real symlinks for the .so chain, exec bits, no owners, one mtime
+    import tarfile
+
+    with tarfile.open(out / comps["cuda_cudart"]["linux-x86_64"]["relative_path"]) as tf:
+        members = tf.getmembers()
+    top = "cuda_cudart-linux-x86_64-13.0.96-archive"
+    assert members[0].name == top and members[0].isdir()
+    assert all(m.name == top or m.name.startswith(top + "/") for m in members)
+    assert [m.name for m in members] == sorted(m.name for m in members)
+    assert {(m.uid, m.gid, m.uname, m.gname, m.mtime) for m in members} == {(0, 0, "", "", 946684800)}
+    links = {m.name[len(top) + 1:]: m.linkname for m in members if m.issym()}
+    assert links == {"lib/libcudart.so": "libcudart.so.13", "lib/libcudart.so.13": "libcudart.so.13.0.96"}
+    by_name = {m.name[len(top) + 1:]: m for m in members}
+    assert by_name["lib/libcudart.so.13.0.96"].isfile() and by_name["LICENSE.txt"].isfile()
+    with tarfile.open(out / comps["cuda_nvcc"]["linux-x86_64"]["relative_path"]) as tf:
+        modes = {m.name.rsplit("/", 1)[-1]: m.mode for m in tf.getmembers() if m.isfile()}
+    assert modes["nvcc"] == 0o755 and modes["nvcc.profile"] == 0o644
+    # the Windows archive: a zip with the same top-folder shape, DLLs where the tree wants them
+    import zipfile
+
+    with zipfile.ZipFile(out / comps["cuda_cudart"]["windows-x86_64"]["relative_path"]) as zf:
+        names = zf.namelist()
+    top = "cuda_cudart-windows-x86_64-13.0.96-archive/"
+    assert names[0] == top and all(n.startswith(top) for n in names)
+    assert top + "bin/x64/cudart64_13.dll" in names and top + "lib/x64/cudart.lib" in names
+
+
+@pytest.mark.parametrize("platform", ["linux-x86_64", "windows-x86_64"])
+def test_wheel_mirror_installs_the_tree_the_wheels_install(platform: str, wheels: FakeIndex,
+                                                           tmp_path: Path) -> None:
+    add_release_13_0(wheels)
+    out = tmp_path / "out"
+    wheel_mirror(out, "-p", platform)
+    redist, from_wheels = tmp_path / "from the mirror", tmp_path / "from the wheels"
+    r = cli("install", "13.0", "--base-url", str(out), "--prefix", str(redist), "-p", platform, "-q")
+    assert r.exit_code == 0, r.output
+    r = cli("install", "13.0", "--source", "pypi", "--index-url", INDEX, "--prefix", str(from_wheels),
+            "-p", platform, "-q")
+    assert r.exit_code == 0, r.output
+    assert tree_of(redist) == tree_of(from_wheels)
+    assert set(os.listdir(redist / "licenses")) == set(os.listdir(from_wheels / "licenses"))
+    rec = json.loads((redist / ".cudaredist" / "record.json").read_text())
+    assert rec["plan"]["source"] == "nvidia" and rec["plan"]["release"] == "13.0.2"
+    assert cli("verify", "--prefix", str(redist)).exit_code == 0
+
+
+def test_wheel_mirror_is_deterministic_and_incremental(wheels: FakeIndex, tmp_path: Path) -> None:
+    add_release_13_0(wheels)
+    both = tmp_path / "both"
+    wheel_mirror(both, "-p", "linux-x86_64,windows-x86_64")
+    # one platform per run, in the other order: the same bytes, manifest included
+    split = tmp_path / "split"
+    wheel_mirror(split, "-p", "windows-x86_64")
+    report = wheel_mirror(split, "-p", "linux-x86_64")
+    assert {a["status"] for a in report["archives"]} == {"cached"}  # the wheels came from the cache
+    assert files_of(split) == files_of(both)
+    # a re-run verifies and writes nothing
+    stamps = {p: p.stat().st_mtime_ns for p in both.rglob("*") if p.is_file()}
+    again = wheel_mirror(both, "-p", "linux-x86_64,windows-x86_64")
+    assert {a["status"] for a in again["archives"]} == {"present"} and again["licenses"] == []
+    assert {p: p.stat().st_mtime_ns for p in both.rglob("*") if p.is_file()} == stamps
+    # a damaged archive and a lost licence are rebuilt, byte for byte
+    before = files_of(both)
+    nvcc = next(p for p in both.rglob("cuda_nvcc-linux-*"))
+    nvcc.write_bytes(b"damaged")
+    (both / "cuda_cudart" / "LICENSE.txt").unlink()
+    fixed = wheel_mirror(both, "-p", "linux-x86_64,windows-x86_64")
+    rebuilt = {a["relative_path"] for a in fixed["archives"] if a["status"] != "present"}
+    assert rebuilt == {nvcc.relative_to(both).as_posix(),
+                       "cuda_cudart/linux-x86_64/cuda_cudart-linux-x86_64-13.0.96-archive.tar.xz",
+                       "cuda_cudart/windows-x86_64/cuda_cudart-windows-x86_64-13.0.96-archive.zip"}
+    assert fixed["licenses"] == ["cuda_cudart/LICENSE.txt"]
+    assert files_of(both) == before
+
+
+def test_wheel_mirror_joins_an_existing_mirror(wheels: FakeIndex, mirror: Path, tmp_path: Path) -> None:
+    """Other releases in the directory stay as they are; the index page lists them all."""
+    add_release_13_0(wheels)
+    out = tmp_path / "out"
+    make_mirror(str(mirror), out, "12.9", "--platform", "linux-x86_64")
+    served = (out / "redistrib_12.9.1.json").read_bytes()
+    wheel_mirror(out, "-p", "linux-x86_64", "--xz-preset", "0")
+    assert (out / "redistrib_12.9.1.json").read_bytes() == served
+    assert labels_from_listing((out / "index.html").read_text()) == ["13.0.2", "12.9.1"]
+    r = cli("trains", "--base-url", str(out), "--json")
+    assert [t["release"] for t in json.loads(r.stdout)["trains"]] == ["12.9.1", "13.0.2"]
+
+
+def test_wheel_mirror_names_cccl_per_release(wheels: FakeIndex, tmp_path: Path) -> None:
+    """13.3 renamed cuda_cccl to cccl: the mirror's component key follows, so the nvcc profile finds it."""
+    cu = "nvidia/cu13"
+    meta = toolkit_metadata("13.3.0", {"cccl": ("nvidia-cuda-cccl", "==13.3.1.*", LINUX)})
+    wheels.add("cuda_toolkit-13.3.0-py2.py3-none-any.whl",
+               make_wheel("cuda_toolkit", "13.3.0", {}, metadata=meta))
+    wheels.add_wheel("nvidia_cuda_cccl", "13.3.1", LINUX_TAG,
+                     {f"{cu}/include/cccl/cuda/std/version": b"//", f"{cu}/cccl/LICENSE": b"Apache-2.0\n"})
+    out = tmp_path / "out"
+    r = cli("mirror", "13.3", "--source", "pypi", "--index-url", INDEX, "--out", str(out),
+            "-p", "linux-x86_64", "--only", "--component", "cccl", "-q")
+    assert r.exit_code == 0, r.output
+    manifest = json.loads((out / "redistrib_13.3.0.json").read_text())
+    assert "cccl" in manifest and "cuda_cccl" not in manifest
+    assert manifest["cccl"]["linux-x86_64"]["relative_path"] == \
+        "cccl/linux-x86_64/cccl-linux-x86_64-13.3.1-archive.tar.xz"
+    prefix = tmp_path / "p"
+    r = cli("install", "13.3", "--base-url", str(out), "--prefix", str(prefix), "-p", "linux-x86_64",
+            "--only", "--component", "cccl|cuda_cccl", "-q")
+    assert r.exit_code == 0, r.output
+    assert (prefix / "include" / "cccl" / "cuda" / "std" / "version").is_file()
+    # both licences of the 13.3 CCCL wheel: its own cccl/LICENSE and the dist-info one
+    assert (prefix / "licenses" / "cccl" / "LICENSE").read_bytes() == b"Apache-2.0\n"
+    assert (prefix / "licenses" / "cccl" / "LICENSE.txt").read_bytes() == b"NVIDIA EULA\n"
+
+
+def test_hostile_wheel_leaves_no_archive(wheels: FakeIndex, tmp_path: Path) -> None:
+    add_release_13_0(wheels, windows=False)
+    evil = make_wheel("nvidia_cuda_crt", "13.0.88", {"nvidia/cu13/../../../etc/cron.d/x": b"evil"})
+    name = f"nvidia_cuda_crt-13.0.88-{LINUX_TAG}.whl"
+    wheels.projects["nvidia-cuda-crt"] = []
+    wheels.add(name, evil)
+    out = tmp_path / "out"
+    r = cli("mirror", "13.0", "--source", "pypi", "--index-url", INDEX, "--out", str(out),
+            "-p", "linux-x86_64")
+    assert r.exit_code == 1
+    assert "contains '..'" in r.stderr and name in r.stderr
+    assert not list(out.rglob("cuda_crt-*")) and not list(out.rglob("*.part"))
+    assert not (out / "redistrib_13.0.2.json").exists()
+
+
+def test_xz_preset_is_for_wheel_mirrors_only(mirror: Path, tmp_path: Path) -> None:
+    r = cli("mirror", "13.0", "--base-url", str(mirror), "--out", str(tmp_path / "o"), "--xz-preset", "1")
+    assert r.exit_code == 2 and "--xz-preset needs --source pypi" in r.stderr
+    r = cli("mirror", "13.0", "--source", "pypi", "--out", str(tmp_path / "o"), "--xz-preset", "10")
+    assert r.exit_code == 2
+
+
+@pytest.mark.parametrize(("existing", "rows", "expected"), [
+    pytest.param(None, [("cuda_nvcc", "windows-x86_64", "13.0.88", {"relative_path": "w"},
+                         {"name": "CUDA nvcc", "license": "L", "license_path": "cuda_nvcc/LICENSE.txt"}),
+                        ("cuda_nvcc", "linux-x86_64", "13.0.88", {"relative_path": "l"}, {"name": "other"})],
+                 {"release_date": "2025-12-19", "release_label": "13.0.2", "release_product": "cuda",
+                  "cuda_nvcc": {"name": "CUDA nvcc", "license": "L", "license_path": "cuda_nvcc/LICENSE.txt",
+                                "version": "13.0.88", "linux-x86_64": {"relative_path": "l"},
+                                "windows-x86_64": {"relative_path": "w"}}},
+                 id="new-nvidia-order"),
+    pytest.param({"release_date": "2025-10-09", "release_label": "13.0.2", "release_product": "cuda",
+                  "a": {"name": "A", "version": "1.2", "cuda_variant": ["x"],
+                        "linux-sbsa": {"relative_path": "s"}}},
+                 [("a", "linux-x86_64", "1.10", {"relative_path": "l"}, {"name": "B", "license": "L"})],
+                 {"release_date": "2025-10-09", "release_label": "13.0.2", "release_product": "cuda",
+                  "a": {"name": "A", "license": "L", "version": "1.10", "cuda_variant": ["x"],
+                        "linux-x86_64": {"relative_path": "l"}, "linux-sbsa": {"relative_path": "s"}}},
+                 id="existing-fields-kept-newer-version"),
+])
+def test_merge_manifest(existing: dict | None, rows: list, expected: dict) -> None:  # type: ignore[type-arg]
+    got = merge_manifest(existing, label="13.0.2", release_date="2025-12-19", archives=rows)
+    assert json.dumps(got) == json.dumps(expected)  # order included
+
+
+def test_archive_member_inverts_tree_path() -> None:
+    for path in ("licenses/cccl/LICENSE", "licenses/cccl/LICENSE.txt", "licenses/cccl/third/x", "bin/nvcc",
+                 "LICENSE.txt.bak", "licenses/other/LICENSE.txt"):
+        assert tree_path(archive_member(path, "cccl"), component="cccl") == path
+
+
+def _wheel_file(tmp_path: Path, files: dict[str, bytes], *, links: tuple[str, ...] = ()) -> Path:
+    import zipfile
+
+    path = tmp_path / "nvidia_cuda_crt-13.0.88-py3-none-any.whl"
+    path.write_bytes(make_wheel("nvidia_cuda_crt", "13.0.88", files))
+    if links:
+        with zipfile.ZipFile(path, "a") as zf:
+            for name in links:
+                zi = zipfile.ZipInfo(name)
+                zi.create_system = 3
+                zi.external_attr = 0o120777 << 16
+                zf.writestr(zi, "target")
+    return path
+
+
+@pytest.mark.parametrize(("platform", "files", "links", "message"), [
+    pytest.param("windows-x86_64", {"nvidia/cu13/bin/x86_64/a.dll": b"1", "nvidia/cu13/bin/x64/a.dll": b"2"},
+                 (), "two entries become 'bin/x64/a.dll'", id="two-members-one-path"),
+    pytest.param("linux-x86_64", {"nvidia/cu13/lib": b"1", "nvidia/cu13/lib/x.h": b"2"}, (),
+                 "'lib' is both a file and a directory", id="file-and-directory"),
+    pytest.param("linux-x86_64", {"nvidia/cu13/include/a.h": b"1"}, ("nvidia/cu13/include/b.h",),
+                 "is a symlink", id="zip-symlink"),
+    pytest.param("linux-x86_64", {"/etc/passwd": b"x"}, (), "is an absolute path", id="absolute"),
+])
+def test_repack_refuses_what_the_installer_refuses(platform: str, files: dict[str, bytes],
+                                                   links: tuple[str, ...], message: str,
+                                                   tmp_path: Path) -> None:
+    from cudaredist.errors import UnsafeArchiveError
+    from cudaredist.repack import repack
+
+    wheel = _wheel_file(tmp_path, files, links=links)
+    with pytest.raises(UnsafeArchiveError, match=re.escape(message)):
+        repack(wheel, tmp_path / "out", component="cuda_crt", version="13.0.88", platform=platform)
+    assert not (tmp_path / "out").exists()
+
+
+def test_repack_streams_big_members(tmp_path: Path) -> None:
+    """A member is copied in chunks: a 64 MB file never sits in memory whole."""
+    import tracemalloc
+
+    from cudaredist.repack import repack
+
+    wheel = _wheel_file(tmp_path, {"nvidia/cu13/lib/libbig.a": bytes(64 << 20)})
+    for platform, name in (("linux-x86_64", "a.tar.xz"), ("windows-x86_64", "a.zip")):
+        tracemalloc.start()
+        try:
+            packed = repack(wheel, tmp_path / name, component="cuda_crt", version="13.0.88",
+                            platform=platform, preset=0)
+            _size, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert peak < 16 << 20, (platform, peak)
+        assert packed.size == (tmp_path / name).stat().st_size
+
+
+def test_repack_refuses_a_corrupt_member(tmp_path: Path) -> None:
+    from cudaredist.errors import UnsafeArchiveError
+    from cudaredist.repack import repack
+
+    wheel = _wheel_file(tmp_path, {"nvidia/cu13/include/a.h": b"A" * 1000})
+    data = bytearray(wheel.read_bytes())
+    data[data.index(b"A" * 1000) + 500] ^= 0xFF  # the CRC in the directory no longer matches
+    wheel.write_bytes(bytes(data))
+    with pytest.raises(UnsafeArchiveError, match="is corrupt"):
+        repack(wheel, tmp_path / "out", component="cuda_crt", version="13.0.88", platform="linux-x86_64")

@@ -29,6 +29,7 @@ from cudaredist.record import verify
 from cudaredist.wheels import (
     IndexFile,
     Metadata,
+    chain_links,
     choose_version,
     component_for,
     evaluate_marker,
@@ -538,6 +539,27 @@ def test_read_soname_rejects(data: bytes) -> None:
 ])
 def test_soname_links(filename: str, soname: str, links: list[tuple[str, str]]) -> None:
     assert soname_links(filename, soname) == links
+
+
+def test_chain_links_skip_taken_names_and_non_libraries() -> None:
+    sonames = {"lib/libcudart.so.13.0.96": "libcudart.so.13", "lib/libnvvm.so.4.0.0": "libnvvm.so.4",
+               "lib/libstatic.a": "never asked", "bin/libfake.so": None}
+    taken = {"lib/libnvvm.so"}  # already in the tree: left alone
+    made = []
+    for link, target in chain_links(sorted(sonames), sonames.__getitem__, lambda rel: rel in taken):
+        taken.add(link)
+        made.append((link, target))
+    assert made == [("lib/libcudart.so.13", "libcudart.so.13.0.96"), ("lib/libcudart.so", "libcudart.so.13"),
+                    ("lib/libnvvm.so.4", "libnvvm.so.4.0.0")]
+
+
+def test_metadata_summary_and_license() -> None:
+    meta = parse_metadata("Metadata-Version: 2.4\nName: nvidia-cuda-nvcc\nVersion: 13.0.88\n"
+                          "Summary: CUDA nvcc\nLicense-Expression: LicenseRef-NVIDIA-Proprietary\n"
+                          "License: ignored when an expression is given\n")
+    assert (meta.summary, meta.license) == ("CUDA nvcc", "LicenseRef-NVIDIA-Proprietary")
+    meta = parse_metadata("Metadata-Version: 2.1\nName: x\nVersion: 1\nLicense: Other/Proprietary\n")
+    assert (meta.summary, meta.license) == ("", "Other/Proprietary")
 
 
 # ------------------------------------------------------------------------------------------------

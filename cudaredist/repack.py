@@ -1,0 +1,242 @@
+"""Redist archives re-packed from NVIDIA's wheels, holding the tree ``--source pypi`` installs (I/O).
+
+A wheel's members go through :func:`cudaredist.wheels.member_mapper`, the same mapping the
+pypi install uses, and Linux shared libraries get their SONAME chains as real symlinks
+(:func:`cudaredist.wheels.chain_links`). The result has one top folder
+``<component>-<platform>-<version>-archive/``: ``.tar.xz`` for Linux, ``.zip`` for Windows, as
+NVIDIA ships them. Installing such an archive through the redist route gives the tree that
+installing the wheel gives.
+
+Archives are deterministic: members sorted, one fixed time stamp, uid/gid 0 and modes
+0644/0755, so one wheel always gives the same bytes (and sha256). Members stream from the
+wheel into the archive, so memory stays bounded for any wheel size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import lzma
+import shutil
+import stat
+import tarfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from cudaredist.errors import PlanError, UnsafeArchiveError
+from cudaredist.layout import clean_member
+from cudaredist.wheels import (
+    WheelData,
+    chain_links,
+    member_mapper,
+    parse_metadata,
+    read_soname,
+    wheel_data,
+)
+
+# 2000-01-01T00:00:00Z for every member: the bytes depend on the content only
+MTIME = 946684800
+ZIP_DATE = (2000, 1, 1, 0, 0, 0)
+CHUNK = 1 << 20
+SMALL_LIMIT = 4 << 20  # METADATA and licence files are read whole; a bigger one is not a text file
+
+
+@dataclass(frozen=True)
+class Member:
+    """One entry of the tree a wheel installs."""
+
+    path: str            # the tree path, as an install writes it
+    kind: str            # "dir", "file" or "link"
+    source: str = ""     # for files: the wheel member
+    size: int = 0
+    mode: int = 0o644
+    target: str = ""     # for links
+
+
+@dataclass(frozen=True)
+class Packed:
+    """A written archive and what its manifest entry needs."""
+
+    sha256: str
+    md5: str
+    size: int
+    summary: str          # the wheel's Summary: the manifest's "name"
+    license: str          # the wheel's License-Expression or License
+    license_text: bytes   # the wheel's licence file (b"" if it has none)
+
+
+def archive_stem(component: str, platform: str, version: str) -> str:
+    return f"{component}-{platform}-{version}-archive"
+
+
+def relative_path(component: str, platform: str, version: str, data: WheelData | None = None) -> str:
+    """Where NVIDIA keeps this archive under the redist base."""
+    ext = "zip" if (data or wheel_data()).platform(platform).is_windows else "tar.xz"
+    return f"{component}/{platform}/{archive_stem(component, platform, version)}.{ext}"
+
+
+def archive_member(path: str, component: str) -> str:
+    """Where a tree path sits below the archive's top folder: the inverse of
+    :func:`cudaredist.layout.tree_path` (a component's own licence sits at the top)."""
+    for name in ("LICENSE", "LICENSE.txt"):
+        if path == f"licenses/{component}/{name}":
+            return name
+    return path
+
+
+def wheel_members(zf: zipfile.ZipFile, *, component: str, version: str, platform: str,
+                  archive: str, data: WheelData | None = None) -> list[Member]:
+    """The tree the pypi install makes of this wheel: files and directories by the member
+    mapper, then the SONAME links. Refuses what the installer refuses, before anything is written."""
+    mapper = member_mapper(component, version, platform, data)
+    seen: set[str] = set()
+    members: dict[str, Member] = {}
+    for info in zf.infolist():
+        clean = clean_member(info.filename, archive=archive, zip_entry=True)
+        if clean.lower() in seen:
+            raise UnsafeArchiveError(f"{archive}: entry {info.filename!r} appears twice; refused",
+                                     archive=archive, member=info.filename)
+        seen.add(clean.lower())
+        rel = mapper(clean) if clean else None
+        if rel is None:
+            continue
+        unix_mode = (info.external_attr >> 16) & 0xFFFF if info.create_system == 3 else 0
+        if stat.S_ISLNK(unix_mode):
+            raise UnsafeArchiveError(f"{archive}: entry {info.filename!r} is a symlink; zip archives with "
+                                     "links are refused", archive=archive, member=info.filename)
+        if rel in members:
+            raise UnsafeArchiveError(f"{archive}: two entries become {rel!r} in the tree; refused",
+                                     archive=archive, member=info.filename)
+        if info.is_dir():
+            members[rel] = Member(rel, "dir", mode=0o755)
+        else:
+            # the installer's rule: executable if any x bit is set, never anything else
+            mode = 0o755 if unix_mode & 0o111 else 0o644
+            members[rel] = Member(rel, "file", info.filename, info.file_size, mode)
+
+    def soname_of(rel: str) -> str | None:
+        member = members[rel]
+        if member.kind != "file":
+            return None
+        with zf.open(member.source) as fh:  # seekable: the program headers lead to DT_SONAME
+            return read_soname(fh)
+
+    files = [m.path for m in members.values() if m.kind == "file"]
+    for link, target in chain_links(files, soname_of, lambda rel: rel in members):
+        members[link] = Member(link, "link", mode=0o777, target=target)
+    # directories of the archive (a licence at its top needs none)
+    parents = {"/".join(parts[:i]) for m in members
+               for parts in [archive_member(m, component).split("/")] for i in range(1, len(parts))}
+    for d in sorted(parents):
+        found = members.get(d)
+        if found is not None and found.kind != "dir":
+            raise UnsafeArchiveError(f"{archive}: {d!r} is both a {found.kind} and a directory in the "
+                                     "tree; refused", archive=archive, member=d)
+        members.setdefault(d, Member(d, "dir", mode=0o755))
+    return sorted(members.values(), key=lambda m: archive_member(m.path, component))
+
+
+def repack(wheel: Path, dest: Path, *, component: str, version: str, platform: str, preset: int = 6,
+           data: WheelData | None = None) -> Packed:
+    """Write the redist archive of ``wheel`` to ``dest`` (the caller renames it into place)."""
+    data = data or wheel_data()
+    windows = data.platform(platform).is_windows
+    top = archive_stem(component, platform, version)
+    name = f"{top}.{'zip' if windows else 'tar.xz'}"
+    try:
+        zf = zipfile.ZipFile(wheel)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise UnsafeArchiveError(f"{wheel.name} is not a readable wheel: {exc}", archive=wheel.name) from exc
+    with zf:
+        try:
+            members = wheel_members(zf, component=component, version=version, platform=platform,
+                                    archive=wheel.name, data=data)
+            summary, license_, license_text = _about(zf, members, component)
+            with open(dest, "wb") as out:
+                if windows:
+                    _write_zip(zf, members, top, component, out, level=min(9, max(1, preset)), name=name)
+                else:
+                    _write_tar(zf, members, top, component, out, preset=preset)
+        except (zipfile.BadZipFile, EOFError) as exc:  # a member that does not inflate to its CRC
+            raise UnsafeArchiveError(f"{wheel.name} is corrupt: {exc}", archive=wheel.name) from exc
+    sha, md5 = hashlib.sha256(), hashlib.md5(usedforsecurity=False)
+    size = 0
+    with open(dest, "rb") as fh:
+        while chunk := fh.read(CHUNK):
+            sha.update(chunk)
+            md5.update(chunk)
+            size += len(chunk)
+    return Packed(sha.hexdigest(), md5.hexdigest(), size, summary, license_, license_text)
+
+
+def _about(zf: zipfile.ZipFile, members: list[Member], component: str) -> tuple[str, str, bytes]:
+    """(Summary, licence name, licence text) of the wheel."""
+    summary = license_ = ""
+    metas = [i for i in zf.infolist()
+             if i.filename.count("/") == 1 and i.filename.endswith(".dist-info/METADATA")]
+    if len(metas) == 1 and metas[0].file_size <= SMALL_LIMIT:
+        meta = parse_metadata(zf.read(metas[0]).decode("utf-8", "replace"))
+        summary, license_ = meta.summary, meta.license
+    text = b""
+    by_path = {m.path: m for m in members}
+    for name in ("LICENSE.txt", "LICENSE"):
+        found = by_path.get(f"licenses/{component}/{name}")
+        if found is not None and found.size <= SMALL_LIMIT:
+            text = zf.read(found.source)
+            break
+    return summary, license_, text
+
+
+def _write_tar(zf: zipfile.ZipFile, members: list[Member], top: str, component: str, out: IO[bytes], *,
+               preset: int) -> None:
+    def info(name: str, kind: bytes, mode: int) -> tarfile.TarInfo:
+        ti = tarfile.TarInfo(name)
+        ti.type, ti.mode, ti.mtime = kind, mode, MTIME
+        ti.uid = ti.gid = 0
+        ti.uname = ti.gname = ""
+        return ti
+
+    with lzma.LZMAFile(out, "w", preset=preset) as xz, \
+            tarfile.open(fileobj=xz, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        tf.addfile(info(top, tarfile.DIRTYPE, 0o755))
+        for m in members:
+            name = f"{top}/{archive_member(m.path, component)}"
+            if m.kind == "dir":
+                tf.addfile(info(name, tarfile.DIRTYPE, 0o755))
+            elif m.kind == "link":
+                ti = info(name, tarfile.SYMTYPE, 0o777)
+                ti.linkname = m.target
+                tf.addfile(ti)
+            else:
+                ti = info(name, tarfile.REGTYPE, m.mode)
+                ti.size = m.size
+                with zf.open(m.source) as src:  # zipfile checks the member's size and CRC
+                    tf.addfile(ti, src)
+
+
+def _write_zip(zf: zipfile.ZipFile, members: list[Member], top: str, component: str, out: IO[bytes], *,
+               level: int, name: str) -> None:
+    def info(arcname: str, mode: int) -> zipfile.ZipInfo:
+        zi = zipfile.ZipInfo(arcname, date_time=ZIP_DATE)
+        zi.create_system = 3  # Unix: the external attributes carry the mode
+        zi.external_attr = mode << 16
+        return zi
+
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=level) as zo:
+        zo.writestr(info(f"{top}/", stat.S_IFDIR | 0o755), b"", compress_type=zipfile.ZIP_STORED)
+        for m in members:
+            arcname = f"{top}/{archive_member(m.path, component)}"
+            if m.kind == "dir":
+                zo.writestr(info(arcname + "/", stat.S_IFDIR | 0o755), b"", compress_type=zipfile.ZIP_STORED)
+            elif m.kind == "link":
+                raise PlanError(f"{name}: {m.path} would be a symlink, which a zip archive cannot hold",
+                                component=component)
+            else:
+                zi = info(arcname, stat.S_IFREG | m.mode)
+                zi.compress_type = zipfile.ZIP_DEFLATED
+                zi._compresslevel = level  # type: ignore[attr-defined]  # no public setter before 3.13
+                zi.file_size = m.size  # decides zip64 before the first byte is written
+                with zf.open(m.source) as src, zo.open(zi, "w") as dst:
+                    shutil.copyfileobj(src, dst, CHUNK)
+
