@@ -29,6 +29,9 @@ def clean_member(name: str, *, archive: str, zip_entry: bool = False) -> str:
         raise UnsafeArchiveError(f"{archive}: member {raw!r} is an absolute path; refused",
                                  archive=archive, member=raw)
     parts = [p for p in name.split("/") if p not in ("", ".")]
+    if parts and parts[0].startswith("\\"):  # "./\\x": rooted once the "." is gone
+        raise UnsafeArchiveError(f"{archive}: member {raw!r} is an absolute path; refused",
+                                 archive=archive, member=raw)
     if ".." in parts:
         raise UnsafeArchiveError(f"{archive}: member {raw!r} contains '..'; refused",
                                  archive=archive, member=raw)

@@ -41,6 +41,7 @@ def test_clean_member_accepts(name: str, zip_entry: bool, expected: str) -> None
     pytest.param("top/C:/Windows/x", True, "drive letter", id="drive-inside"),
     pytest.param("top/x:y", False, "drive letter", id="drive-relative-inside"),
     pytest.param("\\evil", False, "absolute", id="tar-leading-backslash"),
+    pytest.param("./\\evil", False, "absolute", id="tar-leading-backslash-after-dot"),
     pytest.param("top\\..\\..\\evil", True, "backslashes", id="zip-backslash-dotdot"),
     pytest.param("top\\bin\\nvcc.exe", True, "backslashes", id="zip-backslash"),
     pytest.param("top/a\x00b", False, "control", id="nul"),
