@@ -103,7 +103,7 @@ class Transport:
     """Fetches URLs (http, https, file) with retries; thread-safe."""
 
     def __init__(self, client: httpx.Client | None = None, *, retry: RetryPolicy | None = None,
-                 connections: int = 8, segment_size: int = 16 << 20,
+                 connections: int = 8, segment_size: int = 4 << 20,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self._client = client
         self._client_lock = threading.Lock()
