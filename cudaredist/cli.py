@@ -71,6 +71,13 @@ LockOpt = Annotated[Path | None, typer.Option(
                    "no manifest; refuses a TRAIN, --platform, --profile or --component it does not pin.")]
 
 
+def check_source(source: str | None) -> str:
+    """``--source`` > ``CUDAREDIST_SOURCE`` > nvidia (imported late: start-up stays light)."""
+    from cudaredist.source import check_source as check
+
+    return check(source)
+
+
 def _fail(message: str, code: int = 1) -> None:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code)
@@ -134,7 +141,7 @@ def _plan(ctx: Ctx, transport: Any, train: str, platform: str, profile: str | No
     from cudaredist import pypi
     from cudaredist.source import Index, resolve_plan
 
-    if pypi.check_source(ctx.source) == "pypi":
+    if check_source(ctx.source) == "pypi":
         wheels = pypi.WheelIndex(transport, ctx.cache(), index_url=ctx.index_url, offline=ctx.offline)
         return pypi.resolve_plan(wheels, train, platform=platform, profile=profile,
                                  components=components)
@@ -232,10 +239,7 @@ def install(
     """Install a toolkit tree into --prefix (atomically; a failure leaves the prefix as it was)."""
     _set_verbose(verbose)
     with errors():
-        from cudaredist.install import Installer, canonical_prefix, leftovers, satisfies
-        from cudaredist.progress import pick
-        from cudaredist.pypi import check_source
-        from cudaredist.record import read_record
+        from cudaredist.record import canonical_prefix, leftovers, read_record, satisfies
 
         components = component or []
         target = canonical_prefix(prefix)
@@ -251,6 +255,9 @@ def install(
                     source=check_source(source)):
                 _report_noop(rec, target, as_json, quiet)
                 return
+        from cudaredist.install import Installer
+        from cudaredist.progress import pick
+
         ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, jobs, source=source,
                   index_url=index_url)
         transport = ctx.transport()
@@ -295,8 +302,7 @@ def _locked_plan(ctx: Ctx, path: Path, train: str | None, platform: str | None,
     lock's base URL, or --base-url, behind --mirror."""
     from cudaredist.lockfile import read_lock, select, with_bases
     from cudaredist.profiles import host_platform
-    from cudaredist.pypi import check_source
-    from cudaredist.source import default_bases
+    from cudaredist.source import check_source, default_bases
 
     locked = read_lock(path)
     try:
@@ -336,7 +342,7 @@ def verify(
     """Re-hash the tree against its install record: missing, changed and extra files."""
     _set_verbose(verbose)
     with errors():
-        from cudaredist.install import canonical_prefix
+        from cudaredist.record import canonical_prefix
         from cudaredist.record import verify as do_verify
 
         report = do_verify(canonical_prefix(prefix), fast=fast)
@@ -358,8 +364,7 @@ def info(prefix: PrefixOpt, as_json: JsonOpt = False, verbose: VerboseOpt = Fals
     """Show the install record of a prefix."""
     _set_verbose(verbose)
     with errors():
-        from cudaredist.install import canonical_prefix
-        from cudaredist.record import require_record
+        from cudaredist.record import canonical_prefix, require_record
 
         rec = require_record(canonical_prefix(prefix))
         if as_json:
@@ -383,7 +388,8 @@ def uninstall(prefix: PrefixOpt, verbose: VerboseOpt = False,
     """Remove exactly what cudaredist installed in the prefix (other files stay)."""
     _set_verbose(verbose)
     with errors():
-        from cudaredist.install import canonical_prefix, lock_timeout_default, prefix_lock
+        from cudaredist.install import lock_timeout_default, prefix_lock
+        from cudaredist.record import canonical_prefix
         from cudaredist.record import uninstall as do_uninstall
 
         target = canonical_prefix(prefix)
@@ -415,7 +421,7 @@ def trains(
 
         ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback)
         transport = ctx.transport()
-        if pypi.check_source(source) == "pypi":
+        if check_source(source) == "pypi":
             try:
                 wheels = pypi.WheelIndex(transport, ctx.cache(), index_url=index_url, offline=offline)
                 rows = pypi.list_trains(wheels)
@@ -477,8 +483,7 @@ def env_cmd(
     _set_verbose(verbose)
     with errors():
         from cudaredist.envexport import SHELLS, default_shell, environment, github_files, render
-        from cudaredist.install import canonical_prefix
-        from cudaredist.record import require_record
+        from cudaredist.record import canonical_prefix, require_record
 
         if shell is not None and shell not in SHELLS:
             _fail(f"unknown --shell {shell!r}; choose one of {', '.join(SHELLS)}", 2)
@@ -550,7 +555,7 @@ def mirror_cmd(
         from cudaredist.source import Index
 
         platforms = _platforms(platform)
-        wheels = pypi.check_source(source) == "pypi"
+        wheels = check_source(source) == "pypi"
         if xz_preset is not None and not wheels:
             _fail("--xz-preset needs --source pypi: NVIDIA's archives are mirrored as served", 2)
         ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, jobs, source=source,
@@ -640,7 +645,7 @@ def lock_cmd(
         ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback)
         transport = ctx.transport()
         try:
-            if pypi.check_source(source) == "pypi":
+            if check_source(source) == "pypi":
                 wheels = pypi.WheelIndex(transport, ctx.cache(), index_url=index_url, offline=offline)
                 plans = pypi.resolve_plans(wheels, train, platforms, profile=None if only else profile,
                                            components=component or [])

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import glob
 import os
 import shutil
 import stat
@@ -20,7 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, cast
@@ -37,12 +36,11 @@ from cudaredist.errors import (
 )
 from cudaredist.extract import FileRecord, Tree, extract, is_streamable, redist_mapper
 from cudaredist.growing import DownloadFailed, GrowingFile
-from cudaredist.manifest import version_key
 from cudaredist.net import Transport
 from cudaredist.plan import Plan, PlannedArchive
 from cudaredist.profiles import platform_rule
 from cudaredist.progress import Reporter, Silent
-from cudaredist.record import build_record, read_record, write_record
+from cudaredist.record import build_record, canonical_prefix, leftovers, read_record, write_record
 from cudaredist.wheels import add_soname_links, member_mapper
 
 ENV_LOCK_TIMEOUT = "CUDAREDIST_LOCK_TIMEOUT"
@@ -87,11 +85,6 @@ def lock_timeout_default() -> float:
         return DEFAULT_LOCK_TIMEOUT
 
 
-def canonical_prefix(prefix: Path | str) -> Path:
-    p = Path(os.path.abspath(os.path.expanduser(str(prefix))))
-    return p.resolve() if p.is_symlink() else p
-
-
 @contextlib.contextmanager
 def prefix_lock(prefix: Path, timeout: float) -> Iterator[None]:
     import filelock
@@ -126,11 +119,6 @@ def _rmtree(path: Path) -> None:
             shutil.rmtree(path, onerror=retry)
 
 
-def leftovers(prefix: Path) -> list[Path]:
-    """Staging and moved-aside trees that a killed run left beside ``prefix``."""
-    return sorted(prefix.parent.glob(f".{glob.escape(prefix.name)}.cudaredist-*"))
-
-
 def recover(prefix: Path) -> list[str]:
     """Clean what a killed run left beside ``prefix`` (call with the prefix lock held)."""
     actions: list[str] = []
@@ -163,20 +151,6 @@ def swap_into_place(staging: Path, prefix: Path) -> None:
                           "tree was restored", prefix=str(prefix)) from exc
     if old is not None:
         _rmtree(old)
-
-
-def satisfies(record: dict[str, Any], *, train: str, platform: str, profile: str | None,
-              components: Sequence[str], source: str) -> bool:
-    """Does an installed tree already answer this request (so no network is needed)?"""
-    plan = record.get("plan", {})
-    want = version_key(train)
-    if version_key(str(plan.get("release", "")))[: len(want)] != want:
-        return False
-    request = record.get("request", {})
-    return (plan.get("platform") == platform
-            and plan.get("source", "nvidia") == source
-            and plan.get("profile") == (profile or "custom")
-            and sorted(request.get("components", [])) == sorted(components))
 
 
 class Installer:
@@ -398,7 +372,7 @@ class Installer:
             pending: set[Future[Any]] = set(fetch_of.values()) | extractions
             try:
                 while pending:
-                    done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+                    done, pending = wait(pending, return_when=FIRST_COMPLETED)
                     for fut in done:
                         item = by_future.get(fut)
                         if item is None:

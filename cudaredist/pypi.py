@@ -47,8 +47,6 @@ from cudaredist.wheels import (
 
 DEFAULT_INDEX_URL = "https://pypi.org/simple/"
 ENV_INDEX_URL = "PIP_INDEX_URL"
-ENV_SOURCE = "CUDAREDIST_SOURCE"
-SOURCES = ("nvidia", "pypi")
 LAYOUT = "wheel"
 # PEP 691 content negotiation: JSON (it carries sizes) before HTML.
 ACCEPT = ("application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, "
@@ -62,14 +60,6 @@ def default_index_url(url: str | None = None) -> str:
     if "://" not in url:
         url = Path(url).expanduser().absolute().as_uri()
     return url if url.endswith("/") else url + "/"
-
-
-def check_source(source: str | None) -> str:
-    """``--source`` > ``CUDAREDIST_SOURCE`` > nvidia."""
-    value = (source or os.environ.get(ENV_SOURCE) or "nvidia").strip().lower()
-    if value not in SOURCES:
-        raise PlanError(f"unknown source {value!r}: use one of {', '.join(SOURCES)}")
-    return value
 
 
 @dataclass(frozen=True)

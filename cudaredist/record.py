@@ -3,21 +3,50 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cudaredist import __version__
 from cudaredist.cache import sha256_file
 from cudaredist.errors import PrefixError
-from cudaredist.extract import FileRecord
+from cudaredist.manifest import version_key
 from cudaredist.plan import Plan, plan_from_json
+
+if TYPE_CHECKING:  # the no-op path reads records without loading the archive modules
+    from cudaredist.extract import FileRecord
 
 RECORD_DIR = ".cudaredist"
 RECORD_FILE = "record.json"
 SCHEMA = 1
+
+
+def canonical_prefix(prefix: Path | str) -> Path:
+    p = Path(os.path.abspath(os.path.expanduser(str(prefix))))
+    return p.resolve() if p.is_symlink() else p
+
+
+def leftovers(prefix: Path) -> list[Path]:
+    """Staging and moved-aside trees that a killed run left beside ``prefix``."""
+    return sorted(prefix.parent.glob(f".{glob.escape(prefix.name)}.cudaredist-*"))
+
+
+def satisfies(record: dict[str, Any], *, train: str, platform: str, profile: str | None,
+              components: Sequence[str], source: str) -> bool:
+    """Does an installed tree already answer this request (so no network is needed)?"""
+    plan = record.get("plan", {})
+    want = version_key(train)
+    if version_key(str(plan.get("release", "")))[: len(want)] != want:
+        return False
+    request = record.get("request", {})
+    return (plan.get("platform") == platform
+            and plan.get("source", "nvidia") == source
+            and plan.get("profile") == (profile or "custom")
+            and sorted(request.get("components", [])) == sorted(components))
 
 
 def record_path(prefix: Path) -> Path:

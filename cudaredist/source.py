@@ -9,7 +9,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from cudaredist.cache import Cache
-from cudaredist.errors import CudaRedistError, FetchError, OfflineError, ResolveError
+from cudaredist.errors import CudaRedistError, FetchError, OfflineError, PlanError, ResolveError
 from cudaredist.manifest import Manifest, parse_manifest
 from cudaredist.net import Transport, is_local, local_path
 from cudaredist.plan import Plan, join_url, make_plan
@@ -25,6 +25,16 @@ NVIDIA_BASE_URL = "https://developer.download.nvidia.com/compute/cuda/redist/"
 ENV_BASE_URL = "CUDAREDIST_BASE_URL"
 ENV_MIRROR = "CUDAREDIST_MIRROR"
 LISTING = "listing.html"
+ENV_SOURCE = "CUDAREDIST_SOURCE"
+SOURCES = ("nvidia", "pypi")
+
+
+def check_source(source: str | None) -> str:
+    """``--source`` > ``CUDAREDIST_SOURCE`` > nvidia."""
+    value = (source or os.environ.get(ENV_SOURCE) or "nvidia").strip().lower()
+    if value not in SOURCES:
+        raise PlanError(f"unknown source {value!r}: use one of {', '.join(SOURCES)}")
+    return value
 
 
 def normalize_base(url: str) -> str:

@@ -19,7 +19,7 @@ import pytest
 import respx
 from typer.testing import CliRunner
 
-from cudaredist import pypi
+from cudaredist import pypi, source
 from cudaredist.cache import Cache
 from cudaredist.cli import app
 from cudaredist.errors import FetchError, IntegrityError, ManifestError, OfflineError, PlanError, ResolveError
@@ -567,12 +567,12 @@ def test_metadata_summary_and_license() -> None:
 
 
 def test_source_and_index_url_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    assert pypi.check_source(None) == "nvidia"
+    assert source.check_source(None) == "nvidia"
     monkeypatch.setenv("CUDAREDIST_SOURCE", "PyPI")
-    assert pypi.check_source(None) == "pypi"
-    assert pypi.check_source("nvidia") == "nvidia"
+    assert source.check_source(None) == "pypi"
+    assert source.check_source("nvidia") == "nvidia"
     with pytest.raises(PlanError, match="unknown source 'conda'"):
-        pypi.check_source("conda")
+        source.check_source("conda")
     assert pypi.default_index_url() == "https://pypi.org/simple/"
     monkeypatch.setenv("PIP_INDEX_URL", "https://proxy.test/pypi/simple")
     assert pypi.default_index_url() == "https://proxy.test/pypi/simple/"
