@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import hashlib
 import os
 import shutil
 import stat
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 
-from cudaredist.cache import Cache, sha256_file
+from cudaredist.cache import CHUNK, Cache, sha256_file
 from cudaredist.errors import (
     BusyError,
     CudaRedistError,
@@ -188,7 +189,7 @@ class Installer:
 
     def _fetch(self, item: PlannedArchive, follow: GrowingFile | None) -> tuple[Path, bool]:
         sha, size = item.archive.sha256, item.archive.size
-        hit = self._cached(sha, size)
+        hit = self._cached(sha, size) if follow is None else self._cached_followed(item, follow)
         if hit is not None:
             self.reporter.advance(size)
             return hit, True
@@ -224,6 +225,32 @@ class Installer:
                 self.cache.evict(sha)
                 self.reporter.message(f"dropped a corrupted cache entry {sha[:16]}…; downloading again")
             return None
+        self.cache.touch(sha)
+        return path
+
+    def _cached_followed(self, item: PlannedArchive, follow: GrowingFile) -> Path | None:
+        """A cache hit hashed while its extraction reads along (no separate pass before it).
+
+        A corrupted entry has then been read into the staging tree: it is dropped and the
+        tree is built again, downloading that archive."""
+        sha, size = item.archive.sha256, item.archive.size
+        path = self.cache.lookup(sha, size)
+        if path is None:
+            return None
+        follow.attach(path)
+        h = hashlib.sha256()
+        done = 0
+        with open(path, "rb") as fh:
+            while chunk := fh.read(CHUNK):
+                h.update(chunk)
+                done += len(chunk)
+                follow.publish(done)
+        if h.hexdigest() != sha:
+            with self.cache.lock(sha, timeout=self.lock_timeout):
+                self.cache.evict(sha)
+            err = IntegrityError(f"the cache entry for {item.archive.filename} was corrupted; dropped it",
+                                 what="sha256", expected=sha, actual=h.hexdigest())
+            raise _StreamBroken(err) from err
         self.cache.touch(sha)
         return path
 
