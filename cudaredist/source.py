@@ -10,7 +10,7 @@ from urllib.parse import urlparse
 
 from cudaredist.cache import Cache
 from cudaredist.errors import CudaRedistError, FetchError, OfflineError, PlanError, ResolveError
-from cudaredist.manifest import Manifest, parse_manifest
+from cudaredist.manifest import Manifest, parse_manifest, version_key
 from cudaredist.net import Transport, is_local, local_path
 from cudaredist.plan import Plan, join_url, make_plan
 from cudaredist.resolve import (
@@ -151,9 +151,11 @@ def resolve_plan(
     if len(errors) == 1:
         raise errors[0]
     detail = "; ".join(str(e) for e in errors)
-    first = errors[0]
-    if all(isinstance(e, ResolveError) for e in errors):
-        raise ResolveError(detail, requested=train, where=", ".join(bases))
-    if all(isinstance(e, OfflineError) for e in errors):
-        raise OfflineError(detail, url=first.url if isinstance(first, FetchError) else "")
-    raise type(first)(detail) if not isinstance(first, FetchError) else FetchError(detail, url=first.url)
+    resolves = [e for e in errors if isinstance(e, ResolveError)]
+    fetches = [e for e in errors if isinstance(e, FetchError)]
+    if not fetches:  # every base answered, none has the train: keep what they publish
+        available = sorted({t for e in resolves for t in e.available}, key=version_key)
+        raise ResolveError(detail, requested=train, where=", ".join(bases), available=tuple(available))
+    if len(fetches) == len(errors) and all(isinstance(e, OfflineError) for e in fetches):
+        raise OfflineError(detail, url=fetches[0].url)
+    raise FetchError(detail, url=fetches[0].url)

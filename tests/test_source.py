@@ -260,6 +260,17 @@ def test_no_base_has_the_train(router: respx.MockRouter, transport: Transport, c
     assert MIRROR in message and BASE in message
     assert "published trains: 12.9, 13.0" in message
     assert (info.value.requested, info.value.where) == ("13.4", f"{MIRROR}, {BASE}")
+    assert info.value.available == ("12.9", "13.0")  # the union of what the bases publish
+
+
+def test_mirror_down_and_base_without_the_train_is_a_fetch_error(router: respx.MockRouter,
+                                                                 transport: Transport, cache: Cache) -> None:
+    router.get(MIRROR).mock(return_value=httpx.Response(404))
+    _serve(router, BASE, "13.0.1")
+    with pytest.raises(FetchError) as info:
+        resolve_plan(Index(transport, cache), "13.4", bases=[MIRROR, BASE], platform="linux-x86_64",
+                     profile="nvcc")
+    assert info.value.url == MIRROR and "13.4 has no release" in str(info.value)
 
 
 def test_single_base_error_is_raised_as_is(router: respx.MockRouter, transport: Transport,
