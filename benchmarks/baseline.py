@@ -30,7 +30,8 @@ def fetch(url: str, dest: Path) -> None:
         shutil.copyfileobj(response, out)
 
 
-def unpack(archive: Path, into: Path) -> Path:
+def extract_all(archive: Path, into: Path) -> None:
+    """Plain tarfile/zipfile extraction, as project scripts do it (no filter, no hashing)."""
     if archive.suffix == ".zip":
         with zipfile.ZipFile(archive) as zf:
             zf.extractall(into)
@@ -40,6 +41,10 @@ def unpack(archive: Path, into: Path) -> Path:
                 tf.extractall(into, filter="fully_trusted")
             else:
                 tf.extractall(into)
+
+
+def unpack(archive: Path, into: Path) -> Path:
+    extract_all(archive, into)
     (top,) = [p for p in into.iterdir() if p.is_dir()]
     return top
 

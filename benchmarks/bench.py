@@ -32,7 +32,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tarfile
 import threading
 import time
 import urllib.request
@@ -46,6 +45,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
+import baseline  # noqa: E402
 import mirrors  # noqa: E402
 
 PLATFORMS = ("linux-x86_64", "windows-x86_64")
@@ -242,15 +242,7 @@ def extract_seconds(path: Path, dest: Path) -> float:
     """Plain tarfile/zipfile extraction of one archive into a fresh directory, no hashing."""
     os.sync()
     t0 = time.perf_counter()
-    if path.suffix == ".zip":
-        with zipfile.ZipFile(path) as zf:
-            zf.extractall(dest)
-    else:
-        with tarfile.open(path) as tf:
-            if hasattr(tarfile, "fully_trusted_filter"):
-                tf.extractall(dest, filter="fully_trusted")
-            else:
-                tf.extractall(dest)
+    baseline.extract_all(path, dest)
     elapsed = time.perf_counter() - t0
     shutil.rmtree(dest)
     return elapsed

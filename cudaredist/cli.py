@@ -54,6 +54,7 @@ CacheDirOpt = Annotated[Path | None, typer.Option(
     "--cache-dir", envvar="CUDAREDIST_CACHE_DIR", show_envvar=True, help="Download cache directory.")]
 OfflineOpt = Annotated[bool, typer.Option("--offline", help="Use only the cache: no network at all.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
+JobsOpt = Annotated[int, typer.Option("--jobs", "-j", min=1, max=64, help="Concurrent connections.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="More output; tracebacks on errors.")]
 PrefixOpt = Annotated[Path, typer.Option("--prefix", help="The toolkit directory (CUDA_PATH).")]
@@ -216,8 +217,7 @@ def install(
     no_fallback: NoFallbackOpt = False,
     cache_dir: CacheDirOpt = None,
     offline: OfflineOpt = False,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, max=64,
-                                      help="Concurrent connections.")] = 8,
+    jobs: JobsOpt = 8,
     force: Annotated[bool, typer.Option("--force", help="Reinstall, and replace a prefix that "
                                                         "cudaredist did not install.")] = False,
     refresh: Annotated[bool, typer.Option("--refresh", help="Look for a newer release of the train "
@@ -531,8 +531,7 @@ def mirror_cmd(
     no_fallback: NoFallbackOpt = False,
     cache_dir: CacheDirOpt = None,
     offline: OfflineOpt = False,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, max=64,
-                                      help="Concurrent connections.")] = 8,
+    jobs: JobsOpt = 8,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
     as_json: JsonOpt = False,

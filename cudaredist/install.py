@@ -28,7 +28,6 @@ from typing import Any, BinaryIO, cast
 from cudaredist.cache import CHUNK, Cache, sha256_file
 from cudaredist.errors import (
     BusyError,
-    CudaRedistError,
     FetchError,
     IntegrityError,
     OfflineError,
@@ -444,9 +443,3 @@ class Installer:
                     shutil.copytree(staging / target, staging / name, symlinks=True)
                 made.append({"path": name, "link": target})
         return made
-
-
-def describe_error(exc: BaseException) -> str:
-    if isinstance(exc, CudaRedistError):
-        return str(exc)
-    return f"{type(exc).__name__}: {exc}"

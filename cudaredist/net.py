@@ -14,7 +14,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
@@ -172,7 +172,7 @@ class Transport:
         if size >= 2 * self.segment_size and self.connections > 1:
             actual = self._segmented(url, dest, size, progress, watch)
         else:
-            h = _Digest()
+            h = hashlib.sha256()
             with open(dest, "wb", buffering=0) as fh:
                 self._stream_range(url, fh, 0, size, size, progress, h,
                                    on_write=_follower(watch, 0) if watch else None)
@@ -250,7 +250,7 @@ class Transport:
         if errors or not hasher.range_ok():
             # The server answered a ranged request with the whole body: use one plain stream.
             # "r+b", not "wb": a reader following ``watch`` may already hold the first bytes.
-            h = _Digest()
+            h = hashlib.sha256()
             with open(dest, "r+b", buffering=0) as out:
                 self._stream_range(url, out, 0, size, size, progress, h,
                                    on_write=_follower(watch, 0) if watch else None)
@@ -258,7 +258,7 @@ class Transport:
         return hashing
 
     def _stream_range(self, url: str, fh: BinaryIO, start: int, end: int, total: int,
-                      progress: Progress, h: _Digest | None, *,
+                      progress: Progress, h: hashlib._Hash | None, *,
                       on_write: Callable[[int], None] | None = None, ranged: bool = False) -> None:
         """Write bytes [start, end) of ``url`` to ``fh`` (positioned at ``start``), resuming with Range.
 
@@ -368,19 +368,6 @@ class Transport:
 
 class _RangeIgnored(Exception):
     pass
-
-
-class _Digest:
-    """A sha256 accumulated across resumed requests."""
-
-    def __init__(self) -> None:
-        self._h = hashlib.sha256()
-
-    def update(self, data: bytes) -> None:
-        self._h.update(data)
-
-    def hexdigest(self) -> str:
-        return self._h.hexdigest()
 
 
 def _raise_if_untrusted(url: str, exc: Exception) -> None:
@@ -508,9 +495,3 @@ def _follower(watch: Progress, start: int) -> Callable[[int], None]:
         watch(pos)
 
     return on_write
-
-
-def iter_chunks(path: Path) -> Iterator[bytes]:
-    with open(path, "rb") as fh:
-        while chunk := fh.read(CHUNK):
-            yield chunk

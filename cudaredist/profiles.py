@@ -88,10 +88,6 @@ def parse_spec(item: object, where: str = "profile") -> Spec:
     return Spec(parts, since)
 
 
-def profile_names() -> list[str]:
-    return sorted(_data().get("profiles", {}))
-
-
 def get_profile(name: str) -> Profile:
     profiles = _data().get("profiles", {})
     seen: list[str] = []

@@ -30,6 +30,26 @@ XZ_PRESET = "1"  # a test fixture: fast to build (the command's default is 6)
 _made: dict[str, Path] = {}
 
 
+# Variables through which a host toolkit could leak into a build; the e2e tests drop them all.
+HOST_CUDA_VARS = ("CUDA_PATH", "CUDA_HOME", "CUDA_ROOT", "CUDACXX", "CUDAToolkit_ROOT",
+                  "CUDA_TOOLKIT_ROOT_DIR", "LD_LIBRARY_PATH", "CPATH", "LIBRARY_PATH",
+                  "CMAKE_PREFIX_PATH", "CMAKE_GENERATOR", "CXX", "CC")
+
+
+def host_free_env(cache: Path) -> dict[str, str]:
+    """No CUDA from the host: its variables unset, PATH without /usr/local/bin (a system nvcc)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in HOST_CUDA_VARS and not k.startswith("CUDA_PATH_V")}
+    env["PATH"] = "/usr/bin:/bin"
+    env["CUDAREDIST_CACHE_DIR"] = str(cache)
+    return env
+
+
+def run_cudaredist(*args: str, env: dict[str, str], timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "cudaredist", *args], env=env, text=True,
+                          capture_output=True, timeout=timeout)
+
+
 @pytest.fixture(scope="session")
 def real_wheel_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """cudaredist's download cache for NVIDIA's wheels: $CUDAREDIST_TEST_CACHE or a session dir."""

@@ -15,7 +15,12 @@ from pathlib import Path
 import pytest
 
 from cudaredist.envexport import quote_sh
-from tests.realmirror import nginx_serve, real_mirror_1302, real_wheel_cache  # noqa: F401  (fixtures)
+from tests.realmirror import (  # noqa: F401  (fixtures)
+    host_free_env,
+    nginx_serve,
+    real_mirror_1302,
+    real_wheel_cache,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.pypi]
 
@@ -40,16 +45,6 @@ def find_cmake() -> tuple[str, str]:
                          "(it brings cmake from PyPI)")
 
 
-def clean_env(tmp_path: Path) -> dict[str, str]:
-    """No CUDA from the host: CUDA_PATH/CUDA_HOME unset, PATH without /usr/local/bin (a system nvcc)."""
-    drop = ("CUDA_PATH", "CUDA_HOME", "CUDA_ROOT", "CUDACXX", "CUDAToolkit_ROOT", "CUDA_TOOLKIT_ROOT_DIR",
-            "LD_LIBRARY_PATH", "CMAKE_PREFIX_PATH", "CMAKE_GENERATOR", "CXX", "CC")
-    env = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith("CUDA_PATH_V")}
-    env["PATH"] = "/usr/bin:/bin"
-    env["CUDAREDIST_CACHE_DIR"] = str(tmp_path / "cache")
-    return env
-
-
 def run(cmd: list[str], env: dict[str, str], **kw: object) -> subprocess.CompletedProcess[str]:
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, **kw)  # type: ignore[call-overload]
     assert r.returncode == 0, f"{cmd[:3]} failed:\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}"
@@ -72,7 +67,7 @@ def read_facts(build: Path) -> dict[str, str]:
 def test_cmake_project_builds_against_an_installed_tree(real_mirror_1302: Path, nginx_serve,  # noqa: F811
                                                         tmp_path: Path) -> None:
     cmake, cmake_version = find_cmake()
-    env = clean_env(tmp_path)
+    env = host_free_env(tmp_path / "cache")
     # the chain a CI image would use: a mirror made by the tool, served by a real web server
     mirror = tmp_path / "mirror"
     cudaredist("mirror", "13.0", "--platform", "linux-x86_64", "--base-url", str(real_mirror_1302),
@@ -117,7 +112,7 @@ def test_cmake_project_builds_against_an_installed_tree(real_mirror_1302: Path, 
 def test_cmake_finds_the_tree_through_cudaredist_env(real_mirror_1302: Path, tmp_path: Path) -> None:  # noqa: F811
     """No CMAKE_CUDA_COMPILER: `eval "$(cudaredist env)"` alone points CMake at the tree."""
     cmake, _ = find_cmake()
-    env = clean_env(tmp_path)
+    env = host_free_env(tmp_path / "cache")
     prefix = tmp_path / "it's cuda"
     cudaredist("install", "13.0", "--base-url", str(real_mirror_1302), "--prefix", str(prefix),
                "--platform", "linux-x86_64", "--quiet", env=env)

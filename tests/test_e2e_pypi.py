@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from cudaredist.wheels import read_soname
+from tests.realmirror import host_free_env, real_wheel_cache, run_cudaredist  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.pypi
 
@@ -42,28 +43,8 @@ int main() {
 """
 
 
-@pytest.fixture(scope="session")
-def wheel_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    given = os.environ.get("CUDAREDIST_TEST_CACHE")
-    return Path(given) if given else tmp_path_factory.mktemp("pypi-wheel-cache")
-
-
-def host_free_env(cache: Path) -> dict[str, str]:
-    """No CUDA from the host: CUDA_PATH/CUDA_HOME unset, PATH without /usr/local/bin (a system nvcc)."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("CUDA_PATH", "CUDA_HOME", "LD_LIBRARY_PATH", "CPATH", "LIBRARY_PATH")}
-    env["PATH"] = "/usr/bin:/bin"
-    env["CUDAREDIST_CACHE_DIR"] = str(cache)
-    return env
-
-
-def cudaredist(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cudaredist", *args], env=env, text=True,
-                          capture_output=True, timeout=900)
-
-
 def install(train: str, platform: str, prefix: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    r = cudaredist("install", train, "--source", "pypi", "--platform", platform, "--prefix", str(prefix),
+    r = run_cudaredist("install", train, "--source", "pypi", "--platform", platform, "--prefix", str(prefix),
                    env=env)
     if r.returncode != 0 and "has no release at" in r.stderr:
         pytest.skip(f"the index has no cuda-toolkit release for {train}: {r.stderr.strip()}")
@@ -97,8 +78,8 @@ def compile_thrust(prefix: Path, workdir: Path, env: dict[str, str]) -> None:
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="compiles with the Linux tree")
-def test_install_13_0_linux_and_compile(wheel_cache: Path, tmp_path: Path) -> None:
-    env = host_free_env(wheel_cache)
+def test_install_13_0_linux_and_compile(real_wheel_cache: Path, tmp_path: Path) -> None:  # noqa: F811
+    env = host_free_env(real_wheel_cache)
     prefix = tmp_path / "cuda 13.0"
     r = install("13.0", "linux-x86_64", prefix, env)
     assert "note: the cudart wheel has no lib/stubs/libcuda.so" in r.stderr
@@ -114,15 +95,15 @@ def test_install_13_0_linux_and_compile(wheel_cache: Path, tmp_path: Path) -> No
 
     compile_thrust(prefix, tmp_path, env)
 
-    v = cudaredist("verify", "--prefix", str(prefix), env=env)
+    v = run_cudaredist("verify", "--prefix", str(prefix), env=env)
     assert v.returncode == 0, v.stdout + v.stderr
-    again = cudaredist("install", "13.0", "--source", "pypi", "--platform", "linux-x86_64", "--prefix",
+    again = run_cudaredist("install", "13.0", "--source", "pypi", "--platform", "linux-x86_64", "--prefix",
                        str(prefix), env=env)
     assert again.returncode == 0 and "already installed" in again.stderr
 
 
-def test_install_13_0_windows_tree(wheel_cache: Path, tmp_path: Path) -> None:
-    env = host_free_env(wheel_cache)
+def test_install_13_0_windows_tree(real_wheel_cache: Path, tmp_path: Path) -> None:  # noqa: F811
+    env = host_free_env(real_wheel_cache)
     prefix = tmp_path / "cuda 13.0 win"
     r = install("13.0", "windows-x86_64", prefix, env)
     assert "nvvm.lib" in r.stderr
@@ -131,14 +112,14 @@ def test_install_13_0_windows_tree(wheel_cache: Path, tmp_path: Path) -> None:
                 "include/cccl/thrust/device_vector.h"):
         assert (prefix / rel).is_file(), rel
     assert not (prefix / "bin" / "x86_64").exists()
-    v = cudaredist("verify", "--prefix", str(prefix), env=env)
+    v = run_cudaredist("verify", "--prefix", str(prefix), env=env)
     assert v.returncode == 0, v.stdout + v.stderr
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="compiles with the Linux tree")
-def test_install_13_4_linux_and_compile(wheel_cache: Path, tmp_path: Path) -> None:
+def test_install_13_4_linux_and_compile(real_wheel_cache: Path, tmp_path: Path) -> None:  # noqa: F811
     """13.4's wheels ship the pip-style nvcc.profile (-I$(TOP)/include, -L$(TOP)/lib): it fits the tree."""
-    env = host_free_env(wheel_cache)
+    env = host_free_env(real_wheel_cache)
     prefix = tmp_path / "cuda 13.4"
     r = install("13.4", "linux-x86_64", prefix, env)
     assert "CUDA 13.4." in r.stderr

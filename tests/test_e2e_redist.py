@@ -4,14 +4,18 @@ tree it installs is the tree `install --source pypi` makes."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.realmirror import real_mirror_1302, real_wheel_cache, tree_of  # noqa: F401  (fixtures)
+from tests.realmirror import (  # noqa: F401  (fixtures)
+    host_free_env,
+    real_mirror_1302,
+    real_wheel_cache,
+    run_cudaredist,
+    tree_of,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.pypi]
 
@@ -36,24 +40,11 @@ int main() {
 """
 
 
-def clean_env(tmp_path: Path) -> dict[str, str]:
-    """No CUDA from the host: CUDA_PATH/CUDA_HOME unset, PATH without /usr/local/bin (system nvcc)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_PATH", "CUDA_HOME", "LD_LIBRARY_PATH")}
-    env["PATH"] = "/usr/bin:/bin"
-    env["CUDAREDIST_CACHE_DIR"] = str(tmp_path / "cache")
-    return env
-
-
-def cudaredist(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cudaredist", *args], env=env, text=True,
-                          capture_output=True, timeout=600)
-
-
 def test_install_and_compile_thrust_linux(real_mirror_1302: Path, serve, tmp_path: Path) -> None:  # noqa: F811
     base = serve(real_mirror_1302)
-    env = clean_env(tmp_path)
+    env = host_free_env(tmp_path / "cache")
     prefix = tmp_path / "cuda 13.0"
-    r = cudaredist("install", "13.0", "--base-url", base, "--prefix", str(prefix),
+    r = run_cudaredist("install", "13.0", "--base-url", base, "--prefix", str(prefix),
                    "--platform", "linux-x86_64", env=env)
     assert r.returncode == 0, r.stderr
     assert "CUDA 13.0.2" in r.stderr
@@ -82,16 +73,16 @@ def test_install_and_compile_thrust_linux(real_mirror_1302: Path, serve, tmp_pat
                          env=env | {"LD_LIBRARY_PATH": str(prefix / "lib64")})
     assert str(prefix / "lib64" / "libcudart.so.13") in ldd.stdout
 
-    verify = cudaredist("verify", "--prefix", str(prefix), env=env)
+    verify = run_cudaredist("verify", "--prefix", str(prefix), env=env)
     assert verify.returncode == 0, verify.stdout + verify.stderr
     assert "ok:" in verify.stdout
 
 
 def test_install_windows_tree_on_linux(real_mirror_1302: Path, serve, tmp_path: Path) -> None:  # noqa: F811
     base = serve(real_mirror_1302)
-    env = clean_env(tmp_path)
+    env = host_free_env(tmp_path / "cache")
     prefix = tmp_path / "cuda 13.0 win"
-    r = cudaredist("install", "13.0", "--base-url", base, "--prefix", str(prefix),
+    r = run_cudaredist("install", "13.0", "--base-url", base, "--prefix", str(prefix),
                    "--platform", "windows-x86_64", env=env)
     assert r.returncode == 0, r.stderr
     for rel in ("bin/nvcc.exe", "bin/x64/cudart64_13.dll", "lib/x64/cudart.lib",
@@ -105,14 +96,15 @@ def test_install_windows_tree_on_linux(real_mirror_1302: Path, serve, tmp_path: 
 @pytest.mark.parametrize("platform", ["linux-x86_64", "windows-x86_64"])
 def test_mirror_installs_the_tree_the_wheels_install(platform: str, real_mirror_1302: Path,  # noqa: F811
                                                      real_wheel_cache: Path, tmp_path: Path) -> None:  # noqa: F811
-    env = clean_env(tmp_path)
+    env = host_free_env(tmp_path / "cache")
     redist = tmp_path / "from the mirror"
-    r = cudaredist("install", "13.0", "--base-url", str(real_mirror_1302), "--prefix", str(redist),
+    r = run_cudaredist("install", "13.0", "--base-url", str(real_mirror_1302), "--prefix", str(redist),
                    "--platform", platform, "--quiet", env=env)
     assert r.returncode == 0, r.stderr
     wheels = tmp_path / "from the wheels"
-    r = cudaredist("install", "13.0.2", "--source", "pypi", "--prefix", str(wheels), "--platform", platform,
-                   "--quiet", env=env | {"CUDAREDIST_CACHE_DIR": str(real_wheel_cache)})
+    r = run_cudaredist("install", "13.0.2", "--source", "pypi", "--prefix", str(wheels),
+                       "--platform", platform, "--quiet",
+                       env=env | {"CUDAREDIST_CACHE_DIR": str(real_wheel_cache)})
     assert r.returncode == 0, r.stderr
     got, want = tree_of(redist), tree_of(wheels)
     assert sorted(got) == sorted(want)
