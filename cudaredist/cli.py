@@ -74,7 +74,7 @@ LockOpt = Annotated[Path | None, typer.Option(
 
 def check_source(source: str | None) -> str:
     """``--source`` > ``CUDAREDIST_SOURCE`` > nvidia (imported late: start-up stays light)."""
-    from cudaredist.source import check_source as check
+    from cudaredist.sources.nvidia.index import check_source as check
 
     return check(source)
 
@@ -114,17 +114,17 @@ class Ctx:
     index_url: str | None = None
 
     def cache(self) -> Any:
-        from cudaredist.cache import Cache
+        from cudaredist.fetch.cache import Cache
 
         return Cache(self.cache_dir)
 
     def transport(self) -> Any:
-        from cudaredist.net import Transport
+        from cudaredist.fetch.transport import Transport
 
         return Transport(connections=self.jobs)
 
     def bases(self) -> list[str]:
-        from cudaredist.source import default_bases
+        from cudaredist.sources.nvidia.index import default_bases
 
         if self.no_fallback and not self.mirror:
             _fail("--no-fallback needs --mirror (or CUDAREDIST_MIRROR)", 2)
@@ -139,8 +139,8 @@ def _platform(platform: str | None) -> str:
 
 def _plan(ctx: Ctx, transport: Any, train: str, platform: str, profile: str | None,
           components: list[str]) -> Any:
-    from cudaredist import pypi
-    from cudaredist.source import Index, resolve_plan
+    from cudaredist.sources.nvidia.index import Index, resolve_plan
+    from cudaredist.sources.pypi import index as pypi
 
     if check_source(ctx.source) == "pypi":
         wheels = pypi.WheelIndex(transport, ctx.cache(), index_url=ctx.index_url, offline=ctx.offline)
@@ -302,7 +302,7 @@ def _locked_plan(ctx: Ctx, path: Path, train: str | None, platform: str | None,
     lock's base URL, or --base-url, behind --mirror."""
     from cudaredist.lockfile import read_lock, select, with_bases
     from cudaredist.profiles import host_platform
-    from cudaredist.source import check_source, default_bases
+    from cudaredist.sources.nvidia.index import check_source, default_bases
 
     locked = read_lock(path)
     try:
@@ -415,9 +415,9 @@ def trains(
     with errors():
         from concurrent.futures import ThreadPoolExecutor
 
-        from cudaredist import pypi
-        from cudaredist.resolve import train_of
-        from cudaredist.source import Index
+        from cudaredist.sources.nvidia.index import Index
+        from cudaredist.sources.nvidia.releases import train_of
+        from cudaredist.sources.pypi import index as pypi
 
         ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback)
         transport = ctx.transport()
@@ -547,11 +547,11 @@ def mirror_cmd(
     the archives are built from NVIDIA's wheels, holding the tree `install --source pypi` makes."""
     _set_verbose(verbose)
     with errors():
-        from cudaredist import pypi
         from cudaredist.install import Installer
         from cudaredist.mirror import fetch_release, plan_release, write_mirror, write_wheel_mirror
         from cudaredist.progress import pick
-        from cudaredist.source import Index
+        from cudaredist.sources.nvidia.index import Index
+        from cudaredist.sources.pypi import index as pypi
 
         platforms = _platforms(platform)
         wheels = check_source(source) == "pypi"
@@ -635,10 +635,10 @@ def lock_cmd(
     with errors():
         from dataclasses import replace
 
-        from cudaredist import pypi
         from cudaredist.lockfile import build_lock, dumps, write_lock
         from cudaredist.mirror import fetch_release, plan_release
-        from cudaredist.source import Index
+        from cudaredist.sources.nvidia.index import Index
+        from cudaredist.sources.pypi import index as pypi
 
         platforms = _platforms(platform)
         ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback)
@@ -671,7 +671,7 @@ def lock_cmd(
 @cache_app.command("dir")
 def cache_dir_cmd(cache_dir: CacheDirOpt = None) -> None:
     """Print the cache directory."""
-    from cudaredist.cache import Cache
+    from cudaredist.fetch.cache import Cache
 
     typer.echo(str(Cache(cache_dir).root))
 
@@ -679,7 +679,7 @@ def cache_dir_cmd(cache_dir: CacheDirOpt = None) -> None:
 @cache_app.command("list")
 def cache_list(cache_dir: CacheDirOpt = None, as_json: JsonOpt = False) -> None:
     """List cached archives."""
-    from cudaredist.cache import Cache
+    from cudaredist.fetch.cache import Cache
 
     entries = Cache(cache_dir).entries()
     if as_json:
@@ -697,7 +697,7 @@ def cache_prune(cache_dir: CacheDirOpt = None,
                 ) -> None:
     """Drop partial downloads and archives not used for --days."""
     with errors():
-        from cudaredist.cache import Cache
+        from cudaredist.fetch.cache import Cache
 
         n, freed = Cache(cache_dir).prune(older_than_days=days)
         typer.echo(f"removed {n} files, {_human(freed)}")
@@ -706,7 +706,7 @@ def cache_prune(cache_dir: CacheDirOpt = None,
 @cache_app.command("clear")
 def cache_clear(cache_dir: CacheDirOpt = None) -> None:
     """Delete the whole cache."""
-    from cudaredist.cache import Cache
+    from cudaredist.fetch.cache import Cache
 
     c = Cache(cache_dir)
     c.clear()

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 
-from cudaredist.cache import CHUNK, Cache, sha256_file
 from cudaredist.errors import (
     BusyError,
     FetchError,
@@ -34,14 +33,15 @@ from cudaredist.errors import (
     PrefixError,
     UnsafeArchiveError,
 )
-from cudaredist.extract import FileRecord, Tree, extract, is_streamable, redist_mapper
-from cudaredist.growing import DownloadFailed, GrowingFile
-from cudaredist.net import Transport
+from cudaredist.fetch.cache import CHUNK, Cache, sha256_file
+from cudaredist.fetch.growing import DownloadFailed, GrowingFile
+from cudaredist.fetch.transport import Transport
 from cudaredist.plan import Plan, PlannedArchive
 from cudaredist.profiles import platform_rule
 from cudaredist.progress import Reporter, Silent
 from cudaredist.record import build_record, canonical_prefix, leftovers, read_record, write_record
-from cudaredist.wheels import add_soname_links, member_mapper
+from cudaredist.sources.pypi.wheels import add_soname_links, member_mapper
+from cudaredist.tree.extract import FileRecord, Tree, extract, is_streamable, redist_mapper
 
 ENV_LOCK_TIMEOUT = "CUDAREDIST_LOCK_TIMEOUT"
 DEFAULT_LOCK_TIMEOUT = 600.0

@@ -28,7 +28,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from cudaredist.cache import sha256_file
 from cudaredist.errors import (
     BusyError,
     ConflictError,
@@ -38,12 +37,13 @@ from cudaredist.errors import (
     OfflineError,
     ResolveError,
 )
-from cudaredist.manifest import Manifest, check_relative_path, parse_manifest
-from cudaredist.net import is_local
+from cudaredist.fetch.cache import sha256_file
+from cudaredist.fetch.transport import is_local
 from cudaredist.plan import Plan, PlannedArchive, join_url, make_plan
 from cudaredist.progress import Reporter, Silent
-from cudaredist.resolve import check_train, labels_from_names, pick_release, sort_labels
-from cudaredist.source import Index
+from cudaredist.sources.nvidia.index import Index
+from cudaredist.sources.nvidia.manifest import Manifest, check_relative_path, parse_manifest
+from cudaredist.sources.nvidia.releases import check_train, labels_from_names, pick_release, sort_labels
 
 INDEX_PAGE = "index.html"
 
@@ -331,7 +331,7 @@ class _Made:
 
 def platform_order(platforms: Sequence[str]) -> list[str]:
     """NVIDIA's order (pypi.toml's platform table), unknown platforms after it, alphabetically."""
-    from cudaredist.wheels import wheel_data
+    from cudaredist.sources.pypi.wheels import wheel_data
 
     known = list(wheel_data().platforms)
     return sorted(platforms, key=lambda p: (known.index(p) if p in known else len(known), p))
@@ -349,7 +349,7 @@ def merge_manifest(existing: dict[str, Any] | None, *, label: str, release_date:
     keys come in NVIDIA's order (release keys, then components by name, each with its
     fields, then its platforms), so the bytes do not depend on which run added what.
     """
-    from cudaredist.wheels import version_key as wheel_version_key
+    from cudaredist.sources.pypi.wheels import version_key as wheel_version_key
 
     old = existing or {}
     components: dict[str, dict[str, Any]] = {k: dict(v) for k, v in old.items() if isinstance(v, dict)}
@@ -434,13 +434,13 @@ def write_wheel_mirror(
 
     ``releases`` holds, per release, the wheel plans of ``--source pypi`` (one per
     platform). Each wheel becomes ``<component>/<platform>/<component>-<platform>-<version>-archive.*``
-    (:mod:`cudaredist.repack`); the manifests list them in NVIDIA's format, merged with what the
+    (:mod:`cudaredist.sources.pypi.repack`); the manifests list them in NVIDIA's format, merged with what the
     mirror already holds. An archive that already verifies against a manifest of the mirror
     is kept as it is: a re-run builds only what is missing or damaged, and writes nothing
     when nothing changed. ``fetch`` returns a verified wheel (:meth:`Installer.fetch`).
     """
-    from cudaredist.repack import relative_path as archive_path
-    from cudaredist.repack import repack
+    from cudaredist.sources.pypi.repack import relative_path as archive_path
+    from cudaredist.sources.pypi.repack import repack
 
     reporter = reporter or Silent()
     out = out.absolute()

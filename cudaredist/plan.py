@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cudaredist.errors import PlanError
-from cudaredist.manifest import Archive, Component, Manifest
 from cudaredist.profiles import Spec, get_profile, parse_spec
+from cudaredist.sources.nvidia.manifest import Archive, Component, Manifest
 
 
 @dataclass(frozen=True)

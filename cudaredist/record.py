@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cudaredist import __version__
-from cudaredist.cache import sha256_file
 from cudaredist.errors import PrefixError
-from cudaredist.manifest import version_key
+from cudaredist.fetch.cache import sha256_file
 from cudaredist.plan import Plan, plan_from_json
+from cudaredist.sources.nvidia.manifest import version_key
 
 if TYPE_CHECKING:  # the no-op path reads records without loading the archive modules
-    from cudaredist.extract import FileRecord
+    from cudaredist.tree.extract import FileRecord
 
 RECORD_DIR = ".cudaredist"
 RECORD_FILE = "record.json"

@@ -11,7 +11,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from cudaredist.cache import Cache
+from cudaredist.fetch.cache import Cache
 from cudaredist.record import read_record, verify
 
 

@@ -17,11 +17,11 @@ from pathlib import Path
 import filelock
 import pytest
 
-from cudaredist.cache import Cache
+from cudaredist.fetch.cache import Cache
+from cudaredist.fetch.transport import Transport
 from cudaredist.install import Installer
-from cudaredist.net import Transport
 from cudaredist.record import read_record
-from cudaredist.source import Index, resolve_plan
+from cudaredist.sources.nvidia.index import Index, resolve_plan
 from tests.archives import Members, MirrorArchive, build_mirror, toolkit
 from tests.faultserver import FaultServer
 from tests.invariants import assert_installed, cache_problems, leftovers, snapshot

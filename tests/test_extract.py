@@ -1,4 +1,4 @@
-"""Safe extraction into a shared staging tree (cudaredist.extract), with real tiny archives."""
+"""Safe extraction into a shared staging tree (cudaredist.tree.extract), with real tiny archives."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cudaredist.errors import ConflictError, UnsafeArchiveError
-from cudaredist.extract import Tree, extract, redist_mapper
+from cudaredist.tree.extract import Tree, extract, redist_mapper
 from tests.archives import Dir, Exe, Link, Members, Special, make_tar_xz, make_zip
 
 TOP = "comp-linux-x86_64-1.0-archive"

@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from cudaredist.cache import Cache
 from cudaredist.errors import FetchError, IntegrityError
+from cudaredist.fetch.cache import Cache
+from cudaredist.fetch.transport import RetryPolicy, Transport, make_client
 from cudaredist.install import Installer
-from cudaredist.net import RetryPolicy, Transport, make_client
 from cudaredist.record import read_record
-from cudaredist.source import Index, resolve_plan
+from cudaredist.sources.nvidia.index import Index, resolve_plan
 from tests.archives import Exe, MirrorArchive, build_mirror, toolkit
 from tests.faultserver import FaultServer
 from tests.invariants import assert_installed, assert_intact, snapshot

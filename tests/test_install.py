@@ -16,13 +16,13 @@ from typing import Any
 import filelock
 import pytest
 
-from cudaredist.cache import Cache
 from cudaredist.errors import BusyError, IntegrityError, PrefixError, UnsafeArchiveError
+from cudaredist.fetch.cache import Cache
+from cudaredist.fetch.transport import Transport
 from cudaredist.install import Installer, InstallResult
-from cudaredist.net import Transport
 from cudaredist.plan import Plan
 from cudaredist.record import read_record, record_path
-from cudaredist.source import Index, normalize_base, resolve_plan
+from cudaredist.sources.nvidia.index import Index, normalize_base, resolve_plan
 from tests.archives import (
     Dir,
     Exe,
@@ -130,8 +130,8 @@ def test_failure_while_extracting_removes_the_staging_tree(mirror: Path, transpo
                                                            prefix: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     import cudaredist.install as inst
-    from cudaredist.extract import Tree
-    from cudaredist.extract import extract as real_extract
+    from cudaredist.tree.extract import Tree
+    from cudaredist.tree.extract import extract as real_extract
 
     install(transport, cache, mirror, "12.9", prefix)
     before = snapshot(prefix)

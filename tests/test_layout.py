@@ -1,4 +1,4 @@
-"""Archive member names -> tree paths, and the safety rules (cudaredist.layout)."""
+"""Archive member names -> tree paths, and the safety rules (cudaredist.tree.paths)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from cudaredist.errors import UnsafeArchiveError
-from cudaredist.layout import clean_member, link_target_inside, strip_top, tree_path
+from cudaredist.tree.paths import clean_member, link_target_inside, strip_top, tree_path
 
 ARCHIVE = "cuda_cudart-linux-x86_64-13.0.96-archive.tar.xz"
 _DRIVE = re.compile(r"^[A-Za-z]:")

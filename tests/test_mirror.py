@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cudaredist.layout import tree_path
 from cudaredist.mirror import index_page, merge_manifest
-from cudaredist.repack import archive_member
-from cudaredist.resolve import labels_from_listing
+from cudaredist.sources.nvidia.releases import labels_from_listing
+from cudaredist.sources.pypi.repack import archive_member
+from cudaredist.tree.paths import tree_path
 from tests.realmirror import nginx_serve, tree_of  # noqa: F401  (fixture)
 from tests.test_pypi import INDEX, LINUX, LINUX_TAG, FakeIndex, add_release_13_0, make_wheel, toolkit_metadata
 
@@ -517,7 +517,7 @@ def test_repack_refuses_what_the_installer_refuses(platform: str, files: dict[st
                                                    links: tuple[str, ...], message: str,
                                                    tmp_path: Path) -> None:
     from cudaredist.errors import UnsafeArchiveError
-    from cudaredist.repack import repack
+    from cudaredist.sources.pypi.repack import repack
 
     wheel = _wheel_file(tmp_path, files, links=links)
     with pytest.raises(UnsafeArchiveError, match=re.escape(message)):
@@ -529,7 +529,7 @@ def test_repack_streams_big_members(tmp_path: Path) -> None:
     """A member is copied in chunks: a 64 MB file never sits in memory whole."""
     import tracemalloc
 
-    from cudaredist.repack import repack
+    from cudaredist.sources.pypi.repack import repack
 
     wheel = _wheel_file(tmp_path, {"nvidia/cu13/lib/libbig.a": bytes(64 << 20)})
     for platform, name in (("linux-x86_64", "a.tar.xz"), ("windows-x86_64", "a.zip")):
@@ -546,7 +546,7 @@ def test_repack_streams_big_members(tmp_path: Path) -> None:
 
 def test_repack_refuses_a_corrupt_member(tmp_path: Path) -> None:
     from cudaredist.errors import UnsafeArchiveError
-    from cudaredist.repack import repack
+    from cudaredist.sources.pypi.repack import repack
 
     wheel = _wheel_file(tmp_path, {"nvidia/cu13/include/a.h": b"A" * 1000})
     data = bytearray(wheel.read_bytes())

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cudaredist.errors import FetchError, IntegrityError
-from cudaredist.net import RetryPolicy, Transport, _retry_after, make_client
+from cudaredist.fetch.transport import RetryPolicy, Transport, _retry_after, make_client
 from tests.faultserver import FaultServer, ForwardProxy
 
 SIZE = 300_000
@@ -210,7 +210,7 @@ def test_ignored_range_on_resume_starts_over_and_hashes_right(transport: Transpo
 def test_bad_content_range_is_retried(transport: Transport, srv: FaultServer, blob: Blob, tmp_path: Path,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """A 206 that starts elsewhere than asked is not spliced in."""
-    import cudaredist.net as net
+    import cudaredist.fetch.transport as net
 
     with pytest.raises(net._Retryable):
         net._check_content_range("bytes 10-99/100", 0, 100, "u")

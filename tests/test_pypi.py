@@ -19,14 +19,15 @@ import pytest
 import respx
 from typer.testing import CliRunner
 
-from cudaredist import pypi, source
-from cudaredist.cache import Cache
 from cudaredist.cli import app
 from cudaredist.errors import FetchError, IntegrityError, ManifestError, OfflineError, PlanError, ResolveError
+from cudaredist.fetch.cache import Cache
+from cudaredist.fetch.transport import RetryPolicy, Transport
 from cudaredist.install import Installer
-from cudaredist.net import RetryPolicy, Transport
 from cudaredist.record import verify
-from cudaredist.wheels import (
+from cudaredist.sources.nvidia import index as source
+from cudaredist.sources.pypi import index as pypi
+from cudaredist.sources.pypi.wheels import (
     IndexFile,
     Metadata,
     chain_links,

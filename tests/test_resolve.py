@@ -1,11 +1,11 @@
-"""Train resolution: listing -> labels -> the release a train means (cudaredist.resolve)."""
+"""Train resolution: listing -> labels -> the release a train means (cudaredist.sources.nvidia.releases)."""
 
 from __future__ import annotations
 
 import pytest
 
 from cudaredist.errors import ResolveError
-from cudaredist.resolve import (
+from cudaredist.sources.nvidia.releases import (
     check_train,
     labels_from_listing,
     labels_from_names,

@@ -1,4 +1,4 @@
-"""Index listing, manifest fetch, offline cache and mirror fallback (cudaredist.source), with respx."""
+"""Index listing, manifest fetch, offline cache and mirror fallback (sources.nvidia.index), with respx."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import httpx
 import pytest
 import respx
 
-from cudaredist.cache import Cache
 from cudaredist.errors import FetchError, OfflineError, ResolveError
-from cudaredist.net import RetryPolicy, Transport
-from cudaredist.source import LISTING, Index, default_bases, normalize_base, resolve_plan
+from cudaredist.fetch.cache import Cache
+from cudaredist.fetch.transport import RetryPolicy, Transport
+from cudaredist.sources.nvidia.index import LISTING, Index, default_bases, normalize_base, resolve_plan
 
 BASE = "https://developer.download.nvidia.com/compute/cuda/redist/"
 MIRROR = "https://mirror.example.org/cuda/redist/"

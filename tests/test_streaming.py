@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from cudaredist.cache import Cache
-from cudaredist.growing import DownloadFailed, GrowingFile
+from cudaredist.fetch.cache import Cache
+from cudaredist.fetch.growing import DownloadFailed, GrowingFile
+from cudaredist.fetch.transport import RetryPolicy, Transport, make_client
 from cudaredist.install import Installer
-from cudaredist.manifest import Archive
-from cudaredist.net import RetryPolicy, Transport, make_client
 from cudaredist.plan import Plan, PlannedArchive
+from cudaredist.sources.nvidia.manifest import Archive
 from tests.archives import Dir, make_tar_xz
 from tests.faultserver import FaultServer
 

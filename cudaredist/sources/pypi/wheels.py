@@ -23,8 +23,8 @@ from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 from cudaredist.errors import ManifestError, PlanError
-from cudaredist.layout import tree_path
 from cudaredist.profiles import data_dir
+from cudaredist.tree.paths import tree_path
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -32,7 +32,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 if TYPE_CHECKING:
-    from cudaredist.extract import Tree
+    from cudaredist.tree.extract import Tree
 
 # ------------------------------------------------------------------------------------------------
 # Data (manifests/pypi.toml)

@@ -1,6 +1,6 @@
 """Safe extraction of .tar.xz and .zip archives into a staging tree shared by several archives.
 
-Members are mapped through :mod:`cudaredist.layout`; every file is hashed as it is
+Members are mapped through :mod:`cudaredist.tree.paths`; every file is hashed as it is
 written (for conflict detection and the install record). Two archives may write
 one path only with identical content.
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 from cudaredist.errors import ConflictError, UnsafeArchiveError
-from cudaredist.layout import clean_member, link_target_inside, strip_top, tree_path
+from cudaredist.tree.paths import clean_member, link_target_inside, strip_top, tree_path
 
 CHUNK = 1 << 20
 _OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)

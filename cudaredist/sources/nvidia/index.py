@@ -8,12 +8,12 @@ from dataclasses import replace
 from pathlib import Path
 from urllib.parse import urlparse
 
-from cudaredist.cache import Cache
 from cudaredist.errors import CudaRedistError, FetchError, OfflineError, PlanError, ResolveError
-from cudaredist.manifest import Manifest, parse_manifest, version_key
-from cudaredist.net import Transport, is_local, local_path
+from cudaredist.fetch.cache import Cache
+from cudaredist.fetch.transport import Transport, is_local, local_path
 from cudaredist.plan import Plan, join_url, make_plan
-from cudaredist.resolve import (
+from cudaredist.sources.nvidia.manifest import Manifest, parse_manifest, version_key
+from cudaredist.sources.nvidia.releases import (
     check_train,
     labels_from_listing,
     labels_from_names,

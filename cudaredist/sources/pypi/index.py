@@ -1,7 +1,7 @@
 """The PyPI source: a train resolves through NVIDIA's ``cuda-toolkit`` metapackage to a plan of wheels (I/O).
 
 The plan's items are wheels (``layout="wheel"``): the installer downloads, verifies,
-caches and extracts them like redist archives, and :mod:`cudaredist.wheels` maps their
+caches and extracts them like redist archives, and :mod:`cudaredist.sources.pypi.wheels` maps their
 members into the same tree. Works with any index that speaks the Simple API (PEP 691
 JSON, or PEP 503 HTML), so a PyPI proxy or a local ``file://`` index works too.
 """
@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cudaredist.cache import Cache, sha256_file
 from cudaredist.errors import FetchError, IntegrityError, OfflineError, PlanError, ResolveError
-from cudaredist.manifest import Archive
-from cudaredist.net import Transport, is_local, local_path
+from cudaredist.fetch.cache import Cache, sha256_file
+from cudaredist.fetch.transport import Transport, is_local, local_path
 from cudaredist.plan import Plan, PlannedArchive
-from cudaredist.resolve import check_train, pick_release, train_of
-from cudaredist.wheels import (
+from cudaredist.sources.nvidia.manifest import Archive
+from cudaredist.sources.nvidia.releases import check_train, pick_release, train_of
+from cudaredist.sources.pypi.wheels import (
     ExtraSpec,
     IndexFile,
     Metadata,

@@ -1,8 +1,8 @@
 """Redist archives re-packed from NVIDIA's wheels, holding the tree ``--source pypi`` installs (I/O).
 
-A wheel's members go through :func:`cudaredist.wheels.member_mapper`, the same mapping the
+A wheel's members go through :func:`cudaredist.sources.pypi.wheels.member_mapper`, the same mapping the
 pypi install uses, and Linux shared libraries get their SONAME chains as real symlinks
-(:func:`cudaredist.wheels.chain_links`). The result has one top folder
+(:func:`cudaredist.sources.pypi.wheels.chain_links`). The result has one top folder
 ``<component>-<platform>-<version>-archive/``: ``.tar.xz`` for Linux, ``.zip`` for Windows, as
 NVIDIA ships them. Installing such an archive through the redist route gives the tree that
 installing the wheel gives.
@@ -25,8 +25,7 @@ from pathlib import Path
 from typing import IO
 
 from cudaredist.errors import PlanError, UnsafeArchiveError
-from cudaredist.layout import clean_member
-from cudaredist.wheels import (
+from cudaredist.sources.pypi.wheels import (
     WheelData,
     chain_links,
     member_mapper,
@@ -34,6 +33,7 @@ from cudaredist.wheels import (
     read_soname,
     wheel_data,
 )
+from cudaredist.tree.paths import clean_member
 
 # 2000-01-01T00:00:00Z for every member: the bytes depend on the content only
 MTIME = 946684800
@@ -78,7 +78,7 @@ def relative_path(component: str, platform: str, version: str, data: WheelData |
 
 def archive_member(path: str, component: str) -> str:
     """Where a tree path sits below the archive's top folder: the inverse of
-    :func:`cudaredist.layout.tree_path` (a component's own licence sits at the top)."""
+    :func:`cudaredist.tree.paths.tree_path` (a component's own licence sits at the top)."""
     for name in ("LICENSE", "LICENSE.txt"):
         if path == f"licenses/{component}/{name}":
             return name

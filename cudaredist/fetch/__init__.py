@@ -1,0 +1,1 @@
+"""Fetching: the transport (retries, ranges), the download cache, and the concurrent fetcher."""
