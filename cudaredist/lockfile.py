@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from cudaredist.errors import LockFileError, ManifestError
-from cudaredist.plan import Plan, join_url, plan_from_json
-from cudaredist.sources.nvidia.manifest import check_relative_path, version_key
+from cudaredist.plan import Plan, join_url, plan_from_json, version_key
+from cudaredist.sources.nvidia.manifest import check_relative_path
 
 LOCK_VERSION = 1
 # source -> the layout of its archives (a lock mixing them was not written by `cudaredist lock`)

@@ -39,10 +39,11 @@ from cudaredist.errors import (
 )
 from cudaredist.fetch.cache import sha256_file
 from cudaredist.fetch.transport import is_local
-from cudaredist.plan import Plan, PlannedArchive, join_url, make_plan
+from cudaredist.plan import Plan, PlannedArchive, join_url
 from cudaredist.progress import Reporter, Silent
 from cudaredist.sources.nvidia.index import Index
 from cudaredist.sources.nvidia.manifest import Manifest, check_relative_path, parse_manifest
+from cudaredist.sources.nvidia.planner import make_plan
 from cudaredist.sources.nvidia.releases import check_train, labels_from_names, pick_release, sort_labels
 
 INDEX_PAGE = "index.html"

@@ -4,13 +4,29 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from cudaredist.errors import PlanError
-from cudaredist.profiles import Spec, get_profile, parse_spec
-from cudaredist.sources.nvidia.manifest import Archive, Component, Manifest
+
+def version_key(text: str) -> tuple[int, ...]:
+    """Numeric sort key for dotted versions: 13.10.0 > 13.9.1 > 13.2.2."""
+    # bounded runs of ASCII digits: int() of a 5000-digit run from a hostile listing raises
+    return tuple(int(p) for p in re.findall(r"[0-9]{1,18}", text))
+
+
+@dataclass(frozen=True)
+class Archive:
+    """One downloadable archive: where it is relative to the base URL and how to check it."""
+
+    relative_path: str
+    sha256: str
+    size: int
+    md5: str = ""
+
+    @property
+    def filename(self) -> str:
+        return self.relative_path.rsplit("/", 1)[-1]
 
 
 @dataclass(frozen=True)
@@ -75,90 +91,6 @@ class Plan:
 
 def join_url(base: str, relative: str) -> str:
     return base.rstrip("/") + "/" + relative
-
-
-def _pick_archive(comp: Component, platform: str, release: str) -> Archive | None:
-    if platform in comp.archives:
-        return comp.archives[platform]
-    variants = comp.variants.get(platform)
-    if not variants:
-        return None
-    major_minor = ".".join(release.split(".")[:2])
-    for want in (f"cuda{major_minor}", f"cuda{release.split('.')[0]}"):
-        if want in variants:
-            return variants[want]
-    if len(variants) == 1:
-        return next(iter(variants.values()))
-    raise PlanError(
-        f"{comp.key} has several variants for {platform} in CUDA {release} "
-        f"({', '.join(sorted(variants))}) and none matches the release",
-        component=comp.key, release=release, platform=platform)
-
-
-def _missing(spec: Spec, manifest: Manifest, platform: str) -> PlanError:
-    present = [n for n in spec.names if n in manifest.components]
-    if present:
-        comp = manifest.components[present[0]]
-        have = ", ".join(comp.platforms) or "none"
-        msg = (f"component {present[0]} of CUDA {manifest.label} has no archive for platform {platform} "
-               f"(it has: {have})")
-    else:
-        msg = (f"CUDA {manifest.label} has no component {' or '.join(spec.names)} "
-               f"(needed for platform {platform})")
-    return PlanError(msg, component=str(spec), release=manifest.label, platform=platform)
-
-
-def make_plan(
-    manifest: Manifest,
-    *,
-    platform: str,
-    base_url: str,
-    profile: str | None = "nvcc",
-    components: Sequence[str] = (),
-    source: str = "nvidia",
-) -> Plan:
-    """Select archives for ``platform``: the profile's components plus ``components``.
-
-    ``profile=None`` installs exactly ``components``. Every failure happens here,
-    before any download.
-    """
-    if platform not in manifest.platforms:
-        raise PlanError(
-            f"CUDA {manifest.label} has no archives for platform {platform!r}; "
-            f"platforms in this release: {', '.join(p for p in manifest.platforms)}",
-            release=manifest.label, platform=platform)
-    specs: list[Spec] = []
-    if profile is not None:
-        specs.extend(s for s in get_profile(profile).specs if s.applies_to(manifest.label))
-    specs.extend(parse_spec(c, "--component") for c in components)
-    if not specs:
-        raise PlanError("nothing to install: give a profile or at least one --component")
-    items: list[PlannedArchive] = []
-    seen: set[str] = set()
-    for spec in specs:
-        chosen: tuple[Component, Archive] | None = None
-        for name in spec.names:
-            comp = manifest.components.get(name)
-            arch = _pick_archive(comp, platform, manifest.label) if comp else None
-            if comp and arch:
-                chosen = (comp, arch)
-                break
-        if chosen is None:
-            raise _missing(spec, manifest, platform)
-        comp, arch = chosen
-        if comp.key in seen:
-            continue
-        seen.add(comp.key)
-        items.append(PlannedArchive(comp.key, comp.version, arch, join_url(base_url, arch.relative_path)))
-    return Plan(
-        release=manifest.label,
-        release_date=manifest.release_date,
-        platform=platform,
-        base_url=base_url,
-        profile=profile or "custom",
-        items=tuple(items),
-        source=source,
-    )
 
 
 def plan_from_json(obj: dict[str, Any]) -> Plan:

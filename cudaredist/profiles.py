@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from cudaredist.errors import ManifestError, PlanError
-from cudaredist.sources.nvidia.manifest import version_key
+from cudaredist.plan import version_key
 
 if sys.version_info >= (3, 11):
     import tomllib

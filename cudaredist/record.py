@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Any
 from cudaredist import __version__
 from cudaredist.errors import PrefixError
 from cudaredist.fetch.cache import sha256_file
-from cudaredist.plan import Plan, plan_from_json
-from cudaredist.sources.nvidia.manifest import version_key
+from cudaredist.plan import Plan, plan_from_json, version_key
 
 if TYPE_CHECKING:  # the no-op path reads records without loading the archive modules
     from cudaredist.tree.extract import FileRecord

@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from cudaredist.errors import LockFileError
 from cudaredist.lockfile import _digest, read_lock, select
-from cudaredist.plan import make_plan
 from cudaredist.sources.nvidia.manifest import parse_manifest
+from cudaredist.sources.nvidia.planner import make_plan
 from tests.realmirror import tree_of
 from tests.test_pypi import FILES, INDEX, FakeIndex, add_release_13_0
 

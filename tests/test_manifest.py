@@ -11,13 +11,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from cudaredist.errors import ManifestError
-from cudaredist.sources.nvidia.manifest import (
-    MAX_ARCHIVE_SIZE,
-    Manifest,
-    check_relative_path,
-    parse_manifest,
-    version_key,
-)
+from cudaredist.plan import version_key
+from cudaredist.sources.nvidia.manifest import MAX_ARCHIVE_SIZE, Manifest, check_relative_path, parse_manifest
 from tests.conftest import SHARED_MANIFESTS
 
 SHA = "ab" * 32

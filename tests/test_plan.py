@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from cudaredist.errors import PlanError
-from cudaredist.plan import join_url, make_plan, plan_from_json
-from cudaredist.sources.nvidia.manifest import Manifest, parse_manifest, version_key
+from cudaredist.plan import join_url, plan_from_json, version_key
+from cudaredist.sources.nvidia.manifest import Manifest, parse_manifest
+from cudaredist.sources.nvidia.planner import make_plan
 from tests.conftest import SHARED_MANIFESTS
 
 BASE = "https://developer.download.nvidia.com/compute/cuda/redist/"

@@ -16,8 +16,7 @@ from cudaredist.fetch.cache import Cache
 from cudaredist.fetch.growing import DownloadFailed, GrowingFile
 from cudaredist.fetch.transport import RetryPolicy, Transport, make_client
 from cudaredist.install import Installer
-from cudaredist.plan import Plan, PlannedArchive
-from cudaredist.sources.nvidia.manifest import Archive
+from cudaredist.plan import Archive, Plan, PlannedArchive
 from tests.archives import Dir, make_tar_xz
 from tests.faultserver import FaultServer
 

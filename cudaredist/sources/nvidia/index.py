@@ -11,8 +11,9 @@ from urllib.parse import urlparse
 from cudaredist.errors import CudaRedistError, FetchError, OfflineError, PlanError, ResolveError
 from cudaredist.fetch.cache import Cache
 from cudaredist.fetch.transport import Transport, is_local, local_path
-from cudaredist.plan import Plan, join_url, make_plan
-from cudaredist.sources.nvidia.manifest import Manifest, parse_manifest, version_key
+from cudaredist.plan import Plan, join_url, version_key
+from cudaredist.sources.nvidia.manifest import Manifest, parse_manifest
+from cudaredist.sources.nvidia.planner import make_plan
 from cudaredist.sources.nvidia.releases import (
     check_train,
     labels_from_listing,

@@ -9,6 +9,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from cudaredist.errors import ManifestError
+from cudaredist.plan import Archive
 
 _HEX64 = re.compile(r"[0-9a-fA-F]{64}")
 # ASCII digits only: str.isdigit() also accepts "²", which int() refuses
@@ -16,26 +17,6 @@ _SIZE = re.compile(r"[0-9]{1,20}")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 # A single archive larger than this is not a CUDA component; it is a hostile manifest.
 MAX_ARCHIVE_SIZE = 64 * 1024**3
-
-
-def version_key(text: str) -> tuple[int, ...]:
-    """Numeric sort key for dotted versions: 13.10.0 > 13.9.1 > 13.2.2."""
-    # bounded runs of ASCII digits: int() of a 5000-digit run from a hostile listing raises
-    return tuple(int(p) for p in re.findall(r"[0-9]{1,18}", text))
-
-
-@dataclass(frozen=True)
-class Archive:
-    """One downloadable archive: where it is relative to the base URL and how to check it."""
-
-    relative_path: str
-    sha256: str
-    size: int
-    md5: str = ""
-
-    @property
-    def filename(self) -> str:
-        return self.relative_path.rsplit("/", 1)[-1]
 
 
 @dataclass(frozen=True)

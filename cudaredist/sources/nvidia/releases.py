@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterable
 
 from cudaredist.errors import ResolveError
-from cudaredist.sources.nvidia.manifest import version_key
+from cudaredist.plan import version_key
 
 # ASCII digits only (\d also matches "١٣"); a "\n" before "$" is not part of a train
 _HREF = re.compile(r"""href\s*=\s*['"]?(?:[^'"\s>]*/)?redistrib_(\d+\.\d+\.\d+)\.json['"\s>]""",

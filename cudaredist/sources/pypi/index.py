@@ -20,8 +20,7 @@ from typing import Any
 from cudaredist.errors import FetchError, IntegrityError, OfflineError, PlanError, ResolveError
 from cudaredist.fetch.cache import Cache, sha256_file
 from cudaredist.fetch.transport import Transport, is_local, local_path
-from cudaredist.plan import Plan, PlannedArchive
-from cudaredist.sources.nvidia.manifest import Archive
+from cudaredist.plan import Archive, Plan, PlannedArchive
 from cudaredist.sources.nvidia.releases import check_train, pick_release, train_of
 from cudaredist.sources.pypi.wheels import (
     ExtraSpec,
