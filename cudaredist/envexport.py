@@ -197,3 +197,16 @@ def github_files(env: Environment, current: Mapping[str, str], *,
         env_text += f"{name}<<{delim}\n{value}\n{delim}\n"
     path_text = "".join(f"{d}\n" for d in path_lines)
     return env_text, path_text
+
+
+def append_github(env: Environment, environ: Mapping[str, str]) -> None:
+    """Append ``env`` to the files GitHub Actions reads after a step ($GITHUB_ENV, $GITHUB_PATH)."""
+    env_file, path_file = environ.get("GITHUB_ENV"), environ.get("GITHUB_PATH")
+    if not env_file or not path_file:
+        raise PrefixError("--github: $GITHUB_ENV or $GITHUB_PATH is not set; run it in a GitHub "
+                          "Actions step", prefix="")
+    env_text, path_text = github_files(env, environ)
+    # text mode: the runner's own line ending (os.EOL, as @actions/core writes)
+    for name, text in ((env_file, env_text), (path_file, path_text)):
+        with open(name, "a", encoding="utf-8") as fh:
+            fh.write(text)

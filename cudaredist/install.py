@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import hashlib
 import os
 import shutil
 import stat
 import sys
 import tempfile
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,36 +25,22 @@ from typing import Any, BinaryIO, cast
 
 from cudaredist.errors import (
     BusyError,
-    FetchError,
-    IntegrityError,
-    OfflineError,
     PrefixError,
     UnsafeArchiveError,
 )
-from cudaredist.fetch.cache import CHUNK, Cache, sha256_file
+from cudaredist.fetch.cache import Cache
+from cudaredist.fetch.fetcher import Aborted, Fetcher, StreamBroken
 from cudaredist.fetch.growing import DownloadFailed, GrowingFile
 from cudaredist.fetch.transport import Transport
 from cudaredist.plan import Plan, PlannedArchive
 from cudaredist.profiles import platform_rule
 from cudaredist.progress import Reporter, Silent
 from cudaredist.record import build_record, canonical_prefix, leftovers, read_record, write_record
-from cudaredist.sources.pypi.wheels import add_soname_links, member_mapper
-from cudaredist.tree.extract import FileRecord, Tree, extract, is_streamable, redist_mapper
+from cudaredist.sources import layout
+from cudaredist.tree.extract import FileRecord, Tree, extract, is_streamable
 
 ENV_LOCK_TIMEOUT = "CUDAREDIST_LOCK_TIMEOUT"
 DEFAULT_LOCK_TIMEOUT = 600.0
-# layout name -> factory of member mappers; the PyPI source registers its wheel layouts here
-MAPPERS: dict[str, Callable[[PlannedArchive, str], Callable[[str], str | None]]] = {
-    "redist": lambda item, platform: redist_mapper(item.component, item.archive.filename),
-    "wheel": lambda item, platform: member_mapper(item.component, item.version, platform),
-}
-# layout name -> step run after one archive of that layout is extracted, given the tree paths it
-# wrote: wheels carry no symlinks, so the .so chains are restored from each library's SONAME
-AFTER_EXTRACT: dict[str, Callable[[PlannedArchive, str, Tree, list[str]], object]] = {
-    "wheel": lambda item, platform, tree, paths: add_soname_links(
-        tree, paths, component=item.component, archive=item.archive.filename),
-}
-
 
 @dataclass(frozen=True)
 class InstallResult:
@@ -67,14 +51,6 @@ class InstallResult:
     cached: int = 0
     files: int = 0
     seconds: float = 0.0
-
-
-class _Aborted(Exception):
-    pass
-
-
-class _StreamBroken(Exception):
-    """A followed download failed on one URL while others remain: rebuild without streaming."""
 
 
 def lock_timeout_default() -> float:
@@ -157,136 +133,13 @@ class Installer:
     def __init__(self, transport: Transport, cache: Cache, *, reporter: Reporter | None = None,
                  jobs: int = 8, offline: bool = False, lock_timeout: float | None = None,
                  extract_workers: int | None = None) -> None:
-        self.transport = transport
         self.cache = cache
         self.reporter = reporter or Silent()
         self.jobs = max(1, jobs)
-        self.offline = offline
         self.lock_timeout = lock_timeout_default() if lock_timeout is None else lock_timeout
         self.extract_workers = extract_workers or max(1, min(4, os.cpu_count() or 1))
-        self._abort = threading.Event()
-        self._bad_urls: dict[str, FetchError | IntegrityError] = {}  # failed in this run: not asked again
-
-    # -- archives --------------------------------------------------------------------------------
-    def fetch(self, item: PlannedArchive, follow: GrowingFile | None = None) -> tuple[Path, bool]:
-        """The verified cache path of ``item``'s archive, downloading it if needed; (path, was_cached).
-
-        ``follow`` is fed the bytes as they land, for an extraction running alongside.
-        """
-        try:
-            path, cached = self._fetch(item, follow)
-        except BaseException as exc:
-            if follow is not None:
-                follow.fail(exc)
-            raise
-        if follow is not None:
-            if cached:
-                follow.attach(path)
-                follow.publish(item.archive.size)
-            follow.finish()
-        return path, cached
-
-    def _fetch(self, item: PlannedArchive, follow: GrowingFile | None) -> tuple[Path, bool]:
-        sha, size = item.archive.sha256, item.archive.size
-        hit = self._cached(sha, size) if follow is None else self._cached_followed(item, follow)
-        if hit is not None:
-            self.reporter.advance(size)
-            return hit, True
-        if self.offline:
-            raise OfflineError(
-                f"--offline: {item.archive.filename} ({item.component}, sha256 {sha[:16]}…) is not in "
-                f"the cache {self.cache.root}; its URL is {item.url}. Run the same command online once, "
-                "or fill the cache from a mirror.", url=item.url)
-        with self.cache.lock(sha, timeout=self.lock_timeout):
-            # another process may have fetched it meanwhile
-            hit = self._cached(sha, size, evict=True)
-            if hit is not None:
-                self.reporter.advance(size)
-                return hit, True
-            self.cache.drop_partials(sha[:16])  # what a killed run left for this entry
-            tmp = self.cache.new_temp(sha[:16])
-            if follow is not None:
-                follow.attach(tmp)
-            try:
-                self._download_any(item, tmp, follow.publish if follow is not None else None)
-                return self.cache.commit(tmp, sha, url=item.url, name=item.archive.filename), False
-            finally:
-                with contextlib.suppress(FileNotFoundError):
-                    tmp.unlink()
-
-    def _cached(self, sha: str, size: int, *, evict: bool = False) -> Path | None:
-        """The entry if it hashes right; ``evict`` (entry lock held) drops a corrupted one."""
-        path = self.cache.lookup(sha, size)
-        if path is None:
-            return None
-        if sha256_file(path) != sha:  # verified on every use
-            if evict:
-                self.cache.evict(sha)
-                self.reporter.message(f"dropped a corrupted cache entry {sha[:16]}…; downloading again")
-            return None
-        self.cache.touch(sha)
-        return path
-
-    def _cached_followed(self, item: PlannedArchive, follow: GrowingFile) -> Path | None:
-        """A cache hit hashed while its extraction reads along (no separate pass before it).
-
-        A corrupted entry has then been read into the staging tree: it is dropped and the
-        tree is built again, downloading that archive."""
-        sha, size = item.archive.sha256, item.archive.size
-        path = self.cache.lookup(sha, size)
-        if path is None:
-            return None
-        follow.attach(path)
-        h = hashlib.sha256()
-        done = 0
-        with open(path, "rb") as fh:
-            while chunk := fh.read(CHUNK):
-                h.update(chunk)
-                done += len(chunk)
-                follow.publish(done)
-        if h.hexdigest() != sha:
-            with self.cache.lock(sha, timeout=self.lock_timeout):
-                self.cache.evict(sha)
-            err = IntegrityError(f"the cache entry for {item.archive.filename} was corrupted; dropped it",
-                                 what="sha256", expected=sha, actual=h.hexdigest())
-            raise _StreamBroken(err) from err
-        self.cache.touch(sha)
-        return path
-
-    def _download_any(self, item: PlannedArchive, tmp: Path,
-                      watch: Callable[[int], None] | None = None) -> None:
-        sent_lock = threading.Lock()  # segmented downloads report from several threads
-        urls = [u for u in item.urls if u not in self._bad_urls] or list(item.urls[-1:])
-        errors = [self._bad_urls[u] for u in item.urls if u in self._bad_urls and u not in urls]
-        for url in urls:
-            sent = 0
-
-            def progress(n: int) -> None:
-                nonlocal sent
-                if self._abort.is_set():
-                    raise _Aborted()
-                with sent_lock:
-                    sent += n
-                self.reporter.advance(n)
-
-            try:
-                self.transport.download(url, tmp, size=item.archive.size, sha256=item.archive.sha256,
-                                        progress=progress, watch=watch)
-                return
-            except (FetchError, IntegrityError) as exc:  # another URL may serve the right bytes
-                self.reporter.advance(-sent)
-                self._bad_urls[url] = exc
-                if watch is not None and url != urls[-1]:
-                    # an extraction already read these bytes: start the tree over, unstreamed
-                    raise _StreamBroken(exc) from exc
-                errors.append(exc)
-                if url != urls[-1]:
-                    self.reporter.message(f"{url} failed ({exc}); trying {urls[urls.index(url) + 1]}")
-        if len(errors) == 1:
-            raise errors[0]
-        if all(isinstance(e, IntegrityError) for e in errors):
-            raise errors[-1]
-        raise FetchError("; ".join(str(e) for e in errors), url=item.url)
+        self.fetcher = Fetcher(transport, cache, reporter=self.reporter, offline=offline,
+                               lock_timeout=self.lock_timeout)
 
     # -- transaction -------------------------------------------------------------------------------
     def install(self, plan: Plan, prefix: Path | str, *, force: bool = False,
@@ -318,7 +171,7 @@ class Installer:
             try:
                 try:
                     files, downloaded, cached = self._build(plan, staging)
-                except _StreamBroken as broken:
+                except StreamBroken as broken:
                     self.reporter.message(f"{broken.__cause__}; trying the next URL")
                     _rmtree(staging)
                     staging.mkdir()
@@ -340,7 +193,7 @@ class Installer:
                stream: bool = True) -> tuple[list[FileRecord], int, int]:
         """Download (concurrently) and extract each archive while it downloads (tar) or once it is
         there (zip). Biggest first, so the longest extraction starts earliest."""
-        self._abort.clear()
+        self.fetcher.abort.clear()
         tree = Tree(staging)
         self.reporter.start(plan.total_size, len(plan.items))
         counts = {"downloaded": 0, "cached": 0}
@@ -353,8 +206,9 @@ class Installer:
                 ThreadPoolExecutor(self.extract_workers, thread_name_prefix="extract") as extractors:
 
             def unpack(item: PlannedArchive, path: Path | None, follow: GrowingFile | None) -> None:
-                mapper = MAPPERS[item.layout](item, plan.platform)
-                after = AFTER_EXTRACT.get(item.layout)
+                how = layout(item.layout)
+                mapper = how.mapper(item, plan.platform)
+                after = how.after
                 written: list[str] = []
 
                 def recording(clean: str) -> str | None:
@@ -391,7 +245,7 @@ class Installer:
             follows = {it: GrowingFile() for it in streamed}
             extractions: set[Future[Any]] = set()
             for it in items:
-                fetch_of[it] = fetchers.submit(self.fetch, it, follows.get(it))
+                fetch_of[it] = fetchers.submit(self.fetcher.fetch, it, follows.get(it))
                 if it in follows:
                     extractions.add(extractors.submit(unpack, it, None, follows[it]))
             by_future = {f: it for it, f in fetch_of.items()}
@@ -411,17 +265,17 @@ class Installer:
                         if item not in streamed:
                             pending.add(extractors.submit(unpack, item, path, None))
             except BaseException as exc:
-                self._abort.set()
+                self.fetcher.abort.set()
                 for fut in pending:
                     fut.cancel()
                 for follow in follows.values():  # unblock extractions following a cancelled download
-                    follow.fail(_Aborted())
+                    follow.fail(Aborted())
                 if isinstance(exc, DownloadFailed):
                     # an extraction saw its download fail: report the download's own error
                     for f in fetch_of.values():
                         with contextlib.suppress(TimeoutError):
                             err = f.exception(timeout=60)
-                            if err is not None and not isinstance(err, _Aborted):
+                            if err is not None and not isinstance(err, Aborted):
                                 raise err  # noqa: B904 - the download error is the real one
                 raise
             finally:

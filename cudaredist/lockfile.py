@@ -231,3 +231,12 @@ def with_bases(plan: Plan, bases: Sequence[str]) -> Plan:
                           fallback_urls=tuple(join_url(b, i.archive.relative_path) for b in bases[1:]))
                   for i in plan.items)
     return replace(plan, items=items)
+
+
+def plan_for(path: Path, *, train: str | None, platform: str | None, host: str | None,
+             profile: str | None, components: Sequence[str] | None,
+             source: str | None) -> tuple[Lock, Plan]:
+    """Read the lock at ``path`` and pick the plan this request means (drift is an error)."""
+    locked = read_lock(path)
+    return locked, select(locked, train=train, platform=platform, host=host, profile=profile,
+                          components=components, source=source)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from cudaredist import __version__
 from cudaredist.errors import PrefixError
 from cudaredist.fetch.cache import sha256_file
-from cudaredist.plan import Plan, plan_from_json, version_key
+from cudaredist.plan import Plan, version_key
 
 if TYPE_CHECKING:  # the no-op path reads records without loading the archive modules
     from cudaredist.tree.extract import FileRecord
@@ -46,6 +46,20 @@ def satisfies(record: dict[str, Any], *, train: str, platform: str, profile: str
             and plan.get("source", "nvidia") == source
             and plan.get("profile") == (profile or "custom")
             and sorted(request.get("components", [])) == sorted(components))
+
+
+def satisfying_record(prefix: Path, *, train: str, platform: str, profile: str | None,
+                      components: Sequence[str], source: str) -> dict[str, Any] | None:
+    """The record of ``prefix`` if it already answers this request (no network needed), else None.
+
+    Leftovers of a killed run mean no: the installer cleans them first."""
+    if not prefix.is_dir():
+        return None
+    rec = read_record(prefix)
+    if rec is None or leftovers(prefix) or not satisfies(
+            rec, train=train, platform=platform, profile=profile, components=components, source=source):
+        return None
+    return rec
 
 
 def record_path(prefix: Path) -> Path:
@@ -97,10 +111,6 @@ def require_record(prefix: Path) -> dict[str, Any]:
         raise PrefixError(f"{prefix} holds no cudaredist install (no {RECORD_DIR}/{RECORD_FILE})",
                           prefix=str(prefix))
     return rec
-
-
-def record_plan(record: dict[str, Any]) -> Plan:
-    return plan_from_json(record["plan"])
 
 
 @dataclass

@@ -123,14 +123,6 @@ def test_bad_hardlinks_are_refused(tmp_path: Path, tree: Tree, members: Members)
     assert not (tree.root / "b").exists()
 
 
-def test_progress_reports_every_byte(tmp_path: Path, tree: Tree) -> None:
-    seen: list[int] = []
-    path = _tar(tmp_path, {f"{TOP}/a": b"1234", f"{TOP}/b/c": b"56789"})
-    extract(path, tree, component="comp", archive=path.name, mapper=redist_mapper("comp", path.name),
-            on_bytes=seen.append)
-    assert sum(seen) == 9
-
-
 # -- hostile tar members -------------------------------------------------------------------------------
 @pytest.mark.parametrize(("members", "member", "reason"), [
     pytest.param({f"{TOP}/a": b"x", f"{TOP}/../../evil": b"x"}, f"{TOP}/../../evil", "'..'", id="traversal"),

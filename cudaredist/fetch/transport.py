@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     import httpx
 
 CHUNK = 1 << 20
-NOT_RETRIED = {400, 401, 403, 404, 405, 410, 451}
 Progress = Callable[[int], None]
 
 

@@ -1,1 +1,110 @@
-"""Sources: where releases come from. A source turns a train into a :class:`~cudaredist.plan.Plan`."""
+"""Sources: where releases come from. A source turns a train into plans (one per platform).
+
+Two sources exist: ``nvidia`` (NVIDIA's redist server, a mirror of it, or a directory) and
+``pypi`` (NVIDIA's wheels on a package index). Commands ask :func:`open_source` for one and
+call the :class:`Source` protocol; nothing outside this package branches on a source's name.
+The protocol is light to import (the CLI starts without httpx): sources load on first use.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from cudaredist.errors import PlanError
+
+if TYPE_CHECKING:
+    from cudaredist.fetch.cache import Cache
+    from cudaredist.fetch.fetcher import Fetcher
+    from cudaredist.fetch.transport import Transport
+    from cudaredist.mirror import MirrorReport
+    from cudaredist.plan import Plan, PlannedArchive
+    from cudaredist.progress import Reporter
+    from cudaredist.tree.extract import Mapper, Tree
+
+ENV_SOURCE = "CUDAREDIST_SOURCE"
+SOURCES = ("nvidia", "pypi")
+
+
+def check_source(source: str | None) -> str:
+    """``--source`` > ``CUDAREDIST_SOURCE`` > nvidia."""
+    value = (source or os.environ.get(ENV_SOURCE) or "nvidia").strip().lower()
+    if value not in SOURCES:
+        raise PlanError(f"unknown source {value!r}: use one of {', '.join(SOURCES)}")
+    return value
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where a source looks, as the command line and environment say."""
+
+    base_url: str | None = None     # nvidia: the redist base URL (default NVIDIA's)
+    mirror: str | None = None       # nvidia: tried before the base URL
+    no_fallback: bool = False       # nvidia: the mirror only
+    index_url: str | None = None    # pypi: the package index
+    offline: bool = False           # only what the cache holds
+
+
+class Source(Protocol):
+    name: str
+    # the mirror re-packs archives (so an xz preset means something) rather than copying them
+    builds_archives: bool
+
+    def location(self) -> str:
+        """The URL trains are listed from."""
+        ...
+
+    def trains(self) -> list[dict[str, Any]]:
+        """Published trains, oldest first: {train, release, release_date, releases}."""
+        ...
+
+    def resolve(self, train: str, platforms: Sequence[str], *, profile: str | None,
+                components: Sequence[str]) -> list[Plan]:
+        """One plan per platform, all of the one release ``train`` means; checked before any download."""
+        ...
+
+    def relocate(self, plan: Plan) -> Plan:
+        """A plan read from a lock file, fetched from where this run says (mirror first)."""
+        ...
+
+    def write_mirror(self, out: Path, trains: Sequence[str], platforms: Sequence[str], *,
+                     profile: str | None, components: Sequence[str], fetcher: Fetcher,
+                     reporter: Reporter, jobs: int, xz_preset: int | None) -> MirrorReport:
+        """A redist-shaped mirror of ``trains`` in ``out``."""
+        ...
+
+
+def open_source(name: str | None, transport: Transport, cache: Cache, where: Where) -> Source:
+    """The source ``name`` (``--source`` / ``CUDAREDIST_SOURCE`` / nvidia)."""
+    if check_source(name) == "pypi":
+        from cudaredist.sources.pypi.source import PypiSource
+
+        return PypiSource(transport, cache, where)
+    from cudaredist.sources.nvidia.source import NvidiaSource
+
+    return NvidiaSource(transport, cache, where)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How an archive's members land in the tree, and what runs once it is extracted."""
+
+    mapper: Callable[[PlannedArchive, str], Mapper]
+    # given the tree paths the archive wrote (e.g. wheels: restore .so symlink chains)
+    after: Callable[[PlannedArchive, str, Tree, list[str]], object] | None = None
+
+
+def layout(name: str) -> Layout:
+    """The layout a planned archive names (``redist`` or ``wheel``)."""
+    if name == "wheel":
+        from cudaredist.sources.pypi.source import LAYOUT as wheel
+
+        return wheel
+    if name == "redist":
+        from cudaredist.sources.nvidia.source import LAYOUT as redist
+
+        return redist
+    raise PlanError(f"unknown archive layout {name!r}: this plan needs a newer cudaredist")

@@ -118,8 +118,7 @@ class Tree:
                                 second=component)
         (self.root / rel).mkdir(parents=True, exist_ok=True)
 
-    def add_file(self, rel: str, src: IO[bytes], mode: int, component: str, archive: str,
-                 on_bytes: Callable[[int], None] | None = None) -> None:
+    def add_file(self, rel: str, src: IO[bytes], mode: int, component: str, archive: str) -> None:
         prev = self._claim(rel, "file", component, archive)
         h = hashlib.sha256()
         size = 0
@@ -138,8 +137,6 @@ class Tree:
                 h.update(chunk)
                 out.write(chunk)
                 size += len(chunk)
-                if on_bytes is not None:
-                    on_bytes(len(chunk))
         if os.name != "nt":
             os.chmod(dest, mode)  # umask-independent
         digest = h.hexdigest()
@@ -209,17 +206,16 @@ def is_streamable(archive: str) -> bool:
     return not archive.endswith((".zip", ".whl"))
 
 
-def extract(path: Path | None, tree: Tree, *, component: str, archive: str, mapper: Mapper,
-            on_bytes: Callable[[int], None] | None = None, fileobj: IO[bytes] | None = None) -> None:
+def extract(path: Path | None, tree: Tree, *, component: str, archive: str, mapper: Mapper, fileobj: IO[bytes] | None = None) -> None:
     """Extract one archive (by its file name: .zip or a tar) into ``tree``.
 
     A tar may come as ``fileobj`` instead of ``path``: a download still being written.
     """
     if not is_streamable(archive):
         assert path is not None
-        _extract_zip(path, tree, component=component, archive=archive, mapper=mapper, on_bytes=on_bytes)
+        _extract_zip(path, tree, component=component, archive=archive, mapper=mapper)
     else:
-        _extract_tar(path, tree, component=component, archive=archive, mapper=mapper, on_bytes=on_bytes,
+        _extract_tar(path, tree, component=component, archive=archive, mapper=mapper,
                      fileobj=fileobj)
 
 
@@ -259,8 +255,7 @@ class _Prepend(io.RawIOBase):
         super().close()
 
 
-def _extract_tar(path: Path | None, tree: Tree, *, component: str, archive: str, mapper: Mapper,
-                 on_bytes: Callable[[int], None] | None, fileobj: IO[bytes] | None = None) -> None:
+def _extract_tar(path: Path | None, tree: Tree, *, component: str, archive: str, mapper: Mapper, fileobj: IO[bytes] | None = None) -> None:
     with contextlib.ExitStack() as stack:
         raw = fileobj if fileobj is not None else stack.enter_context(open(path, "rb"))  # type: ignore[arg-type]
         try:
@@ -269,11 +264,10 @@ def _extract_tar(path: Path | None, tree: Tree, *, component: str, archive: str,
             raise UnsafeArchiveError(f"{archive} is not a readable tar archive: {exc}",
                                      archive=archive) from exc
         with tf:
-            _tar_members(tf, tree, component=component, archive=archive, mapper=mapper, on_bytes=on_bytes)
+            _tar_members(tf, tree, component=component, archive=archive, mapper=mapper)
 
 
-def _tar_members(tf: tarfile.TarFile, tree: Tree, *, component: str, archive: str, mapper: Mapper,
-                 on_bytes: Callable[[int], None] | None) -> None:
+def _tar_members(tf: tarfile.TarFile, tree: Tree, *, component: str, archive: str, mapper: Mapper) -> None:
     try:
         for m in tf:
             clean = clean_member(m.name, archive=archive)
@@ -287,7 +281,7 @@ def _tar_members(tf: tarfile.TarFile, tree: Tree, *, component: str, archive: st
             elif m.isreg():
                 src = tf.extractfile(m)
                 assert src is not None
-                tree.add_file(rel, src, m.mode, component, archive, on_bytes)
+                tree.add_file(rel, src, m.mode, component, archive)
             elif m.issym():
                 tree.add_symlink(rel, m.linkname, component, archive)
             elif m.islnk():
@@ -310,8 +304,7 @@ def _tar_members(tf: tarfile.TarFile, tree: Tree, *, component: str, archive: st
         raise UnsafeArchiveError(f"{archive} is corrupt or truncated: {exc}", archive=archive) from exc
 
 
-def _extract_zip(path: Path, tree: Tree, *, component: str, archive: str, mapper: Mapper,
-                 on_bytes: Callable[[int], None] | None) -> None:
+def _extract_zip(path: Path, tree: Tree, *, component: str, archive: str, mapper: Mapper) -> None:
     try:
         zf = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError) as exc:

@@ -1,14 +1,14 @@
-"""Where releases come from: base URLs and mirrors, the index listing and manifests (I/O)."""
+"""NVIDIA's redist server or a mirror of it: base URLs, the index listing, manifests, releases (I/O)."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlparse
 
-from cudaredist.errors import CudaRedistError, FetchError, OfflineError, PlanError, ResolveError
+from cudaredist.errors import CudaRedistError, FetchError, OfflineError, ResolveError
 from cudaredist.fetch.cache import Cache
 from cudaredist.fetch.transport import Transport, is_local, local_path
 from cudaredist.plan import Plan, join_url, version_key
@@ -26,16 +26,6 @@ NVIDIA_BASE_URL = "https://developer.download.nvidia.com/compute/cuda/redist/"
 ENV_BASE_URL = "CUDAREDIST_BASE_URL"
 ENV_MIRROR = "CUDAREDIST_MIRROR"
 LISTING = "listing.html"
-ENV_SOURCE = "CUDAREDIST_SOURCE"
-SOURCES = ("nvidia", "pypi")
-
-
-def check_source(source: str | None) -> str:
-    """``--source`` > ``CUDAREDIST_SOURCE`` > nvidia."""
-    value = (source or os.environ.get(ENV_SOURCE) or "nvidia").strip().lower()
-    if value not in SOURCES:
-        raise PlanError(f"unknown source {value!r}: use one of {', '.join(SOURCES)}")
-    return value
 
 
 def normalize_base(url: str) -> str:
@@ -98,10 +88,10 @@ class Index:
                 "(e.g. `cudaredist resolve TRAIN`) to fill the cache", url=base)
         return sort_labels(found)  # highest first, like the online listing
 
-    def manifest(self, base: str, label: str) -> Manifest:
+    def manifest_bytes(self, base: str, label: str) -> bytes:
+        """``redistrib_<label>.json`` from ``base`` as served (cached for --offline)."""
         name = f"redistrib_{label}.json"
         url = join_url(base, name)
-        data: bytes | None = None
         if self.offline:
             data = self.cache.load_index(base, name)
             if data is None and is_local(base):
@@ -109,54 +99,108 @@ class Index:
             if data is None:
                 raise OfflineError(
                     f"--offline: {name} ({url}) is not in the cache {self.cache.root}", url=url)
-        else:
-            data = self.transport.get_bytes(url)
-            if not is_local(base):
-                self.cache.store_index(base, name, data)
-        return parse_manifest(data, label=label, source=url)
+            return data
+        data = self.transport.get_bytes(url)
+        if not is_local(base):
+            self.cache.store_index(base, name, data)
+        return data
 
-    def resolve(self, base: str, train: str) -> Manifest:
-        train = check_train(train)
-        label = pick_release(train, self.labels(base), base)
-        return self.manifest(base, label)
+    def manifest(self, base: str, label: str) -> Manifest:
+        return parse_manifest(self.manifest_bytes(base, label), label=label,
+                              source=join_url(base, f"redistrib_{label}.json"))
+
+    def release(self, train: str, bases: Sequence[str]) -> Release:
+        """Resolve ``train`` against the first base that has it; the others become fallbacks."""
+        errors: list[CudaRedistError] = []
+        for i, base in enumerate(bases):
+            try:
+                label = pick_release(check_train(train), self.labels(base), base)
+                data = self.manifest_bytes(base, label)
+            except (FetchError, ResolveError) as exc:
+                if isinstance(exc, OfflineError) and len(bases) == 1:
+                    raise
+                errors.append(exc)
+                continue
+            manifest = parse_manifest(data, label=label, source=join_url(base, f"redistrib_{label}.json"))
+            others = tuple(b for b in bases if b != base) if i == 0 else ()
+            return Release(label, base, others, manifest, data)
+        if len(errors) == 1:
+            raise errors[0]
+        detail = "; ".join(str(e) for e in errors)
+        resolves = [e for e in errors if isinstance(e, ResolveError)]
+        fetches = [e for e in errors if isinstance(e, FetchError)]
+        if not fetches:  # every base answered, none has the train: keep what they publish
+            available = sorted({t for e in resolves for t in e.available}, key=version_key)
+            raise ResolveError(detail, requested=train, where=", ".join(bases), available=tuple(available))
+        if len(fetches) == len(errors) and all(isinstance(e, OfflineError) for e in fetches):
+            raise OfflineError(detail, url=fetches[0].url)
+        raise FetchError(detail, url=fetches[0].url)
 
 
-def resolve_plan(
-    index: Index,
-    train: str,
-    *,
-    bases: Sequence[str],
-    platform: str,
-    profile: str | None,
-    components: Sequence[str] = (),
-) -> Plan:
-    """Resolve ``train`` against the first base that has it; the others become fallback URLs."""
+@dataclass(frozen=True)
+class Release:
+    """One resolved release: where its manifest was read, the other bases, and the manifest bytes."""
+
+    label: str
+    base: str
+    fallbacks: tuple[str, ...]
+    manifest: Manifest
+    data: bytes
+
+
+def manifest_bytes(index: Index, base: str, label: str) -> bytes:
+    """``redistrib_<label>.json`` from ``base`` as served (cached for --offline like the index does)."""
+    name = f"redistrib_{label}.json"
+    url = join_url(base, name)
+    if index.offline:
+        data = index.cache.load_index(base, name)
+        if data is None and is_local(base):
+            data = index.transport.get_bytes(url)
+        if data is None:
+            raise OfflineError(f"--offline: {name} ({url}) is not in the cache {index.cache.root}",
+                               url=url)
+        return data
+    data = index.transport.get_bytes(url)
+    if not is_local(base):
+        index.cache.store_index(base, name, data)
+    return data
+
+
+def fetch_release(index: Index, train: str, bases: Sequence[str]) -> Release:
+    """Resolve ``train`` against the first base that has it (the same walk as an install)."""
     errors: list[CudaRedistError] = []
     for i, base in enumerate(bases):
         try:
-            manifest = index.resolve(base, train)
+            label = pick_release(check_train(train), index.labels(base), base)
+            data = manifest_bytes(index, base, label)
         except (FetchError, ResolveError) as exc:
             if isinstance(exc, OfflineError) and len(bases) == 1:
                 raise
             errors.append(exc)
             continue
-        plan = make_plan(manifest, platform=platform, base_url=base, profile=profile,
-                         components=components)
-        others = [b for b in bases if b != base] if i == 0 else []
-        if others:
-            items = tuple(replace(it, fallback_urls=tuple(join_url(b, it.archive.relative_path)
-                                                          for b in others))
-                          for it in plan.items)
-            plan = replace(plan, items=items)
-        return plan
+        manifest = parse_manifest(data, label=label, source=join_url(base, f"redistrib_{label}.json"))
+        others = tuple(b for b in bases if b != base) if i == 0 else ()
+        return Release(label, base, others, manifest, data)
     if len(errors) == 1:
         raise errors[0]
     detail = "; ".join(str(e) for e in errors)
-    resolves = [e for e in errors if isinstance(e, ResolveError)]
-    fetches = [e for e in errors if isinstance(e, FetchError)]
-    if not fetches:  # every base answered, none has the train: keep what they publish
-        available = sorted({t for e in resolves for t in e.available}, key=version_key)
-        raise ResolveError(detail, requested=train, where=", ".join(bases), available=tuple(available))
-    if len(fetches) == len(errors) and all(isinstance(e, OfflineError) for e in fetches):
-        raise OfflineError(detail, url=fetches[0].url)
-    raise FetchError(detail, url=fetches[0].url)
+    if all(isinstance(e, ResolveError) for e in errors):
+        raise ResolveError(detail, requested=train, where=", ".join(bases))
+    raise FetchError(detail, url=bases[0])
+
+
+def plan_release(release: Release, platforms: Sequence[str], *, profile: str | None,
+                 components: Sequence[str]) -> list[Plan]:
+    """One plan per platform, the other bases as fallback URLs; every plan is checked before
+    anything is fetched."""
+    plans = []
+    for platform in platforms:
+        plan = make_plan(release.manifest, platform=platform, base_url=release.base, profile=profile,
+                         components=components)
+        if release.fallbacks:
+            plan = replace(plan, items=tuple(
+                replace(i, fallback_urls=tuple(join_url(b, i.archive.relative_path)
+                                               for b in release.fallbacks))
+                for i in plan.items))
+        plans.append(plan)
+    return plans

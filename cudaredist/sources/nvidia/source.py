@@ -1,0 +1,87 @@
+"""The ``nvidia`` source: NVIDIA's redist server, a mirror of it, or a directory laid out like it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from cudaredist.errors import CudaRedistError, PlanError
+from cudaredist.fetch.cache import Cache
+from cudaredist.fetch.fetcher import Fetcher
+from cudaredist.fetch.transport import Transport
+from cudaredist.lockfile import with_bases
+from cudaredist.mirror import MirrorReport, write_mirror
+from cudaredist.plan import Plan, version_key
+from cudaredist.progress import Reporter
+from cudaredist.sources import Layout, Where
+from cudaredist.sources.nvidia.index import Index, Release, default_bases, plan_release
+from cudaredist.sources.nvidia.releases import train_of
+from cudaredist.tree.extract import redist_mapper
+
+LAYOUT = Layout(mapper=lambda item, platform: redist_mapper(item.component, item.archive.filename))
+
+
+class NvidiaSource:
+    name = "nvidia"
+    builds_archives = False
+
+    def __init__(self, transport: Transport, cache: Cache, where: Where) -> None:
+        self.transport = transport
+        self.where = where
+        self.index = Index(transport, cache, offline=where.offline)
+
+    def bases(self, base_url: str | None = None) -> list[str]:
+        """Mirror first (unless none), then the base URL."""
+        if self.where.no_fallback and not self.where.mirror:
+            raise PlanError("--no-fallback needs --mirror (or CUDAREDIST_MIRROR)")
+        return default_bases(self.where.base_url or base_url, self.where.mirror,
+                             fallback=not self.where.no_fallback)
+
+    def location(self) -> str:
+        return self.bases()[0]
+
+    def trains(self) -> list[dict[str, Any]]:
+        base = self.location()
+        labels = self.index.labels(base)
+        newest: dict[str, str] = {}
+        for lbl in labels:  # highest first
+            newest.setdefault(train_of(lbl), lbl)
+
+        def date(label: str) -> str:
+            try:
+                return str(self.index.manifest(base, label).release_date)
+            except CudaRedistError:
+                return ""
+
+        with ThreadPoolExecutor(8) as pool:
+            dates = dict(zip(newest.values(), pool.map(date, newest.values()), strict=True))
+        return [{"train": t, "release": r, "release_date": dates.get(r, ""),
+                 "releases": [x for x in labels if train_of(x) == t]}
+                for t, r in sorted(newest.items(), key=lambda kv: version_key(kv[0]))]
+
+    def release(self, train: str) -> Release:
+        return self.index.release(train, self.bases())
+
+    def resolve(self, train: str, platforms: Sequence[str], *, profile: str | None,
+                components: Sequence[str]) -> list[Plan]:
+        return plan_release(self.release(train), platforms, profile=profile, components=components)
+
+    def relocate(self, plan: Plan) -> Plan:
+        return with_bases(plan, self.bases(plan.base_url))
+
+    def write_mirror(self, out: Path, trains: Sequence[str], platforms: Sequence[str], *,
+                     profile: str | None, components: Sequence[str], fetcher: Fetcher,
+                     reporter: Reporter, jobs: int, xz_preset: int | None) -> MirrorReport:
+        if xz_preset is not None:
+            raise PlanError("--xz-preset needs --source pypi: NVIDIA's archives are mirrored as served")
+        releases: dict[str, tuple[Release, list[Plan]]] = {}
+        for train in trains:
+            release = self.release(train)
+            if release.label not in releases:
+                releases[release.label] = (release, plan_release(release, platforms, profile=profile,
+                                                                 components=components))
+        return write_mirror(out, list(releases.values()), fetch=fetcher.fetch,
+                            get_bytes=None if self.where.offline else self.transport.get_bytes,
+                            reporter=reporter, jobs=jobs)
