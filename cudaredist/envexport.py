@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from cudaredist.errors import PrefixError
+from cudaredist.errors import PrefixError, UsageError
 
 SHELLS = ("sh", "bash", "zsh", "fish", "pwsh", "cmd")
 # PowerShell also closes a single-quoted string on the typographic single quotes
@@ -203,8 +203,7 @@ def append_github(env: Environment, environ: Mapping[str, str]) -> None:
     """Append ``env`` to the files GitHub Actions reads after a step ($GITHUB_ENV, $GITHUB_PATH)."""
     env_file, path_file = environ.get("GITHUB_ENV"), environ.get("GITHUB_PATH")
     if not env_file or not path_file:
-        raise PrefixError("--github: $GITHUB_ENV or $GITHUB_PATH is not set; run it in a GitHub "
-                          "Actions step", prefix="")
+        raise UsageError("--github: $GITHUB_ENV or $GITHUB_PATH is not set; run it in a GitHub Actions step")
     env_text, path_text = github_files(env, environ)
     # text mode: the runner's own line ending (os.EOL, as @actions/core writes)
     for name, text in ((env_file, env_text), (path_file, path_text)):

@@ -25,6 +25,12 @@ class CudaRedistError(Exception):
     exit_code = 1
 
 
+class UsageError(CudaRedistError):
+    """Options that do not go together, or an environment a command needs that is not there."""
+
+    exit_code = 2
+
+
 class ManifestError(CudaRedistError):
     def __init__(self, message: str, *, source: str = "", entry: str = "") -> None:
         super().__init__(message)

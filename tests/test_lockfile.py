@@ -89,14 +89,16 @@ def test_hash_keys_content_not_location(mirror: Path, serve, tmp_path: Path) -> 
     assert key("12.9", "--base-url", str(mirror), "-p", "linux-x86_64") != here
 
 
-def test_lock_names_the_base_not_the_mirror_in_front(mirror: Path, serve, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_lock_names_the_base_that_served_it(mirror: Path, serve, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     front = tmp_path / "front"
     assert cli("mirror", "13.0", "-p", "linux-x86_64", "--base-url", str(mirror), "--out", str(front),
                "-q").exit_code == 0
     base = serve(mirror)
-    got = lock(base, tmp_path / "cuda.lock", "-p", "linux-x86_64", "--mirror", serve(front))
-    assert got["base_url"] == base
-    assert all(c["url"].startswith(base) for c in got["plans"]["linux-x86_64"]["components"])
+    front_url = serve(front)
+    got = lock(base, tmp_path / "cuda.lock", "-p", "linux-x86_64", "--mirror", front_url)
+    # the mirror served the manifest: the lock names it, never a base that did not serve the plan
+    assert got["base_url"] == front_url
+    assert all(c["url"].startswith(front_url) for c in got["plans"]["linux-x86_64"]["components"])
     # with --no-fallback the mirror is all there is, so it is the base
     mirrored = serve(front)
     got = lock(base, tmp_path / "only.lock", "-p", "linux-x86_64", "--mirror", mirrored, "--no-fallback")

@@ -19,13 +19,13 @@ import pytest
 import respx
 from typer.testing import CliRunner
 
+from cudaredist import sources as source
 from cudaredist.cli import app
 from cudaredist.errors import FetchError, IntegrityError, ManifestError, OfflineError, PlanError, ResolveError
 from cudaredist.fetch.cache import Cache
 from cudaredist.fetch.transport import RetryPolicy, Transport
 from cudaredist.install import Installer
 from cudaredist.record import verify
-from cudaredist.sources.nvidia import index as source
 from cudaredist.sources.pypi import index as pypi
 from cudaredist.sources.pypi.wheels import (
     IndexFile,

@@ -97,7 +97,7 @@ def test_resolve_picks_the_trains_highest_release(router: respx.MockRouter, tran
     router.get(BASE).mock(return_value=httpx.Response(200, text=listing))
     route = router.get(f"{BASE}redistrib_13.0.10.json").mock(
         return_value=httpx.Response(200, content=_manifest("13.0.10")))
-    assert Index(transport, cache).resolve(BASE, "13.0").label == "13.0.10"
+    assert Index(transport, cache).release("13.0", [BASE]).label == "13.0.10"
     assert route.call_count == 1
 
 
@@ -149,11 +149,11 @@ def test_offline_reads_what_online_cached(router: respx.MockRouter, transport: T
     router.get(BASE).mock(return_value=httpx.Response(200, text=_listing("13.0.1", "13.0.2", "12.9.1")))
     router.get(f"{BASE}redistrib_13.0.2.json").mock(
         return_value=httpx.Response(200, content=_manifest("13.0.2")))
-    online = Index(transport, cache).resolve(BASE, "13.0")
+    online = Index(transport, cache).release("13.0", [BASE])
 
     offline = Index(_no_network(), cache, offline=True)
     assert offline.labels(BASE) == ["13.0.2", "13.0.1", "12.9.1"]  # highest first, as online
-    again = offline.resolve(BASE, "13.0")
+    again = offline.release("13.0", [BASE])
     assert again == online
 
 
@@ -162,7 +162,7 @@ def test_offline_missing_manifest_names_file_url_and_cache(router: respx.MockRou
     router.get(BASE).mock(return_value=httpx.Response(200, text=_listing("13.0.1", "13.0.2")))
     Index(transport, cache).labels(BASE)
     with pytest.raises(OfflineError) as info:
-        Index(_no_network(), cache, offline=True).resolve(BASE, "13.0")
+        Index(_no_network(), cache, offline=True).release("13.0", [BASE])
     url = f"{BASE}redistrib_13.0.2.json"
     message = str(info.value)
     assert info.value.url == url
@@ -181,7 +181,7 @@ def test_offline_local_mirror_needs_no_cache(mirror: Path, cache: Cache) -> None
     base = mirror.as_uri() + "/"
     index = Index(_no_network(), cache, offline=True)
     assert index.labels(base) == ["13.0.1", "12.9.1"]
-    assert index.resolve(base, "13").label == "13.0.1"
+    assert index.release("13", [base]).label == "13.0.1"
 
 
 # -- local bases ------------------------------------------------------------------------------------------

@@ -206,7 +206,8 @@ def is_streamable(archive: str) -> bool:
     return not archive.endswith((".zip", ".whl"))
 
 
-def extract(path: Path | None, tree: Tree, *, component: str, archive: str, mapper: Mapper, fileobj: IO[bytes] | None = None) -> None:
+def extract(path: Path | None, tree: Tree, *, component: str, archive: str, mapper: Mapper,
+            fileobj: IO[bytes] | None = None) -> None:
     """Extract one archive (by its file name: .zip or a tar) into ``tree``.
 
     A tar may come as ``fileobj`` instead of ``path``: a download still being written.
@@ -255,7 +256,8 @@ class _Prepend(io.RawIOBase):
         super().close()
 
 
-def _extract_tar(path: Path | None, tree: Tree, *, component: str, archive: str, mapper: Mapper, fileobj: IO[bytes] | None = None) -> None:
+def _extract_tar(path: Path | None, tree: Tree, *, component: str, archive: str, mapper: Mapper,
+                 fileobj: IO[bytes] | None = None) -> None:
     with contextlib.ExitStack() as stack:
         raw = fileobj if fileobj is not None else stack.enter_context(open(path, "rb"))  # type: ignore[arg-type]
         try:
@@ -336,6 +338,6 @@ def _extract_zip(path: Path, tree: Tree, *, component: str, archive: str, mapper
                     tree.add_dir(rel, component, archive)
                     continue
                 with zf.open(info) as src:
-                    tree.add_file(rel, src, unix_mode & 0o777 or 0o644, component, archive, on_bytes)
+                    tree.add_file(rel, src, unix_mode & 0o777 or 0o644, component, archive)
         except (zipfile.BadZipFile, OSError, EOFError) as exc:
             raise UnsafeArchiveError(f"{archive} is corrupt: {exc}", archive=archive) from exc

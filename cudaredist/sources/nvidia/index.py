@@ -204,3 +204,9 @@ def plan_release(release: Release, platforms: Sequence[str], *, profile: str | N
                 for i in plan.items))
         plans.append(plan)
     return plans
+
+
+def resolve_plan(index: Index, train: str, *, bases: Sequence[str], platform: str, profile: str | None,
+                 components: Sequence[str] = ()) -> Plan:
+    """The plan of ``train`` for one platform, from the first base that has it."""
+    return plan_release(index.release(train, bases), [platform], profile=profile, components=components)[0]

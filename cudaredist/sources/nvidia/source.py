@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from cudaredist.errors import CudaRedistError, PlanError
+from cudaredist.errors import CudaRedistError, UsageError
 from cudaredist.fetch.cache import Cache
 from cudaredist.fetch.fetcher import Fetcher
 from cudaredist.fetch.transport import Transport
@@ -35,7 +35,7 @@ class NvidiaSource:
     def bases(self, base_url: str | None = None) -> list[str]:
         """Mirror first (unless none), then the base URL."""
         if self.where.no_fallback and not self.where.mirror:
-            raise PlanError("--no-fallback needs --mirror (or CUDAREDIST_MIRROR)")
+            raise UsageError("--no-fallback needs --mirror (or CUDAREDIST_MIRROR)")
         return default_bases(self.where.base_url or base_url, self.where.mirror,
                              fallback=not self.where.no_fallback)
 
@@ -75,7 +75,7 @@ class NvidiaSource:
                      profile: str | None, components: Sequence[str], fetcher: Fetcher,
                      reporter: Reporter, jobs: int, xz_preset: int | None) -> MirrorReport:
         if xz_preset is not None:
-            raise PlanError("--xz-preset needs --source pypi: NVIDIA's archives are mirrored as served")
+            raise UsageError("--xz-preset needs --source pypi: NVIDIA's archives are mirrored as served")
         releases: dict[str, tuple[Release, list[Plan]]] = {}
         for train in trains:
             release = self.release(train)

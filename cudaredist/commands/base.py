@@ -1,0 +1,105 @@
+"""What every command shares: the error boundary, JSON output, and the fetch context."""
+
+from __future__ import annotations
+
+import json
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from cudaredist.errors import CudaRedistError
+
+_VERBOSE = False
+
+
+def set_verbose(v: bool) -> None:
+    global _VERBOSE
+    _VERBOSE = v
+
+
+def fail(message: str, code: int = 1) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+@contextmanager
+def errors() -> Iterator[None]:
+    try:
+        yield
+    except CudaRedistError as exc:
+        if _VERBOSE:
+            traceback.print_exc()
+        fail(str(exc), exc.exit_code)
+    except KeyboardInterrupt:
+        fail("interrupted; nothing was changed in the prefix", 130)
+
+
+def emit_json(obj: Any) -> None:
+    typer.echo(json.dumps(obj, indent=2))
+
+
+@dataclass
+class Ctx:
+    """What a command needs for resolving and fetching, built from its options."""
+
+    cache_dir: Path | None
+    offline: bool
+    base_url: str | None
+    mirror: str | None
+    no_fallback: bool
+    jobs: int = 8
+    source: str | None = "nvidia"  # None: not given (install --lock takes the lock's)
+    index_url: str | None = None
+
+    def cache(self) -> Any:
+        from cudaredist.fetch.cache import Cache
+
+        return Cache(self.cache_dir)
+
+    @contextmanager
+    def open(self, source: str | None = None) -> Iterator[Any]:
+        """The source to ask (``source`` overrides the command's), over one transport."""
+        from cudaredist.fetch.transport import Transport
+        from cudaredist.sources import Where, open_source
+
+        transport = Transport(connections=self.jobs)
+        where = Where(self.base_url, self.mirror, self.no_fallback, self.index_url, self.offline)
+        try:
+            yield open_source(source or self.source, transport, self.cache(), where)
+        finally:
+            transport.close()
+
+
+def platform_or_host(platform: str | None) -> str:
+    from cudaredist.profiles import host_platform
+
+    return platform or host_platform()
+
+
+def platforms_or_host(values: list[str] | None) -> list[str]:
+    """--platform values, repeated or comma-separated, in order, once each; default the host's."""
+    out = [p.strip() for v in values or [] for p in v.split(",") if p.strip()]
+    return list(dict.fromkeys(out)) or [platform_or_host(None)]
+
+
+def human(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+def print_plan(plan: Any) -> None:
+    typer.echo(f"CUDA {plan.release} ({plan.release_date or 'date unknown'}) for {plan.platform}, "
+               f"profile {plan.profile}, from {plan.base_url}")
+    width = max(len(i.component) for i in plan.items)
+    for i in plan.items:
+        typer.echo(f"  {i.component:<{width}}  {i.version:<14} {human(i.archive.size):>10}  {i.url}")
+        typer.echo(f"  {'':<{width}}  sha256 {i.archive.sha256}")
+    typer.echo(f"total: {len(plan.items)} archives, {human(plan.total_size)}")
+    for note in plan.notes:
+        typer.echo(f"note: {note}")
+
+

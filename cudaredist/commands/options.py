@@ -1,0 +1,46 @@
+"""The command-line options the commands share (typer annotations; no logic)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+Train = Annotated[str, typer.Argument(help="CUDA train (13.4 = newest 13.4.x; 13 = newest 13.x) "
+                                           "or exact release (13.4.1).")]
+PlatformOpt = Annotated[str | None, typer.Option(
+    "--platform", "-p", help="Target platform (linux-x86_64, linux-sbsa, windows-x86_64, "
+                             "windows-arm64). Default: this host's.")]
+ProfileOpt = Annotated[str, typer.Option("--profile", help="Component profile: nvcc, runtime, build.")]
+ComponentOpt = Annotated[list[str] | None, typer.Option(
+    "--component", "-c", help="Add a component (repeatable; 'a|b' takes the first the release has).")]
+OnlyOpt = Annotated[bool, typer.Option("--only", help="Install exactly the --component list, no profile.")]
+BaseUrlOpt = Annotated[str | None, typer.Option(
+    "--base-url", envvar="CUDAREDIST_BASE_URL", show_envvar=True,
+    help="Redist base URL: http(s)://, file:// or a directory. Default: NVIDIA's.")]
+MirrorOpt = Annotated[str | None, typer.Option(
+    "--mirror", envvar="CUDAREDIST_MIRROR", show_envvar=True,
+    help="A mirror tried before the base URL (http(s)://, file:// or a directory).")]
+NoFallbackOpt = Annotated[bool, typer.Option("--no-fallback",
+                                             help="Use only the mirror, never the base URL.")]
+CacheDirOpt = Annotated[Path | None, typer.Option(
+    "--cache-dir", envvar="CUDAREDIST_CACHE_DIR", show_envvar=True, help="Download cache directory.")]
+OfflineOpt = Annotated[bool, typer.Option("--offline", help="Use only the cache: no network at all.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
+JobsOpt = Annotated[int, typer.Option("--jobs", "-j", min=1, max=64, help="Concurrent connections.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="More output; tracebacks on errors.")]
+PrefixOpt = Annotated[Path, typer.Option("--prefix", help="The toolkit directory (CUDA_PATH).")]
+SourceOpt = Annotated[str, typer.Option(
+    "--source", envvar="CUDAREDIST_SOURCE", show_envvar=True,
+    help="nvidia: NVIDIA's redist archives; pypi: NVIDIA's wheels, through the cuda-toolkit "
+         "metapackage (see docs/pypi-source.md).")]
+IndexUrlOpt = Annotated[str | None, typer.Option(
+    "--index-url", envvar="PIP_INDEX_URL", show_envvar=True,
+    help="Package index (Simple API) for --source pypi. Default: PyPI.")]
+PlatformsOpt = Annotated[list[str] | None, typer.Option(
+    "--platform", "-p", help="Target platform; repeatable or comma-separated. Default: this host's.")]
+LockOpt = Annotated[Path | None, typer.Option(
+    "--lock", help="Install exactly what this lock file (from `cudaredist lock`) pins: no resolution, "
+                   "no manifest; refuses a TRAIN, --platform, --profile or --component it does not pin.")]
