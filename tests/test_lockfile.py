@@ -19,7 +19,7 @@ from cudaredist.lockfile import _digest, read_lock, select
 from cudaredist.sources.nvidia.manifest import parse_manifest
 from cudaredist.sources.nvidia.planner import make_plan
 from tests.realmirror import tree_of
-from tests.test_pypi import FILES, INDEX, FakeIndex, add_release_13_0
+from tests.sources.pypi.test_pypi_source import FILES, INDEX, FakeIndex, add_release_13_0
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "recipes.md"
 BOTH = "linux-x86_64,windows-x86_64"

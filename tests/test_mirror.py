@@ -22,7 +22,15 @@ from cudaredist.sources.pypi.mirror import merge_manifest
 from cudaredist.sources.pypi.repack import archive_member
 from cudaredist.tree.paths import tree_path
 from tests.realmirror import nginx_serve, tree_of  # noqa: F401  (fixture)
-from tests.test_pypi import INDEX, LINUX, LINUX_TAG, FakeIndex, add_release_13_0, make_wheel, toolkit_metadata
+from tests.sources.pypi.test_pypi_source import (
+    INDEX,
+    LINUX,
+    LINUX_TAG,
+    FakeIndex,
+    add_release_13_0,
+    make_wheel,
+    toolkit_metadata,
+)
 
 LINUX_ARCHIVES = 5  # the nvcc profile of the tiny 13.0.1 fixture: nvcc, cudart, cccl, crt, nvvm
 

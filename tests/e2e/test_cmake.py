@@ -24,7 +24,7 @@ from tests.realmirror import (  # noqa: F401  (fixtures)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.pypi]
 
-PROJECT = Path(__file__).resolve().parent / "e2e" / "cmake_project"
+PROJECT = Path(__file__).resolve().parent / "cmake_project"
 # CUDA 13's nvcc.profile and FindCUDAToolkit's include/cccl handling want a recent CMake: the
 # [test] extra installs one from PyPI next to this interpreter
 MIN_CMAKE = (3, 25)
