@@ -148,47 +148,6 @@ class Release:
     data: bytes
 
 
-def manifest_bytes(index: Index, base: str, label: str) -> bytes:
-    """``redistrib_<label>.json`` from ``base`` as served (cached for --offline like the index does)."""
-    name = f"redistrib_{label}.json"
-    url = join_url(base, name)
-    if index.offline:
-        data = index.cache.load_index(base, name)
-        if data is None and is_local(base):
-            data = index.transport.get_bytes(url)
-        if data is None:
-            raise OfflineError(f"--offline: {name} ({url}) is not in the cache {index.cache.root}",
-                               url=url)
-        return data
-    data = index.transport.get_bytes(url)
-    if not is_local(base):
-        index.cache.store_index(base, name, data)
-    return data
-
-
-def fetch_release(index: Index, train: str, bases: Sequence[str]) -> Release:
-    """Resolve ``train`` against the first base that has it (the same walk as an install)."""
-    errors: list[CudaRedistError] = []
-    for i, base in enumerate(bases):
-        try:
-            label = pick_release(check_train(train), index.labels(base), base)
-            data = manifest_bytes(index, base, label)
-        except (FetchError, ResolveError) as exc:
-            if isinstance(exc, OfflineError) and len(bases) == 1:
-                raise
-            errors.append(exc)
-            continue
-        manifest = parse_manifest(data, label=label, source=join_url(base, f"redistrib_{label}.json"))
-        others = tuple(b for b in bases if b != base) if i == 0 else ()
-        return Release(label, base, others, manifest, data)
-    if len(errors) == 1:
-        raise errors[0]
-    detail = "; ".join(str(e) for e in errors)
-    if all(isinstance(e, ResolveError) for e in errors):
-        raise ResolveError(detail, requested=train, where=", ".join(bases))
-    raise FetchError(detail, url=bases[0])
-
-
 def plan_release(release: Release, platforms: Sequence[str], *, profile: str | None,
                  components: Sequence[str]) -> list[Plan]:
     """One plan per platform, the other bases as fallback URLs; every plan is checked before
