@@ -12,8 +12,6 @@ import contextlib
 import datetime as _dt
 import os
 import shutil
-import stat
-import sys
 import tempfile
 import time
 import uuid
@@ -23,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 
+from cudaredist import fsops
 from cudaredist.errors import (
     BusyError,
     PrefixError,
@@ -78,21 +77,7 @@ def prefix_lock(prefix: Path, timeout: float) -> Iterator[None]:
 
 
 def _rmtree(path: Path) -> None:
-    def retry(func: Any, p: str, _exc: Any) -> None:
-        # a read-only directory (as some archives ship them) refuses to lose its entries
-        with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(p), stat.S_IRWXU)
-            if os.path.isdir(p) and not os.path.islink(p):
-                os.chmod(p, stat.S_IRWXU)
-            func(p)
-
-    if path.is_symlink() or path.is_file():
-        path.unlink()
-    elif path.exists():
-        if sys.version_info >= (3, 12):
-            shutil.rmtree(path, onexc=retry)
-        else:
-            shutil.rmtree(path, onerror=retry)
+    fsops.rmtree(path)
 
 
 def recover(prefix: Path) -> list[str]:
@@ -101,7 +86,7 @@ def recover(prefix: Path) -> list[str]:
     for p in leftovers(prefix):
         kind = p.name[len(prefix.name) + 1:].split("-")[1]
         if kind == "old" and not os.path.lexists(prefix):
-            os.rename(p, prefix)
+            fsops.rename(p, prefix)
             actions.append(f"restored {prefix} from an interrupted swap")
         else:
             _rmtree(p)
@@ -114,15 +99,15 @@ def swap_into_place(staging: Path, prefix: Path) -> None:
     if os.path.lexists(prefix):
         old = prefix.parent / f".{prefix.name}.cudaredist-old-{uuid.uuid4().hex[:8]}"
         try:
-            os.rename(prefix, old)
+            fsops.rename(prefix, old)
         except OSError as exc:
             raise PrefixError(f"cannot move the existing {prefix} aside ({exc.strerror}); is a file in "
                               "it open, or is it a mount point?", prefix=str(prefix)) from exc
     try:
-        os.rename(staging, prefix)
+        fsops.rename(staging, prefix)
     except OSError as exc:
         if old is not None:
-            os.rename(old, prefix)
+            fsops.rename(old, prefix)
         raise PrefixError(f"cannot move the new tree into {prefix} ({exc.strerror}); the previous "
                           "tree was restored", prefix=str(prefix)) from exc
     if old is not None:

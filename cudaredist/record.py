@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cudaredist import __version__
+from cudaredist import __version__, fsops
 from cudaredist.errors import PrefixError
 from cudaredist.fetch.cache import sha256_file
 from cudaredist.plan import Plan, version_key
@@ -232,15 +232,13 @@ def uninstall(prefix: Path) -> int:
             continue
         with contextlib.suppress(FileNotFoundError):
             if p.is_symlink() or p.is_file():
-                p.unlink()
+                fsops.unlink(p)
                 removed += 1
             elif is_link and p.is_dir():  # a link materialised as a directory copy
-                import shutil
-
-                shutil.rmtree(p)
+                fsops.rmtree(p)
                 removed += 1
     rp = record_path(prefix)
-    rp.unlink()
+    fsops.unlink(rp)
     with contextlib.suppress(OSError):
         rp.parent.rmdir()
     for dirpath, _dirs, _files in sorted(os.walk(prefix, topdown=False), key=lambda t: -len(t[0])):

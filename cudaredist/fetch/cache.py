@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from cudaredist import fsops
 from cudaredist.errors import BusyError
 
 ENV_CACHE_DIR = "CUDAREDIST_CACHE_DIR"
@@ -139,8 +140,8 @@ class Cache:
         meta = {"url": url, "name": name, "size": temp.stat().st_size, "sha256": sha256}
         meta_tmp = temp.with_suffix(".meta")
         meta_tmp.write_text(json.dumps(meta))
-        os.replace(temp, final)
-        os.replace(meta_tmp, final.with_suffix(".json"))
+        fsops.replace(temp, final)
+        fsops.replace(meta_tmp, final.with_suffix(".json"))
         return final
 
     def entries(self) -> list[CacheEntry]:

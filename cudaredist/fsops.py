@@ -1,0 +1,131 @@
+"""Renames, replaces and deletes that survive a Windows host's habits.
+
+On Windows a file another process holds open cannot be renamed or deleted: antivirus scanners
+and indexers open fresh DLLs for a moment after they are written, and the call fails with a
+sharing violation (WinError 32) or an access denial (WinError 5). Those are retried with a
+bounded backoff. A read-only file (as some archives ship them) is made writable before it is
+deleted, and paths longer than MAX_PATH get the extended-length ``\\\\?\\`` prefix. On other
+hosts the calls behave as the plain ``os`` ones, with the read-only handling of directories.
+"""
+
+from __future__ import annotations
+
+import ntpath
+import os
+import shutil
+import stat
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+# Windows error codes worth waiting out: ERROR_ACCESS_DENIED, ERROR_SHARING_VIOLATION,
+# ERROR_LOCK_VIOLATION (another handle holds the file for a moment)
+TRANSIENT_WINERRORS = frozenset({5, 32, 33})
+DELAYS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.0, 1.0)  # about 5 s in all
+MAX_PATH = 260
+WINDOWS = os.name == "nt"  # tests flip it to check the Windows rules on any host
+
+_sleep: Callable[[float], None] = time.sleep  # tests replace it
+
+
+def is_transient(exc: BaseException) -> bool:
+    """A sharing violation or access denial that a moment's wait may clear (Windows only)."""
+    return isinstance(exc, OSError) and getattr(exc, "winerror", None) in TRANSIENT_WINERRORS
+
+
+def retrying(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)``, retried while it fails with a transient Windows error (bounded)."""
+    for delay in DELAYS:
+        try:
+            return fn(*args)
+        except OSError as exc:
+            if not is_transient(exc):
+                raise
+        _sleep(delay)
+    return fn(*args)
+
+
+def long_path(path: str | os.PathLike[str], *, nt: bool | None = None) -> str:
+    """``path`` as the OS call should get it: on Windows, an absolute path of MAX_PATH or more
+    characters becomes an extended-length one (``\\\\?\\C:\\...``, ``\\\\?\\UNC\\server\\share\\...``).
+    Pure: ``nt`` picks the rules (default: this host's)."""
+    p = os.fspath(path)
+    if not (WINDOWS if nt is None else nt):
+        return p
+    if p.startswith("\\\\?\\") or len(p) < MAX_PATH - 12:  # 12: room for a file name in a directory
+        return p
+    full = ntpath.normpath(p)
+    if full.startswith("\\\\"):
+        return "\\\\?\\UNC\\" + full[2:]
+    if len(full) >= 3 and full[1] == ":" and full[2] == "\\":
+        return "\\\\?\\" + full
+    return p  # relative: the prefix would change its meaning
+
+
+def rename(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+    retrying(os.rename, long_path(src), long_path(dst))
+
+
+def replace(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+    retrying(os.replace, long_path(src), long_path(dst))
+
+
+def _make_writable(p: str) -> None:
+    try:
+        st = os.lstat(p)
+    except OSError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        return
+    if stat.S_ISDIR(st.st_mode):
+        os.chmod(p, stat.S_IRWXU)
+    elif WINDOWS:
+        os.chmod(p, stat.S_IWRITE | stat.S_IREAD)  # clears FILE_ATTRIBUTE_READONLY
+
+
+def unlink(path: str | os.PathLike[str]) -> None:
+    p = long_path(path)
+
+    def once() -> None:
+        try:
+            os.unlink(p)
+        except PermissionError:
+            if not WINDOWS or not _readonly(p):
+                raise
+            _make_writable(p)
+            os.unlink(p)
+
+    retrying(once)
+
+
+def _readonly(p: str) -> bool:
+    try:
+        return not os.lstat(p).st_mode & stat.S_IWRITE
+    except OSError:
+        return False
+
+
+def rmtree(path: str | os.PathLike[str]) -> None:
+    """Delete a file, a link or a tree: read-only entries made writable, transient errors retried."""
+    p = long_path(path)
+    if os.path.islink(p) or os.path.isfile(p):
+        unlink(p)
+        return
+    if not os.path.exists(p):
+        return
+
+    def again(func: Any, name: str, _exc: Any) -> None:
+        # a read-only directory refuses to lose its entries; a read-only file (Windows) to go
+        parent = os.path.dirname(name)
+        if parent:
+            _make_writable(parent)
+        _make_writable(name)
+        retrying(func, name)
+
+    if sys.version_info >= (3, 12):
+        retrying(lambda: shutil.rmtree(p, onexc=again))
+    else:
+        retrying(lambda: shutil.rmtree(p, onerror=again))
