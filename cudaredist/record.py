@@ -6,6 +6,7 @@ import contextlib
 import glob
 import json
 import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,6 +121,7 @@ class VerifyReport:
     changed: list[str] = field(default_factory=list)
     extra: list[str] = field(default_factory=list)
     checked: int = 0
+    reasons: dict[str, str] = field(default_factory=dict)  # changed path -> what changed
 
     @property
     def ok(self) -> bool:
@@ -127,7 +129,12 @@ class VerifyReport:
 
     def to_json(self) -> dict[str, Any]:
         return {"prefix": self.prefix, "ok": self.ok, "checked": self.checked,
-                "missing": self.missing, "changed": self.changed, "extra": self.extra}
+                "missing": self.missing, "changed": self.changed, "extra": self.extra,
+                "reasons": {p: self.reasons[p] for p in self.changed if p in self.reasons}}
+
+    def change(self, rel: str, reason: str) -> None:
+        self.changed.append(rel)
+        self.reasons[rel] = reason
 
 
 def _walk(prefix: Path, skip: set[str]) -> set[str]:
@@ -148,21 +155,43 @@ def _walk(prefix: Path, skip: set[str]) -> set[str]:
     return found
 
 
-def _check_link(p: Path, target: str) -> str:
-    """What is wrong with the link ``p`` -> ``target``: "", "missing" or "changed"."""
+def _check_link(p: Path, target: str) -> tuple[str, str]:
+    """What is wrong with the link ``p`` -> ``target``: ("", ""), ("missing", "") or ("changed", why)."""
     try:
         actual = os.readlink(p)
     except FileNotFoundError:
-        return "missing"
+        return "missing", ""
     except OSError:  # not a link: a copy where symlinks could not be made (Windows), else a change
         if not os.path.lexists(p):
-            return "missing"
-        return "" if os.name == "nt" else "changed"
-    return "" if actual == target else "changed"
+            return "missing", ""
+        if os.name == "nt":
+            return "", ""
+        return "changed", f"a symlink to {target} was replaced by a {'directory' if p.is_dir() else 'file'}"
+    if actual == target:
+        return "", ""
+    return "changed", f"the symlink points to {actual}, not {target}"
+
+
+def _file_change(p: Path, st: os.stat_result, f: dict[str, Any], fast: bool) -> str:
+    """Why the regular file ``p`` no longer matches its record entry ``f`` ("" when it does)."""
+    if stat.S_ISLNK(st.st_mode):
+        return f"a file was replaced by a symlink to {os.readlink(p)}"
+    if not stat.S_ISREG(st.st_mode):
+        return "a file was replaced by a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+    if st.st_size != f["size"]:
+        return f"size {st.st_size}, recorded {f['size']}"
+    if os.name != "nt" and "mode" in f:  # Windows has no exec bits to compare
+        want = int(str(f["mode"]), 8) & 0o111
+        if bool(st.st_mode & 0o111) != bool(want):
+            return "the exec bit was removed" if want else "an exec bit was added"
+    if not fast and sha256_file(p) != f["sha256"]:
+        return "content differs (sha256)"
+    return ""
 
 
 def verify(prefix: Path, *, fast: bool = False) -> VerifyReport:
-    """Re-hash every recorded file; ``fast`` compares sizes and link targets only."""
+    """Re-hash every recorded file and compare its exec bits, link targets and kind; ``fast``
+    compares sizes, modes and link targets only."""
     rec = require_record(prefix)
     report = VerifyReport(str(prefix))
     recorded: set[str] = set()
@@ -172,29 +201,33 @@ def verify(prefix: Path, *, fast: bool = False) -> VerifyReport:
         p = prefix / rel
         report.checked += 1
         if "link" in f:
-            problem = _check_link(p, f["link"])
-            if problem:
-                getattr(report, problem).append(rel)
+            problem, why = _check_link(p, f["link"])
+            if problem == "missing":
+                report.missing.append(rel)
+            elif problem:
+                report.change(rel, why)
             continue
         try:
             st = p.lstat()
         except FileNotFoundError:
             report.missing.append(rel)
             continue
-        differs = not p.is_file() or p.is_symlink() or st.st_size != f["size"]
-        if differs or (not fast and sha256_file(p) != f["sha256"]):
-            report.changed.append(rel)
+        why = _file_change(p, st, f, fast)
+        if why:
+            report.change(rel, why)
     links: set[str] = set()
     for extra in rec.get("links", []):  # platform fix-ups such as lib64 -> lib
         rel = extra["path"]
         links.add(rel)
         report.checked += 1
         p = prefix / rel
-        problem = _check_link(p, extra["link"])
+        problem, why = _check_link(p, extra["link"])
         if problem == "changed" and p.is_dir() and not p.is_symlink():
             problem = ""  # materialised as a directory copy when the link could not be made
-        if problem:
-            getattr(report, problem).append(rel)
+        if problem == "missing":
+            report.missing.append(rel)
+        elif problem:
+            report.change(rel, why)
     report.missing.sort()
     report.changed.sort()
     report.extra = sorted(_walk(prefix, links) - recorded - links)

@@ -152,3 +152,43 @@ def test_uninstall_waits_for_the_prefix_lock(prefix: Path) -> None:
         code, _, err = cli("uninstall", "--prefix", str(prefix), "--lock-timeout", "0.2")
     assert code == 75 and "busy" in err
     assert verify(prefix).ok
+
+
+@pytest.mark.skipif(os.name == "nt", reason="exec bits and symlinks are POSIX")
+@pytest.mark.parametrize("fast", [False, True], ids=["full", "fast"])
+def test_verify_checks_modes_and_links(prefix: Path, fast: bool) -> None:
+    """Same bytes, wrong shape: each is a "changed" entry with its reason, with --fast too."""
+    rec = read_record(prefix)
+    assert rec is not None
+    files = {f["path"]: f for f in rec["files"]}
+    assert files["bin/nvcc"]["mode"] == "0o755"
+    os.chmod(prefix / "bin" / "nvcc", 0o644)                                    # exec bit removed
+    os.unlink(prefix / "lib" / "libcudart.so")
+    os.symlink("libcudart.so.13.0.96", prefix / "lib" / "libcudart.so")         # retargeted
+    so13 = prefix / "lib" / "libcudart.so.13"
+    real = (prefix / "lib" / os.readlink(so13)).read_bytes()
+    os.unlink(so13)
+    so13.write_bytes(real)                                                      # link -> same bytes
+    header = prefix / "include" / "cuda_runtime.h"
+    os.chmod(header, 0o755)                                                     # exec bit added
+    args = ["--fast"] if fast else []
+    code, out, _ = cli("verify", "--prefix", str(prefix), "--json", *args)
+    report = json.loads(out)
+    assert code == 1 and not report["ok"]
+    assert report["changed"] == ["bin/nvcc", "include/cuda_runtime.h", "lib/libcudart.so",
+                                 "lib/libcudart.so.13"]
+    assert report["reasons"] == {
+        "bin/nvcc": "the exec bit was removed",
+        "include/cuda_runtime.h": "an exec bit was added",
+        "lib/libcudart.so": "the symlink points to libcudart.so.13.0.96, not libcudart.so.13",
+        "lib/libcudart.so.13": f"a symlink to {files['lib/libcudart.so.13']['link']} was replaced by a file",
+    }
+    code, out, _ = cli("verify", "--prefix", str(prefix), *args)
+    assert code == 1 and "changed  bin/nvcc (the exec bit was removed)" in out
+    # a file turned into a link to identical bytes is a change as well
+    os.chmod(prefix / "bin" / "nvcc", 0o755)
+    (prefix / "bin" / "nvcc.copy").write_bytes((prefix / "bin" / "nvcc").read_bytes())
+    os.unlink(prefix / "bin" / "nvcc")
+    os.symlink("nvcc.copy", prefix / "bin" / "nvcc")
+    report = verify(prefix, fast=fast)
+    assert report.reasons["bin/nvcc"] == "a file was replaced by a symlink to nvcc.copy"

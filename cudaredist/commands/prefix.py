@@ -13,11 +13,13 @@ from cudaredist.commands.options import JsonOpt, PrefixOpt, VerboseOpt
 
 def verify(
     prefix: PrefixOpt,
-    fast: Annotated[bool, typer.Option("--fast", help="Compare sizes only, do not re-hash.")] = False,
+    fast: Annotated[bool, typer.Option("--fast", help="Compare sizes, exec bits and link targets; "
+                                                      "do not re-hash.")] = False,
     as_json: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Re-hash the tree against its install record: missing, changed and extra files."""
+    """Re-hash the tree against its install record: missing, changed (content, exec bits, link
+    targets) and extra files."""
     set_verbose(verbose)
     with errors():
         from cudaredist.record import canonical_prefix
@@ -29,7 +31,8 @@ def verify(
         else:
             for kind in ("missing", "changed", "extra"):
                 for path in getattr(report, kind):
-                    typer.echo(f"{kind:8} {path}")
+                    why = report.reasons.get(path) if kind == "changed" else None
+                    typer.echo(f"{kind:8} {path}" + (f" ({why})" if why else ""))
             status = "ok" if report.ok else "DIFFERS"
             typer.echo(f"{status}: {report.checked} files checked, {len(report.missing)} missing, "
                        f"{len(report.changed)} changed, {len(report.extra)} extra")
