@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, cast
@@ -178,7 +179,7 @@ class Installer:
                stream: bool = True) -> tuple[list[FileRecord], int, int]:
         """Download (concurrently) and extract each archive while it downloads (tar) or once it is
         there (zip). Biggest first, so the longest extraction starts earliest."""
-        self.fetcher.abort.clear()
+        self.fetcher.resume()
         tree = Tree(staging)
         self.reporter.start(plan.total_size, len(plan.items))
         counts = {"downloaded": 0, "cached": 0}
@@ -237,7 +238,8 @@ class Installer:
             pending: set[Future[Any]] = set(fetch_of.values()) | extractions
             try:
                 while pending:
-                    done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    # with a timeout: Ctrl-C reaches a main thread that waits (Windows included)
+                    done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
                     for fut in done:
                         item = by_future.get(fut)
                         if item is None:
@@ -250,7 +252,7 @@ class Installer:
                         if item not in streamed:
                             pending.add(extractors.submit(unpack, item, path, None))
             except BaseException as exc:
-                self.fetcher.abort.set()
+                self.fetcher.cancel()  # wakes backoff sleeps and lock waits, cuts stalled reads
                 for fut in pending:
                     fut.cancel()
                 for follow in follows.values():  # unblock extractions following a cancelled download
@@ -258,7 +260,8 @@ class Installer:
                 if isinstance(exc, DownloadFailed):
                     # an extraction saw its download fail: report the download's own error
                     for f in fetch_of.values():
-                        with contextlib.suppress(TimeoutError):
+                        # futures' own TimeoutError: not the builtin one before Python 3.11
+                        with contextlib.suppress(FuturesTimeout):
                             err = f.exception(timeout=60)
                             if err is not None and not isinstance(err, Aborted):
                                 raise err  # noqa: B904 - the download error is the real one

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from pathlib import Path
 
 from cudaredist.fetch.cache import Cache
@@ -47,8 +48,18 @@ def leftovers(prefix: Path) -> list[str]:
                   if p.name.startswith(f".{prefix.name}.cudaredist-"))
 
 
+RESUMABLE = re.compile(r"[0-9a-f]{64}\.part(\.valid)?")
+
+
+def partials(cache: Cache) -> list[str]:
+    """Every file under the cache's tmp/, resumable partial downloads included."""
+    return sorted(p.name for p in cache.tmp.iterdir()) if cache.tmp.is_dir() else []
+
+
 def cache_problems(cache: Cache) -> list[str]:
-    problems = [f"partial download {p.name}" for p in cache.tmp.iterdir()] if cache.tmp.is_dir() else []
+    """Entries that do not hash to their name, and temp files other than a resumable partial
+    download (``<sha256>.part``: what a failed download keeps for the next run to resume)."""
+    problems = [f"partial download {name}" for name in partials(cache) if not RESUMABLE.fullmatch(name)]
     for e in cache.entries():
         if hashlib.sha256(e.path.read_bytes()).hexdigest() != e.sha256:
             problems.append(f"entry {e.sha256[:16]} does not hash to its name")

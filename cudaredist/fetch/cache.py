@@ -5,7 +5,8 @@ Layout under the cache root (``--cache-dir`` > ``CUDAREDIST_CACHE_DIR`` > the us
     archives/<sha256>            verified archive bytes, named by their hash
     archives/<sha256>.json       where it came from (url, file name, size), for ``cache list``
     index/<key>/                 listing.html and redistrib_*.json per base URL (for --offline)
-    tmp/                         partial downloads; only ever renamed into archives/ after they verify
+    tmp/                         partial downloads (<sha256>.part, resumed by the next run); only
+                                 ever renamed into archives/ after they verify
     locks/                       one lock file per entry being written
 """
 
@@ -19,7 +20,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,14 +81,28 @@ class Cache:
 
     # -- locking -------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def lock(self, name: str, *, timeout: float | None = None) -> Iterator[None]:
+    def lock(self, name: str, *, timeout: float | None = None,
+             waiting: Callable[[], None] | None = None) -> Iterator[None]:
+        """Hold the entry lock ``name``; ``waiting()`` is called while another process holds it
+        (it may raise, e.g. to give up on Ctrl-C in a worker thread)."""
         import filelock
 
         wait = self.lock_timeout if timeout is None else timeout
         (self.root / "locks").mkdir(parents=True, exist_ok=True)
         lock = filelock.FileLock(str(self.root / "locks" / f"{name}.lock"), timeout=wait)
         try:
-            lock.acquire()
+            if waiting is None:
+                lock.acquire()
+            else:
+                deadline = time.monotonic() + wait
+                while True:
+                    waiting()
+                    try:
+                        lock.acquire(timeout=max(0.0, min(0.1, deadline - time.monotonic())))
+                        break
+                    except filelock.Timeout:
+                        if time.monotonic() >= deadline:
+                            raise
         except filelock.Timeout as exc:
             raise BusyError(
                 f"the cache entry {name} in {self.root} is locked by another cudaredist process "
@@ -126,6 +141,11 @@ class Cache:
                     p.unlink()
                     count += 1
         return count
+
+    def partial(self, sha256: str) -> Path:
+        """Where the download of ``sha256`` is written (write it with that entry's lock held)."""
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        return self.tmp / f"{sha256.lower()}.part"
 
     def new_temp(self, hint: str) -> Path:
         self.tmp.mkdir(parents=True, exist_ok=True)
@@ -187,8 +207,10 @@ class Cache:
         if self.tmp.is_dir():
             for p in self.tmp.iterdir():
                 with contextlib.suppress(OSError):
-                    # a partial download younger than an hour may belong to a running install
-                    if p.stat().st_mtime < time.time() - 3600:
+                    # a partial download younger than an hour may belong to a running install,
+                    # and a resumable one (<sha256>.part) is kept for a week
+                    keep = 7 * 86400 if len(p.name.split(".")[0]) == 64 else 3600
+                    if p.stat().st_mtime < time.time() - keep:
                         freed += p.stat().st_size
                         p.unlink()
                         count += 1

@@ -1,28 +1,35 @@
 """The concurrent fetcher's unit of work: one planned archive -> verified bytes in the cache.
 
 Cache first (every hit is re-hashed), then each of the archive's URLs in turn (a mirror,
-then the base URL); a URL that failed once in a run is not asked again. With a
-:class:`GrowingFile`, the bytes are published as they land so an extraction can read along.
+then the base URL); a URL that failed once in a run is not asked again, and one that does not
+answer at all is given up within seconds while another remains. With a :class:`GrowingFile`,
+the bytes are published as they land so an extraction can read along.
+
+A download is written to ``tmp/<sha256>.part`` in the cache. When a run is killed, the next
+one resumes it with Range (the whole sha256 is still checked; a mismatch starts over from
+zero); a partial older than :data:`PARTIAL_MAX_AGE_DAYS` is dropped. A cancelled run (Ctrl-C)
+and a download that fails its checks leave no partial.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 from cudaredist.errors import FetchError, IntegrityError, OfflineError
 from cudaredist.fetch.cache import CHUNK, Cache, sha256_file
 from cudaredist.fetch.growing import GrowingFile
-from cudaredist.fetch.transport import Transport
+from cudaredist.fetch.transport import Aborted, Transport, discard_partial, resume_point
 from cudaredist.plan import PlannedArchive
 from cudaredist.progress import Reporter, Silent
 
+__all__ = ["PARTIAL_MAX_AGE_DAYS", "Aborted", "Fetcher", "StreamBroken"]
 
-class Aborted(Exception):
-    pass
+PARTIAL_MAX_AGE_DAYS = 7.0
 
 
 class StreamBroken(Exception):
@@ -37,8 +44,19 @@ class Fetcher:
         self.reporter = reporter or Silent()
         self.offline = offline
         self.lock_timeout = lock_timeout
-        self.abort = threading.Event()
+        self.abort = transport.cancelled  # set by cancel(); checked between chunks and attempts
         self._bad_urls: dict[str, FetchError | IntegrityError] = {}  # failed in this run: not asked again
+
+    def cancel(self) -> None:
+        """Stop every download now (stalled reads are cut); their workers raise :class:`Aborted`."""
+        self.transport.cancel()
+
+    def resume(self) -> None:
+        self.transport.resume()
+
+    def _check_abort(self) -> None:
+        if self.abort.is_set():
+            raise Aborted()
 
     # -- archives --------------------------------------------------------------------------------
     def fetch(self, item: PlannedArchive, follow: GrowingFile | None = None) -> tuple[Path, bool]:
@@ -70,22 +88,43 @@ class Fetcher:
                 f"--offline: {item.archive.filename} ({item.component}, sha256 {sha[:16]}…) is not in "
                 f"the cache {self.cache.root}; its URL is {item.url}. Run the same command online once, "
                 "or fill the cache from a mirror.", url=item.url)
-        with self.cache.lock(sha, timeout=self.lock_timeout):
+        with self.cache.lock(sha, timeout=self.lock_timeout, waiting=self._check_abort):
             # another process may have fetched it meanwhile
             hit = self._cached(sha, size, evict=True)
             if hit is not None:
                 self.reporter.advance(size)
                 return hit, True
-            self.cache.drop_partials(sha[:16])  # what a killed run left for this entry
-            tmp = self.cache.new_temp(sha[:16])
+            self.cache.drop_partials(sha[:16])  # what an older cudaredist left for this entry
+            part = self.cache.partial(sha)
+            offset = self._resumable(part, size)
             if follow is not None:
-                follow.attach(tmp)
+                part.touch()
+                follow.attach(part)
             try:
-                self._download_any(item, tmp, follow.publish if follow is not None else None)
-                return self.cache.commit(tmp, sha, url=item.url, name=item.archive.filename), False
-            finally:
-                with contextlib.suppress(FileNotFoundError):
-                    tmp.unlink()
+                self._download_any(item, part, follow.publish if follow is not None else None, offset)
+                committed = self.cache.commit(part, sha, url=item.url, name=item.archive.filename)
+                discard_partial(part)  # its marker
+                return committed, False
+            except (Aborted, KeyboardInterrupt, IntegrityError):
+                discard_partial(part)  # cancelled, or bytes that fail their checks: nothing to resume
+                raise
+            except BaseException:
+                if resume_point(part, size) == 0:
+                    discard_partial(part)
+                raise  # a network failure: the next run resumes from what arrived
+
+    def _resumable(self, part: Path, size: int) -> int:
+        """Bytes of an earlier run's partial download to keep (0: start afresh)."""
+        try:
+            age = time.time() - part.stat().st_mtime
+        except OSError:
+            return 0
+        offset = resume_point(part, size) if age < PARTIAL_MAX_AGE_DAYS * 86400 else 0
+        if offset == 0:
+            discard_partial(part)
+        else:
+            self.reporter.message(f"resuming {part.name[:16]}… from byte {offset} of {size}")
+        return offset
 
     def _cached(self, sha: str, size: int, *, evict: bool = False) -> Path | None:
         """The entry if it hashes right; ``evict`` (entry lock held) drops a corrupted one."""
@@ -127,11 +166,21 @@ class Fetcher:
         return path
 
     def _download_any(self, item: PlannedArchive, tmp: Path,
-                      watch: Callable[[int], None] | None = None) -> None:
+                      watch: Callable[[int], None] | None = None, offset: int = 0) -> None:
         sent_lock = threading.Lock()  # segmented downloads report from several threads
         urls = [u for u in item.urls if u not in self._bad_urls] or list(item.urls[-1:])
         errors = [self._bad_urls[u] for u in item.urls if u in self._bad_urls and u not in urls]
-        for url in urls:
+        published = 0
+
+        def publish(n: int) -> None:
+            nonlocal published
+            published = max(published, n)
+            if watch is not None:
+                watch(n)
+
+        attempts = list(urls)
+        while attempts:
+            url = attempts.pop(0)
             sent = 0
 
             def progress(n: int) -> None:
@@ -144,17 +193,40 @@ class Fetcher:
 
             try:
                 self.transport.download(url, tmp, size=item.archive.size, sha256=item.archive.sha256,
-                                        progress=progress, watch=watch)
+                                        progress=progress, watch=publish if watch is not None else None,
+                                        offset=offset, quick=bool(attempts))
                 return
-            except (FetchError, IntegrityError) as exc:  # another URL may serve the right bytes
-                self.reporter.advance(-sent)
-                self._bad_urls[url] = exc
-                if watch is not None and url != urls[-1]:
-                    # an extraction already read these bytes: start the tree over, unstreamed
-                    raise StreamBroken(exc) from exc
-                errors.append(exc)
-                if url != urls[-1]:
-                    self.reporter.message(f"{url} failed ({exc}); trying {urls[urls.index(url) + 1]}")
+            except IntegrityError as exc:
+                if offset and exc.what == "sha256":
+                    # the kept prefix of an earlier run may be what is wrong: start over from zero
+                    self.reporter.advance(-sent)
+                    self.reporter.message(f"a resumed download of {item.archive.filename} did not "
+                                          "verify; downloading it again from the start")
+                    discard_partial(tmp)
+                    offset = 0
+                    if watch is not None and published:
+                        raise StreamBroken(exc) from exc
+                    attempts.insert(0, url)
+                    continue
+                self._failed(url, exc, sent, watch is not None and published > 0, attempts, errors)
+            except FetchError as exc:  # another URL may serve the right bytes
+                offset = resume_point(tmp, item.archive.size)  # what arrived is kept
+                self._failed(url, exc, sent, watch is not None and published > 0, attempts, errors)
+        self._raise(item, errors)
+
+    def _failed(self, url: str, exc: FetchError | IntegrityError, sent: int, read_along: bool,
+                attempts: list[str], errors: list[FetchError | IntegrityError]) -> None:
+        self.reporter.advance(-sent)
+        self._bad_urls[url] = exc
+        if read_along and attempts:
+            # an extraction already read these bytes: start the tree over, unstreamed
+            raise StreamBroken(exc) from exc
+        errors.append(exc)
+        if attempts:
+            self.reporter.message(f"{url} failed ({exc}); trying {attempts[0]}")
+
+    @staticmethod
+    def _raise(item: PlannedArchive, errors: list[FetchError | IntegrityError]) -> NoReturn:
         if len(errors) == 1:
             raise errors[0]
         if all(isinstance(e, IntegrityError) for e in errors):

@@ -12,12 +12,13 @@ import functools
 import hashlib
 import os
 import random
+import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 from urllib.parse import unquote, urlparse
 
 from cudaredist import __version__
@@ -40,12 +41,19 @@ class RetryPolicy:
     backoff: float = 0.5       # first sleep; doubles per try, with full jitter
     max_backoff: float = 20.0
     max_retry_after: float = 60.0
+    # connect / first-byte timeout of a URL that has a fallback: a mirror that refuses or never
+    # answers costs seconds, not attempts x the full timeout
+    fallback_after: float = 5.0
 
     def delay(self, attempt: int, retry_after: float | None = None) -> float:
         if retry_after is not None:
             return min(max(retry_after, 0.0), self.max_retry_after)
         cap = min(self.max_backoff, self.backoff * (2 ** attempt))
         return random.uniform(cap / 2, cap)
+
+
+class Aborted(Exception):
+    """The run was cancelled (Ctrl-C, or another download failed): stop, keep nothing."""
 
 
 class _Retryable(Exception):
@@ -103,12 +111,16 @@ class Transport:
 
     def __init__(self, client: httpx.Client | None = None, *, retry: RetryPolicy | None = None,
                  connections: int = 8, segment_size: int = 4 << 20,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] | None = None) -> None:
         self._client = client
         self._client_lock = threading.Lock()
         self.retry = retry or RetryPolicy()
         self.segment_size = segment_size
-        self.sleep = sleep
+        self.sleep = self._sleep if sleep is None else sleep
+        # cancel(): every attempt, backoff and open socket of this transport stops at once
+        self.cancelled = threading.Event()
+        self._sockets: set[socket.socket] = set()
+        self._unreachable: set[str] = set()  # hosts that refused or never answered, in this run
         # bounds the open connections of all downloads together (--jobs)
         self.slots = threading.BoundedSemaphore(max(1, connections))
         self.connections = max(1, connections)
@@ -124,6 +136,71 @@ class Transport:
         if self._client is not None:
             self._client.close()
 
+    # -- cancelling ------------------------------------------------------------------------------
+    def cancel(self) -> None:
+        """Stop every request of this transport now: backoff sleeps wake, and reads blocked on a
+        silent server are cut (their sockets shut down), so worker threads finish within moments."""
+        self.cancelled.set()
+        with self._client_lock:
+            sockets = list(self._sockets)
+            self._sockets.clear()
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def resume(self) -> None:
+        """Accept requests again after :meth:`cancel` (cut connections are not reused)."""
+        self.cancelled.clear()
+
+    def check(self) -> None:
+        if self.cancelled.is_set():
+            raise Aborted()
+
+    def _sleep(self, seconds: float) -> None:
+        self.cancelled.wait(seconds)
+
+    def _trace(self, event: str, info: dict[str, object]) -> None:
+        # httpcore reports each new connection: keep its socket so cancel() can cut a blocked read
+        if event == "connection.connect_tcp.complete":
+            stream = info.get("return_value")
+            get = getattr(stream, "get_extra_info", None)
+            sock = get("socket") if get is not None else None
+            if isinstance(sock, socket.socket):
+                with self._client_lock:
+                    self._sockets = {s for s in self._sockets if s.fileno() != -1}
+                    self._sockets.add(sock)
+                if self.cancelled.is_set():
+                    with contextlib.suppress(OSError):
+                        sock.shutdown(socket.SHUT_RDWR)
+
+    def _request_options(self, url: str, quick: bool) -> dict[str, Any]:
+        """Per-request options: the connection tracer, and short timeouts when a fallback waits."""
+        import httpx
+
+        self.check()
+        opts: dict[str, Any] = {"extensions": {"trace": self._trace}}
+        if quick:
+            if _host(url) in self._unreachable:
+                raise FetchError(f"{_host(url)} did not answer earlier in this run; not asking it again",
+                                 url=url)
+            t = self.client.timeout
+            short = self.retry.fallback_after
+            opts["timeout"] = httpx.Timeout(
+                connect=min(t.connect or short, short), read=min(t.read or short, short),
+                write=t.write, pool=t.pool)
+        return opts
+
+    def _unanswered(self, url: str, exc: Exception, quick: bool) -> None:
+        """A request that got no response at all: with a fallback waiting, give this URL up now."""
+        import httpx
+
+        if not quick:
+            return
+        if isinstance(exc, (httpx.ConnectError, httpx.TimeoutException)):
+            self._unreachable.add(_host(url))
+        raise FetchError(f"{url} did not answer ({type(exc).__name__}: {exc or 'no response'}); "
+                         "trying the next base", url=url) from exc
+
     def __enter__(self) -> Transport:
         return self
 
@@ -131,20 +208,24 @@ class Transport:
         self.close()
 
     # -- small documents -------------------------------------------------------------------------
-    def get_bytes(self, url: str, *, limit: int = 64 << 20) -> bytes:
-        """A whole small document (index page, manifest), retried like archives."""
+    def get_bytes(self, url: str, *, limit: int = 64 << 20, quick: bool = False) -> bytes:
+        """A whole small document (index page, manifest), retried like archives.
+
+        ``quick``: another base can serve it, so a host that does not answer is given up fast."""
         if is_local(url):
             try:
                 return local_path(url).read_bytes()
             except OSError as exc:
                 raise FetchError(f"cannot read {url}: {exc.strerror or exc}", url=url) from exc
-        return self._with_retries(url, lambda: self._get_small(url, limit))
+        return self._with_retries(url, lambda: self._get_small(url, limit, quick))
 
-    def _get_small(self, url: str, limit: int) -> bytes:
+    def _get_small(self, url: str, limit: int, quick: bool = False) -> bytes:
         import httpx
 
+        answered = False
         try:
-            with self.client.stream("GET", url) as r:
+            with self.client.stream("GET", url, **self._request_options(url, quick)) as r:
+                answered = True
                 self._check_status(r, url)
                 buf = bytearray()
                 for chunk in r.iter_bytes():
@@ -154,27 +235,53 @@ class Transport:
                 return bytes(buf)
         except httpx.TransportError as exc:
             _raise_if_untrusted(url, exc)
+            self.check()
+            if not answered:
+                self._unanswered(url, exc, quick)
             raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
 
     # -- archives --------------------------------------------------------------------------------
     def download(self, url: str, dest: Path, *, size: int, sha256: str,
-                 progress: Progress = _noop, watch: Progress | None = None) -> None:
+                 progress: Progress = _noop, watch: Progress | None = None,
+                 offset: int = 0, quick: bool = False) -> None:
         """Fetch ``url`` into ``dest``, checking size and sha256 as the bytes arrive.
 
         ``watch(n)`` is told whenever the first ``n`` bytes of ``dest`` are in place (n only
-        grows), so a reader can follow the download. On return ``dest`` holds exactly the
-        expected bytes; on error its content is undefined and the caller deletes it.
+        grows), so a reader can follow the download. ``offset``: the first bytes of ``dest``
+        already hold that many bytes of the file (a partial download of an earlier run, see
+        :func:`resume_point`); they are hashed and the rest is asked for with Range. ``quick``:
+        another URL can serve the file, so one that does not answer is given up within seconds.
+        On return ``dest`` holds exactly the expected bytes; on error it holds a prefix that
+        :func:`resume_point` measures, or anything after an :class:`IntegrityError`.
         """
         if is_local(url):
             self._copy_local(url, dest, size=size, sha256=sha256, progress=progress, watch=watch)
             return
-        if size >= 2 * self.segment_size and self.connections > 1:
-            actual = self._segmented(url, dest, size, progress, watch)
+        offset = min(max(offset, 0), size)
+        h = hashlib.sha256()
+        if offset:
+            with open(dest, "rb") as fi:
+                left = offset
+                while left and (chunk := fi.read(min(CHUNK, left))):
+                    h.update(chunk)
+                    left -= len(chunk)
+            if left:
+                offset -= left  # shorter than said: resume from what is there
+            progress(offset)
+            if watch is not None:
+                watch(offset)
+        if offset >= size:
+            actual = h.hexdigest()
+        elif size - offset >= 2 * self.segment_size and self.connections > 1:
+            actual = self._segmented(url, dest, size, progress, watch, start=offset, seed=h, quick=quick)
         else:
-            h = hashlib.sha256()
-            with open(dest, "wb", buffering=0) as fh:
-                self._stream_range(url, fh, 0, size, size, progress, h,
-                                   on_write=_follower(watch, 0) if watch else None)
+            with contextlib.suppress(FileNotFoundError):
+                _marker(dest).unlink()  # a single stream: the file's length is its valid prefix
+            with open(dest, "r+b" if offset else "wb", buffering=0) as fh:
+                fh.seek(offset)
+                fh.truncate()
+                self._stream_range(url, fh, offset, size, size, progress, h,
+                                   on_write=_follower(watch, offset) if watch else None, quick=quick)
             actual = h.hexdigest()
         if actual != sha256:
             raise IntegrityError(
@@ -208,13 +315,18 @@ class Transport:
                                  url=url, what="sha256", expected=sha256, actual=h.hexdigest())
 
     def _segmented(self, url: str, dest: Path, size: int, progress: Progress,
-                   watch: Progress | None = None) -> str:
-        """Fetch ``size`` bytes as concurrent byte ranges; falls back to one stream without Range."""
-        n = min(self.connections, max(2, size // self.segment_size))
-        bounds = [(i * size // n, (i + 1) * size // n) for i in range(n)]
-        with open(dest, "wb") as fh:
+                   watch: Progress | None = None, *, start: int = 0,
+                   seed: hashlib._Hash | None = None, quick: bool = False) -> str:
+        """Fetch bytes [start, size) as concurrent byte ranges (``seed`` has hashed the ones before);
+        falls back to one stream without Range. A marker beside ``dest`` keeps the length of the
+        prefix in place, for a later run to resume from if this one is killed."""
+        n = min(self.connections, max(2, (size - start) // self.segment_size))
+        bounds = [(start + i * (size - start) // n, start + (i + 1) * (size - start) // n)
+                  for i in range(n)]
+        mark = _Marker(dest, start)
+        with open(dest, "r+b" if start else "wb") as fh:
             fh.truncate(size)
-        hasher = _OrderedHasher(dest, bounds, watch)
+        hasher = _OrderedHasher(dest, bounds, _also(watch, mark.update), seed)
         errors: list[BaseException] = []
 
         def run(idx: int) -> None:
@@ -224,7 +336,7 @@ class Transport:
                     fh.seek(start)
                     self._stream_range(url, fh, start, end, size, progress, None,
                                        on_write=functools.partial(hasher.advance, idx),
-                                       ranged=True)
+                                       ranged=True, quick=quick)
             except BaseException as exc:  # re-raised in the caller's thread
                 errors.append(exc)
             finally:
@@ -243,22 +355,26 @@ class Transport:
                 t.join()
         first.join()
         hashing = hasher.result()
+        mark.close()
         real = [e for e in errors if not isinstance(e, _RangeIgnored)]
         if real:
-            raise real[0]
+            raise next((e for e in real if not isinstance(e, Aborted)), real[0])
         if errors or not hasher.range_ok():
             # The server answered a ranged request with the whole body: use one plain stream.
             # "r+b", not "wb": a reader following ``watch`` may already hold the first bytes.
             h = hashlib.sha256()
+            with contextlib.suppress(FileNotFoundError):
+                _marker(dest).unlink()
             with open(dest, "r+b", buffering=0) as out:
                 self._stream_range(url, out, 0, size, size, progress, h,
-                                   on_write=_follower(watch, 0) if watch else None)
+                                   on_write=_follower(watch, 0) if watch else None, quick=quick)
             return h.hexdigest()
         return hashing
 
     def _stream_range(self, url: str, fh: BinaryIO, start: int, end: int, total: int,
                       progress: Progress, h: hashlib._Hash | None, *,
-                      on_write: Callable[[int], None] | None = None, ranged: bool = False) -> None:
+                      on_write: Callable[[int], None] | None = None, ranged: bool = False,
+                      quick: bool = False) -> None:
         """Write bytes [start, end) of ``url`` to ``fh`` (positioned at ``start``), resuming with Range.
 
         ``ranged`` marks one segment of a segmented download: it always asks for a range and
@@ -276,8 +392,12 @@ class Transport:
                 headers["Range"] = f"bytes={pos}-{end - 1}" if end < total or ranged else f"bytes={pos}-"
             got = 0
             skip = 0
+            answered = False
             try:
-                with self.slots, self.client.stream("GET", url, headers=headers) as r:
+                self.check()
+                with self.slots, self.client.stream("GET", url, headers=headers,
+                                                    **self._request_options(url, quick)) as r:
+                    answered = True
                     self._check_status(r, url, total)
                     if r.status_code == 200:
                         declared = r.headers.get("content-length", "")
@@ -330,13 +450,18 @@ class Transport:
                 self._backoff(url, failures, exc)
             except httpx.TransportError as exc:
                 _raise_if_untrusted(url, exc)
+                self.check()
+                if not answered:
+                    self._unanswered(url, exc, quick)
                 failures = 1 if got else failures + 1
                 self._backoff(url, failures, _Retryable(f"{type(exc).__name__}: {exc}"))
 
     def _backoff(self, url: str, failures: int, exc: _Retryable) -> None:
+        self.check()
         if failures >= self.retry.attempts:
             raise FetchError(f"giving up on {url} after {failures} attempts: {exc}", url=url) from exc
         self.sleep(self.retry.delay(failures - 1, exc.retry_after))
+        self.check()
 
     def _with_retries(self, url: str, fn: Callable[[], bytes]) -> bytes:
         failures = 0
@@ -413,8 +538,9 @@ class _OrderedHasher:
     """
 
     def __init__(self, path: Path, bounds: list[tuple[int, int]],
-                 watch: Progress | None = None) -> None:
+                 watch: Progress | None = None, seed: hashlib._Hash | None = None) -> None:
         self.path = path
+        self._seed = seed
         self.bounds = bounds
         self.watch = watch
         self.written = [0] * len(bounds)
@@ -449,7 +575,7 @@ class _OrderedHasher:
         return bool(self._range_ok)
 
     def _run(self) -> None:
-        h = hashlib.sha256()
+        h = self._seed or hashlib.sha256()
         # Unbuffered: read-ahead would keep bytes of the pre-sized file that are not written yet.
         with open(self.path, "rb", buffering=0) as fh:
             for idx, (start, end) in enumerate(self.bounds):
@@ -494,3 +620,67 @@ def _follower(watch: Progress, start: int) -> Callable[[int], None]:
         watch(pos)
 
     return on_write
+
+
+def _host(url: str) -> str:
+    p = urlparse(url)
+    return f"{p.scheme}://{p.netloc}"
+
+
+def _also(first: Progress | None, second: Progress) -> Progress:
+    if first is None:
+        return second
+
+    def both(n: int) -> None:
+        first(n)
+        second(n)
+
+    return both
+
+
+def _marker(dest: Path) -> Path:
+    return dest.with_name(dest.name + ".valid")
+
+
+class _Marker:
+    """Beside a segmented download (whose file is pre-sized, holes and all), the length of the
+    prefix that is in place, rewritten in place as it grows: what a killed run can resume from."""
+
+    def __init__(self, dest: Path, start: int) -> None:
+        self._fd: int | None = os.open(_marker(dest), os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        self._lock = threading.Lock()
+        self.update(start)
+
+    def update(self, n: int) -> None:
+        with self._lock:
+            if self._fd is not None:
+                os.pwrite(self._fd, b"%020d" % n, 0)  # one write: a kill never tears it
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+
+def resume_point(dest: Path, size: int) -> int:
+    """How many leading bytes of the partial download ``dest`` a resumed download can keep."""
+    try:
+        have = dest.stat().st_size
+    except OSError:
+        return 0
+    try:
+        raw = _marker(dest).read_bytes().strip()
+        have = min(have, int(raw)) if raw else 0
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError):
+        return 0
+    return have if 0 < have <= size else 0
+
+
+def discard_partial(dest: Path) -> None:
+    """Delete a partial download and its marker."""
+    for p in (dest, _marker(dest)):
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()

@@ -62,7 +62,9 @@ class Index:
         self.cache = cache
         self.offline = offline
 
-    def labels(self, base: str) -> list[str]:
+    def labels(self, base: str, *, quick: bool = False) -> list[str]:
+        """Release labels at ``base``; ``quick``: another base follows, so give up on one that
+        does not answer within seconds."""
         if self.offline:
             return self._cached_labels(base)
         if is_local(base):
@@ -70,7 +72,7 @@ class Index:
             if not d.is_dir():
                 raise FetchError(f"the base directory {d} does not exist", url=base)
             return labels_from_names(os.listdir(d))
-        data = self.transport.get_bytes(base)
+        data = self.transport.get_bytes(base, quick=quick)
         self.cache.store_index(base, LISTING, data)
         return labels_from_listing(data.decode("utf-8", "replace"))
 
@@ -88,7 +90,7 @@ class Index:
                 "(e.g. `cudaredist resolve TRAIN`) to fill the cache", url=base)
         return sort_labels(found)  # highest first, like the online listing
 
-    def manifest_bytes(self, base: str, label: str) -> bytes:
+    def manifest_bytes(self, base: str, label: str, *, quick: bool = False) -> bytes:
         """``redistrib_<label>.json`` from ``base`` as served (cached for --offline)."""
         name = f"redistrib_{label}.json"
         url = join_url(base, name)
@@ -100,7 +102,7 @@ class Index:
                 raise OfflineError(
                     f"--offline: {name} ({url}) is not in the cache {self.cache.root}", url=url)
             return data
-        data = self.transport.get_bytes(url)
+        data = self.transport.get_bytes(url, quick=quick)
         if not is_local(base):
             self.cache.store_index(base, name, data)
         return data
@@ -113,9 +115,10 @@ class Index:
         """Resolve ``train`` against the first base that has it; the others become fallbacks."""
         errors: list[CudaRedistError] = []
         for i, base in enumerate(bases):
+            quick = i < len(bases) - 1
             try:
-                label = pick_release(check_train(train), self.labels(base), base)
-                data = self.manifest_bytes(base, label)
+                label = pick_release(check_train(train), self.labels(base, quick=quick), base)
+                data = self.manifest_bytes(base, label, quick=quick)
             except (FetchError, ResolveError) as exc:
                 if isinstance(exc, OfflineError) and len(bases) == 1:
                     raise
