@@ -174,3 +174,42 @@ def test_killed_download_resumes_with_range(srv: FaultServer, tmp_path: Path) ->
     assert srv.ranges_for(NVCC) == [f"bytes={have}-"]  # only the missing bytes were asked for
     assert_installed(prefix, "13.0.1", Cache(cache))
     assert partials(Cache(cache)) == []
+
+
+# -- fallback from a mirror that does not answer ------------------------------------------------------
+@pytest.mark.parametrize("how", ["black-holed", "refusing"])
+def test_unanswering_mirror_falls_back_within_seconds(srv: FaultServer, blackhole: BlackHole,
+                                                      tmp_path: Path, how: str) -> None:
+    """The mirror is asked first for the listing, the manifest and (through a lock) every archive."""
+    if how == "black-holed":
+        mirror = blackhole.base
+    else:
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        mirror = f"http://127.0.0.1:{s.getsockname()[1]}/"
+        s.close()  # nothing listens there: connections are refused
+    prefix, cache = tmp_path / "inst" / "cuda", tmp_path / "cache"
+    t0 = time.monotonic()
+    proc = start(*install_cmd("13.0", prefix, cache, srv.base, "--mirror", mirror))
+    _, err = proc.communicate(timeout=120)
+    took = time.monotonic() - t0
+    print(f"{how} mirror, plain install: {took:.1f}s")
+    assert proc.returncode == 0, err
+    assert took < 30
+    assert_installed(prefix, "13.0.1", Cache(cache))
+    # through a lock every archive's URL list starts with the mirror
+    lock = tmp_path / "cuda.lock"
+    proc = start("lock", "13.0", "-p", "linux-x86_64", "--base-url", srv.base, "-o", str(lock))
+    assert proc.communicate(timeout=60)[0] is not None and proc.returncode == 0
+    with srv.lock:
+        srv.requests.clear()
+    t0 = time.monotonic()
+    proc = start("install", "--lock", str(lock), "--prefix", str(tmp_path / "other"), "--platform",
+                 "linux-x86_64", "--mirror", mirror, "--cache-dir", str(tmp_path / "cache2"), "-q")
+    _, err = proc.communicate(timeout=120)
+    took = time.monotonic() - t0
+    print(f"{how} mirror, install --lock: {took:.1f}s")
+    assert proc.returncode == 0, err
+    assert took < 30
+    assert len(srv.requests_for(NVCC)) == 1  # each archive once, from the base
+    assert_installed(tmp_path / "other", "13.0.1", Cache(tmp_path / "cache2"))

@@ -106,6 +106,35 @@ def test_lock_names_the_base_that_served_it(mirror: Path, serve, tmp_path: Path)
 
 
 # -- installing from a lock --------------------------------------------------------------------------
+def test_lock_made_through_a_mirror_installs_through_it(mirror: Path, tmp_path: Path) -> None:
+    """The lock names the mirror that served it: a plain `install --lock` and one with the same
+    --mirror fetch every archive there; `--base-url B` (no mirror) refetches from B."""
+    from tests.faultserver import FaultServer
+
+    front = tmp_path / "front"
+    assert cli("mirror", "13.0", "-p", "linux-x86_64", "--base-url", str(mirror), "--out", str(front),
+               "-q").exit_code == 0
+    with FaultServer(mirror) as base, FaultServer(front) as m:
+        got = lock(base.base, tmp_path / "cuda.lock", "-p", "linux-x86_64", "--mirror", m.base)
+        assert got["base_url"] == m.base
+        archives = [c["url"][len(m.base) - 1:] for c in got["plans"]["linux-x86_64"]["components"]]
+
+        def install(name: str, *opts: str) -> None:
+            for srv in (base, m):
+                with srv.lock:
+                    srv.requests.clear()
+            r = cli("install", "--lock", str(tmp_path / "cuda.lock"), "--prefix", str(tmp_path / name),
+                    "--platform", "linux-x86_64", "--cache-dir", str(tmp_path / f"cache-{name}"), "-q", *opts)
+            assert r.exit_code == 0, r.output
+
+        install("plain")
+        assert sorted(r.path for r in m.requests) == sorted(archives) and base.requests == []
+        install("mirrored", "--mirror", m.base)
+        assert sorted(r.path for r in m.requests) == sorted(archives) and base.requests == []
+        install("from-base", "--base-url", base.base)
+        assert sorted(r.path for r in base.requests) == sorted(archives) and m.requests == []
+
+
 def test_install_from_lock_needs_no_manifest(mirror: Path, serve, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     base = serve(mirror)
     got = lock(base, tmp_path / "cuda.lock", "-p", BOTH)
