@@ -141,6 +141,22 @@ class Installer:
         self.fetcher = Fetcher(transport, cache, reporter=self.reporter, offline=offline,
                                lock_timeout=self.lock_timeout)
 
+    def prefetch(self, plans: Sequence[Plan]) -> None:
+        """Fetch every archive of ``plans`` into the cache with one pool (several trains at once),
+        so the installs that follow extract from the cache."""
+        items = list({i.archive.sha256: i for p in plans for i in p.items}.values())
+        items.sort(key=lambda it: -it.archive.size)
+        self.reporter.start(sum(i.archive.size for i in items), len(items))
+        try:
+            with ThreadPoolExecutor(min(self.jobs, len(items)) or 1, thread_name_prefix="fetch") as pool:
+                for item, (_path, cached) in zip(items, pool.map(self.fetcher.fetch, items), strict=True):
+                    self.reporter.archive_done(item.archive.filename, item.archive.size, cached=cached)
+        except BaseException:
+            self.fetcher.abort.set()
+            raise
+        finally:
+            self.reporter.close()
+
     # -- transaction -------------------------------------------------------------------------------
     def install(self, plan: Plan, prefix: Path | str, *, force: bool = False,
                 requested: Sequence[str] = ()) -> InstallResult:

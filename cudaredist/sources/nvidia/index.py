@@ -61,8 +61,14 @@ class Index:
         self.transport = transport
         self.cache = cache
         self.offline = offline
+        self._labels: dict[str, list[str]] = {}  # one listing per base and run
 
     def labels(self, base: str) -> list[str]:
+        if base not in self._labels:
+            self._labels[base] = self._list(base)
+        return self._labels[base]
+
+    def _list(self, base: str) -> list[str]:
         if self.offline:
             return self._cached_labels(base)
         if is_local(base):
