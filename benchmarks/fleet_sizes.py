@@ -7,6 +7,7 @@ docs/fleet.md shows. Standard library plus cudaredist; no network.
 
     python benchmarks/fleet_sizes.py                       # 13.x trains
     python benchmarks/fleet_sizes.py --trains 12.9 13.0 13.4 --manifests DIR
+    python benchmarks/fleet_sizes.py --all-releases        # every patch release, not the newest
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ BASE = "https://developer.download.nvidia.com/compute/cuda/redist/"
 GB = 1e9
 
 
-def newest_per_train(directory: Path, trains: list[str] | None) -> dict[str, Manifest]:
-    """train -> the manifest of its highest release (numeric order, as `cudaredist` resolves)."""
+def releases(directory: Path, trains: list[str] | None, *, every: bool) -> dict[str, Manifest]:
+    """train (or release, with ``every``) -> its manifest; a train's is its highest release
+    (numeric order, as `cudaredist` resolves)."""
     found: dict[str, tuple[tuple[int, ...], Path]] = {}
     for path in directory.glob("redistrib_*.json"):
         label = path.stem.removeprefix("redistrib_")
@@ -37,8 +39,9 @@ def newest_per_train(directory: Path, trains: list[str] | None) -> dict[str, Man
         if trains is not None and train not in trains:
             continue
         key = version_key(label)
-        if train not in found or key > found[train][0]:
-            found[train] = (key, path)
+        name = label if every else train
+        if name not in found or key > found[name][0]:
+            found[name] = (key, path)
     return {t: parse_manifest(p.read_bytes(), label=p.stem.removeprefix("redistrib_"), source=p.name)
             for t, (_, p) in sorted(found.items(), key=lambda kv: version_key(kv[0]))}
 
@@ -66,28 +69,33 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--manifests", type=Path, default=DEFAULT_MANIFESTS)
     ap.add_argument("--trains", nargs="*", help="e.g. 13.0 13.4 (default: every 13.x train found)")
+    ap.add_argument("--all-releases", action="store_true",
+                    help="one row per release of the trains, and every release in the totals")
     args = ap.parse_args(argv)
     if not args.manifests.is_dir():
         print(f"error: {args.manifests} is not a directory of redistrib_*.json files", file=sys.stderr)
         return 1
-    by_train = newest_per_train(args.manifests, args.trains)
+    by_train = releases(args.manifests, args.trains, every=args.all_releases)
     if args.trains is None:
         by_train = {t: m for t, m in by_train.items() if t.startswith("13.")}
     table = {t: plans(m) for t, m in by_train.items()}
     platforms = sorted({p for per in table.values() for p, _ in per})
 
-    print("GB (10^9 bytes) of archives per train (newest release), platform and profile:\n")
+    what = "release" if args.all_releases else "train (newest release)"
+    print(f"GB (10^9 bytes) of archives per {what}, platform and profile:\n")
     print("| train | release | platform | " + " | ".join(PROFILES) + " |")
     print("|---|---|---|" + "---:|" * len(PROFILES))
     for train, per in table.items():
         for platform in platforms:
             cells = [gb(per[platform, p].total_size) if (platform, p) in per else "–" for p in PROFILES]
             if any(c != "–" for c in cells):
-                print(f"| {train} | {by_train[train].label} | {platform} | " + " | ".join(cells) + " |")
+                label = by_train[train].label
+                head = f"| {'.'.join(label.split('.')[:2])} | {label} | {platform} | "
+                print(head + " | ".join(cells) + " |")
 
     # What the proxy holds when the fleet uses every train listed: distinct archives only
     # (two releases can list one archive path; the cache stores it once).
-    print("\nGB a cache holds for all of these trains together (distinct archive paths):\n")
+    print(f"\nGB a cache holds for all of these {what.split()[0]}s together (distinct archive paths):\n")
     print("| platform | " + " | ".join(PROFILES) + " |")
     print("|---|" + "---:|" * len(PROFILES))
     totals: dict[str, dict[str, int]] = {}
