@@ -162,7 +162,7 @@ def nginx_serve(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-un
     if binary is None:
         if os.environ.get("CI"):  # CI installs it (.ci/run): a missing nginx there is a failure
             pytest.fail("nginx is not installed although CI is set; .ci/run should have installed it")
-        pytest.skip("nginx is not installed (apt-get install nginx-light; .ci/run does)")
+        pytest.skip("nginx is not installed (apt-get install nginx; .ci/run does)")
     procs: list[subprocess.Popen[bytes]] = []
 
     def start(root: Path) -> str:
