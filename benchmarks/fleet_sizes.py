@@ -18,9 +18,10 @@ import sys
 from pathlib import Path
 
 from cudaredist.errors import PlanError
-from cudaredist.manifest import Manifest, parse_manifest, version_key
-from cudaredist.plan import Plan, make_plan
+from cudaredist.plan import Plan, version_key
 from cudaredist.profiles import get_profile
+from cudaredist.sources.nvidia.manifest import Manifest, parse_manifest
+from cudaredist.sources.nvidia.planner import make_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MANIFESTS = ROOT.parent / "shared" / "redist" / "manifests"

@@ -157,6 +157,8 @@ def install(
                 if rec is not None and where is not None:
                     wanted.remove(train)
                     done.append(_noop_row(rec, where))
+                    if not quiet and not as_json:
+                        typer.echo(done[-1]["message"], err=True)
         from cudaredist.install import Installer
         from cudaredist.progress import pick
 
@@ -194,15 +196,15 @@ def install(
                             typer.echo(f"note: {note}", err=True)
                     result = installer.install(plan, target, force=force, requested=components)
                     done.append(_result_row(result, plan))
+                    if not quiet and not as_json:
+                        typer.echo(done[-1]["message"], err=True)
             finally:
                 reporter.close()
         links = update_train_links(root) if root is not None else []
         if as_json:
             emit_json(done[0] if root is None else
                       {"install_dir": str(root), "toolkits": done, "links": dict(links)})
-        elif not quiet:
-            for row in done:
-                typer.echo(row["message"], err=True)
+
 
 
 def _result_row(result: Any, plan: Any) -> dict[str, Any]:

@@ -88,6 +88,10 @@ def run_cmd(
         plan = require_record(toolkit.path)["plan"]
         env = applied(environment(str(toolkit.path), platform=plan["platform"], release=plan["release"],
                                   host_windows=os.name == "nt"), os.environ)
+        if command[:1] == ["--"]:  # kept by click when options stop at TRAIN
+            command = command[1:]
+        if not command:
+            fail("give the command to run after --, e.g. cudaredist run 13.4 -- nvcc --version", 2)
         program = command[0]
         # a bare name is looked up on the toolkit's PATH first (nvcc is the toolkit's, not the host's)
         import shutil
