@@ -14,7 +14,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
@@ -132,20 +132,21 @@ class Transport:
         self.close()
 
     # -- small documents -------------------------------------------------------------------------
-    def get_bytes(self, url: str, *, limit: int = 64 << 20) -> bytes:
+    def get_bytes(self, url: str, *, limit: int = 64 << 20,
+                  headers: Mapping[str, str] | None = None) -> bytes:
         """A whole small document (index page, manifest), retried like archives."""
         if is_local(url):
             try:
                 return local_path(url).read_bytes()
             except OSError as exc:
                 raise FetchError(f"cannot read {url}: {exc.strerror or exc}", url=url) from exc
-        return self._with_retries(url, lambda: self._get_small(url, limit))
+        return self._with_retries(url, lambda: self._get_small(url, limit, headers))
 
-    def _get_small(self, url: str, limit: int) -> bytes:
+    def _get_small(self, url: str, limit: int, headers: Mapping[str, str] | None = None) -> bytes:
         import httpx
 
         try:
-            with self.client.stream("GET", url) as r:
+            with self.client.stream("GET", url, headers=headers) as r:
                 self._check_status(r, url)
                 buf = bytearray()
                 for chunk in r.iter_bytes():

@@ -1,13 +1,14 @@
 """NVIDIA's CUDA wheels: versions, requirements, index pages, and where wheel members go in the tree (pure).
 
 The rules that change when NVIDIA renames or moves something are data in
-``manifests/pypi.toml``; this module reads them and applies them. Only
+``manifests/pypi.toml``; this module reads them and applies them. The standards underneath
+(PEP 440 versions, PEP 508 requirements and markers, wheel file names and tags, METADATA)
+come from ``packaging``, the library pip uses. Only
 :func:`read_soname` and :func:`add_soname_links` look at files (the extracted tree).
 """
 
 from __future__ import annotations
 
-import email.parser
 import fnmatch
 import html.parser
 import json
@@ -21,6 +22,14 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
+
+from packaging.markers import UndefinedComparison, UndefinedEnvironmentName
+from packaging.metadata import parse_email
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.tags import Tag
+from packaging.utils import InvalidWheelFilename, NormalizedName, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
 
 from cudaredist.errors import ManifestError, PlanError
 from cudaredist.layout import tree_path
@@ -177,48 +186,20 @@ def wheel_data() -> WheelData:
 
 
 # ------------------------------------------------------------------------------------------------
-# Versions (the PEP 440 subset NVIDIA's wheels use: release, pre, post, dev, local)
-
-_VERSION = re.compile(
-    r"^\s*v?(?:(?P<epoch>\d+)!)?(?P<release>\d+(?:\.\d+)*)"
-    r"(?:[-_.]?(?P<pre_l>alpha|a|beta|b|preview|pre|c|rc)[-_.]?(?P<pre_n>\d+)?)?"
-    r"(?:-(?P<post_n1>\d+)|[-_.]?(?P<post_l>post|rev|r)[-_.]?(?P<post_n2>\d+)?)?"
-    r"(?:[-_.]?(?P<dev_l>dev)[-_.]?(?P<dev_n>\d+)?)?"
-    r"(?:\+(?P<local>[a-z0-9]+(?:[-_.][a-z0-9]+)*))?\s*$", re.I)
-_PRE_ORDER = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "c": 2, "rc": 2, "pre": 2, "preview": 2}
-_INF = sys.maxsize
-
-
-@dataclass(frozen=True, order=True)
-class Version:
-    key: tuple[Any, ...]
-    release: tuple[int, ...] = field(compare=False)
-    is_prerelease: bool = field(compare=False)
-    text: str = field(compare=False)
+# Versions, specifiers, markers and metadata: the standards through `packaging`, the library pip
+# uses; what is NVIDIA's here is which version a set of specifiers picks and what markers see.
 
 
 def parse_version(text: str) -> Version | None:
-    m = _VERSION.match(text)
-    if m is None:
+    """A PEP 440 version, or None for text that is not one (odd files on an index page)."""
+    try:
+        return Version(text)
+    except InvalidVersion:
         return None
-    release = tuple(int(p) for p in m["release"].split("."))
-    trimmed = release
-    while len(trimmed) > 1 and trimmed[-1] == 0:
-        trimmed = trimmed[:-1]
-    dev = None if m["dev_l"] is None else int(m["dev_n"] or 0)
-    post_n = m["post_n1"] or m["post_n2"]
-    post = None if (m["post_l"] is None and m["post_n1"] is None) else int(post_n or 0)
-    if m["pre_l"] is not None:
-        pre: tuple[int, int] = (_PRE_ORDER[m["pre_l"].lower()], int(m["pre_n"] or 0))
-    elif post is None and dev is not None:
-        pre = (-1, 0)  # 1.0.dev1 sorts before 1.0a1
-    else:
-        pre = (3, 0)
-    key = (int(m["epoch"] or 0), trimmed, pre, -1 if post is None else post, _INF if dev is None else dev)
-    return Version(key, release, m["pre_l"] is not None or dev is not None, text.strip())
 
 
 def version_key(text: str) -> Version:
+    """A PEP 440 version from data cudaredist reads (pypi.toml, a mirror's manifest), or a ManifestError."""
     v = parse_version(text)
     if v is None:
         raise ManifestError(f"{text!r} is not a version")
@@ -233,174 +214,27 @@ def release_label(text: str) -> str:
     return ".".join(str(p) for p in v.release[:3])
 
 
-# ------------------------------------------------------------------------------------------------
-# Specifiers (PEP 440 clauses: ==, ==X.*, !=, <=, >=, <, >, ~=, ===)
-
-_CLAUSE = re.compile(r"^\s*(===|==|!=|<=|>=|~=|<|>)\s*([^\s,]+)\s*$")
-
-
-def _clauses(spec: str) -> list[tuple[str, str]]:
-    out: list[tuple[str, str]] = []
-    for part in spec.split(","):
-        if not part.strip():
-            continue
-        m = _CLAUSE.match(part)
-        if m is None:
-            raise ManifestError(f"unsupported version specifier {part.strip()!r} in {spec!r}")
-        out.append((m[1], m[2]))
-    return out
-
-
-def _padded(release: tuple[int, ...], n: int) -> tuple[int, ...]:
-    return release[:n] + (0,) * max(0, n - len(release))
-
-
-def _clause_allows(op: str, target: str, v: Version) -> bool:
-    if op == "===":
-        return v.text == target
-    if op in ("==", "!=") and target.endswith(".*"):
-        want = version_key(target[:-2]).release
-        hit = _padded(v.release, len(want)) == want
-        return hit if op == "==" else not hit
-    t = version_key(target)
-    if op == "==":
-        return v.key == t.key
-    if op == "!=":
-        return v.key != t.key
-    if op == ">=":
-        return v.key >= t.key
-    if op == "<=":
-        return v.key <= t.key
-    if op == ">":
-        return v.key > t.key
-    if op == "<":
-        return v.key < t.key
-    # ~=X.Y.Z  means  >=X.Y.Z, ==X.Y.*
-    prefix = t.release[:-1] or t.release
-    return v.key >= t.key and _padded(v.release, len(prefix)) == prefix
-
-
-def specifier_allows(spec: str, version: str) -> bool:
-    v = parse_version(version)
-    return v is not None and all(_clause_allows(op, t, v) for op, t in _clauses(spec))
-
-
 def choose_version(specs: Sequence[str], versions: Iterable[str], *, pre: bool = False) -> str | None:
-    """The version a set of specifiers picks from ``versions``.
+    """The version (as given in ``versions``) a set of specifiers picks.
 
     A pin (``==X.*``) takes the newest match. A pure range (nvjitlink's ``>=13.4.92,<14``)
     takes the oldest match, the one the metapackage release was built with, so a tree of
     one release does not drift as NVIDIA publishes later wheels. Pre-releases count only
     when asked for or when nothing else matches.
     """
-    parsed = [v for v in (parse_version(x) for x in versions) if v is not None]
-    ok = [v for v in parsed if all(specifier_allows(s, v.text) for s in specs)]
+    try:
+        sets = [SpecifierSet(s) for s in specs]
+    except InvalidSpecifier as exc:
+        raise ManifestError(f"unsupported version specifier in {', '.join(specs)}: {exc}") from exc
+    ok = [(v, text) for text in versions
+          if (v := parse_version(text)) is not None and all(s.contains(v, prereleases=True) for s in sets)]
     if not ok:
         return None
-    final = [v for v in ok if not v.is_prerelease]
+    final = [vt for vt in ok if not vt[0].is_prerelease]
     pool = ok if pre or not final else final
-    pinned = any(op in ("==", "===") for s in specs for op, _t in _clauses(s))
-    return (max(pool) if pinned or not any(s.strip() for s in specs) else min(pool)).text
-
-
-# ------------------------------------------------------------------------------------------------
-# Environment markers (PEP 508)
-
-_MARKER_TOKEN = re.compile(r"""\s*(?:(?P<str>'[^']*'|"[^"]*")|(?P<op>===|==|!=|<=|>=|~=|<|>)|"""
-                           r"""(?P<paren>[()])|(?P<word>[A-Za-z_][A-Za-z0-9_.]*))""")
-_VERSION_VARS = {"python_version", "python_full_version", "implementation_version"}
-
-
-def normalize_name(name: str) -> str:
-    """PEP 503 normalisation: ``Nvidia_CUDA.nvcc`` -> ``nvidia-cuda-nvcc``."""
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def _tokens(marker: str) -> list[tuple[str, str]]:
-    out: list[tuple[str, str]] = []
-    pos = 0
-    while marker[pos:].strip():
-        m = _MARKER_TOKEN.match(marker, pos)
-        if m is None:
-            raise ManifestError(f"cannot parse environment marker {marker!r} at {marker[pos:]!r}")
-        kind = m.lastgroup or ""
-        out.append((kind, m[kind]))
-        pos = m.end()
-    return out
-
-
-def evaluate_marker(marker: str, env: Mapping[str, str]) -> bool:
-    """Evaluate a PEP 508 marker against ``env`` (variable -> value; ``extra`` included)."""
-    toks = _tokens(marker)
-    pos = 0
-
-    def peek() -> tuple[str, str]:
-        return toks[pos] if pos < len(toks) else ("", "")
-
-    def take() -> tuple[str, str]:
-        nonlocal pos
-        tok = peek()
-        pos += 1
-        return tok
-
-    def value() -> tuple[str, str]:
-        kind, text = take()
-        if kind == "str":
-            return "", text[1:-1]
-        if kind == "word" and text not in ("and", "or", "in", "not"):
-            if text not in env:
-                raise ManifestError(f"environment marker {marker!r} uses unknown variable {text!r}")
-            return text, env[text]
-        raise ManifestError(f"environment marker {marker!r}: expected a value, got {text!r}")
-
-    def compare() -> bool:
-        if peek() == ("paren", "("):
-            take()
-            result = disjunction()
-            if take() != ("paren", ")"):
-                raise ManifestError(f"environment marker {marker!r}: unbalanced parentheses")
-            return result
-        lname, left = value()
-        kind, op = take()
-        if (kind, op) == ("word", "not"):
-            if take() != ("word", "in"):
-                raise ManifestError(f"environment marker {marker!r}: 'not' must be followed by 'in'")
-            op = "not in"
-        elif kind != "op" and (kind, op) != ("word", "in"):
-            raise ManifestError(f"environment marker {marker!r}: expected an operator, got {op!r}")
-        rname, right = value()
-        if "extra" in (lname, rname):
-            left, right = normalize_name(left), normalize_name(right)
-        if op == "in":
-            return left in right
-        if op == "not in":
-            return left not in right
-        if {lname, rname} & _VERSION_VARS and parse_version(left) and parse_version(right):
-            return specifier_allows(f"{op}{right}", left)
-        if op in ("==", "==="):
-            return left == right
-        if op == "!=":
-            return left != right
-        raise ManifestError(f"environment marker {marker!r}: {op} compares only versions")
-
-    def conjunction() -> bool:
-        result = compare()
-        while peek() == ("word", "and"):
-            take()
-            result = compare() and result
-        return result
-
-    def disjunction() -> bool:
-        result = conjunction()
-        while peek() == ("word", "or"):
-            take()
-            result = conjunction() or result
-        return result
-
-    result = disjunction()
-    if pos != len(toks):
-        raise ManifestError(f"environment marker {marker!r}: unexpected {peek()[1]!r}")
-    return result
+    pinned = any(clause.operator in ("==", "===") for s in sets for clause in s)
+    pick = max if pinned or not any(sets) else min
+    return pick(pool, key=lambda vt: vt[0])[1]
 
 
 def marker_env(platform: WheelPlatform, extra: str = "") -> dict[str, str]:
@@ -411,26 +245,18 @@ def marker_env(platform: WheelPlatform, extra: str = "") -> dict[str, str]:
             "platform_system": "", "platform_machine": "", **platform.markers, "extra": extra}
 
 
-# ------------------------------------------------------------------------------------------------
-# Metadata: Provides-Extra and Requires-Dist of the metapackage
-
-_REQUIREMENT = re.compile(
-    r"^\s*(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*(?:\[(?P<extras>[^\]]*)\])?\s*"
-    r"(?:\((?P<paren>[^)]*)\)|(?P<spec>[^;]*?))\s*(?:;\s*(?P<marker>.*))?$")
-
-
-@dataclass(frozen=True)
-class Requirement:
-    name: str          # normalised
-    specifier: str     # "==13.0.88.*", ">=13.4.92,<14" or ""
-    marker: str = ""
-
-    def applies(self, env: Mapping[str, str]) -> bool:
-        return not self.marker or evaluate_marker(self.marker, env)
+def applies(req: Requirement, env: Mapping[str, str]) -> bool:
+    """Whether ``req``'s environment marker holds for ``env`` (see :func:`marker_env`)."""
+    try:
+        return req.marker is None or req.marker.evaluate(dict(env))
+    except (UndefinedComparison, UndefinedEnvironmentName) as exc:
+        raise ManifestError(f"cannot evaluate the environment marker of {req}: {exc}") from exc
 
 
 @dataclass(frozen=True)
 class Metadata:
+    """What cudaredist reads from a wheel's METADATA; requirement names are canonical."""
+
     name: str
     version: str
     extras: tuple[str, ...]
@@ -440,27 +266,29 @@ class Metadata:
 
     def wanted(self, extra: str, env: Mapping[str, str]) -> list[Requirement]:
         """The requirements ``extra`` adds for a target whose markers are ``env``."""
-        with_extra = {**env, "extra": normalize_name(extra)}
+        with_extra = {**env, "extra": canonicalize_name(extra)}
         without = {**env, "extra": ""}
-        return [r for r in self.requirements if r.applies(with_extra) and not r.applies(without)]
+        return [r for r in self.requirements if applies(r, with_extra) and not applies(r, without)]
 
 
-def parse_requirement(line: str) -> Requirement:
-    m = _REQUIREMENT.match(line)
-    spec = "" if m is None else (m["paren"] if m["paren"] is not None else m["spec"] or "")
-    if m is None or "@" in spec:
+def _requirement(line: str) -> Requirement:
+    try:
+        req = Requirement(line)
+    except InvalidRequirement as exc:
+        raise ManifestError(f"cannot parse the requirement {line!r}: {exc}") from exc
+    if req.url:
         raise ManifestError(f"unsupported requirement {line!r} (only name, version and marker are read)")
-    return Requirement(normalize_name(m["name"]), spec.replace(" ", ""), (m["marker"] or "").strip())
+    req.name = canonicalize_name(req.name)
+    return req
 
 
 def parse_metadata(text: str) -> Metadata:
-    msg = email.parser.Parser().parsestr(text, headersonly=True)
-    extras = tuple(normalize_name(str(x)) for x in msg.get_all("Provides-Extra") or [])
-    reqs = tuple(parse_requirement(str(x)) for x in msg.get_all("Requires-Dist") or [])
-    license_ = str(msg.get("License-Expression") or msg.get("License") or "").strip()
-    return Metadata(normalize_name(str(msg.get("Name", ""))), str(msg.get("Version", "")), extras, reqs,
-                    str(msg.get("Summary") or "").strip(), license_)
-
+    raw, _unparsed = parse_email(text)
+    license_ = raw.get("license_expression") or raw.get("license") or ""
+    return Metadata(canonicalize_name(raw.get("name", "")), raw.get("version", ""),
+                    tuple(canonicalize_name(x) for x in raw.get("provides_extra", [])),
+                    tuple(_requirement(x) for x in raw.get("requires_dist", [])),
+                    raw.get("summary", "").strip(), license_.strip())
 
 # ------------------------------------------------------------------------------------------------
 # Index pages (PEP 691 JSON, PEP 503 HTML)
@@ -547,62 +375,55 @@ def parse_simple_page(data: bytes, page_url: str) -> list[IndexFile]:
 
 
 # ------------------------------------------------------------------------------------------------
-# Wheel file names and platforms
+# Wheel file names and platforms: which tags fit a platform is pypi.toml's; among those,
+# the oldest manylinux glibc is the widest-compatible build.
 
-_WHEEL = re.compile(r"^(?P<dist>[^-]+)-(?P<ver>[^-]+)(?:-(?P<build>\d[^-]*))?-(?P<py>[^-]+)-(?P<abi>[^-]+)"
-                    r"-(?P<plat>[^-]+)\.whl$")
 _MANYLINUX = re.compile(r"^manylinux_(\d+)_(\d+)_")
 _LEGACY_GLIBC = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
 
 
-@dataclass(frozen=True)
-class WheelName:
-    distribution: str  # normalised
-    version: str
-    abi: str
-    platforms: tuple[str, ...]
-
-
-def parse_wheel_filename(filename: str) -> WheelName | None:
-    m = _WHEEL.match(filename)
-    if m is None:
+def parse_wheel_name(filename: str) -> tuple[NormalizedName, Version, frozenset[Tag]] | None:
+    """Name, version and tags of a wheel file name; None for sdists and other non-wheels on a page."""
+    try:
+        name, version, _build, tags = parse_wheel_filename(filename)
+    except InvalidWheelFilename:
         return None
-    return WheelName(normalize_name(m["dist"]), m["ver"], m["abi"], tuple(m["plat"].split(".")))
+    return name, version, tags
 
 
-def _glibc(tag: str) -> tuple[int, int]:
-    m = _MANYLINUX.match(tag)
+def _glibc(platform_tag: str) -> tuple[int, int]:
+    m = _MANYLINUX.match(platform_tag)
     if m:
         return int(m[1]), int(m[2])
-    return _LEGACY_GLIBC.get(tag.split("_", 1)[0], (0, 0))
+    return _LEGACY_GLIBC.get(platform_tag.split("_", 1)[0], (0, 0))
 
 
 WheelRank = tuple[int, int, tuple[int, int]]
 
 
-def wheel_rank(name: WheelName, platform: WheelPlatform) -> WheelRank | None:
-    """Sort key of a wheel for ``platform`` (lower is better), or None if it does not fit."""
+def wheel_rank(tags: Iterable[Tag], platform: WheelPlatform) -> WheelRank | None:
+    """Sort key of a wheel with ``tags`` for ``platform`` (lower is better), or None if it does not fit."""
     for i, pattern in enumerate(platform.tags):
-        hits = [t for t in name.platforms if fnmatch.fnmatchcase(t, pattern)]
+        hits = [t for t in tags if fnmatch.fnmatchcase(t.platform, pattern)]
         if hits:
-            return (0 if name.abi == "none" else 1, i, min(_glibc(t) for t in hits))
+            return min((0 if t.abi == "none" else 1, i, _glibc(t.platform)) for t in hits)
     return None
 
 
-def wheel_platforms(name: WheelName, platforms: Iterable[WheelPlatform]) -> list[str]:
-    return [p.name for p in platforms if wheel_rank(name, p) is not None]
+def wheel_platforms(tags: Iterable[Tag], platforms: Iterable[WheelPlatform]) -> list[str]:
+    tags = list(tags)
+    return [p.name for p in platforms if wheel_rank(tags, p) is not None]
 
 
 def pick_wheel(files: Iterable[IndexFile], platform: WheelPlatform) -> IndexFile | None:
     """The wheel for ``platform``: tag order of pypi.toml, then the lowest glibc (widest fit)."""
     ranked: list[tuple[WheelRank, IndexFile]] = []
     for f in files:
-        name = parse_wheel_filename(f.filename)
-        rank = wheel_rank(name, platform) if name else None
+        parsed = parse_wheel_name(f.filename)
+        rank = wheel_rank(parsed[2], platform) if parsed else None
         if rank is not None:
             ranked.append((rank, f))
     return min(ranked, key=lambda rf: (rf[0], rf[1].filename))[1] if ranked else None
-
 
 # ------------------------------------------------------------------------------------------------
 # Components and the member layout
@@ -613,7 +434,7 @@ _CU_SUFFIX = re.compile(r"-cu\d+$")
 def component_for(package: str, release: str, data: WheelData | None = None) -> str:
     """The redist component a wheel distribution is (``nvidia-cuda-runtime-cu12`` -> ``cuda_cudart``)."""
     data = data or wheel_data()
-    base = _CU_SUFFIX.sub("", normalize_name(package))
+    base = _CU_SUFFIX.sub("", canonicalize_name(package))
     if base in data.packages:
         comp, renames = data.packages[base]
         for since, name in renames:
