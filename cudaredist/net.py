@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, TypeVar
 from urllib.parse import unquote, urlparse
 
 from cudaredist import __version__
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 CHUNK = 1 << 20
 NOT_RETRIED = {400, 401, 403, 404, 405, 410, 451}
 Progress = Callable[[int], None]
+_T = TypeVar("_T")
 
 
 def _noop(_: int) -> None:
@@ -157,6 +158,25 @@ class Transport:
         except httpx.TransportError as exc:
             _raise_if_untrusted(url, exc)
             raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
+
+    def content_length(self, url: str) -> int:
+        """The size the server declares for ``url`` (HEAD), retried like every request."""
+        return self._with_retries(url, lambda: self._head_length(url))
+
+    def _head_length(self, url: str) -> int:
+        import httpx
+
+        try:
+            r = self.client.head(url)
+        except httpx.TransportError as exc:
+            _raise_if_untrusted(url, exc)
+            raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
+        self._check_status(r, url)
+        length = r.headers.get("content-length", "")
+        if not length.isdigit():
+            raise FetchError(f"cannot get the size of {url} (HTTP {r.status_code}, no Content-Length)",
+                             url=url, status=r.status_code)
+        return int(length)
 
     # -- archives --------------------------------------------------------------------------------
     def download(self, url: str, dest: Path, *, size: int, sha256: str,
@@ -340,7 +360,7 @@ class Transport:
             raise FetchError(f"giving up on {url} after {failures} attempts: {exc}", url=url) from exc
         self.sleep(self.retry.delay(failures - 1, exc.retry_after))
 
-    def _with_retries(self, url: str, fn: Callable[[], bytes]) -> bytes:
+    def _with_retries(self, url: str, fn: Callable[[], _T]) -> _T:
         failures = 0
         while True:
             try:

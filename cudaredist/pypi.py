@@ -134,17 +134,7 @@ class WheelIndex:
         if self.offline:
             raise OfflineError(f"--offline: the size of {f.filename} is unknown (the cached index page "
                                "is HTML)", url=f.url)
-        import httpx
-
-        try:
-            r = self.transport.client.head(f.url)
-        except httpx.TransportError as exc:
-            raise FetchError(f"cannot get the size of {f.url}: {exc}", url=f.url) from exc
-        length = r.headers.get("content-length", "")
-        if r.status_code != 200 or not length.isdigit():
-            raise FetchError(f"cannot get the size of {f.url} (HTTP {r.status_code}, no Content-Length)",
-                             url=f.url, status=r.status_code)
-        return int(length)
+        return self.transport.content_length(f.url)
 
     # -- the metapackage ---------------------------------------------------------------------------
     def releases(self) -> list[Release]:

@@ -697,6 +697,30 @@ def test_unknown_project_is_a_fetch_error(fake_index: FakeIndex, tmp_path: Path)
     assert err.value.status == 404
 
 
+def test_project_page_retries_and_limits_like_every_fetch(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page goes through the transport: 429/503 retried after Retry-After (seconds or a date),
+    PEP 691's Accept sent, a page over the limit refused."""
+    idx = FakeIndex()
+    add_release_13_0(idx)
+    answers = [httpx.Response(429, headers={"retry-after": "7"}),
+               httpx.Response(503, headers={"retry-after": "Thu, 01 Jan 1970 00:00:00 GMT"})]
+    slept: list[float] = []
+
+    def page(request: httpx.Request, name: str) -> httpx.Response:
+        return answers.pop(0) if answers else idx.page(request, name)
+
+    with respx.mock(assert_all_called=False) as router:
+        router.get(url__regex=r"^https://pypi\.test/simple/(?P<name>[^/]+)/$").mock(side_effect=page)
+        index = pypi.WheelIndex(Transport(retry=RetryPolicy(attempts=3), sleep=slept.append),
+                                Cache(tmp_path / "cache"), index_url=INDEX)
+        assert index.resolve("13.0").label == "13.0.2"
+        assert slept == [7.0, 0.0]  # the server's delays, not a default backoff
+        monkeypatch.setattr(pypi, "PAGE_LIMIT", 100)
+        with pytest.raises(FetchError, match="larger than 100 bytes"):
+            wheel_index(tmp_path).files("cuda-toolkit")
+
+
 def test_html_index_sizes_by_head(tmp_path: Path) -> None:
     idx = FakeIndex(html=True)
     add_release_13_0(idx)
@@ -706,6 +730,19 @@ def test_html_index_sizes_by_head(tmp_path: Path) -> None:
     rt = next(i for i in plan.items if i.component == "cuda_cudart")
     assert rt.archive.size == len(idx.blobs[rt.archive.filename])
     assert rt.url == f"https://pypi.test/packages/{rt.archive.filename}"
+
+
+def test_size_by_head_is_retried_and_needs_a_length(tmp_path: Path) -> None:
+    url = f"{FILES}x-1.0-py3-none-any.whl"
+    f = IndexFile("x-1.0-py3-none-any.whl", url, "0" * 64)
+    with respx.mock() as router:
+        router.head(url).mock(side_effect=[httpx.Response(503),
+                                           httpx.Response(200, headers={"content-length": "12"})])
+        assert wheel_index(tmp_path).size(f) == 12
+    with respx.mock() as router:
+        router.head(url).mock(return_value=httpx.Response(200))
+        with pytest.raises(FetchError, match="no Content-Length"):
+            wheel_index(tmp_path).size(f)
 
 
 def test_offline_resolution_from_the_cache(fake_index: FakeIndex, tmp_path: Path) -> None:
