@@ -144,33 +144,21 @@ class Transport:
         return self._with_retries(url, lambda: self._get_small(url, limit, headers))
 
     def _get_small(self, url: str, limit: int, headers: Mapping[str, str] | None = None) -> bytes:
-        import httpx
-
-        try:
-            with self.client.stream("GET", url, headers=headers) as r:
-                self._check_status(r, url)
-                buf = bytearray()
-                for chunk in r.iter_bytes():
-                    buf += chunk
-                    if len(buf) > limit:
-                        raise FetchError(f"{url} is larger than {limit} bytes; refusing it", url=url)
-                return bytes(buf)
-        except httpx.TransportError as exc:
-            _raise_if_untrusted(url, exc)
-            raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
+        with self.client.stream("GET", url, headers=headers) as r:
+            self._check_status(r, url)
+            buf = bytearray()
+            for chunk in r.iter_bytes():
+                buf += chunk
+                if len(buf) > limit:
+                    raise FetchError(f"{url} is larger than {limit} bytes; refusing it", url=url)
+            return bytes(buf)
 
     def content_length(self, url: str) -> int:
         """The size the server declares for ``url`` (HEAD), retried like every request."""
         return self._with_retries(url, lambda: self._head_length(url))
 
     def _head_length(self, url: str) -> int:
-        import httpx
-
-        try:
-            r = self.client.head(url)
-        except httpx.TransportError as exc:
-            _raise_if_untrusted(url, exc)
-            raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
+        r = self.client.head(url)
         self._check_status(r, url)
         length = r.headers.get("content-length", "")
         if not length.isdigit():
@@ -361,10 +349,17 @@ class Transport:
         self.sleep(self.retry.delay(failures - 1, exc.retry_after))
 
     def _with_retries(self, url: str, fn: Callable[[], _T]) -> _T:
+        """``fn()`` (one small request) again after a dropped connection, 429 or 5xx, with backoff."""
+        import httpx
+
         failures = 0
         while True:
             try:
                 return fn()
+            except httpx.TransportError as exc:
+                _raise_if_untrusted(url, exc)
+                failures += 1
+                self._backoff(url, failures, _Retryable(f"{type(exc).__name__}: {exc}"))
             except _Retryable as exc:
                 failures += 1
                 self._backoff(url, failures, exc)
