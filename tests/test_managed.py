@@ -85,7 +85,8 @@ def test_list_find_env_run_and_uninstall_by_train(two_trains: Path, tk_dir: Path
     code, out, _ = cli("list", "--json")
     listed = json.loads(out)
     assert code == 0 and listed["install_dir"] == str(tk_dir)
-    assert [(t["release"], t["platform"]) for t in listed["toolkits"]] == [("13.2.0", LINUX), ("13.0.1", LINUX)]
+    assert [(t["release"], t["platform"]) for t in listed["toolkits"]] == [("13.2.0", LINUX),
+                                                                          ("13.0.1", LINUX)]
     assert all(t["size"] > 0 and Path(t["path"]).is_dir() for t in listed["toolkits"])
     code, out, _ = cli("list")
     assert "13.2.0" in out and "13.0.1" in out
@@ -117,7 +118,8 @@ def test_list_find_env_run_and_uninstall_by_train(two_trains: Path, tk_dir: Path
 
 
 def test_prefix_takes_one_train(two_trains: Path, tmp_path: Path) -> None:
-    code, _, err = cli("install", "13.0", "13.2", "--prefix", str(tmp_path / "p"), "--base-url", str(two_trains))
+    code, _, err = cli("install", "13.0", "13.2", "--prefix", str(tmp_path / "p"),
+                       "--base-url", str(two_trains))
     assert code == 2 and "--prefix takes one TRAIN" in err
     assert not (tmp_path / "p").exists()
 

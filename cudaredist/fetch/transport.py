@@ -14,10 +14,10 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, TypeVar
 from urllib.parse import unquote, urlparse
 
 from cudaredist import __version__
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 CHUNK = 1 << 20
 Progress = Callable[[int], None]
+_T = TypeVar("_T")
 
 
 def _noop(_: int) -> None:
@@ -131,30 +132,38 @@ class Transport:
         self.close()
 
     # -- small documents -------------------------------------------------------------------------
-    def get_bytes(self, url: str, *, limit: int = 64 << 20) -> bytes:
+    def get_bytes(self, url: str, *, limit: int = 64 << 20,
+                  headers: Mapping[str, str] | None = None) -> bytes:
         """A whole small document (index page, manifest), retried like archives."""
         if is_local(url):
             try:
                 return local_path(url).read_bytes()
             except OSError as exc:
                 raise FetchError(f"cannot read {url}: {exc.strerror or exc}", url=url) from exc
-        return self._with_retries(url, lambda: self._get_small(url, limit))
+        return self._with_retries(url, lambda: self._get_small(url, limit, headers))
 
-    def _get_small(self, url: str, limit: int) -> bytes:
-        import httpx
+    def _get_small(self, url: str, limit: int, headers: Mapping[str, str] | None = None) -> bytes:
+        with self.client.stream("GET", url, headers=headers) as r:
+            self._check_status(r, url)
+            buf = bytearray()
+            for chunk in r.iter_bytes():
+                buf += chunk
+                if len(buf) > limit:
+                    raise FetchError(f"{url} is larger than {limit} bytes; refusing it", url=url)
+            return bytes(buf)
 
-        try:
-            with self.client.stream("GET", url) as r:
-                self._check_status(r, url)
-                buf = bytearray()
-                for chunk in r.iter_bytes():
-                    buf += chunk
-                    if len(buf) > limit:
-                        raise FetchError(f"{url} is larger than {limit} bytes; refusing it", url=url)
-                return bytes(buf)
-        except httpx.TransportError as exc:
-            _raise_if_untrusted(url, exc)
-            raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
+    def content_length(self, url: str) -> int:
+        """The size the server declares for ``url`` (HEAD), retried like every request."""
+        return self._with_retries(url, lambda: self._head_length(url))
+
+    def _head_length(self, url: str) -> int:
+        r = self.client.head(url)
+        self._check_status(r, url)
+        length = r.headers.get("content-length", "")
+        if not length.isdigit():
+            raise FetchError(f"cannot get the size of {url} (HTTP {r.status_code}, no Content-Length)",
+                             url=url, status=r.status_code)
+        return int(length)
 
     # -- archives --------------------------------------------------------------------------------
     def download(self, url: str, dest: Path, *, size: int, sha256: str,
@@ -338,11 +347,18 @@ class Transport:
             raise FetchError(f"giving up on {url} after {failures} attempts: {exc}", url=url) from exc
         self.sleep(self.retry.delay(failures - 1, exc.retry_after))
 
-    def _with_retries(self, url: str, fn: Callable[[], bytes]) -> bytes:
+    def _with_retries(self, url: str, fn: Callable[[], _T]) -> _T:
+        """``fn()`` (one small request) again after a dropped connection, 429 or 5xx, with backoff."""
+        import httpx
+
         failures = 0
         while True:
             try:
                 return fn()
+            except httpx.TransportError as exc:
+                _raise_if_untrusted(url, exc)
+                failures += 1
+                self._backoff(url, failures, _Retryable(f"{type(exc).__name__}: {exc}"))
             except _Retryable as exc:
                 failures += 1
                 self._backoff(url, failures, exc)
