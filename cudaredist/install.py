@@ -36,6 +36,7 @@ from cudaredist.errors import (
 )
 from cudaredist.extract import FileRecord, Tree, extract, is_streamable, redist_mapper
 from cudaredist.growing import DownloadFailed, GrowingFile
+from cudaredist.implib import add_import_libraries
 from cudaredist.net import Transport
 from cudaredist.plan import Plan, PlannedArchive
 from cudaredist.profiles import platform_rule
@@ -430,6 +431,9 @@ class Installer:
                 extractors.shutdown(wait=True)
                 for follow in follows.values():  # one whose extraction never ran
                     follow.close()
+        if plan.platform.startswith("windows-"):
+            # MinGW's ld cannot link 13.x cudart.lib (MSVC objects): GNU import libraries beside it
+            add_import_libraries(tree, warn=self.reporter.message)
         return tree.finish(), counts["downloaded"], counts["cached"]
 
     def _complete(self, plan: Plan, staging: Path) -> list[dict[str, str]]:
