@@ -68,7 +68,8 @@ def real_mirror_1302(tmp_path_factory: pytest.TempPathFactory, real_wheel_cache:
 
 
 @pytest.fixture(scope="session")
-def real_mirror_1343_windows_runtime(tmp_path_factory: pytest.TempPathFactory, real_wheel_cache: Path) -> Path:
+def real_mirror_1343_windows_runtime(tmp_path_factory: pytest.TempPathFactory,
+                                     real_wheel_cache: Path) -> Path:
     """A mirror of CUDA 13.4.3's Windows ``runtime`` profile (cudart, crt: about 3 MB of wheels)."""
     if "mirror-1343" not in _made:
         _made["mirror-1343"] = _build_mirror(tmp_path_factory.mktemp("real-mirror-1343"), real_wheel_cache,

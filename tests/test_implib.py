@@ -128,7 +128,8 @@ def test_archive_layout() -> None:
     assert coff_sections(desc) == [(".idata$2", 20, 0xC0300040, [addr32nb] * 3),
                                    (".idata$6", 14, 0xC0200040, [])]
     assert b"tiny64_1.dll\0" in desc
-    assert coff_sections(by_offset[symbols[b"__NULL_IMPORT_DESCRIPTOR"]]) == [(".idata$3", 20, 0xC0300040, [])]
+    null = by_offset[symbols[b"__NULL_IMPORT_DESCRIPTOR"]]
+    assert coff_sections(null) == [(".idata$3", 20, 0xC0300040, [])]
     assert coff_sections(by_offset[symbols[b"\x7ftiny64_1_NULL_THUNK_DATA"]]) == [
         (".idata$5", 8, 0xC0400040, []), (".idata$4", 8, 0xC0400040, [])]
     assert import_library(info) == lib  # deterministic: no time stamps

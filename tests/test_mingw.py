@@ -74,8 +74,9 @@ def windows_cuda_home(prefix: Path, env: dict[str, str]) -> str:
     """WINDOWS_CUDA_HOME as a bash user gets it: eval "$(cudaredist env --shell bash ...)"."""
     r = run_cudaredist("env", "--shell", "bash", "--prefix", str(prefix), env=env)
     assert r.returncode == 0, r.stderr
-    shown = subprocess.run(["bash", "-c", 'eval "$1"; printf %s "${WINDOWS_CUDA_HOME:?unset}"', "_", r.stdout],
-                           capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    script = 'eval "$1"; printf %s "${WINDOWS_CUDA_HOME:?unset}"'
+    shown = subprocess.run(["bash", "-c", script, "_", r.stdout], capture_output=True, text=True,
+                           env={"PATH": "/usr/bin:/bin"})
     assert shown.returncode == 0, (r.stdout, shown.stderr)
     return shown.stdout
 
@@ -116,7 +117,8 @@ def test_cross_compile_and_run_under_wine(release: str, request: pytest.FixtureR
     r = run_cudaredist("install", release, "--base-url", str(mirror), "--platform", "windows-x86_64",
                        "--profile", "runtime", "--prefix", str(prefix), "--json", env=env)
     assert r.returncode == 0, r.stderr
-    assert sorted(c["name"] for c in json.loads(r.stdout)["plan"]["components"]) == ["cuda_crt", "cuda_cudart"]
+    components = sorted(c["name"] for c in json.loads(r.stdout)["plan"]["components"])
+    assert components == ["cuda_crt", "cuda_cudart"], r.stdout
     home = windows_cuda_home(prefix, env)
     assert Path(home) == prefix
     # the profile holds what cross-compiling needs, and the GNU import library is recorded
