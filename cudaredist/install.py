@@ -38,6 +38,7 @@ from cudaredist.progress import Reporter, Silent
 from cudaredist.record import build_record, canonical_prefix, leftovers, read_record, write_record
 from cudaredist.sources import layout
 from cudaredist.tree.extract import FileRecord, Tree, extract, is_streamable
+from cudaredist.tree.implib import add_import_libraries
 
 ENV_LOCK_TIMEOUT = "CUDAREDIST_LOCK_TIMEOUT"
 DEFAULT_LOCK_TIMEOUT = 600.0
@@ -300,6 +301,9 @@ class Installer:
                 extractors.shutdown(wait=True)
                 for follow in follows.values():  # one whose extraction never ran
                     follow.close()
+        if plan.platform.startswith("windows-"):
+            # MinGW's ld cannot link 13.x cudart.lib (MSVC objects): GNU import libraries beside it
+            add_import_libraries(tree, warn=self.reporter.message)
         return tree.finish(), counts["downloaded"], counts["cached"]
 
     def _complete(self, plan: Plan, staging: Path) -> list[dict[str, str]]:

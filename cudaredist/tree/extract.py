@@ -197,6 +197,12 @@ class Tree:
             self._records[rec.path] = FileRecord(rec.path, rec.size, rec.sha256, rec.mode,
                                                  component=component)
 
+    def component_of(self, rel: str) -> str | None:
+        """The component that wrote the file ``rel`` (None if none did)."""
+        with self._cond:
+            rec = self._records.get(rel)
+        return rec.component if rec is not None else None
+
     def finish(self) -> list[FileRecord]:
         for rel, target, _component in self._deferred_links:
             src = (self.root / rel).parent / target
