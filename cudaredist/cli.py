@@ -713,6 +713,39 @@ def cache_clear(cache_dir: CacheDirOpt = None) -> None:
     typer.echo(f"cleared {c.root}")
 
 
+@app.command()
+def doctor(
+    train: Annotated[str | None, typer.Argument(
+        help="Check the tree cudaredist manages for this train (instead of --prefix).",
+        show_default=False)] = None,
+    prefix: Annotated[Path | None, typer.Option(
+        "--prefix", help="The toolkit directory to check. Without it (or TRAIN): driver, gpu and "
+                         "environment only.")] = None,
+    as_json: JsonOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Why CUDA does not work here: the tree, nvcc, the host compiler, a probe build, the driver,
+    the GPUs and the environment, each ok, warn or fail with the fix. Exit 1 if any fails."""
+    _set_verbose(verbose)
+    with errors():
+        from cudaredist import doctor as doc
+        from cudaredist.record import canonical_prefix
+
+        if train is not None and prefix is not None:
+            _fail("give either TRAIN or --prefix, not both", 2)
+        report = doc.run(canonical_prefix(prefix) if prefix is not None else None, train=train)
+        if as_json:
+            _emit_json(report.to_json())
+        else:
+            width = max(len(n) for n in doc.ORDER)
+            for c in report.checks:
+                typer.echo(f"{c.status:<4}  {c.name:<{width}}  {c.detail}")
+                if c.fix:
+                    typer.echo(f"{'':<4}  {'':<{width}}  fix: {c.fix}")
+        if report.failed:
+            raise typer.Exit(1)
+
+
 def _set_verbose(v: bool) -> None:
     global _VERBOSE
     _VERBOSE = v
