@@ -686,3 +686,40 @@ def test_real_tree_shadowed_by_another_nvcc(real_tree: Path, tmp_path: Path,
     assert envc.name == "environment" and envc.status == "warn"
     assert f"CUDA_HOME={other} names another toolkit" in envc.detail
     assert f"a plain `nvcc` runs {other / 'bin' / 'nvcc'}" in envc.detail
+
+
+# -- the documented schema and the action's step --------------------------------------------------
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_json_matches_the_documented_schema(tiny_tree: Path) -> None:
+    import re
+
+    text = (ROOT / "docs" / "recipes.md").read_text(encoding="utf-8")
+    body = re.search(r"<!-- json: doctor -->\s*```json\n(.*?)```", text, re.S)
+    assert body, "docs/recipes.md documents doctor --json"
+    documented = json.loads(body.group(1))
+    r = runner.invoke(app, ["doctor", "--prefix", str(tiny_tree), "--json"])
+    actual = json.loads(r.stdout)
+    assert list(actual) == list(documented)
+    assert [list(c) for c in actual["checks"]] == [list(documented["checks"][0])] * len(doctor.ORDER)
+    assert {c["status"] for c in actual["checks"]} <= {"ok", "warn", "fail"}
+    assert all(isinstance(c[k], str) for c in actual["checks"] for k in c)
+    assert all((c["fix"] == "") == (c["status"] == "ok") for c in actual["checks"])
+
+
+@pytest.mark.skipif(os.name == "nt" or shutil.which("bash") is None, reason="runs the action's bash step")
+@pytest.mark.parametrize(("mode", "code"), [pytest.param("report", 0, id="report"),
+                                            pytest.param("fail", 1, id="fail")])
+def test_action_doctor_step_fails_the_job_only_when_asked(tiny_tree: Path, mode: str, code: int) -> None:
+    yaml = pytest.importorskip("yaml")
+    action = yaml.safe_load((ROOT / "action.yml").read_text())
+    assert action["inputs"]["doctor"]["default"] == "report"
+    step = next(s for s in action["runs"]["steps"] if "cudaredist doctor" in s.get("run", ""))
+    assert step["if"] == "inputs.doctor != 'off'"
+    env = {**os.environ, "CR_PYTHON": sys.executable, "PREFIX": str(tiny_tree), "DOCTOR": mode}
+    r = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == code, r.stderr
+    assert "fail  nvcc" in r.stdout  # the report is in the log either way (the tiny tree's nvcc is fake)
+    assert ("::warning title=cudaredist doctor::" in r.stdout) == (mode == "report")
