@@ -723,3 +723,11 @@ def test_action_doctor_step_fails_the_job_only_when_asked(tiny_tree: Path, mode:
     assert r.returncode == code, r.stderr
     assert "fail  nvcc" in r.stdout  # the report is in the log either way (the tiny tree's nvcc is fake)
     assert ("::warning title=cudaredist doctor::" in r.stdout) == (mode == "report")
+
+
+def test_kernel_module_version_from_proc(tmp_path: Path) -> None:
+    proc = tmp_path / "version"
+    proc.write_text("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  "
+                    "(dvs-builder@U22-I3-AM02-24-3)  Thu Oct 30 2025\nGCC version:  gcc version 12.3.0\n")
+    assert doctor._kernel_module_version(str(proc)) == "580.159.04"
+    assert doctor._kernel_module_version(str(tmp_path / "absent")) == ""
