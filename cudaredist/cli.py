@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from cudaredist import __version__
-from cudaredist.commands import cache, managed, prefix
+from cudaredist.commands import cache, doctor, managed, prefix
 from cudaredist.commands.base import (
     Ctx,
     emit_json,
@@ -374,6 +374,7 @@ app.command()(prefix.verify)
 app.command()(prefix.info)
 app.command()(prefix.uninstall)
 app.command("env")(prefix.env_cmd)
+app.command()(doctor.doctor)
 app.command("list")(managed.list_cmd)
 app.command("find")(managed.find_cmd)
 app.command("run", context_settings={"allow_interspersed_args": False})(managed.run_cmd)
