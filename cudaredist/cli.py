@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from cudaredist import __version__
-from cudaredist.commands import cache, prefix
+from cudaredist.commands import cache, doctor, managed, prefix
 from cudaredist.commands.base import (
     Ctx,
     emit_json,
@@ -25,6 +25,7 @@ from cudaredist.commands.options import (
     CacheDirOpt,
     ComponentOpt,
     IndexUrlOpt,
+    InstallDirOpt,
     JobsOpt,
     JsonOpt,
     LockOpt,
@@ -88,10 +89,13 @@ def resolve(
 
 @app.command()
 def install(
-    prefix: PrefixOpt,
-    train: Annotated[str | None, typer.Argument(
-        help="CUDA train (13.4 = newest 13.4.x; 13 = newest 13.x) or exact release (13.4.1); "
-             "optional with --lock.", show_default=False)] = None,
+    trains: Annotated[list[str] | None, typer.Argument(
+        metavar="[TRAIN]...", help="CUDA trains (13.4 = newest 13.4.x; 13 = newest 13.x) or exact releases "
+                                   "(13.4.1). Without --prefix each goes to the install dir as "
+                                   "cuda-<release>-<platform>; with --prefix, one train (or --lock).",
+        show_default=False)] = None,
+    prefix: PrefixOpt = None,
+    install_dir: InstallDirOpt = None,
     platform: PlatformOpt = None,
     profile: Annotated[str | None, typer.Option(
         "--profile", help=f"Component profile: nvcc, runtime, build.  [default: {DEFAULT_PROFILE}]")] = None,
@@ -121,29 +125,47 @@ def install(
              "[default: nvidia]", show_default=False)] = None,
     index_url: IndexUrlOpt = None,
 ) -> None:
-    """Install a toolkit tree into --prefix (atomically; a failure leaves the prefix as it was)."""
+    """Install toolkit trees: into --prefix, or by train into the install dir (`cudaredist list`).
+    Atomic: a failure leaves every prefix as it was."""
     set_verbose(verbose)
     with errors():
+        from cudaredist.managed import install_dir as managed_dir
+        from cudaredist.managed import satisfied_toolkit, toolkit_name, update_train_links
         from cudaredist.record import canonical_prefix, satisfying_record
         from cudaredist.sources import check_source
 
-        components = component or []
-        target = canonical_prefix(prefix)
-        if lock is None and train is None:
-            fail("give a TRAIN (e.g. 13.4) or --lock FILE", 2)
+        components, wanted = component or [], list(dict.fromkeys(trains or []))
+        if lock is None and not wanted:
+            fail("give a TRAIN (e.g. 13.4), several trains, or --lock FILE", 2)
+        if prefix is not None and (len(wanted) > 1 or (lock is not None and wanted[1:])):
+            fail("--prefix takes one TRAIN; without --prefix, each train goes to the install dir", 2)
+        fixed = canonical_prefix(prefix) if prefix is not None else None
+        root = None if fixed is not None else managed_dir(install_dir)
         prof = None if only else (profile or DEFAULT_PROFILE)
-        if lock is None and train is not None and not (force or refresh):
-            rec = satisfying_record(target, train=train, platform=platform_or_host(platform), profile=prof,
-                                    components=components, source=check_source(source))
-            if rec is not None:
-                _report_noop(rec, target, as_json, quiet)
-                return
+        plat = platform_or_host(platform) if lock is None else ""
+        done: list[dict[str, Any]] = []
+        if lock is None and not (force or refresh):
+            for train in list(wanted):
+                if fixed is not None:
+                    where: Path | None = fixed
+                    rec = satisfying_record(fixed, train=train, platform=plat, profile=prof,
+                                            components=components, source=check_source(source))
+                else:
+                    assert root is not None
+                    rec, where = satisfied_toolkit(root, train=train, platform=plat, profile=prof,
+                                                   components=components, source=check_source(source))
+                if rec is not None and where is not None:
+                    wanted.remove(train)
+                    done.append(_noop_row(rec, where))
+                    if not quiet and not as_json:
+                        typer.echo(done[-1]["message"], err=True)
         from cudaredist.install import Installer
         from cudaredist.progress import pick
 
         ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, jobs, source=source,
                   index_url=index_url)
         reporter = pick(quiet=quiet or as_json, verbose=verbose)
+        plans: list[Any] = []
         if lock is not None:
             from cudaredist.lockfile import plan_for
             from cudaredist.profiles import host_platform
@@ -152,54 +174,59 @@ def install(
                 host: str | None = host_platform()
             except CudaRedistError:
                 host = None
-            locked, plan = plan_for(lock, train=train, platform=platform, host=host,
-                                    profile="custom" if only else profile,
-                                    components=components if (component or only) else None,
-                                    source=None if source is None else check_source(source))
-            components = list(locked.components)
-        with ctx.open(plan.source if lock is not None else None) as src:
+            locked, lock_plan = plan_for(lock, train=wanted[0] if wanted else None, platform=platform,
+                                         host=host, profile="custom" if only else profile,
+                                         components=components if (component or only) else None,
+                                         source=None if source is None else check_source(source))
+            components, wanted = list(locked.components), []
+        with ctx.open(lock_plan.source if lock is not None else None) as src:
             try:
-                if lock is not None:
-                    plan = src.relocate(plan)
-                else:
-                    assert train is not None
-                    plan = src.resolve(train, [platform_or_host(platform)], profile=prof,
-                                       components=components)[0]
-                if not quiet and not as_json:
-                    typer.echo(f"CUDA {plan.release} for {plan.platform} ({plan.profile}: "
-                               f"{', '.join(plan.components)}) -> {target}", err=True)
-                    for note in plan.notes:
-                        typer.echo(f"note: {note}", err=True)
+                plans = ([src.relocate(lock_plan)] if lock is not None else
+                         [src.resolve(t, [plat], profile=prof, components=components)[0] for t in wanted])
                 installer = Installer(src.index.transport, ctx.cache(), reporter=reporter, jobs=jobs,
                                       offline=offline, lock_timeout=lock_timeout)
-                result = installer.install(plan, target, force=force, requested=components)
+                if len(plans) > 1:
+                    installer.prefetch(plans)
+                for plan in plans:
+                    target = fixed or root / toolkit_name(plan.release, plan.platform)  # type: ignore[operator]
+                    if not quiet and not as_json:
+                        typer.echo(f"CUDA {plan.release} for {plan.platform} ({plan.profile}: "
+                                   f"{', '.join(plan.components)}) -> {target}", err=True)
+                        for note in plan.notes:
+                            typer.echo(f"note: {note}", err=True)
+                    result = installer.install(plan, target, force=force, requested=components)
+                    done.append(_result_row(result, plan))
+                    if not quiet and not as_json:
+                        typer.echo(done[-1]["message"], err=True)
             finally:
                 reporter.close()
+        links = update_train_links(root) if root is not None else []
         if as_json:
-            emit_json({"prefix": str(result.prefix), "noop": result.noop, "release": plan.release,
-                        "platform": plan.platform, "downloaded": result.downloaded,
-                        "cached": result.cached, "files": result.files,
-                        "seconds": round(result.seconds, 3), "plan": plan.to_json()})
-        elif not quiet:
-            if result.noop:
-                typer.echo(f"CUDA {plan.release} ({plan.platform}) is already installed in "
-                           f"{result.prefix}; nothing to do", err=True)
-            else:
-                typer.echo(f"installed CUDA {plan.release} ({plan.platform}) into {result.prefix}: "
-                           f"{result.files} files, {result.downloaded} downloaded, {result.cached} "
-                           f"from cache, {result.seconds:.1f}s", err=True)
+            emit_json(done[0] if root is None else
+                      {"install_dir": str(root), "toolkits": done, "links": dict(links)})
 
 
-def _report_noop(rec: dict[str, Any], target: Path, as_json: bool, quiet: bool) -> None:
+
+def _result_row(result: Any, plan: Any) -> dict[str, Any]:
+    if result.noop:
+        message = (f"CUDA {plan.release} ({plan.platform}) is already installed in {result.prefix}; "
+                   "nothing to do")
+    else:
+        message = (f"installed CUDA {plan.release} ({plan.platform}) into {result.prefix}: {result.files} "
+                   f"files, {result.downloaded} downloaded, {result.cached} from cache, "
+                   f"{result.seconds:.1f}s")
+    return {"prefix": str(result.prefix), "noop": result.noop, "release": plan.release,
+            "platform": plan.platform, "downloaded": result.downloaded, "cached": result.cached,
+            "files": result.files, "seconds": round(result.seconds, 3), "plan": plan.to_json(),
+            "message": message}
+
+
+def _noop_row(rec: dict[str, Any], target: Path) -> dict[str, Any]:
     plan = rec["plan"]
-    if as_json:
-        emit_json({"prefix": str(target), "noop": True, "release": plan["release"],
-                    "platform": plan["platform"], "downloaded": 0, "cached": 0,
-                    "files": len(rec["files"]), "seconds": 0.0, "plan": plan})
-    elif not quiet:
-        typer.echo(f"CUDA {plan['release']} ({plan['platform']}, {plan['profile']}) is already "
-                   f"installed in {target}; nothing to do (--refresh looks for a newer release)",
-                   err=True)
+    return {"prefix": str(target), "noop": True, "release": plan["release"], "platform": plan["platform"],
+            "downloaded": 0, "cached": 0, "files": len(rec["files"]), "seconds": 0.0, "plan": plan,
+            "message": f"CUDA {plan['release']} ({plan['platform']}, {plan['profile']}) is already installed "
+                       f"in {target}; nothing to do (--refresh looks for a newer release)"}
 
 
 @app.command()
@@ -347,6 +374,10 @@ app.command()(prefix.verify)
 app.command()(prefix.info)
 app.command()(prefix.uninstall)
 app.command("env")(prefix.env_cmd)
+app.command()(doctor.doctor)
+app.command("list")(managed.list_cmd)
+app.command("find")(managed.find_cmd)
+app.command("run", context_settings={"allow_interspersed_args": False})(managed.run_cmd)
 app.add_typer(cache.app, name="cache")
 
 

@@ -209,3 +209,14 @@ def append_github(env: Environment, environ: Mapping[str, str]) -> None:
     for name, text in ((env_file, env_text), (path_file, path_text)):
         with open(name, "a", encoding="utf-8") as fh:
             fh.write(text)
+
+
+def applied(env: Environment, environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` with ``env`` applied: what a child process of ``cudaredist run`` gets."""
+    sep = ";" if env.host_windows else ":"
+    out = dict(environ)
+    out.update(dict(env.variables))
+    for var, dirs in env.prepend:
+        old = out.get(var, "")
+        out[var] = sep.join([*dirs, *([old] if old else [])])
+    return out

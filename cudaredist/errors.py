@@ -10,7 +10,8 @@
     ├── UnsafeArchiveError     an archive member would escape the prefix or is a device
     ├── ConflictError          two archives write one path with different content
     ├── PrefixError            the prefix cannot be used (not ours, busy, not installed)
-    └── LockFileError          a lock file is malformed or the resolution drifted from it
+    ├── LockFileError          a lock file is malformed or the resolution drifted from it
+    └── ImportLibraryError     a Windows DLL's export table cannot be read for an import library
 
 Each carries the fields its message is built from, so callers test types and
 fields, never message text.
@@ -106,3 +107,9 @@ class LockFileError(CudaRedistError):
     def __init__(self, message: str, *, path: str = "") -> None:
         super().__init__(message)
         self.path = path
+
+
+class ImportLibraryError(CudaRedistError):
+    def __init__(self, message: str, *, dll: str = "") -> None:
+        super().__init__(message)
+        self.dll = dll

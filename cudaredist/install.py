@@ -38,6 +38,7 @@ from cudaredist.progress import Reporter, Silent
 from cudaredist.record import build_record, canonical_prefix, leftovers, read_record, write_record
 from cudaredist.sources import layout
 from cudaredist.tree.extract import FileRecord, Tree, extract, is_streamable
+from cudaredist.tree.implib import add_import_libraries
 
 ENV_LOCK_TIMEOUT = "CUDAREDIST_LOCK_TIMEOUT"
 DEFAULT_LOCK_TIMEOUT = 600.0
@@ -126,6 +127,26 @@ class Installer:
         self.extract_workers = extract_workers or max(1, min(4, os.cpu_count() or 1))
         self.fetcher = Fetcher(transport, cache, reporter=self.reporter, offline=offline,
                                lock_timeout=self.lock_timeout)
+
+    def prefetch(self, plans: Sequence[Plan]) -> None:
+        """Fetch every archive of ``plans`` into the cache with one pool (several trains at once),
+        so the installs that follow extract from the cache."""
+        items = list({i.archive.sha256: i for p in plans for i in p.items}.values())
+        items.sort(key=lambda it: -it.archive.size)
+        self.reporter.start(sum(i.archive.size for i in items), len(items))
+        self.fetcher.resume()
+        try:
+            with ThreadPoolExecutor(min(self.jobs, len(items)) or 1, thread_name_prefix="fetch") as pool:
+                try:
+                    for item, (_path, cached) in zip(items, pool.map(self.fetcher.fetch, items),
+                                                     strict=True):
+                        self.reporter.archive_done(item.archive.filename, item.archive.size,
+                                                   cached=cached)
+                except BaseException:
+                    self.fetcher.cancel()  # before the pool joins its workers: none stays stuck
+                    raise
+        finally:
+            self.reporter.close()
 
     # -- transaction -------------------------------------------------------------------------------
     def install(self, plan: Plan, prefix: Path | str, *, force: bool = False,
@@ -272,6 +293,9 @@ class Installer:
                 extractors.shutdown(wait=True)
                 for follow in follows.values():  # one whose extraction never ran
                     follow.close()
+        if plan.platform.startswith("windows-"):
+            # MinGW's ld cannot link 13.x cudart.lib (MSVC objects): GNU import libraries beside it
+            add_import_libraries(tree, warn=self.reporter.message)
         return tree.finish(), counts["downloaded"], counts["cached"]
 
     def _complete(self, plan: Plan, staging: Path) -> list[dict[str, str]]:

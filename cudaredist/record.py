@@ -87,7 +87,7 @@ def write_record(prefix: Path, record: dict[str, Any]) -> None:
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_suffix(".tmp")
     tmp.write_text(json.dumps(record, indent=1, sort_keys=False) + "\n", encoding="utf-8")
-    os.replace(tmp, p)
+    fsops.replace(tmp, p)
 
 
 def read_record(prefix: Path) -> dict[str, Any] | None:

@@ -10,6 +10,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.pe import make_dll
+
 # A member spec: path -> bytes (a file), or a Link / Dir / Special / Mode(bytes, mode)
 
 
@@ -142,7 +144,8 @@ def toolkit(platform: str = "linux-x86_64", version: str = "13.0.1") -> list[Mir
         return [
             MirrorArchive("cuda_nvcc", platform, "13.0.88", {"bin/nvcc.exe": b"MZ nvcc", "LICENSE": b"eula"}),
             MirrorArchive("cuda_cudart", platform, "13.0.96", {
-                "bin/x64/cudart64_13.dll": b"MZ cudart", "lib/x64/cudart.lib": b"lib",
+                "bin/x64/cudart64_13.dll": make_dll("cudart64_13.dll", code=("cudaMalloc",), data=()),
+                "lib/x64/cudart.lib": b"lib",
                 "include/cuda_runtime.h": b"// rt", "LICENSE": b"eula"}),
             MirrorArchive("cuda_cccl", platform, "13.0.85", {"include/cccl/thrust/version.h": b"// t",
                                                              "LICENSE": b"cccl eula"}),

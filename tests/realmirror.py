@@ -67,18 +67,32 @@ def real_mirror_1302(tmp_path_factory: pytest.TempPathFactory, real_wheel_cache:
     return _made["mirror"]
 
 
-def _build_mirror(root: Path, real_wheel_cache: Path) -> Path:
+@pytest.fixture(scope="session")
+def real_mirror_1343_windows_runtime(tmp_path_factory: pytest.TempPathFactory,
+                                     real_wheel_cache: Path) -> Path:
+    """A mirror of CUDA 13.4.3's Windows ``runtime`` profile (cudart, crt: about 3 MB of wheels)."""
+    if "mirror-1343" not in _made:
+        _made["mirror-1343"] = _build_mirror(tmp_path_factory.mktemp("real-mirror-1343"), real_wheel_cache,
+                                             LABEL_134, ("windows-x86_64",), "runtime")
+    return _made["mirror-1343"]
+
+
+LABEL_134 = "13.4.3"
+
+
+def _build_mirror(root: Path, real_wheel_cache: Path, label: str = LABEL,
+                  platforms: tuple[str, ...] = PLATFORMS, profile: str = "nvcc") -> Path:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUDAREDIST_")}
     env["CUDAREDIST_CACHE_DIR"] = str(real_wheel_cache)
-    cmd = [sys.executable, "-m", "cudaredist", "mirror", LABEL, "--source", "pypi",
-           *(a for p in PLATFORMS for a in ("--platform", p)), "--out", str(root),
+    cmd = [sys.executable, "-m", "cudaredist", "mirror", label, "--source", "pypi", "--profile", profile,
+           *(a for p in platforms for a in ("--platform", p)), "--out", str(root),
            "--xz-preset", XZ_PRESET, "--json"]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
     assert r.returncode == 0, f"cudaredist mirror --source pypi failed ({r.returncode}):\n{r.stderr[-4000:]}"
     report = json.loads(r.stdout)
-    assert report["releases"] == [LABEL], report
-    manifest = json.loads((root / f"redistrib_{LABEL}.json").read_text())
-    for plat in PLATFORMS:
+    assert report["releases"] == [label], report
+    manifest = json.loads((root / f"redistrib_{label}.json").read_text())
+    for plat in platforms:
         assert any(isinstance(c, dict) and plat in c for c in manifest.values()), (plat, manifest)
     return root
 
@@ -162,7 +176,7 @@ def nginx_serve(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-un
     if binary is None:
         if os.environ.get("CI"):  # CI installs it (.ci/run): a missing nginx there is a failure
             pytest.fail("nginx is not installed although CI is set; .ci/run should have installed it")
-        pytest.skip("nginx is not installed (apt-get install nginx-light; .ci/run does)")
+        pytest.skip("nginx is not installed (apt-get install nginx; .ci/run does)")
     procs: list[subprocess.Popen[bytes]] = []
 
     def start(root: Path) -> str:

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -399,21 +400,24 @@ class _Runner:
         return True
 
 
-def test_action_runs_install_and_exports_env(mirror: Path, tmp_path: Path) -> None:
+def _run_action(tmp_path: Path, mirror: Path,
+                **given: str) -> tuple[Any, _Runner, Path, dict[str, Path], list[Any]]:
+    """Run action.yml's steps like a runner would; (action, runner, temp, GITHUB_* files, uses)."""
     yaml = pytest.importorskip("yaml")
     if os.name == "nt" or not shutil.which("bash"):
         pytest.skip("runs the action's bash steps on a POSIX host")
     action = yaml.safe_load((ROOT / "action.yml").read_text())
     assert action["runs"]["using"] == "composite"
     inputs = {k: str(v.get("default", "")) for k, v in action["inputs"].items()}
-    inputs.update(train="13.0", platform="linux-x86_64")
+    inputs.update(given)
     temp = tmp_path / "runner temp"
     temp.mkdir()
     files = {n: tmp_path / n.lower() for n in ("GITHUB_ENV", "GITHUB_PATH")}
     for f in files.values():
         f.write_text("")
     runner = _Runner(inputs, {"github.action_path": str(ROOT), "runner.temp": str(temp)})
-    base_env = {k: v for k, v in os.environ.items() if not k.startswith(("CUDA_PATH", "CUDAREDIST_CACHE"))}
+    base_env = {k: v for k, v in os.environ.items()
+                if not k.startswith(("CUDA_PATH", "CUDAREDIST_CACHE", "CUDAREDIST_INSTALL"))}
     base_env |= {"RUNNER_TEMP": str(temp), "RUNNER_OS": "Linux", "CUDAREDIST_BASE_URL": str(mirror)}
     base_env |= {k: str(v) for k, v in files.items()}
     used: list[tuple[str, dict[str, str]]] = []
@@ -440,7 +444,11 @@ def test_action_runs_install_and_exports_env(mirror: Path, tmp_path: Path) -> No
                            env=env, capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, f"step {sid}: {r.stderr}"
         runner.steps[sid] = dict(line.split("=", 1) for line in output.read_text().splitlines() if line)
+    return action, runner, temp, files, used
 
+
+def test_action_runs_install_and_exports_env(mirror: Path, tmp_path: Path) -> None:
+    action, runner, temp, files, used = _run_action(tmp_path, mirror, train="13.0", platform="linux-x86_64")
     prefix = str(temp / "cuda-13.0-linux-x86_64")
     assert runner.expand(action["outputs"]["cuda-path"]["value"]) == prefix
     assert runner.expand(action["outputs"]["release"]["value"]) == "13.0.1"
@@ -454,6 +462,27 @@ def test_action_runs_install_and_exports_env(mirror: Path, tmp_path: Path) -> No
     assert parse_github_env(files["GITHUB_ENV"].read_text())["CUDA_PATH"] == prefix
     assert files["GITHUB_PATH"].read_text() == f"{prefix}/bin\n"
     assert os.access(Path(prefix) / "bin" / "nvcc", os.X_OK)
+
+
+
+
+def test_action_installs_several_trains(tmp_path: Path) -> None:
+    from tests.archives import build_mirror, toolkit
+
+    mirror = tmp_path / "mirror"
+    build_mirror(mirror, "13.0.1", toolkit("linux-x86_64"))
+    build_mirror(mirror, "13.2.0", toolkit("linux-x86_64", "13.2.0"))
+    action, runner, temp, files, _used = _run_action(tmp_path, mirror, trains="13.0 13.2",
+                                                     platform="linux-x86_64")
+    toolkits = temp / "cudaredist-toolkits"
+    first, second = (str(toolkits / f"cuda-{r}-linux-x86_64") for r in ("13.0.1", "13.2.0"))
+    assert runner.expand(action["outputs"]["cuda-path"]["value"]) == first
+    paths = json.loads(runner.expand(action["outputs"]["cuda-paths"]["value"]))
+    assert paths == {"13.0": first, "13.2": second}
+    exported = parse_github_env(files["GITHUB_ENV"].read_text())
+    assert exported["CUDA_PATH"] == first and exported["CUDA_PATH_V13_2"] == second
+    assert exported["CUDAREDIST_INSTALL_DIR"] == str(toolkits)
+    assert files["GITHUB_PATH"].read_text() == f"{first}/bin\n"
 
 
 def test_workflows_parse_and_use_the_action(tmp_path: Path) -> None:

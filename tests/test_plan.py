@@ -109,7 +109,8 @@ def test_platforms_without_nvcc_exist_and_fail(shared_manifests: Path) -> None:
 def test_build_and_runtime_profiles_13x(shared_manifests: Path, label: str, platform: str,
                                         profile: str) -> None:
     data, raw = _load(label)
-    groups = NVCC_13 + BUILD_EXTRA if profile == "build" else (("cuda_cudart",),)
+    # runtime: cuda_runtime.h includes crt/host_config.h, in cuda_crt from 13.0 on
+    groups = NVCC_13 + BUILD_EXTRA if profile == "build" else (("cuda_cudart",), ("cuda_crt",))
     chosen = _expect(raw, groups, platform)
     assert None not in chosen, f"{label} {platform} lacks one of {groups}"
     plan = make_plan(parse_manifest(data, label=label), platform=platform, base_url=BASE, profile=profile)

@@ -28,7 +28,7 @@ def test_fast_start_imports_nothing_heavy() -> None:
     """`--help` and the no-op path must not pay for httpx, tqdm or the archive modules."""
     code = ("import sys; from cudaredist import cli; "
             "print(' '.join(m for m in ('httpx', 'tqdm', 'tarfile', 'zipfile', 'truststore', 'pydantic', "
-            "'rich') if m in sys.modules))")
+            "'rich', 'packaging') if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], text=True, capture_output=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == []

@@ -103,3 +103,20 @@ def print_plan(plan: Any) -> None:
         typer.echo(f"note: {note}")
 
 
+
+
+def target_prefix(prefix: Path | None, train: str | None, *, platform: str | None = None,
+                  install_dir: Path | None = None) -> Path:
+    """The tree a command acts on: ``--prefix``, or the best managed toolkit of TRAIN."""
+    from cudaredist.managed import find_one
+    from cudaredist.managed import install_dir as managed_dir
+    from cudaredist.record import canonical_prefix
+
+    if prefix is not None and train is not None:
+        fail("give --prefix DIR or a TRAIN, not both", 2)
+    if prefix is not None:
+        return canonical_prefix(prefix)
+    if train is None:
+        fail("give --prefix DIR, or the TRAIN of a managed toolkit (see `cudaredist list`)", 2)
+    assert train is not None
+    return find_one(managed_dir(install_dir), train, platform).path

@@ -31,7 +31,14 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output o
 JobsOpt = Annotated[int, typer.Option("--jobs", "-j", min=1, max=64, help="Concurrent connections.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="More output; tracebacks on errors.")]
-PrefixOpt = Annotated[Path, typer.Option("--prefix", help="The toolkit directory (CUDA_PATH).")]
+PrefixOpt = Annotated[Path | None, typer.Option(
+    "--prefix", help="The toolkit directory (CUDA_PATH). Without it, a TRAIN names a managed toolkit.")]
+ToolkitArg = Annotated[str | None, typer.Argument(
+    metavar="[TRAIN]", help="A managed toolkit by train (13.4 = the newest installed 13.4.x), "
+                            "instead of --prefix.", show_default=False)]
+InstallDirOpt = Annotated[Path | None, typer.Option(
+    "--install-dir", envvar="CUDAREDIST_INSTALL_DIR", show_envvar=True,
+    help="Where managed toolkits live. Default: the user data dir (`cudaredist list` shows it).")]
 SourceOpt = Annotated[str, typer.Option(
     "--source", envvar="CUDAREDIST_SOURCE", show_envvar=True,
     help="nvidia: NVIDIA's redist archives; pypi: NVIDIA's wheels, through the cuda-toolkit "

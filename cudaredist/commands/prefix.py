@@ -7,12 +7,22 @@ from typing import Annotated
 
 import typer
 
-from cudaredist.commands.base import emit_json, errors, fail, set_verbose
-from cudaredist.commands.options import JsonOpt, PrefixOpt, VerboseOpt
+from cudaredist.commands.base import emit_json, errors, fail, set_verbose, target_prefix
+from cudaredist.commands.options import (
+    InstallDirOpt,
+    JsonOpt,
+    PlatformOpt,
+    PrefixOpt,
+    ToolkitArg,
+    VerboseOpt,
+)
 
 
 def verify(
-    prefix: PrefixOpt,
+    train: ToolkitArg = None,
+    prefix: PrefixOpt = None,
+    platform: PlatformOpt = None,
+    install_dir: InstallDirOpt = None,
     fast: Annotated[bool, typer.Option("--fast", help="Compare sizes, exec bits and link targets; "
                                                       "do not re-hash.")] = False,
     as_json: JsonOpt = False,
@@ -22,10 +32,10 @@ def verify(
     targets) and extra files."""
     set_verbose(verbose)
     with errors():
-        from cudaredist.record import canonical_prefix
         from cudaredist.record import verify as do_verify
 
-        report = do_verify(canonical_prefix(prefix), fast=fast)
+        report = do_verify(target_prefix(prefix, train, platform=platform, install_dir=install_dir),
+                           fast=fast)
         if as_json:
             emit_json(report.to_json())
         else:
@@ -40,18 +50,26 @@ def verify(
             raise typer.Exit(1)
 
 
-def info(prefix: PrefixOpt, as_json: JsonOpt = False, verbose: VerboseOpt = False) -> None:
+def info(
+    train: ToolkitArg = None,
+    prefix: PrefixOpt = None,
+    platform: PlatformOpt = None,
+    install_dir: InstallDirOpt = None,
+    as_json: JsonOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
     """Show the install record of a prefix."""
     set_verbose(verbose)
     with errors():
-        from cudaredist.record import canonical_prefix, require_record
+        from cudaredist.record import require_record
 
-        rec = require_record(canonical_prefix(prefix))
+        target = target_prefix(prefix, train, platform=platform, install_dir=install_dir)
+        rec = require_record(target)
         if as_json:
             emit_json({k: v for k, v in rec.items() if k != "files"} | {"file_count": len(rec["files"])})
             return
         plan = rec["plan"]
-        typer.echo(f"prefix:    {canonical_prefix(prefix)}")
+        typer.echo(f"prefix:    {target}")
         typer.echo(f"release:   CUDA {plan['release']} ({plan.get('release_date') or 'date unknown'})")
         typer.echo(f"platform:  {plan['platform']}")
         typer.echo(f"profile:   {plan['profile']}")
@@ -62,23 +80,51 @@ def info(prefix: PrefixOpt, as_json: JsonOpt = False, verbose: VerboseOpt = Fals
             typer.echo(f"  {c['name']:<20} {c['version']:<14} sha256 {c['sha256']}")
 
 
-def uninstall(prefix: PrefixOpt, verbose: VerboseOpt = False,
-              lock_timeout: Annotated[float | None, typer.Option("--lock-timeout")] = None) -> None:
-    """Remove exactly what cudaredist installed in the prefix (other files stay)."""
+def uninstall(
+    train: ToolkitArg = None,
+    prefix: PrefixOpt = None,
+    platform: PlatformOpt = None,
+    install_dir: InstallDirOpt = None,
+    remove_all: Annotated[bool, typer.Option(
+        "--all", help="With a TRAIN: remove all its managed toolkits (every patch and platform).")] = False,
+    verbose: VerboseOpt = False,
+    lock_timeout: Annotated[float | None, typer.Option("--lock-timeout")] = None,
+) -> None:
+    """Remove exactly what cudaredist installed in the prefix (other files stay), or the managed
+    toolkits of a TRAIN."""
     set_verbose(verbose)
     with errors():
         from cudaredist.install import lock_timeout_default, prefix_lock
-        from cudaredist.record import canonical_prefix
+        from cudaredist.managed import find, update_train_links
+        from cudaredist.managed import install_dir as managed_dir
         from cudaredist.record import uninstall as do_uninstall
 
-        target = canonical_prefix(prefix)
-        with prefix_lock(target, lock_timeout_default() if lock_timeout is None else lock_timeout):
-            n = do_uninstall(target)
-        typer.echo(f"removed {n} files from {target}")
+        if prefix is None and train is not None:
+            root = managed_dir(install_dir)
+            hits = find(root, train, platform)
+            if len(hits) > 1 and not remove_all:
+                fail(f"{len(hits)} managed toolkits match {train}: "
+                     f"{', '.join(h.path.name for h in hits)}; pass --all to remove them all, or "
+                     "name one (e.g. a full release, or --platform)", 2)
+            targets = [h.path for h in hits] or [target_prefix(None, train, platform=platform,
+                                                               install_dir=install_dir)]
+        else:
+            root = None
+            targets = [target_prefix(prefix, train)]
+        timeout = lock_timeout_default() if lock_timeout is None else lock_timeout
+        for target in targets:
+            with prefix_lock(target, timeout):
+                n = do_uninstall(target)
+            typer.echo(f"removed {n} files from {target}")
+        if root is not None:
+            update_train_links(root)
 
 
 def env_cmd(
-    prefix: PrefixOpt,
+    train: ToolkitArg = None,
+    prefix: PrefixOpt = None,
+    platform: PlatformOpt = None,
+    install_dir: InstallDirOpt = None,
     shell: Annotated[str | None, typer.Option(
         "--shell", help="sh, bash, zsh, fish, pwsh or cmd.  [default: sh; pwsh on Windows]",
         show_default=False)] = None,
@@ -88,15 +134,15 @@ def env_cmd(
     as_json: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Print the environment for the tree in --prefix: eval "$(cudaredist env --prefix DIR)"."""
+    """Print the environment for a tree: eval "$(cudaredist env --prefix DIR)" or "$(cudaredist env 13.4)"."""
     set_verbose(verbose)
     with errors():
         from cudaredist.envexport import SHELLS, append_github, default_shell, environment, render
-        from cudaredist.record import canonical_prefix, require_record
+        from cudaredist.record import require_record
 
         if shell is not None and shell not in SHELLS:
             fail(f"unknown --shell {shell!r}; choose one of {', '.join(SHELLS)}", 2)
-        target = canonical_prefix(prefix)
+        target = target_prefix(prefix, train, platform=platform, install_dir=install_dir)
         plan = require_record(target)["plan"]
         host_windows = os.name == "nt"
         found = environment(str(target), platform=plan["platform"], release=plan["release"],

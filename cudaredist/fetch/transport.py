@@ -15,10 +15,10 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 from urllib.parse import unquote, urlparse
 
 from cudaredist import __version__
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 CHUNK = 1 << 20
 Progress = Callable[[int], None]
+_T = TypeVar("_T")
 
 
 def _noop(_: int) -> None:
@@ -208,7 +209,8 @@ class Transport:
         self.close()
 
     # -- small documents -------------------------------------------------------------------------
-    def get_bytes(self, url: str, *, limit: int = 64 << 20, quick: bool = False) -> bytes:
+    def get_bytes(self, url: str, *, limit: int = 64 << 20,
+                  headers: Mapping[str, str] | None = None, quick: bool = False) -> bytes:
         """A whole small document (index page, manifest), retried like archives.
 
         ``quick``: another base can serve it, so a host that does not answer is given up fast."""
@@ -217,14 +219,15 @@ class Transport:
                 return local_path(url).read_bytes()
             except OSError as exc:
                 raise FetchError(f"cannot read {url}: {exc.strerror or exc}", url=url) from exc
-        return self._with_retries(url, lambda: self._get_small(url, limit, quick))
+        return self._with_retries(url, lambda: self._get_small(url, limit, headers, quick))
 
-    def _get_small(self, url: str, limit: int, quick: bool = False) -> bytes:
+    def _get_small(self, url: str, limit: int, headers: Mapping[str, str] | None = None,
+                   quick: bool = False) -> bytes:
         import httpx
 
         answered = False
         try:
-            with self.client.stream("GET", url, **self._request_options(url, quick)) as r:
+            with self.client.stream("GET", url, headers=headers, **self._request_options(url, quick)) as r:
                 answered = True
                 self._check_status(r, url)
                 buf = bytearray()
@@ -238,7 +241,20 @@ class Transport:
             self.check()
             if not answered:
                 self._unanswered(url, exc, quick)
-            raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
+            raise  # retried by _with_retries
+
+    def content_length(self, url: str) -> int:
+        """The size the server declares for ``url`` (HEAD), retried like every request."""
+        return self._with_retries(url, lambda: self._head_length(url))
+
+    def _head_length(self, url: str) -> int:
+        r = self.client.head(url, **self._request_options(url, False))
+        self._check_status(r, url)
+        length = r.headers.get("content-length", "")
+        if not length.isdigit():
+            raise FetchError(f"cannot get the size of {url} (HTTP {r.status_code}, no Content-Length)",
+                             url=url, status=r.status_code)
+        return int(length)
 
     # -- archives --------------------------------------------------------------------------------
     def download(self, url: str, dest: Path, *, size: int, sha256: str,
@@ -463,11 +479,18 @@ class Transport:
         self.sleep(self.retry.delay(failures - 1, exc.retry_after))
         self.check()
 
-    def _with_retries(self, url: str, fn: Callable[[], bytes]) -> bytes:
+    def _with_retries(self, url: str, fn: Callable[[], _T]) -> _T:
+        """``fn()`` (one small request) again after a dropped connection, 429 or 5xx, with backoff."""
+        import httpx
+
         failures = 0
         while True:
             try:
                 return fn()
+            except httpx.TransportError as exc:
+                _raise_if_untrusted(url, exc)
+                failures += 1
+                self._backoff(url, failures, _Retryable(f"{type(exc).__name__}: {exc}"))
             except _Retryable as exc:
                 failures += 1
                 self._backoff(url, failures, exc)

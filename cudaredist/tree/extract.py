@@ -177,6 +177,32 @@ class Tree:
         with open(self.root / target_rel, "rb") as src:
             self.add_file(rel, src, rec.mode, component, archive)
 
+    def add_placed(self, rec: FileRecord, src: Path, how: str, component: str, archive: str) -> None:
+        """A file or link of the unpacked cache (already checked and hashed) into this tree:
+        cloned, hard-linked or copied (:mod:`cudaredist.tree.links`), with the same claims."""
+        if rec.link:
+            self.add_symlink(rec.path, rec.link, component, archive)
+            return
+        prev = self._claim(rec.path, "file", component, archive)
+        if prev is not None:
+            self._compare(rec.path, prev, "file", rec.sha256, component)
+            return
+        dest = self.root / rec.path
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        from cudaredist.tree.links import place
+
+        place(src, dest, how, rec.mode)
+        self._settle(rec.path, rec.sha256)
+        with self._cond:
+            self._records[rec.path] = FileRecord(rec.path, rec.size, rec.sha256, rec.mode,
+                                                 component=component)
+
+    def component_of(self, rel: str) -> str | None:
+        """The component that wrote the file ``rel`` (None if none did)."""
+        with self._cond:
+            rec = self._records.get(rel)
+        return rec.component if rec is not None else None
+
     def finish(self) -> list[FileRecord]:
         for rel, target, _component in self._deferred_links:
             src = (self.root / rel).parent / target

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cudaredist.sources.pypi.wheels import read_soname
+from cudaredist.tree.sonames import read_soname
 from tests.realmirror import host_free_env, real_wheel_cache, run_cudaredist  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.pypi

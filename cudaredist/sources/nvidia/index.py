@@ -61,10 +61,16 @@ class Index:
         self.transport = transport
         self.cache = cache
         self.offline = offline
+        self._labels: dict[str, list[str]] = {}  # one listing per base and run
 
     def labels(self, base: str, *, quick: bool = False) -> list[str]:
-        """Release labels at ``base``; ``quick``: another base follows, so give up on one that
-        does not answer within seconds."""
+        """Release labels at ``base`` (listed once per run); ``quick``: another base follows, so
+        give up on one that does not answer within seconds."""
+        if base not in self._labels:
+            self._labels[base] = self._list(base, quick)
+        return self._labels[base]
+
+    def _list(self, base: str, quick: bool) -> list[str]:
         if self.offline:
             return self._cached_labels(base)
         if is_local(base):

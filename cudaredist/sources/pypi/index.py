@@ -17,29 +17,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
 from cudaredist.errors import FetchError, IntegrityError, OfflineError, PlanError, ResolveError
 from cudaredist.fetch.cache import Cache, sha256_file
 from cudaredist.fetch.transport import Transport, is_local, local_path
 from cudaredist.plan import Archive, Plan, PlannedArchive
 from cudaredist.sources.nvidia.releases import check_train, pick_release, train_of
+from cudaredist.sources.pypi.simple import IndexFile, parse_simple_page
 from cudaredist.sources.pypi.wheels import (
     ExtraSpec,
-    IndexFile,
     Metadata,
-    Requirement,
-    Version,
     WheelData,
     choose_version,
     component_for,
     marker_env,
-    normalize_name,
     parse_metadata,
-    parse_simple_page,
     parse_version,
-    parse_wheel_filename,
+    parse_wheel_name,
+    pep440,
     pick_wheel,
     release_label,
-    version_key,
     wheel_data,
     wheel_platforms,
 )
@@ -70,7 +70,7 @@ class Release:
 
     @property
     def label(self) -> str:
-        return release_label(self.version.text)
+        return release_label(str(self.version))
 
     @property
     def date(self) -> str:
@@ -91,7 +91,7 @@ class WheelIndex:
 
     # -- project pages -----------------------------------------------------------------------------
     def files(self, project: str) -> list[IndexFile]:
-        name = normalize_name(project)
+        name = canonicalize_name(project)
         if name not in self._pages:
             page_url = f"{self.index_url}{name}/"
             key = f"simple-{name}"
@@ -112,31 +112,13 @@ class WheelIndex:
         return self._pages[name]
 
     def _get_page(self, url: str, name: str) -> bytes:
-        import httpx
-
-        failures = 0
-        while True:
-            retry_after: float | None = None
-            try:
-                r = self.transport.client.get(url, headers={"Accept": ACCEPT})
-                if r.status_code == 200:
-                    if len(r.content) > PAGE_LIMIT:
-                        raise FetchError(f"{url} is larger than {PAGE_LIMIT} bytes; refusing it", url=url)
-                    return r.content
-                if r.status_code == 404:
-                    raise FetchError(f"the index {self.index_url} has no project {name} (HTTP 404 for {url})",
-                                     url=url, status=404)
-                if r.status_code != 429 and r.status_code < 500:
-                    raise FetchError(f"HTTP {r.status_code} for {url}", url=url, status=r.status_code)
-                reason = f"HTTP {r.status_code}"
-                ra = r.headers.get("retry-after", "")
-                retry_after = float(ra) if ra.isdigit() else None
-            except httpx.TransportError as exc:
-                reason = f"{type(exc).__name__}: {exc}"
-            failures += 1
-            if failures >= self.transport.retry.attempts:
-                raise FetchError(f"giving up on {url} after {failures} attempts: {reason}", url=url)
-            self.transport.sleep(self.transport.retry.delay(failures - 1, retry_after))
+        try:
+            return self.transport.get_bytes(url, limit=PAGE_LIMIT, headers={"Accept": ACCEPT})
+        except FetchError as exc:
+            if exc.status != 404:
+                raise
+            raise FetchError(f"the index {self.index_url} has no project {name} (HTTP 404 for {url})",
+                             url=url, status=404) from exc
 
     def size(self, f: IndexFile) -> int:
         """A file's size: from the JSON page, the file system, or a HEAD request (HTML pages)."""
@@ -150,31 +132,21 @@ class WheelIndex:
         if self.offline:
             raise OfflineError(f"--offline: the size of {f.filename} is unknown (the cached index page "
                                "is HTML)", url=f.url)
-        import httpx
-
-        try:
-            r = self.transport.client.head(f.url)
-        except httpx.TransportError as exc:
-            raise FetchError(f"cannot get the size of {f.url}: {exc}", url=f.url) from exc
-        length = r.headers.get("content-length", "")
-        if r.status_code != 200 or not length.isdigit():
-            raise FetchError(f"cannot get the size of {f.url} (HTTP {r.status_code}, no Content-Length)",
-                             url=f.url, status=r.status_code)
-        return int(length)
+        return self.transport.content_length(f.url)
 
     # -- the metapackage ---------------------------------------------------------------------------
     def releases(self) -> list[Release]:
         """Every wheel release of the metapackage, newest first (yanked ones only if nothing else)."""
-        meta = self.data.metapackage
-        best: dict[tuple[Any, ...], Release] = {}
+        meta = canonicalize_name(self.data.metapackage)
+        best: dict[Version, Release] = {}
         for f in self.files(meta):
-            wn = parse_wheel_filename(f.filename)
-            v = parse_version(wn.version) if wn and wn.distribution == normalize_name(meta) else None
-            if v is None:
+            parsed = parse_wheel_name(f.filename)
+            if parsed is None or parsed[0] != meta:
                 continue
-            old = best.get(v.key)
+            v = parsed[1]
+            old = best.get(v)
             if old is None or (old.file.yanked and not f.yanked):
-                best[v.key] = Release(v, f)
+                best[v] = Release(v, f)
         return sorted(best.values(), key=lambda r: r.version, reverse=True)
 
     def resolve(self, train: str, *, pre: bool = False) -> Release:
@@ -184,7 +156,7 @@ class WheelIndex:
         asked = parse_version(text)
         rels = self.releases()
         if asked is not None and asked.is_prerelease:
-            exact = [r for r in rels if r.version.key == asked.key]
+            exact = [r for r in rels if r.version == asked]
             if exact:
                 return exact[0]
             raise ResolveError(f"CUDA pre-release {text} has no {self.data.metapackage} release at {where}",
@@ -250,7 +222,7 @@ def _requirements_for(spec: ExtraSpec, meta: Metadata, release: Release, platfor
     plat = data.platform(platform)
     env = marker_env(plat)
     for alt in spec.names:
-        extra = normalize_name(alt)
+        extra = canonicalize_name(alt)
         if extra in meta.extras:
             reqs = meta.wanted(extra, env)
             if reqs:
@@ -267,7 +239,7 @@ def _requirements_for(spec: ExtraSpec, meta: Metadata, release: Release, platfor
     if not offered:
         msg = (f"{data.metapackage} {release.label} lists no wheels for {platform} at all (its "
                "Requires-Dist markers leave that platform out); try a newer release")
-    elif any(normalize_name(a) in meta.extras for a in spec.names):
+    elif any(canonicalize_name(a) in meta.extras for a in spec.names):
         msg = (f"the extra {spec} of {data.metapackage} {release.label} names no wheel for {platform}; "
                f"extras with wheels for {platform}: {', '.join(offered)}")
     else:
@@ -283,9 +255,9 @@ def _plan_item(index: WheelIndex, name: str, specs: list[str], release: Release,
     files = index.files(name)
     by_version: dict[str, list[IndexFile]] = {}
     for f in files:
-        wn = parse_wheel_filename(f.filename)
-        if wn is not None and wn.distribution == name:
-            by_version.setdefault(wn.version, []).append(f)
+        parsed = parse_wheel_name(f.filename)
+        if parsed is not None and parsed[0] == name:
+            by_version.setdefault(str(parsed[1]), []).append(f)
     version = choose_version(specs, by_version, pre=pre)
     shown = " and ".join(s for s in specs if s) or "any version"
     if version is None:
@@ -300,8 +272,8 @@ def _plan_item(index: WheelIndex, name: str, specs: list[str], release: Release,
         if chosen is not None:
             notes.append(f"{chosen.filename} is yanked on the index; no other wheel of {name} {version} fits")
     if chosen is None:
-        fits = sorted({p for f in candidates if (wn := parse_wheel_filename(f.filename))
-                       for p in wheel_platforms(wn, data.platforms.values())})
+        fits = sorted({p for f in candidates if (parsed := parse_wheel_name(f.filename))
+                       for p in wheel_platforms(parsed[2], data.platforms.values())})
         raise PlanError(
             f"{name} {version} has no wheel for {platform} on {index.index_url} (its wheels are for: "
             f"{', '.join(fits) or 'no known platform'})", component=name, release=release.label,
@@ -328,7 +300,7 @@ def resolve_plan(index: WheelIndex, train: str, *, platform: str, profile: str |
     specs: list[ExtraSpec] = []
     if profile is not None:
         prof = data.profile(profile)
-        if prof.since and version_key(label) < version_key(prof.since):
+        if prof.since and pep440(label) < pep440(prof.since):
             raise PlanError(
                 f"profile {profile} cannot be built from CUDA {label}'s wheels: {prof.before}. "
                 f"Use --source nvidia, or a release from {prof.since} on", release=label, platform=platform)
@@ -344,9 +316,10 @@ def resolve_plan(index: WheelIndex, train: str, *, platform: str, profile: str |
     wanted: dict[str, list[str]] = {}
     for spec in specs:
         for req in _requirements_for(spec, meta, release, platform, data):
+            pin = str(req.specifier)
             wanted.setdefault(req.name, [])
-            if req.specifier not in wanted[req.name]:
-                wanted[req.name].append(req.specifier)
+            if pin not in wanted[req.name]:
+                wanted[req.name].append(pin)
     with ThreadPoolExecutor(min(8, len(wanted))) as pool:
         results = list(pool.map(lambda kv: _plan_item(index, kv[0], kv[1], release, platform, pre),
                                 wanted.items()))

@@ -73,7 +73,7 @@ def merge_manifest(existing: dict[str, Any] | None, *, label: str, release_date:
     keys come in NVIDIA's order (release keys, then components by name, each with its
     fields, then its platforms), so the bytes do not depend on which run added what.
     """
-    from cudaredist.sources.pypi.wheels import version_key as wheel_version_key
+    from cudaredist.sources.pypi.wheels import pep440
 
     old = existing or {}
     components: dict[str, dict[str, Any]] = {k: dict(v) for k, v in old.items() if isinstance(v, dict)}
@@ -83,7 +83,7 @@ def merge_manifest(existing: dict[str, Any] | None, *, label: str, release_date:
             if value and not comp.get(key):
                 comp[key] = value
         have = comp.get("version")
-        if not isinstance(have, str) or not have or wheel_version_key(version) > wheel_version_key(have):
+        if not isinstance(have, str) or not have or pep440(version) > pep440(have):
             comp["version"] = version
         comp[platform] = dict(entry)
     out: dict[str, Any] = {"release_date": old.get("release_date") or release_date, "release_label": label,

@@ -2,7 +2,7 @@
 
 A wheel's members go through :func:`cudaredist.sources.pypi.wheels.member_mapper`, the same mapping the
 pypi install uses, and Linux shared libraries get their SONAME chains as real symlinks
-(:func:`cudaredist.sources.pypi.wheels.chain_links`). The result has one top folder
+(:func:`cudaredist.tree.sonames.chain_links`). The result has one top folder
 ``<component>-<platform>-<version>-archive/``: ``.tar.xz`` for Linux, ``.zip`` for Windows, as
 NVIDIA ships them. Installing such an archive through the redist route gives the tree that
 installing the wheel gives.
@@ -25,15 +25,9 @@ from pathlib import Path
 from typing import IO
 
 from cudaredist.errors import PlanError, UnsafeArchiveError
-from cudaredist.sources.pypi.wheels import (
-    WheelData,
-    chain_links,
-    member_mapper,
-    parse_metadata,
-    read_soname,
-    wheel_data,
-)
+from cudaredist.sources.pypi.wheels import WheelData, member_mapper, parse_metadata, wheel_data
 from cudaredist.tree.paths import clean_member
+from cudaredist.tree.sonames import chain_links, read_soname
 
 # 2000-01-01T00:00:00Z for every member: the bytes depend on the content only
 MTIME = 946684800

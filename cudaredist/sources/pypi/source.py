@@ -15,7 +15,8 @@ from cudaredist.progress import Reporter
 from cudaredist.sources import Layout, Where
 from cudaredist.sources.pypi.index import WheelIndex, list_trains, resolve_plans
 from cudaredist.sources.pypi.mirror import write_wheel_mirror
-from cudaredist.sources.pypi.wheels import add_soname_links, member_mapper
+from cudaredist.sources.pypi.wheels import member_mapper
+from cudaredist.tree.sonames import add_soname_links
 
 LAYOUT = Layout(
     mapper=lambda item, platform: member_mapper(item.component, item.version, platform),

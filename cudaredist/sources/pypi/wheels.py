@@ -1,29 +1,32 @@
-"""NVIDIA's CUDA wheels: versions, requirements, index pages, and where wheel members go in the tree (pure).
+"""NVIDIA's CUDA wheels: versions, requirements, wheel tags, and where wheel members go in the tree (pure).
 
 The rules that change when NVIDIA renames or moves something are data in
-``manifests/pypi.toml``; this module reads them and applies them. Only
-:func:`read_soname` and :func:`add_soname_links` look at files (the extracted tree).
+``manifests/pypi.toml``; this module reads them and applies them. The standards underneath
+(PEP 440 versions, PEP 508 requirements and markers, wheel file names and tags, METADATA)
+come from ``packaging``, the library pip uses.
 """
 
 from __future__ import annotations
 
-import email.parser
 import fnmatch
-import html.parser
-import json
-import os
-import posixpath
 import re
-import struct
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
-from typing import IO, TYPE_CHECKING, Any
-from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
+from typing import TYPE_CHECKING, Any
+
+from packaging.markers import UndefinedComparison, UndefinedEnvironmentName
+from packaging.metadata import parse_email
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.tags import Tag
+from packaging.utils import InvalidWheelFilename, NormalizedName, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
 
 from cudaredist.errors import ManifestError, PlanError
 from cudaredist.profiles import data_dir
+from cudaredist.sources.pypi.simple import IndexFile
 from cudaredist.tree.paths import tree_path
 
 if sys.version_info >= (3, 11):
@@ -32,7 +35,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 if TYPE_CHECKING:
-    from cudaredist.tree.extract import Tree
+    pass
 
 # ------------------------------------------------------------------------------------------------
 # Data (manifests/pypi.toml)
@@ -47,7 +50,7 @@ class ExtraSpec:
     missing: str = ""
 
     def applies_to(self, release: str) -> bool:
-        return not self.since or version_key(release) >= version_key(self.since)
+        return not self.since or pep440(release) >= pep440(self.since)
 
     def __str__(self) -> str:
         return "|".join(self.names)
@@ -149,7 +152,7 @@ def parse_wheel_data(raw: Mapping[str, Any]) -> WheelData:
             packages[name] = (value, ())
         else:
             renames = tuple(sorted(((str(k), str(v)) for k, v in value.get("renamed", {}).items()),
-                                   key=lambda kv: version_key(kv[0])))
+                                   key=lambda kv: pep440(kv[0])))
             packages[name] = (str(value["component"]), renames)
     relocate = {
         comp: {os_: tuple((str(a), str(b)) for a, b in rules.items()) for os_, rules in by_os.items()}
@@ -177,48 +180,20 @@ def wheel_data() -> WheelData:
 
 
 # ------------------------------------------------------------------------------------------------
-# Versions (the PEP 440 subset NVIDIA's wheels use: release, pre, post, dev, local)
-
-_VERSION = re.compile(
-    r"^\s*v?(?:(?P<epoch>\d+)!)?(?P<release>\d+(?:\.\d+)*)"
-    r"(?:[-_.]?(?P<pre_l>alpha|a|beta|b|preview|pre|c|rc)[-_.]?(?P<pre_n>\d+)?)?"
-    r"(?:-(?P<post_n1>\d+)|[-_.]?(?P<post_l>post|rev|r)[-_.]?(?P<post_n2>\d+)?)?"
-    r"(?:[-_.]?(?P<dev_l>dev)[-_.]?(?P<dev_n>\d+)?)?"
-    r"(?:\+(?P<local>[a-z0-9]+(?:[-_.][a-z0-9]+)*))?\s*$", re.I)
-_PRE_ORDER = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "c": 2, "rc": 2, "pre": 2, "preview": 2}
-_INF = sys.maxsize
-
-
-@dataclass(frozen=True, order=True)
-class Version:
-    key: tuple[Any, ...]
-    release: tuple[int, ...] = field(compare=False)
-    is_prerelease: bool = field(compare=False)
-    text: str = field(compare=False)
+# Versions, specifiers, markers and metadata: the standards through `packaging`, the library pip
+# uses; what is NVIDIA's here is which version a set of specifiers picks and what markers see.
 
 
 def parse_version(text: str) -> Version | None:
-    m = _VERSION.match(text)
-    if m is None:
+    """A PEP 440 version, or None for text that is not one (odd files on an index page)."""
+    try:
+        return Version(text)
+    except InvalidVersion:
         return None
-    release = tuple(int(p) for p in m["release"].split("."))
-    trimmed = release
-    while len(trimmed) > 1 and trimmed[-1] == 0:
-        trimmed = trimmed[:-1]
-    dev = None if m["dev_l"] is None else int(m["dev_n"] or 0)
-    post_n = m["post_n1"] or m["post_n2"]
-    post = None if (m["post_l"] is None and m["post_n1"] is None) else int(post_n or 0)
-    if m["pre_l"] is not None:
-        pre: tuple[int, int] = (_PRE_ORDER[m["pre_l"].lower()], int(m["pre_n"] or 0))
-    elif post is None and dev is not None:
-        pre = (-1, 0)  # 1.0.dev1 sorts before 1.0a1
-    else:
-        pre = (3, 0)
-    key = (int(m["epoch"] or 0), trimmed, pre, -1 if post is None else post, _INF if dev is None else dev)
-    return Version(key, release, m["pre_l"] is not None or dev is not None, text.strip())
 
 
-def version_key(text: str) -> Version:
+def pep440(text: str) -> Version:
+    """A PEP 440 version from data cudaredist reads (pypi.toml, a mirror's manifest), or a ManifestError."""
     v = parse_version(text)
     if v is None:
         raise ManifestError(f"{text!r} is not a version")
@@ -233,174 +208,27 @@ def release_label(text: str) -> str:
     return ".".join(str(p) for p in v.release[:3])
 
 
-# ------------------------------------------------------------------------------------------------
-# Specifiers (PEP 440 clauses: ==, ==X.*, !=, <=, >=, <, >, ~=, ===)
-
-_CLAUSE = re.compile(r"^\s*(===|==|!=|<=|>=|~=|<|>)\s*([^\s,]+)\s*$")
-
-
-def _clauses(spec: str) -> list[tuple[str, str]]:
-    out: list[tuple[str, str]] = []
-    for part in spec.split(","):
-        if not part.strip():
-            continue
-        m = _CLAUSE.match(part)
-        if m is None:
-            raise ManifestError(f"unsupported version specifier {part.strip()!r} in {spec!r}")
-        out.append((m[1], m[2]))
-    return out
-
-
-def _padded(release: tuple[int, ...], n: int) -> tuple[int, ...]:
-    return release[:n] + (0,) * max(0, n - len(release))
-
-
-def _clause_allows(op: str, target: str, v: Version) -> bool:
-    if op == "===":
-        return v.text == target
-    if op in ("==", "!=") and target.endswith(".*"):
-        want = version_key(target[:-2]).release
-        hit = _padded(v.release, len(want)) == want
-        return hit if op == "==" else not hit
-    t = version_key(target)
-    if op == "==":
-        return v.key == t.key
-    if op == "!=":
-        return v.key != t.key
-    if op == ">=":
-        return v.key >= t.key
-    if op == "<=":
-        return v.key <= t.key
-    if op == ">":
-        return v.key > t.key
-    if op == "<":
-        return v.key < t.key
-    # ~=X.Y.Z  means  >=X.Y.Z, ==X.Y.*
-    prefix = t.release[:-1] or t.release
-    return v.key >= t.key and _padded(v.release, len(prefix)) == prefix
-
-
-def specifier_allows(spec: str, version: str) -> bool:
-    v = parse_version(version)
-    return v is not None and all(_clause_allows(op, t, v) for op, t in _clauses(spec))
-
-
 def choose_version(specs: Sequence[str], versions: Iterable[str], *, pre: bool = False) -> str | None:
-    """The version a set of specifiers picks from ``versions``.
+    """The version (as given in ``versions``) a set of specifiers picks.
 
     A pin (``==X.*``) takes the newest match. A pure range (nvjitlink's ``>=13.4.92,<14``)
     takes the oldest match, the one the metapackage release was built with, so a tree of
     one release does not drift as NVIDIA publishes later wheels. Pre-releases count only
     when asked for or when nothing else matches.
     """
-    parsed = [v for v in (parse_version(x) for x in versions) if v is not None]
-    ok = [v for v in parsed if all(specifier_allows(s, v.text) for s in specs)]
+    try:
+        sets = [SpecifierSet(s) for s in specs]
+    except InvalidSpecifier as exc:
+        raise ManifestError(f"unsupported version specifier in {', '.join(specs)}: {exc}") from exc
+    ok = [(v, text) for text in versions
+          if (v := parse_version(text)) is not None and all(s.contains(v, prereleases=True) for s in sets)]
     if not ok:
         return None
-    final = [v for v in ok if not v.is_prerelease]
+    final = [vt for vt in ok if not vt[0].is_prerelease]
     pool = ok if pre or not final else final
-    pinned = any(op in ("==", "===") for s in specs for op, _t in _clauses(s))
-    return (max(pool) if pinned or not any(s.strip() for s in specs) else min(pool)).text
-
-
-# ------------------------------------------------------------------------------------------------
-# Environment markers (PEP 508)
-
-_MARKER_TOKEN = re.compile(r"""\s*(?:(?P<str>'[^']*'|"[^"]*")|(?P<op>===|==|!=|<=|>=|~=|<|>)|"""
-                           r"""(?P<paren>[()])|(?P<word>[A-Za-z_][A-Za-z0-9_.]*))""")
-_VERSION_VARS = {"python_version", "python_full_version", "implementation_version"}
-
-
-def normalize_name(name: str) -> str:
-    """PEP 503 normalisation: ``Nvidia_CUDA.nvcc`` -> ``nvidia-cuda-nvcc``."""
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def _tokens(marker: str) -> list[tuple[str, str]]:
-    out: list[tuple[str, str]] = []
-    pos = 0
-    while marker[pos:].strip():
-        m = _MARKER_TOKEN.match(marker, pos)
-        if m is None:
-            raise ManifestError(f"cannot parse environment marker {marker!r} at {marker[pos:]!r}")
-        kind = m.lastgroup or ""
-        out.append((kind, m[kind]))
-        pos = m.end()
-    return out
-
-
-def evaluate_marker(marker: str, env: Mapping[str, str]) -> bool:
-    """Evaluate a PEP 508 marker against ``env`` (variable -> value; ``extra`` included)."""
-    toks = _tokens(marker)
-    pos = 0
-
-    def peek() -> tuple[str, str]:
-        return toks[pos] if pos < len(toks) else ("", "")
-
-    def take() -> tuple[str, str]:
-        nonlocal pos
-        tok = peek()
-        pos += 1
-        return tok
-
-    def value() -> tuple[str, str]:
-        kind, text = take()
-        if kind == "str":
-            return "", text[1:-1]
-        if kind == "word" and text not in ("and", "or", "in", "not"):
-            if text not in env:
-                raise ManifestError(f"environment marker {marker!r} uses unknown variable {text!r}")
-            return text, env[text]
-        raise ManifestError(f"environment marker {marker!r}: expected a value, got {text!r}")
-
-    def compare() -> bool:
-        if peek() == ("paren", "("):
-            take()
-            result = disjunction()
-            if take() != ("paren", ")"):
-                raise ManifestError(f"environment marker {marker!r}: unbalanced parentheses")
-            return result
-        lname, left = value()
-        kind, op = take()
-        if (kind, op) == ("word", "not"):
-            if take() != ("word", "in"):
-                raise ManifestError(f"environment marker {marker!r}: 'not' must be followed by 'in'")
-            op = "not in"
-        elif kind != "op" and (kind, op) != ("word", "in"):
-            raise ManifestError(f"environment marker {marker!r}: expected an operator, got {op!r}")
-        rname, right = value()
-        if "extra" in (lname, rname):
-            left, right = normalize_name(left), normalize_name(right)
-        if op == "in":
-            return left in right
-        if op == "not in":
-            return left not in right
-        if {lname, rname} & _VERSION_VARS and parse_version(left) and parse_version(right):
-            return specifier_allows(f"{op}{right}", left)
-        if op in ("==", "==="):
-            return left == right
-        if op == "!=":
-            return left != right
-        raise ManifestError(f"environment marker {marker!r}: {op} compares only versions")
-
-    def conjunction() -> bool:
-        result = compare()
-        while peek() == ("word", "and"):
-            take()
-            result = compare() and result
-        return result
-
-    def disjunction() -> bool:
-        result = conjunction()
-        while peek() == ("word", "or"):
-            take()
-            result = conjunction() or result
-        return result
-
-    result = disjunction()
-    if pos != len(toks):
-        raise ManifestError(f"environment marker {marker!r}: unexpected {peek()[1]!r}")
-    return result
+    pinned = any(clause.operator in ("==", "===") for s in sets for clause in s)
+    pick = max if pinned or not any(sets) else min
+    return pick(pool, key=lambda vt: vt[0])[1]
 
 
 def marker_env(platform: WheelPlatform, extra: str = "") -> dict[str, str]:
@@ -411,26 +239,18 @@ def marker_env(platform: WheelPlatform, extra: str = "") -> dict[str, str]:
             "platform_system": "", "platform_machine": "", **platform.markers, "extra": extra}
 
 
-# ------------------------------------------------------------------------------------------------
-# Metadata: Provides-Extra and Requires-Dist of the metapackage
-
-_REQUIREMENT = re.compile(
-    r"^\s*(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*(?:\[(?P<extras>[^\]]*)\])?\s*"
-    r"(?:\((?P<paren>[^)]*)\)|(?P<spec>[^;]*?))\s*(?:;\s*(?P<marker>.*))?$")
-
-
-@dataclass(frozen=True)
-class Requirement:
-    name: str          # normalised
-    specifier: str     # "==13.0.88.*", ">=13.4.92,<14" or ""
-    marker: str = ""
-
-    def applies(self, env: Mapping[str, str]) -> bool:
-        return not self.marker or evaluate_marker(self.marker, env)
+def applies(req: Requirement, env: Mapping[str, str]) -> bool:
+    """Whether ``req``'s environment marker holds for ``env`` (see :func:`marker_env`)."""
+    try:
+        return req.marker is None or req.marker.evaluate(dict(env))
+    except (UndefinedComparison, UndefinedEnvironmentName) as exc:
+        raise ManifestError(f"cannot evaluate the environment marker of {req}: {exc}") from exc
 
 
 @dataclass(frozen=True)
 class Metadata:
+    """What cudaredist reads from a wheel's METADATA; requirement names are canonical."""
+
     name: str
     version: str
     extras: tuple[str, ...]
@@ -440,169 +260,80 @@ class Metadata:
 
     def wanted(self, extra: str, env: Mapping[str, str]) -> list[Requirement]:
         """The requirements ``extra`` adds for a target whose markers are ``env``."""
-        with_extra = {**env, "extra": normalize_name(extra)}
+        with_extra = {**env, "extra": canonicalize_name(extra)}
         without = {**env, "extra": ""}
-        return [r for r in self.requirements if r.applies(with_extra) and not r.applies(without)]
+        return [r for r in self.requirements if applies(r, with_extra) and not applies(r, without)]
 
 
-def parse_requirement(line: str) -> Requirement:
-    m = _REQUIREMENT.match(line)
-    spec = "" if m is None else (m["paren"] if m["paren"] is not None else m["spec"] or "")
-    if m is None or "@" in spec:
+def _requirement(line: str) -> Requirement:
+    try:
+        req = Requirement(line)
+    except InvalidRequirement as exc:
+        raise ManifestError(f"cannot parse the requirement {line!r}: {exc}") from exc
+    if req.url:
         raise ManifestError(f"unsupported requirement {line!r} (only name, version and marker are read)")
-    return Requirement(normalize_name(m["name"]), spec.replace(" ", ""), (m["marker"] or "").strip())
+    req.name = canonicalize_name(req.name)
+    return req
 
 
 def parse_metadata(text: str) -> Metadata:
-    msg = email.parser.Parser().parsestr(text, headersonly=True)
-    extras = tuple(normalize_name(str(x)) for x in msg.get_all("Provides-Extra") or [])
-    reqs = tuple(parse_requirement(str(x)) for x in msg.get_all("Requires-Dist") or [])
-    license_ = str(msg.get("License-Expression") or msg.get("License") or "").strip()
-    return Metadata(normalize_name(str(msg.get("Name", ""))), str(msg.get("Version", "")), extras, reqs,
-                    str(msg.get("Summary") or "").strip(), license_)
-
-
-# ------------------------------------------------------------------------------------------------
-# Index pages (PEP 691 JSON, PEP 503 HTML)
-
-@dataclass(frozen=True)
-class IndexFile:
-    filename: str
-    url: str
-    sha256: str
-    size: int | None = None
-    upload_time: str = ""
-    yanked: bool = False
-
-
-def _file_url(page_url: str, href: str) -> tuple[str, str]:
-    """Absolute URL without fragment, and the fragment (``sha256=...``)."""
-    parts = urlsplit(urljoin(page_url, href))
-    return urlunsplit((parts.scheme, parts.netloc, parts.path, parts.query, "")), parts.fragment
-
-
-def parse_simple_json(data: bytes, page_url: str) -> list[IndexFile]:
-    try:
-        files = json.loads(data)["files"]
-        if not isinstance(files, list):
-            raise TypeError("'files' is not a list")
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ManifestError(f"{page_url} is not a PEP 691 project page: {exc}", source=page_url) from exc
-    out: list[IndexFile] = []
-    for f in files:
-        if not isinstance(f, dict) or not isinstance(f.get("filename"), str):
-            continue
-        url, _frag = _file_url(page_url, str(f.get("url", "")))
-        hashes = f.get("hashes")
-        hashes = hashes if isinstance(hashes, dict) else {}
-        size = f.get("size")
-        out.append(IndexFile(f["filename"], url, str(hashes.get("sha256", "")).lower(),
-                             size if isinstance(size, int) and not isinstance(size, bool) else None,
-                             str(f.get("upload-time") or ""), bool(f.get("yanked"))))
-    return out
-
-
-class _Anchors(html.parser.HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.found: list[tuple[dict[str, str | None], str]] = []
-        self._current: dict[str, str | None] | None = None
-        self._text: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
-            self._current, self._text = dict(attrs), []
-
-    def handle_data(self, data: str) -> None:
-        if self._current is not None:
-            self._text.append(data)
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "a" and self._current is not None:
-            self.found.append((self._current, "".join(self._text).strip()))
-            self._current = None
-
-
-def parse_simple_html(data: bytes, page_url: str) -> list[IndexFile]:
-    parser = _Anchors()
-    parser.feed(data.decode("utf-8", "replace"))
-    out: list[IndexFile] = []
-    for attrs, text in parser.found:
-        href = attrs.get("href")
-        if not href:
-            continue
-        url, frag = _file_url(page_url, href)
-        name = text or unquote(posixpath.basename(urlsplit(url).path))
-        algo, _, digest = frag.partition("=")
-        out.append(IndexFile(name, url, digest.lower() if algo == "sha256" else "",
-                             yanked="data-yanked" in attrs))
-    return out
-
-
-def parse_simple_page(data: bytes, page_url: str) -> list[IndexFile]:
-    """Either form: servers answer JSON when they speak PEP 691, HTML otherwise."""
-    if data.lstrip()[:1] == b"{":
-        return parse_simple_json(data, page_url)
-    return parse_simple_html(data, page_url)
-
+    raw, _unparsed = parse_email(text)
+    license_ = raw.get("license_expression") or raw.get("license") or ""
+    return Metadata(canonicalize_name(raw.get("name", "")), raw.get("version", ""),
+                    tuple(canonicalize_name(x) for x in raw.get("provides_extra", [])),
+                    tuple(_requirement(x) for x in raw.get("requires_dist", [])),
+                    raw.get("summary", "").strip(), license_.strip())
 
 # ------------------------------------------------------------------------------------------------
-# Wheel file names and platforms
+# Wheel file names and platforms: which tags fit a platform is pypi.toml's; among those,
+# the oldest manylinux glibc is the widest-compatible build.
 
-_WHEEL = re.compile(r"^(?P<dist>[^-]+)-(?P<ver>[^-]+)(?:-(?P<build>\d[^-]*))?-(?P<py>[^-]+)-(?P<abi>[^-]+)"
-                    r"-(?P<plat>[^-]+)\.whl$")
 _MANYLINUX = re.compile(r"^manylinux_(\d+)_(\d+)_")
 _LEGACY_GLIBC = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
 
 
-@dataclass(frozen=True)
-class WheelName:
-    distribution: str  # normalised
-    version: str
-    abi: str
-    platforms: tuple[str, ...]
-
-
-def parse_wheel_filename(filename: str) -> WheelName | None:
-    m = _WHEEL.match(filename)
-    if m is None:
+def parse_wheel_name(filename: str) -> tuple[NormalizedName, Version, frozenset[Tag]] | None:
+    """Name, version and tags of a wheel file name; None for sdists and other non-wheels on a page."""
+    try:
+        name, version, _build, tags = parse_wheel_filename(filename)
+    except InvalidWheelFilename:
         return None
-    return WheelName(normalize_name(m["dist"]), m["ver"], m["abi"], tuple(m["plat"].split(".")))
+    return name, version, tags
 
 
-def _glibc(tag: str) -> tuple[int, int]:
-    m = _MANYLINUX.match(tag)
+def _glibc(platform_tag: str) -> tuple[int, int]:
+    m = _MANYLINUX.match(platform_tag)
     if m:
         return int(m[1]), int(m[2])
-    return _LEGACY_GLIBC.get(tag.split("_", 1)[0], (0, 0))
+    return _LEGACY_GLIBC.get(platform_tag.split("_", 1)[0], (0, 0))
 
 
 WheelRank = tuple[int, int, tuple[int, int]]
 
 
-def wheel_rank(name: WheelName, platform: WheelPlatform) -> WheelRank | None:
-    """Sort key of a wheel for ``platform`` (lower is better), or None if it does not fit."""
+def wheel_rank(tags: Iterable[Tag], platform: WheelPlatform) -> WheelRank | None:
+    """Sort key of a wheel with ``tags`` for ``platform`` (lower is better), or None if it does not fit."""
     for i, pattern in enumerate(platform.tags):
-        hits = [t for t in name.platforms if fnmatch.fnmatchcase(t, pattern)]
+        hits = [t for t in tags if fnmatch.fnmatchcase(t.platform, pattern)]
         if hits:
-            return (0 if name.abi == "none" else 1, i, min(_glibc(t) for t in hits))
+            return min((0 if t.abi == "none" else 1, i, _glibc(t.platform)) for t in hits)
     return None
 
 
-def wheel_platforms(name: WheelName, platforms: Iterable[WheelPlatform]) -> list[str]:
-    return [p.name for p in platforms if wheel_rank(name, p) is not None]
+def wheel_platforms(tags: Iterable[Tag], platforms: Iterable[WheelPlatform]) -> list[str]:
+    tags = list(tags)
+    return [p.name for p in platforms if wheel_rank(tags, p) is not None]
 
 
 def pick_wheel(files: Iterable[IndexFile], platform: WheelPlatform) -> IndexFile | None:
     """The wheel for ``platform``: tag order of pypi.toml, then the lowest glibc (widest fit)."""
     ranked: list[tuple[WheelRank, IndexFile]] = []
     for f in files:
-        name = parse_wheel_filename(f.filename)
-        rank = wheel_rank(name, platform) if name else None
+        parsed = parse_wheel_name(f.filename)
+        rank = wheel_rank(parsed[2], platform) if parsed else None
         if rank is not None:
             ranked.append((rank, f))
     return min(ranked, key=lambda rf: (rf[0], rf[1].filename))[1] if ranked else None
-
 
 # ------------------------------------------------------------------------------------------------
 # Components and the member layout
@@ -613,11 +344,11 @@ _CU_SUFFIX = re.compile(r"-cu\d+$")
 def component_for(package: str, release: str, data: WheelData | None = None) -> str:
     """The redist component a wheel distribution is (``nvidia-cuda-runtime-cu12`` -> ``cuda_cudart``)."""
     data = data or wheel_data()
-    base = _CU_SUFFIX.sub("", normalize_name(package))
+    base = _CU_SUFFIX.sub("", canonicalize_name(package))
     if base in data.packages:
         comp, renames = data.packages[base]
         for since, name in renames:
-            if version_key(release) >= version_key(since):
+            if pep440(release) >= pep440(since):
                 comp = name
         return comp
     if base.startswith("nvidia-cuda-"):
@@ -629,7 +360,6 @@ def component_for(package: str, release: str, data: WheelData | None = None) -> 
 
 _LICENSE_NAMES = {"license", "license.txt", "license.md", "licence", "licence.txt"}
 _SHARED_LIB = re.compile(r"^(lib[^/]*\.so)\.(\d+(?:\.\d+)*)$")
-_DEV_LIB = re.compile(r"^lib[^/]*\.so(?:\.\d+)*$")
 
 
 def real_library_name(filename: str, version: str, data: WheelData | None = None) -> str:
@@ -693,115 +423,3 @@ def member_mapper(component: str, version: str, platform: str,
     return mapper
 
 
-# ------------------------------------------------------------------------------------------------
-# ELF SONAME and the link chains the wheels leave out
-
-_PT_LOAD, _PT_DYNAMIC = 1, 2
-_DT_NULL, _DT_STRTAB, _DT_SONAME = 0, 5, 14
-
-
-def read_soname(fh: IO[bytes]) -> str | None:
-    """DT_SONAME of an ELF shared object, read through its program headers (as the loader does)."""
-    try:
-        head = fh.read(64)
-        if len(head) < 52 or head[:4] != b"\x7fELF" or head[4] not in (1, 2) or head[5] not in (1, 2):
-            return None
-        is64 = head[4] == 2
-        e = "<" if head[5] == 1 else ">"
-        if is64:
-            (phoff,) = struct.unpack_from(e + "Q", head, 0x20)
-            phentsize, phnum = struct.unpack_from(e + "HH", head, 0x36)
-            ph_fmt, dyn_fmt = e + "IIQQQQQQ", e + "qQ"
-        else:
-            (phoff,) = struct.unpack_from(e + "I", head, 0x1C)
-            phentsize, phnum = struct.unpack_from(e + "HH", head, 0x2A)
-            ph_fmt, dyn_fmt = e + "IIIIIIII", e + "iI"
-        if phentsize < struct.calcsize(ph_fmt) or not 0 < phnum < 4096:
-            return None
-        fh.seek(phoff)
-        table = fh.read(phentsize * phnum)
-        loads: list[tuple[int, int, int]] = []  # (vaddr, offset, filesz)
-        dynamic: tuple[int, int] | None = None
-        for i in range(phnum):
-            f = struct.unpack_from(ph_fmt, table, i * phentsize)
-            ptype, offset, vaddr, filesz = (f[0], f[2], f[3], f[5]) if is64 else (f[0], f[1], f[2], f[4])
-            if ptype == _PT_LOAD:
-                loads.append((vaddr, offset, filesz))
-            elif ptype == _PT_DYNAMIC:
-                dynamic = (offset, min(filesz, 1 << 20))
-        if dynamic is None:
-            return None
-        fh.seek(dynamic[0])
-        dyn = fh.read(dynamic[1])
-        step = struct.calcsize(dyn_fmt)
-        strtab = soname = None
-        for off in range(0, len(dyn) - step + 1, step):
-            tag, val = struct.unpack_from(dyn_fmt, dyn, off)
-            if tag == _DT_NULL:
-                break
-            if tag == _DT_STRTAB:
-                strtab = val
-            elif tag == _DT_SONAME:
-                soname = val
-        if strtab is None or soname is None:
-            return None
-        base = next((o + (strtab - v) for v, o, n in loads if v <= strtab < v + n), None)
-        if base is None:
-            return None
-        fh.seek(base + soname)
-        name = fh.read(4096).split(b"\0", 1)[0].decode("utf-8")
-    except (struct.error, OSError, UnicodeDecodeError, ValueError):
-        return None
-    return name if name and "/" not in name and name not in (".", "..") else None
-
-
-def soname_links(filename: str, soname: str) -> list[tuple[str, str]]:
-    """(link name, target) pairs in the library's directory: SONAME -> file, libX.so -> SONAME."""
-    links: list[tuple[str, str]] = []
-    if soname != filename:
-        links.append((soname, filename))
-    dev = soname[: soname.index(".so") + 3] if ".so" in soname else ""
-    if dev and dev not in (soname, filename):
-        links.append((dev, soname))
-    return links
-
-
-def chain_links(paths: Iterable[str], soname_of: Callable[[str], str | None],
-                taken: Callable[[str], bool]) -> Iterator[tuple[str, str]]:
-    """(link path, target) for ``libX.so -> libX.so.N -> libX.so.N.M.P`` beside each shared library.
-
-    ``soname_of`` reads a library's DT_SONAME (None: not an ELF shared object); a link whose
-    path ``taken`` says is in use is left out. Lazy, so a caller that creates each link before
-    asking for the next one sees its own links as taken.
-    """
-    for rel in sorted(set(paths)):
-        d, _, name = rel.rpartition("/")
-        if not _DEV_LIB.match(name):
-            continue
-        soname = soname_of(rel)
-        if not soname:
-            continue
-        for link, target in soname_links(name, soname):
-            link_rel = f"{d}/{link}" if d else link
-            if not taken(link_rel):
-                yield link_rel, target
-
-
-def add_soname_links(tree: Tree, paths: Iterable[str], *, component: str, archive: str) -> list[str]:
-    """Restore the chains of :func:`chain_links` in an extracted tree (the wheels carry no symlinks).
-
-    The SONAME comes from the ELF itself; a link whose name is already taken is left alone.
-    """
-
-    def soname_of(rel: str) -> str | None:
-        full = tree.root / rel
-        if full.is_symlink() or not full.is_file():
-            return None
-        with open(full, "rb") as fh:
-            return read_soname(fh)
-
-    made: list[str] = []
-    for link_rel, target in chain_links(paths, soname_of, lambda rel: os.path.lexists(tree.root / rel)):
-        tree.add_symlink(link_rel, target, component, archive)
-        made.append(link_rel)
-    return made

@@ -1,0 +1,106 @@
+"""Commands on managed toolkits by train: list, find, run."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from typing import Annotated
+
+import typer
+
+from cudaredist.commands.base import emit_json, errors, fail, human, set_verbose
+from cudaredist.commands.options import InstallDirOpt, JsonOpt, PlatformOpt, Train, VerboseOpt
+from cudaredist.managed import host
+
+
+def list_cmd(
+    install_dir: InstallDirOpt = None,
+    show_all: Annotated[bool, typer.Option(
+        "--all", help="Also toolkits found on the system (CUDA_PATH, /usr/local/cuda*, conda, pip "
+                      "wheels), with how each was found.")] = False,
+    as_json: JsonOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """List managed toolkits (release, platform, profile, size, path), newest first."""
+    set_verbose(verbose)
+    with errors():
+        from cudaredist.managed import install_dir as managed_dir
+        from cudaredist.managed import installed
+
+        root = managed_dir(install_dir)
+        toolkits = installed(root)
+        found = []
+        if show_all:
+            from cudaredist.discover import system_toolkits
+
+            mine = {os.path.realpath(t.path) for t in toolkits}
+            found = [f for f in system_toolkits() if os.path.realpath(f.path) not in mine]
+        if as_json:
+            emit_json({"install_dir": str(root), "toolkits": [t.to_json() for t in toolkits]}
+                      | ({"system": [f.to_json() for f in found]} if show_all else {}))
+            return
+        if not toolkits:
+            typer.echo(f"no managed toolkits in {root} (`cudaredist install 13.4` puts one there)", err=True)
+        for t in toolkits:
+            typer.echo(f"{t.release:<9} {t.platform:<15} {t.profile:<8} {human(t.size):>10}  {t.path}")
+        for f in found:
+            typer.echo(f"{f.release or '?':<9} {'(system)':<15} {'':<8} {'':>10}  {f.path}  [{f.how}]")
+
+
+def find_cmd(
+    train: Train,
+    platform: PlatformOpt = None,
+    install_dir: InstallDirOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Print the path of the newest installed managed toolkit of TRAIN (exit 1 when there is none)."""
+    set_verbose(verbose)
+    with errors():
+        from cudaredist.managed import find
+        from cudaredist.managed import install_dir as managed_dir
+
+        root = managed_dir(install_dir)
+        hits = find(root, train, platform or host())
+        if not hits:
+            fail(f"no managed CUDA {train} toolkit in {root}; `cudaredist install {train}` installs one", 1)
+        typer.echo(str(hits[0].path))
+
+
+def run_cmd(
+    train: Train,
+    command: Annotated[list[str], typer.Argument(
+        metavar="-- COMMAND...", help="The command to run with the toolkit's environment.")],
+    platform: PlatformOpt = None,
+    install_dir: InstallDirOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Run COMMAND with the environment of TRAIN's managed toolkit: cudaredist run 13.4 -- nvcc ...
+
+    The exit code is the command's."""
+    set_verbose(verbose)
+    with errors():
+        from cudaredist.envexport import applied, environment
+        from cudaredist.managed import find_one
+        from cudaredist.managed import install_dir as managed_dir
+        from cudaredist.record import require_record
+
+        toolkit = find_one(managed_dir(install_dir), train, platform or host())
+        plan = require_record(toolkit.path)["plan"]
+        env = applied(environment(str(toolkit.path), platform=plan["platform"], release=plan["release"],
+                                  host_windows=os.name == "nt"), os.environ)
+        if command[:1] == ["--"]:  # kept by click when options stop at TRAIN
+            command = command[1:]
+        if not command:
+            fail("give the command to run after --, e.g. cudaredist run 13.4 -- nvcc --version", 2)
+        program = command[0]
+        # a bare name is looked up on the toolkit's PATH first (nvcc is the toolkit's, not the host's)
+        import shutil
+
+        resolved = shutil.which(program, path=env.get("PATH")) if os.sep not in program else program
+        if resolved is None:
+            fail(f"{program}: command not found (with {toolkit.path} on PATH)", 127)
+        try:
+            code = subprocess.call([str(resolved), *command[1:]], env=env)
+        except OSError as exc:
+            fail(f"cannot run {program}: {exc.strerror}", 126)
+        raise typer.Exit(code)

@@ -1,0 +1,89 @@
+"""Why CUDA does not work on this machine: checks of the tree, nvcc, the host compiler, a probe
+build, the driver, the GPUs and the environment, each giving ok, warn or fail and a fix.
+
+Every check is a function over injected inputs (an environment mapping, a ``which`` over its
+PATH, a driver library and loader) returning a :class:`Check`; :func:`run` strings them
+together in the order a build meets them:
+
+    toolkit        the tree: install record, release, platform, sizes, links and exec bits
+    nvcc           bin/nvcc --version runs and reports the release the record names
+    host-compiler  the compiler nvcc will run, judged by the tree's own include/crt/host_config.h
+                   (preprocessed with that compiler), never by a version table; on MSVC whether
+                   the tree's CCCL needs /Zc:preprocessor
+    probe          a kernel and a host call compiled and linked with bin/nvcc, in a temp dir
+    driver         libcuda.so.1 / nvcuda.dll through ctypes: absent, the stub, too old, minor compat
+    gpu            devices and compute capabilities, and the -arch / CMAKE_CUDA_ARCHITECTURES value
+    environment    CUDA_PATH / CUDA_HOME / PATH naming another toolkit; what a plain `nvcc` runs
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cudaredist.doctor.checks import Check, Loader, Report, Toolkit, Which, _which
+from cudaredist.doctor.compiler import check_host_compiler, check_probe
+from cudaredist.doctor.driver import (
+    check_driver,
+    check_gpu,
+    default_driver_library,
+    nvcc_gpu_codes,
+    probe_driver,
+)
+from cudaredist.doctor.toolkit import _host_is_windows, check_environment, check_nvcc, check_toolkit
+
+
+# -- the whole run ------------------------------------------------------------------------------
+def find_toolkit(train: str) -> Path | None:
+    """The newest managed toolkit of ``train`` (this host's platform first), or None."""
+    from cudaredist.managed import find, host, install_dir
+
+    root = install_dir()
+    hits = find(root, train, host()) or find(root, train)
+    return hits[0].path if hits else None
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the checks read from the machine, injectable for tests."""
+
+    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    which: Which = _which
+    driver_library: str | None = None
+    loader: Loader = ctypes.CDLL
+    host_windows: bool = field(default_factory=_host_is_windows)
+
+
+def run(prefix: Path | None = None, *, train: str | None = None, inputs: Inputs | None = None,
+        find: Callable[[str], Path | None] = find_toolkit) -> Report:
+    """All checks in order; without a prefix or train, driver, gpu and environment only."""
+    inputs = inputs or Inputs()
+    env = inputs.env
+    checks: list[Check] = []
+    tk: Toolkit | None = None
+    release: str | None = None
+    if train is not None and prefix is None:
+        prefix = find(train)
+        if prefix is None:
+            checks.append(Check("toolkit", "fail", f"no managed toolkit for {train}: cudaredist has not "
+                                "installed one for this train (see `cudaredist list`)",
+                                f"install one: cudaredist install {train}"))
+    if prefix is not None:
+        toolkit_check, tk = check_toolkit(prefix, host_windows=inputs.host_windows)
+        checks.append(toolkit_check)
+        if tk is not None:
+            release = tk.release
+            nvcc_check, reported = check_nvcc(tk, env)
+            checks.append(nvcc_check)
+            release = release or reported
+            checks.append(check_host_compiler(tk, env, windows=tk.windows, which=inputs.which))
+            checks.append(check_probe(tk, env))
+    info = probe_driver(inputs.driver_library or default_driver_library(inputs.host_windows),
+                        loader=inputs.loader)
+    checks.append(check_driver(info, release, windows=inputs.host_windows))
+    checks.append(check_gpu(info, nvcc_gpu_codes(tk, env)))
+    checks.append(check_environment(env, tk, which=inputs.which))
+    return Report(str(prefix) if prefix is not None else None, release, tuple(checks))

@@ -1,0 +1,108 @@
+"""What every check shares: the result types, the toolkit under test, subprocess helpers."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+if sys.version_info >= (3, 11):
+    pass
+else:  # pragma: no cover
+    pass
+
+Status = Literal["ok", "warn", "fail"]
+_RANK = {"ok": 0, "warn": 1, "fail": 2}
+ORDER = ("toolkit", "nvcc", "host-compiler", "probe", "driver", "gpu", "environment")
+
+Which = Callable[[str, str | None], str | None]  # (command, PATH) -> path or None
+Loader = Callable[[str], Any]  # ctypes.CDLL
+
+# CUresult values the driver check names (cuda.h)
+CUDA_SUCCESS = 0
+CUDA_ERROR_NO_DEVICE = 100
+CUDA_ERROR_STUB_LIBRARY = 34
+_CU_ERRORS = {1: "CUDA_ERROR_INVALID_VALUE", 2: "CUDA_ERROR_OUT_OF_MEMORY",
+              3: "CUDA_ERROR_NOT_INITIALIZED", 4: "CUDA_ERROR_DEINITIALIZED",
+              34: "CUDA_ERROR_STUB_LIBRARY", 35: "CUDA_ERROR_INSUFFICIENT_DRIVER",
+              46: "CUDA_ERROR_DEVICE_UNAVAILABLE", 100: "CUDA_ERROR_NO_DEVICE",
+              101: "CUDA_ERROR_INVALID_DEVICE", 304: "CUDA_ERROR_OPERATING_SYSTEM",
+              803: "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
+              804: "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE", 999: "CUDA_ERROR_UNKNOWN"}
+_ATTR_CC_MAJOR = 75  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
+_ATTR_CC_MINOR = 76
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check's verdict: ``fix`` is what to do when the status is not ok ("" when ok)."""
+
+    name: str
+    status: Status
+    detail: str
+    fix: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return {"name": self.name, "status": self.status, "detail": self.detail, "fix": self.fix}
+
+
+@dataclass(frozen=True)
+class Report:
+    prefix: str | None
+    release: str | None
+    checks: tuple[Check, ...]
+
+    @property
+    def failed(self) -> bool:
+        return any(c.status == "fail" for c in self.checks)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"prefix": self.prefix, "release": self.release,
+                "checks": [c.to_json() for c in self.checks]}
+
+
+@dataclass(frozen=True)
+class Toolkit:
+    """What the toolkit check learned about the tree, for the checks after it."""
+
+    prefix: Path
+    release: str | None  # "13.0.2" from the record; None for a tree cudaredist did not install
+    platform: str | None
+    nvcc_version: str | None  # the record's cuda_nvcc component version ("13.0.88")
+    has_nvcc: bool
+    native: bool  # runs on this host (not a windows tree on Linux, say)
+    windows: bool  # a Windows tree
+
+    def nvcc(self) -> Path:
+        return self.prefix / "bin" / ("nvcc.exe" if self.windows else "nvcc")
+
+
+def _which(command: str, path: str | None) -> str | None:
+    return shutil.which(command, path=path)
+
+
+def _run(cmd: Sequence[str], env: Mapping[str, str], *, cwd: str | None = None,
+         timeout: float = 120) -> tuple[int, str]:
+    """(exit code, stdout + stderr); a command that cannot start gives (-1, why)."""
+    try:
+        r = subprocess.run(list(cmd), env=dict(env), cwd=cwd, capture_output=True, text=True,
+                           errors="replace", timeout=timeout)
+    except OSError as exc:
+        return -1, f"cannot run {cmd[0]}: {exc}"
+    except subprocess.TimeoutExpired:
+        return -1, f"{cmd[0]} did not finish within {timeout:.0f} s"
+    return r.returncode, (r.stdout or "") + (r.stderr or "")
+
+
+def _first_line(text: str) -> str:
+    return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+
+
+def _short(items: Sequence[str], n: int = 3) -> str:
+    return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")
+
+

@@ -1,0 +1,184 @@
+"""Checks of the tree itself: its install record, nvcc, and the environment around it."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from cudaredist.errors import CudaRedistError
+
+if sys.version_info >= (3, 11):
+    pass
+else:  # pragma: no cover
+    pass
+from cudaredist.doctor.checks import Check, Toolkit, Which, _first_line, _run, _short, _which
+
+
+# -- toolkit ------------------------------------------------------------------------------------
+def _host_is_windows() -> bool:
+    return os.name == "nt"
+
+
+def check_toolkit(prefix: Path, *, host_windows: bool | None = None) -> tuple[Check, Toolkit | None]:
+    """The tree in ``prefix``: its install record, and a quick verify (sizes, links, exec bits)."""
+    from cudaredist.record import read_record, verify
+
+    host_windows = _host_is_windows() if host_windows is None else host_windows
+    install = f"cudaredist install TRAIN --prefix {prefix}"
+    if not prefix.is_dir():
+        return Check("toolkit", "fail", f"{prefix} does not exist or is not a directory",
+                     f"install a toolkit there: {install}"), None
+    try:
+        rec = read_record(prefix)
+    except CudaRedistError as exc:
+        return Check("toolkit", "fail", str(exc), f"reinstall: {install} --force"), None
+    if rec is None:
+        windows = (prefix / "bin" / "nvcc.exe").is_file()
+        has_nvcc = windows or (prefix / "bin" / "nvcc").is_file()
+        if not has_nvcc:
+            return Check("toolkit", "fail",
+                         f"{prefix} holds no CUDA toolkit (no install record, no bin/nvcc)",
+                         f"install one: {install}"), None
+        tk = Toolkit(prefix, None, None, None, True, windows == host_windows, windows)
+        return Check("toolkit", "warn",
+                     f"{prefix} holds a toolkit that cudaredist did not install (no "
+                     ".cudaredist/record.json): its files cannot be verified",
+                     f"for a tree that can be verified and reproduced: {install}"), tk
+    plan = rec["plan"]
+    release, platform = str(plan["release"]), str(plan["platform"])
+    windows = platform.startswith("windows")
+    nvcc_version = next((str(c["version"]) for c in plan.get("components", [])
+                         if c.get("name") == "cuda_nvcc"), None)
+    names = [f["path"] for f in rec.get("files", [])]
+    has_nvcc = any(n in ("bin/nvcc", "bin/nvcc.exe") for n in names)
+    tk = Toolkit(prefix, release, platform, nvcc_version, has_nvcc, windows == host_windows, windows)
+    report = verify(prefix, fast=True)
+    # exec bits: a tree copied through a tool that drops them has an nvcc that cannot start
+    lost = [] if host_windows else [
+        f["path"] for f in rec.get("files", [])
+        if "link" not in f and int(str(f.get("mode", "0")), 8) & 0o111
+        and (prefix / f["path"]).is_file() and not os.access(prefix / f["path"], os.X_OK)]
+    what = f"CUDA {release} ({platform}, profile {plan.get('profile', '?')})"
+    reinstall = f"cudaredist install {release} --platform {platform} --prefix {prefix} --force"
+    if report.missing or report.changed:
+        problems = [f"{len(found)} {kind} ({_short(found)})"
+                    for kind, found in (("missing", report.missing), ("changed", report.changed)) if found]
+        return Check("toolkit", "fail", f"{what} in {prefix}: {'; '.join(problems)}",
+                     f"reinstall: {reinstall} (`cudaredist verify --prefix {prefix}` lists every file)"), tk
+    if lost:
+        return Check("toolkit", "fail", f"{what} in {prefix}: {len(lost)} programs lost their exec bit "
+                     f"({_short(lost)})", f"reinstall: {reinstall} (or chmod +x them)"), tk
+    extra = f", {len(report.extra)} files added by hand" if report.extra else ""
+    return Check("toolkit", "ok", f"{what} in {prefix}: {report.checked} entries, sizes, links and "
+                 f"exec bits match the install record{extra}"), tk
+
+
+# -- nvcc ---------------------------------------------------------------------------------------
+_NVCC_VERSION = re.compile(r"release (\d+\.\d+), V(\d+(?:\.\d+)+)")
+
+
+def _not_run(tk: Toolkit) -> str | None:
+    """Why the tree's programs are not run here, or None."""
+    if not tk.native:
+        return (f"not run: a {tk.platform or ('Windows' if tk.windows else 'Linux')} tree does not "
+                "run on this host (a cross-compiling tree)")
+    if not tk.has_nvcc:
+        return "not run: the tree has no nvcc (a runtime-only profile)"
+    return None
+
+
+def check_nvcc(tk: Toolkit, env: Mapping[str, str]) -> tuple[Check, str | None]:
+    """``bin/nvcc --version`` runs and reports the record's release; returns the X.Y it reports."""
+    skip = _not_run(tk)
+    if skip:
+        return Check("nvcc", "ok", skip), None
+    nvcc = tk.nvcc()
+    if not nvcc.is_file():
+        return Check("nvcc", "fail", f"{nvcc} is missing",
+                     f"reinstall the tree with the nvcc profile: cudaredist install {tk.release or 'TRAIN'} "
+                     f"--prefix {tk.prefix} --profile nvcc --force"), None
+    rc, out = _run([str(nvcc), "--version"], env, timeout=60)
+    m = _NVCC_VERSION.search(out)
+    if rc != 0 or m is None:
+        return Check("nvcc", "fail",
+                     f"{nvcc} --version failed (exit {rc}): {_first_line(out) or 'no output'}",
+                     "reinstall the tree (--force); if it still fails, the host cannot run this "
+                     "platform's binaries (check `file` on it and the C library version)"), None
+    reported, full = m.group(1), m.group(2)
+    said = f"{nvcc} reports release {reported}, V{full}"
+    if tk.release is not None:
+        want = ".".join(tk.release.split(".")[:2])
+        if reported != want or (tk.nvcc_version is not None and full != tk.nvcc_version):
+            expected = f"release {want}" + (f", V{tk.nvcc_version}" if tk.nvcc_version else "")
+            return Check("nvcc", "fail",
+                         f"{said}, but the install record names CUDA {tk.release} ({expected})",
+                         f"the tree was changed after install: reinstall with --force into {tk.prefix}"
+                         ), reported
+        said += f", as the record says (CUDA {tk.release})"
+    return Check("nvcc", "ok", said), reported
+
+
+# -- environment --------------------------------------------------------------------------------
+def _same(a: str, b: str | Path) -> bool:
+    return os.path.normcase(os.path.realpath(a)) == os.path.normcase(os.path.realpath(b))
+
+
+def _inside(path: str, root: str | Path) -> bool:
+    p = os.path.normcase(os.path.realpath(path))
+    r = os.path.normcase(os.path.realpath(root))
+    return p == r or p.startswith(r.rstrip(os.sep) + os.sep)
+
+
+def check_environment(env: Mapping[str, str], tk: Toolkit | None, *, which: Which = _which) -> Check:
+    """CUDA_PATH / CUDA_HOME / PATH against the tree (or each other), and what a plain nvcc runs."""
+    plain = which("nvcc", env.get("PATH"))
+    if plain is None:
+        runs = "a plain `nvcc` runs nothing: no nvcc on PATH"
+    else:
+        real = os.path.realpath(plain)
+        runs = f"a plain `nvcc` runs {plain}" + (f" (-> {real})" if real != os.path.abspath(plain) else "")
+    problems: list[str] = []
+    if tk is not None and not tk.native:  # a cross-compiling tree: only WINDOWS_CUDA_HOME names it
+        home = env.get("WINDOWS_CUDA_HOME")
+        if tk.windows and (not home or not _same(home, tk.prefix)):
+            return Check("environment", "warn",
+                         f"WINDOWS_CUDA_HOME is {home or 'unset'}, not this tree ({tk.prefix})",
+                         f'eval "$(cudaredist env --prefix {tk.prefix})"')
+        return Check("environment", "ok", f"WINDOWS_CUDA_HOME names this tree; {runs}")
+    if tk is not None:
+        for var in ("CUDA_PATH", "CUDA_HOME"):
+            value = env.get(var)
+            if value and not _same(value, tk.prefix):
+                problems.append(f"{var}={value} names another toolkit than {tk.prefix}")
+        if tk.has_nvcc:
+            if plain is None:
+                problems.append(f"no nvcc on PATH, so a plain `nvcc` (and CMake without CUDAToolkit_ROOT) "
+                                f"will not find {tk.nvcc()}")
+            elif not _inside(plain, tk.prefix):
+                problems.append(f"a plain `nvcc` runs {plain}, another toolkit's, not {tk.nvcc()}")
+        if problems:
+            return Check("environment", "warn", "; ".join(problems),
+                         f'put this tree first: eval "$(cudaredist env --prefix {tk.prefix})" (GitHub '
+                         f"Actions: cudaredist env --prefix {tk.prefix} --github), or unset the variables "
+                         "that name the other toolkit")
+        return Check("environment", "ok", f"CUDA_PATH/CUDA_HOME are unset or name {tk.prefix}; {runs}")
+    # no tree to compare with: the variables and PATH must at least agree with each other
+    named = {var: env[var] for var in ("CUDA_PATH", "CUDA_HOME") if env.get(var)}
+    for var, value in named.items():
+        if not os.path.isdir(value):
+            problems.append(f"{var}={value} does not exist")
+        elif plain is not None and not _inside(plain, value):
+            problems.append(f"{var}={value}, but a plain `nvcc` runs {plain}, from elsewhere")
+    if len({os.path.realpath(v) for v in named.values()}) > 1:
+        problems.append("CUDA_PATH and CUDA_HOME name different toolkits")
+    said = ", ".join(f"{k}={v}" for k, v in named.items()) or "CUDA_PATH and CUDA_HOME unset"
+    if problems:
+        return Check("environment", "warn", "; ".join(problems),
+                     'make them name one toolkit: eval "$(cudaredist env --prefix DIR)" for the tree '
+                     "you build with")
+    return Check("environment", "ok", f"{said}; {runs}")
+
+

@@ -1,0 +1,183 @@
+"""Managed toolkits: trees named by release and platform in one install directory, found by train.
+
+Layout of the install directory (``--install-dir`` > ``CUDAREDIST_INSTALL_DIR`` > the user data
+dir)::
+
+    cuda-13.4.1-linux-x86_64/      an ordinary prefix with an install record
+    cuda-13.4-linux-x86_64  ->     the train link: the newest installed 13.4.x (a junction on Windows)
+
+A managed toolkit is installed, locked, verified and uninstalled like any other prefix; this
+module only names them, finds them and keeps the train links pointing at the newest patch.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cudaredist.errors import PrefixError, ResolveError
+from cudaredist.plan import version_key
+from cudaredist.record import read_record, satisfying_record
+
+ENV_INSTALL_DIR = "CUDAREDIST_INSTALL_DIR"
+_NAME = re.compile(r"^cuda-(?P<release>\d+\.\d+\.\d+)-(?P<platform>[a-z0-9]+-[a-z0-9_]+)$")
+
+
+def install_dir(given: Path | str | None = None) -> Path:
+    """``--install-dir`` > ``CUDAREDIST_INSTALL_DIR`` > the user data dir (platformdirs)."""
+    if given:
+        return Path(os.path.abspath(os.path.expanduser(str(given))))
+    env = os.environ.get(ENV_INSTALL_DIR)
+    if env:
+        return Path(os.path.abspath(os.path.expanduser(env)))
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("cudaredist", appauthor=False)) / "toolkits"
+
+
+def toolkit_name(release: str, platform: str) -> str:
+    return f"cuda-{release}-{platform}"
+
+
+def train_link_name(release: str, platform: str) -> str:
+    return f"cuda-{'.'.join(release.split('.')[:2])}-{platform}"
+
+
+@dataclass(frozen=True)
+class Toolkit:
+    """An installed managed toolkit, read from its install record."""
+
+    path: Path
+    release: str
+    platform: str
+    profile: str
+    components: tuple[str, ...]
+    size: int
+    source: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": str(self.path), "release": self.release, "platform": self.platform,
+                "profile": self.profile, "components": list(self.components), "size": self.size,
+                "source": self.source}
+
+
+def installed(root: Path) -> list[Toolkit]:
+    """Managed toolkits in ``root``, newest release first (directories with a readable record)."""
+    found: list[Toolkit] = []
+    if not root.is_dir():
+        return found
+    for entry in sorted(root.iterdir()):
+        m = _NAME.match(entry.name)
+        if m is None or entry.is_symlink() or not entry.is_dir():
+            continue
+        try:
+            rec = read_record(entry)
+        except PrefixError:
+            continue  # a damaged record: `verify --prefix` says what is wrong
+        if rec is None:
+            continue
+        plan = rec["plan"]
+        found.append(Toolkit(entry, str(plan["release"]), str(plan["platform"]), str(plan["profile"]),
+                             tuple(c["name"] for c in plan["components"]),
+                             sum(int(f.get("size", 0)) for f in rec["files"]),
+                             str(plan.get("source", "nvidia"))))
+    found.sort(key=lambda t: (version_key(t.release), t.platform), reverse=True)
+    return found
+
+
+def matches(train: str, release: str) -> bool:
+    """``13.4`` matches 13.4.x, ``13`` matches 13.x.y, ``13.4.1`` only itself."""
+    want = version_key(train)
+    return bool(want) and version_key(release)[: len(want)] == want
+
+
+def find(root: Path, train: str, platform: str | None = None) -> list[Toolkit]:
+    """Installed toolkits of ``train`` (and ``platform`` when given), best (newest) first."""
+    return [t for t in installed(root)
+            if matches(train, t.release) and (platform is None or t.platform == platform)]
+
+
+def find_one(root: Path, train: str, platform: str | None) -> Toolkit:
+    """The best installed match (this host's platform first when none is given), or a
+    :class:`ResolveError` that says how to install one."""
+    hits = find(root, train, platform or host()) or (find(root, train) if platform is None else [])
+    if not hits:
+        on = f" for {platform}" if platform else ""
+        raise ResolveError(
+            f"no managed CUDA {train} toolkit{on} is installed in {root}; install one with "
+            f"`cudaredist install {train}`" + (f" --platform {platform}" if platform else ""),
+            requested=train, where=str(root))
+    return hits[0]
+
+
+def _point(link: Path, target_name: str) -> None:
+    """Make ``link`` point at the sibling ``target_name``, replacing what is there atomically."""
+    tmp = link.parent / f".{link.name}.{uuid.uuid4().hex[:8]}.tmp"
+    if os.name == "nt":  # a junction needs no privilege, unlike a symlink
+        if os.path.lexists(link):
+            os.rmdir(link)  # removes the junction, never its target's contents
+        subprocess.run(["cmd", "/c", "mklink", "/J", str(link), str(link.parent / target_name)],
+                       check=True, capture_output=True)
+        return
+    os.symlink(target_name, tmp, target_is_directory=True)
+    try:
+        os.replace(tmp, link)
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+
+
+def update_train_links(root: Path) -> list[tuple[str, str]]:
+    """Point every ``cuda-X.Y-<platform>`` link at the newest installed X.Y.z; drop links whose train
+    has none left. Returns the (link, target) pairs now in place."""
+    best: dict[str, str] = {}
+    for t in installed(root):  # newest first
+        best.setdefault(train_link_name(t.release, t.platform), t.path.name)
+    for link_name, target in best.items():
+        link = root / link_name
+        if os.path.islink(link) and os.readlink(link) == target:
+            continue
+        if os.path.lexists(link) and not os.path.islink(link) and os.name != "nt":
+            raise PrefixError(f"{link} exists and is not a link cudaredist made; move it away",
+                              prefix=str(link))
+        _point(link, target)
+    for link in _links(root):
+        if link.name not in best:
+            link.unlink()
+    return sorted(best.items())
+
+
+def _links(root: Path) -> Iterator[Path]:
+    if not root.is_dir():
+        return
+    for entry in root.iterdir():
+        if entry.is_symlink() and re.match(r"^cuda-\d+\.\d+-", entry.name) and not _NAME.match(entry.name):
+            yield entry
+
+
+def satisfied_toolkit(root: Path, *, train: str, platform: str, profile: str | None,
+                      components: Sequence[str], source: str) -> tuple[dict[str, Any] | None, Path | None]:
+    """(record, path) of an installed managed toolkit that already answers this request, else
+    (None, None): no network is needed for it."""
+    for t in find(root, train, platform):
+        rec = satisfying_record(t.path, train=train, platform=platform, profile=profile,
+                                components=components, source=source)
+        if rec is not None:
+            return rec, t.path
+    return None, None
+
+
+def host() -> str | None:
+    from cudaredist.errors import CudaRedistError
+    from cudaredist.profiles import host_platform
+
+    try:
+        return host_platform()
+    except CudaRedistError:
+        return None

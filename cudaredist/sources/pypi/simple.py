@@ -1,0 +1,94 @@
+"""Package index pages: the Simple API in its JSON (PEP 691) and HTML (PEP 503) forms (pure)."""
+
+from __future__ import annotations
+
+import html.parser
+import json
+import posixpath
+from dataclasses import dataclass
+from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
+
+from cudaredist.errors import ManifestError
+
+
+@dataclass(frozen=True)
+class IndexFile:
+    filename: str
+    url: str
+    sha256: str
+    size: int | None = None
+    upload_time: str = ""
+    yanked: bool = False
+
+
+def _file_url(page_url: str, href: str) -> tuple[str, str]:
+    """Absolute URL without fragment, and the fragment (``sha256=...``)."""
+    parts = urlsplit(urljoin(page_url, href))
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, parts.query, "")), parts.fragment
+
+
+def parse_simple_json(data: bytes, page_url: str) -> list[IndexFile]:
+    try:
+        files = json.loads(data)["files"]
+        if not isinstance(files, list):
+            raise TypeError("'files' is not a list")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ManifestError(f"{page_url} is not a PEP 691 project page: {exc}", source=page_url) from exc
+    out: list[IndexFile] = []
+    for f in files:
+        if not isinstance(f, dict) or not isinstance(f.get("filename"), str):
+            continue
+        url, _frag = _file_url(page_url, str(f.get("url", "")))
+        hashes = f.get("hashes")
+        hashes = hashes if isinstance(hashes, dict) else {}
+        size = f.get("size")
+        out.append(IndexFile(f["filename"], url, str(hashes.get("sha256", "")).lower(),
+                             size if isinstance(size, int) and not isinstance(size, bool) else None,
+                             str(f.get("upload-time") or ""), bool(f.get("yanked"))))
+    return out
+
+
+class _Anchors(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[tuple[dict[str, str | None], str]] = []
+        self._current: dict[str, str | None] | None = None
+        self._text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            self._current, self._text = dict(attrs), []
+
+    def handle_data(self, data: str) -> None:
+        if self._current is not None:
+            self._text.append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "a" and self._current is not None:
+            self.found.append((self._current, "".join(self._text).strip()))
+            self._current = None
+
+
+def parse_simple_html(data: bytes, page_url: str) -> list[IndexFile]:
+    parser = _Anchors()
+    parser.feed(data.decode("utf-8", "replace"))
+    out: list[IndexFile] = []
+    for attrs, text in parser.found:
+        href = attrs.get("href")
+        if not href:
+            continue
+        url, frag = _file_url(page_url, href)
+        name = text or unquote(posixpath.basename(urlsplit(url).path))
+        algo, _, digest = frag.partition("=")
+        out.append(IndexFile(name, url, digest.lower() if algo == "sha256" else "",
+                             yanked="data-yanked" in attrs))
+    return out
+
+
+def parse_simple_page(data: bytes, page_url: str) -> list[IndexFile]:
+    """Either form: servers answer JSON when they speak PEP 691, HTML otherwise."""
+    if data.lstrip()[:1] == b"{":
+        return parse_simple_json(data, page_url)
+    return parse_simple_html(data, page_url)
+
+

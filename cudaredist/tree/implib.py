@@ -1,0 +1,347 @@
+"""GNU import libraries for a Windows tree, built from the DLLs' export tables.
+
+MinGW's GNU ld cannot link 13.x ``lib/x64/cudart.lib``: it is no pure import library but
+MSVC objects built with control-flow guard and /GS (``undefined reference to
+__guard_dispatch_icall_fptr``, ``__GSHandlerCheck``). So for each runtime DLL that has a
+matching MSVC library (``bin/x64/cudart64_13.dll`` <-> ``lib/x64/cudart.lib``) the tree
+gets ``lib/x64/libcudart.dll.a``. GNU ld looks for ``libNAME.dll.a`` before ``NAME.lib`` in
+each ``-L`` directory, so ``-lcudart`` takes it; MSVC never looks at it.
+
+The library is what Microsoft's ``lib.exe`` and llvm-dlltool write (the PE/COFF
+specification's "import library" format): an ``ar`` archive with a symbol table, one
+*short import object* per export (an ``IMPORT_OBJECT_HEADER`` and two names; the linker
+synthesises the thunk and the import table entries), and three small COFF objects that
+make the DLL's import directory entry: ``__IMPORT_DESCRIPTOR_<dll>`` (its ``.idata$2``
+entry and name), ``__NULL_IMPORT_DESCRIPTOR`` (the directory's terminator) and
+``<0x7f><dll>_NULL_THUNK_DATA`` (the terminators of its lookup and address tables).
+
+Exports: every named export is imported by name. One whose address lies in a section
+that is not executable is *data*: its object defines only ``__imp_NAME`` (the address
+of the import table slot), as MSVC's and GNU's import libraries do, so C code reaches it
+through ``__declspec(dllimport)``. A forwarded export (``NTDLL.RtlFoo``) is imported as
+code from this DLL; the loader follows the forward. Exports by ordinal only have no name
+to link against and are left out.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from cudaredist.errors import ImportLibraryError
+from cudaredist.tree.extract import Tree
+
+# COFF machine types (PE/COFF specification, "Machine Types")
+MACHINE_I386 = 0x14C
+MACHINE_AMD64 = 0x8664
+MACHINE_ARM64 = 0xAA64
+# relocation type "32-bit address relative to the image base" (an RVA), per machine
+_ADDR32NB = {MACHINE_AMD64: 0x3, MACHINE_ARM64: 0x2, MACHINE_I386: 0x7}
+
+_SCN_MEM_EXECUTE = 0x20000000
+_IMPORT_CODE, _IMPORT_DATA = 0, 1
+_IMPORT_NAME = 1  # import by the name as given (no prefix or decoration stripped)
+
+# The DLL file name is the library name plus a bitness and version tail:
+# cudart64_13.dll -> cudart, nvrtc64_130_0.dll -> nvrtc, nvJitLink_130_0.dll -> nvJitLink.
+_DLL_TAIL = re.compile(r"(?:32|64)?(?:_\d+)*$")
+
+
+@dataclass(frozen=True)
+class Export:
+    name: str
+    ordinal: int
+    data: bool = False       # the address lies in a non-executable section
+    forward: str = ""        # "OTHERDLL.Name" for a forwarded export
+
+
+@dataclass(frozen=True)
+class DllExports:
+    dll: str                 # the DLL's own name from its export directory, e.g. "cudart64_13.dll"
+    machine: int
+    exports: tuple[Export, ...]
+
+
+# -- reading a PE DLL ----------------------------------------------------------------------------
+def read_exports(data: bytes, *, where: str = "the DLL") -> DllExports:
+    """The named exports of a PE image (PE32 or PE32+)."""
+    try:
+        return _read_exports(data, where)
+    except (struct.error, IndexError, UnicodeDecodeError) as exc:
+        raise ImportLibraryError(f"{where} is not a well-formed PE DLL ({exc}); cannot read its "
+                                 "export table", dll=where) from exc
+
+
+def _read_exports(data: bytes, where: str) -> DllExports:
+    def bad(what: str) -> ImportLibraryError:
+        return ImportLibraryError(f"{where} is not a well-formed PE DLL: {what}", dll=where)
+
+    if data[:2] != b"MZ":
+        raise bad("no MZ header")
+    pe = struct.unpack_from("<I", data, 0x3C)[0]
+    if data[pe:pe + 4] != b"PE\0\0":
+        raise bad("no PE signature")
+    machine, nsections, _t, _p, _n, opt_size, _c = struct.unpack_from("<HHIIIHH", data, pe + 4)
+    opt = pe + 24
+    magic = struct.unpack_from("<H", data, opt)[0]
+    if magic == 0x10B:
+        dirs = opt + 96
+    elif magic == 0x20B:
+        dirs = opt + 112
+    else:
+        raise bad(f"unknown optional header magic {magic:#x}")
+    ndirs = struct.unpack_from("<I", data, dirs - 4)[0]
+    sections: list[tuple[int, int, int, int, int]] = []  # (rva, virtual size, raw offset, raw size, flags)
+    table = opt + opt_size
+    for i in range(nsections):
+        vsize, rva, rsize, roff = struct.unpack_from("<IIII", data, table + 40 * i + 8)
+        flags = struct.unpack_from("<I", data, table + 40 * i + 36)[0]
+        sections.append((rva, max(vsize, rsize), roff, rsize, flags))
+
+    def section_of(rva: int) -> tuple[int, int, int, int, int]:
+        for s in sections:
+            if s[0] <= rva < s[0] + s[1]:
+                return s
+        raise bad(f"RVA {rva:#x} lies in no section")
+
+    def at(rva: int) -> int:
+        s = section_of(rva)
+        if rva - s[0] >= s[3]:
+            raise bad(f"RVA {rva:#x} has no file data")
+        return s[2] + rva - s[0]
+
+    def cstr(rva: int) -> str:
+        off = at(rva)
+        end = data.index(b"\0", off)
+        return data[off:end].decode("ascii")
+
+    if ndirs < 1:
+        raise bad("no data directories")
+    exp_rva, exp_size = struct.unpack_from("<II", data, dirs)
+    if exp_rva == 0 or exp_size == 0:
+        raise ImportLibraryError(f"{where} exports nothing (it has no export table)", dll=where)
+    e = at(exp_rva)
+    (name_rva, base, nfuncs, nnames, funcs_rva, names_rva,
+     ords_rva) = struct.unpack_from("<12xIIIIIII", data, e)
+    funcs = struct.unpack_from(f"<{nfuncs}I", data, at(funcs_rva)) if nfuncs else ()
+    names = struct.unpack_from(f"<{nnames}I", data, at(names_rva)) if nnames else ()
+    ords = struct.unpack_from(f"<{nnames}H", data, at(ords_rva)) if nnames else ()
+    exports: list[Export] = []
+    for name_ptr, index in zip(names, ords, strict=True):
+        if index >= nfuncs:
+            raise bad(f"export ordinal index {index} beyond its {nfuncs} addresses")
+        target = funcs[index]
+        name = cstr(name_ptr)
+        if exp_rva <= target < exp_rva + exp_size:
+            exports.append(Export(name, base + index, forward=cstr(target)))
+        else:
+            exports.append(Export(name, base + index, data=not section_of(target)[4] & _SCN_MEM_EXECUTE))
+    return DllExports(cstr(name_rva), machine, tuple(sorted(exports, key=lambda x: x.name)))
+
+
+# -- writing the import library --------------------------------------------------------------------
+def _section(name: bytes, size: int, offset: int, nrelocs: int, reloc_off: int, flags: int) -> bytes:
+    return struct.pack("<8sIIIIIIHHI", name, 0, 0, size, offset if size else 0,
+                       reloc_off if nrelocs else 0, 0, nrelocs, 0, flags)
+
+
+def _symbol(name: bytes, strtab: bytearray, value: int, section: int, storage: int) -> bytes:
+    if len(name) <= 8:
+        raw = name.ljust(8, b"\0")
+    else:
+        raw = struct.pack("<II", 0, 4 + len(strtab))
+        strtab += name + b"\0"
+    return raw + struct.pack("<IhHBB", value, section, 0, storage, 0)
+
+
+_SYM_EXTERNAL, _SYM_STATIC, _SYM_SECTION = 2, 3, 0x68
+_DATA_RW = 0x00000040 | 0x40000000 | 0x80000000  # initialized data, readable, writable
+_ALIGN_2, _ALIGN_4, _ALIGN_8 = 0x00200000, 0x00300000, 0x00400000
+
+
+def _coff(machine: int, sections: Sequence[tuple[bytes, bytes, Sequence[tuple[int, int]], int]],
+          symbols: Sequence[tuple[bytes, int, int, int]]) -> bytes:
+    """A COFF object: sections (name, data, relocations (offset, symbol index), flags) and
+    symbols (name, value, section number, storage class)."""
+    header_size = 20 + 40 * len(sections)
+    body = bytearray()
+    headers = bytearray()
+    reloc_type = _ADDR32NB[machine]
+    for name, content, relocs, flags in sections:
+        offset = header_size + len(body)
+        body += content
+        reloc_off = header_size + len(body)
+        for r_off, r_sym in relocs:
+            body += struct.pack("<IIH", r_off, r_sym, reloc_type)
+        headers += _section(name, len(content), offset, len(relocs), reloc_off, flags)
+    strtab = bytearray()
+    symtab = b"".join(_symbol(n, strtab, v, s, c) for n, v, s, c in symbols)
+    characteristics = 0x0100 if machine == MACHINE_I386 else 0  # IMAGE_FILE_32BIT_MACHINE
+    head = struct.pack("<HHIIIHH", machine, len(sections), 0, header_size + len(body), len(symbols),
+                       0, characteristics)
+    return head + bytes(headers) + bytes(body) + symtab + struct.pack("<I", 4 + len(strtab)) + bytes(strtab)
+
+
+def _import_descriptor(dll: str, stem: str, machine: int) -> bytes:
+    name = dll.encode("ascii") + b"\0"
+    name += b"\0" * (len(name) & 1)
+    return _coff(machine, [
+        # the import directory entry: lookup table RVA, stamp, forwarder chain, name RVA, IAT RVA
+        (b".idata$2", bytes(20), [(12, 2), (0, 3), (16, 4)], _ALIGN_4 | _DATA_RW),
+        (b".idata$6", name, [], _ALIGN_2 | _DATA_RW),
+    ], [
+        (b"__IMPORT_DESCRIPTOR_" + stem.encode(), 0, 1, _SYM_EXTERNAL),
+        (b".idata$2", 0xC0000040, 1, _SYM_SECTION),
+        (b".idata$6", 0, 2, _SYM_STATIC),
+        (b".idata$4", 0xC0000040, 0, _SYM_SECTION),
+        (b".idata$5", 0xC0000040, 0, _SYM_SECTION),
+        (b"__NULL_IMPORT_DESCRIPTOR", 0, 0, _SYM_EXTERNAL),
+        (b"\x7f" + stem.encode() + b"_NULL_THUNK_DATA", 0, 0, _SYM_EXTERNAL),
+    ])
+
+
+def _null_import_descriptor(machine: int) -> bytes:
+    return _coff(machine, [(b".idata$3", bytes(20), [], _ALIGN_4 | _DATA_RW)],
+                 [(b"__NULL_IMPORT_DESCRIPTOR", 0, 1, _SYM_EXTERNAL)])
+
+
+def _null_thunk(stem: str, machine: int) -> bytes:
+    width = 4 if machine == MACHINE_I386 else 8
+    align = _ALIGN_4 if width == 4 else _ALIGN_8
+    return _coff(machine, [(b".idata$5", bytes(width), [], align | _DATA_RW),
+                           (b".idata$4", bytes(width), [], align | _DATA_RW)],
+                 [(b"\x7f" + stem.encode() + b"_NULL_THUNK_DATA", 0, 1, _SYM_EXTERNAL)])
+
+
+def _short_import(dll: str, machine: int, exp: Export) -> bytes:
+    names = exp.name.encode("ascii") + b"\0" + dll.encode("ascii") + b"\0"
+    kind = _IMPORT_DATA if exp.data else _IMPORT_CODE
+    # the hint is where the loader looks first in the export name table: its ordinal index
+    return struct.pack("<HHHHIIHH", 0, 0xFFFF, 0, machine, 0, len(names), 0,
+                       kind | (_IMPORT_NAME << 2)) + names
+
+
+def _ar(members: Sequence[tuple[str, bytes, Sequence[bytes]]]) -> bytes:
+    """A GNU-style ar archive with a first linker member ("/") indexing every member's symbols."""
+    longnames = bytearray()
+    headers: list[bytes] = []
+    for name, _data, _syms in members:
+        if len(name) < 16:
+            headers.append(f"{name}/".encode())
+        else:
+            headers.append(f"/{len(longnames)}".encode())
+            longnames += name.encode() + b"/\n"
+
+    def header(name: bytes, size: int) -> bytes:
+        # timestamp, owner, group 0 and mode 644: the same DLL always gives the same bytes
+        return b"%-16s%-12d%-6d%-6d%-8s%-10d`\n" % (name, 0, 0, 0, b"644", size)
+
+    def padded(b: bytes) -> bytes:
+        return b + b"\n" * (len(b) & 1)
+
+    nsyms = sum(len(syms) for _n, _d, syms in members)
+    strings = b"".join(s + b"\0" for _n, _d, syms in members for s in syms)
+    symtab_size = 4 + 4 * nsyms + len(strings)
+    offset = 8 + 60 + len(padded(bytes(symtab_size)))
+    if longnames:
+        offset += 60 + len(padded(bytes(longnames)))
+    offsets: list[int] = []
+    for (_name, data, syms) in members:
+        offsets += [offset] * len(syms)
+        offset += 60 + len(padded(data))
+    out = io.BytesIO()
+    out.write(b"!<arch>\n")
+    out.write(header(b"/", symtab_size))
+    out.write(padded(struct.pack(f">I{nsyms}I", nsyms, *offsets) + strings))
+    if longnames:
+        out.write(header(b"//", len(longnames)) + padded(bytes(longnames)))
+    for hdr, (_name, data, _syms) in zip(headers, members, strict=True):
+        out.write(header(hdr, len(data)) + padded(data))
+    return out.getvalue()
+
+
+def import_library(info: DllExports) -> bytes:
+    """The bytes of an import library for ``info`` (deterministic)."""
+    dll = info.dll
+    if info.machine not in _ADDR32NB:
+        raise ImportLibraryError(f"{dll}: machine type {info.machine:#x} is not one an import library "
+                                 "can be written for (x86, x64, arm64)", dll=dll)
+    stem = dll.rsplit(".", 1)[0] if "." in dll else dll
+    thunk = b"\x7f" + stem.encode() + b"_NULL_THUNK_DATA"
+    members: list[tuple[str, bytes, Sequence[bytes]]] = [
+        (dll, _import_descriptor(dll, stem, info.machine), [b"__IMPORT_DESCRIPTOR_" + stem.encode()]),
+        (dll, _null_import_descriptor(info.machine), [b"__NULL_IMPORT_DESCRIPTOR"]),
+        (dll, _null_thunk(stem, info.machine), [thunk]),
+    ]
+    for exp in info.exports:
+        syms = [b"__imp_" + exp.name.encode()] + ([] if exp.data else [exp.name.encode()])
+        members.append((dll, _short_import(dll, info.machine, exp), syms))
+    return _ar(members)
+
+
+# -- the tree ----------------------------------------------------------------------------------------
+def library_name(dll_file: str) -> str:
+    """The MSVC library name a runtime DLL belongs to: cudart64_13.dll -> cudart."""
+    return _DLL_TAIL.sub("", dll_file.rsplit(".", 1)[0])
+
+
+@dataclass(frozen=True)
+class Pair:
+    dll: str        # tree path of the DLL, e.g. bin/x64/cudart64_13.dll
+    lib: str        # tree path of its MSVC library, e.g. lib/x64/cudart.lib
+    implib: str     # tree path to write, e.g. lib/x64/libcudart.dll.a
+    name: str       # what -l names, e.g. cudart
+
+
+def pairs(root: Path) -> list[Pair]:
+    """Each DLL in ``bin/<arch>/`` (or ``bin/``, as 12.x lays them out) whose library name has
+    ``lib/<arch>/NAME.lib`` and no ``libNAME.dll.a`` yet. A name two DLLs claim is left out."""
+    out: list[Pair] = []
+    lib_root = root / "lib"
+    if not lib_root.is_dir():
+        return out
+    for lib_dir in sorted(p for p in lib_root.iterdir() if p.is_dir() and not p.is_symlink()):
+        libs = {p.name[:-4].lower(): p.name for p in lib_dir.iterdir() if p.name.lower().endswith(".lib")}
+        claims: dict[str, list[str]] = {}
+        for bin_dir in (root / "bin" / lib_dir.name, root / "bin"):
+            if not bin_dir.is_dir():
+                continue
+            for dll in sorted(bin_dir.iterdir()):
+                if dll.name.lower().endswith(".dll") and dll.is_file() and not dll.is_symlink():
+                    key = library_name(dll.name).lower()
+                    if key in libs:
+                        claims.setdefault(key, []).append(dll.relative_to(root).as_posix())
+            if claims:
+                break  # bin/<arch> holds this arch's DLLs; bin/ is only where there is no bin/<arch>
+        for key, dlls in sorted(claims.items()):
+            name = libs[key][:-4]
+            implib = lib_dir / f"lib{name}.dll.a"
+            if len(dlls) == 1 and not os.path.lexists(implib):
+                out.append(Pair(dlls[0], (lib_dir / libs[key]).relative_to(root).as_posix(),
+                                implib.relative_to(root).as_posix(), name))
+    return out
+
+
+def add_import_libraries(tree: Tree, warn: Callable[[str], object] = lambda _msg: None) -> list[str]:
+    """Write a GNU import library beside each runtime DLL's MSVC library, through ``tree`` (so
+    the install record hashes it); returns the tree paths written.
+
+    A DLL whose export table cannot be read gets none (``warn`` says so): MSVC users, who
+    never look at these files, should not lose their install over it."""
+    written: list[str] = []
+    for pair in pairs(tree.root):
+        try:
+            lib = import_library(read_exports((tree.root / pair.dll).read_bytes(), where=pair.dll))
+        except ImportLibraryError as exc:
+            warn(f"{exc}; {pair.implib} not written (MinGW cannot link -l{pair.name}; MSVC is "
+                 "unaffected)")
+            continue
+        component = tree.component_of(pair.dll) or "cudaredist"
+        tree.add_file(pair.implib, io.BytesIO(lib), 0o644, component, f"generated from {pair.dll}")
+        written.append(pair.implib)
+    return written

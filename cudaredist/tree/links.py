@@ -1,0 +1,127 @@
+"""Putting a file of the unpacked cache into a tree: clone (copy-on-write), hard link, or copy.
+
+``clone``    a reflink: FICLONE on Linux (btrfs, XFS, bcachefs, overlayfs on them), clonefile(2) on
+             macOS (APFS). The two files share blocks until one is written: editing a file in the
+             prefix never touches the cache. Where the filesystem cannot, a copy.
+``hardlink`` one inode for the cache entry and every prefix made from it: the fastest, and the
+             least disk, but editing a file in place in the prefix (``patchelf``, ``strip``) edits
+             the cache entry and every other prefix linked to it. Falls back to a copy across
+             filesystems.
+``copy``     an independent copy through the kernel's fast paths (copy_file_range, sendfile).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+from pathlib import Path
+
+from cudaredist.errors import UsageError
+
+ENV_LINK_MODE = "CUDAREDIST_LINK_MODE"
+LINK_MODES = ("clone", "hardlink", "copy")
+DEFAULT_LINK_MODE = "clone"
+_FICLONE = 0x40049409  # _IOW(0x94, 9, int)
+# errors meaning "this filesystem (pair) cannot do that": fall back, never fail
+_UNSUPPORTED = {errno.EXDEV, errno.EOPNOTSUPP, errno.ENOTTY, errno.EINVAL, errno.ENOSYS, errno.EPERM,
+                errno.EMLINK, getattr(errno, "ENOTSUP", errno.EOPNOTSUPP)}
+
+
+def link_mode(given: str | None = None) -> str:
+    """``--link-mode`` > ``CUDAREDIST_LINK_MODE`` > clone."""
+    value = (given or os.environ.get(ENV_LINK_MODE) or DEFAULT_LINK_MODE).strip().lower()
+    if value not in LINK_MODES:
+        raise UsageError(f"unknown link mode {value!r}: use one of {', '.join(LINK_MODES)}")
+    return value
+
+
+def place(src: Path, dest: Path, mode: str, perm: int) -> str:
+    """Create ``dest`` (which must not exist) with ``src``'s bytes; returns how: clone|hardlink|copy.
+
+    ``perm`` is applied to clones and copies; a hard link shares the cache file's own mode, which
+    the unpacked cache keeps equal to the recorded one."""
+    if mode == "hardlink":
+        try:
+            os.link(src, dest)
+            return "hardlink"
+        except OSError as exc:
+            if exc.errno not in _UNSUPPORTED:
+                raise
+    if mode == "clone" and _clone(src, dest):
+        os.chmod(dest, perm)
+        return "clone"
+    _copy(src, dest)
+    os.chmod(dest, perm)
+    return "copy"
+
+
+def _clone(src: Path, dest: Path) -> bool:
+    if sys.platform == "darwin":
+        return _clonefile(src, dest)
+    if not sys.platform.startswith("linux"):
+        return False
+    import fcntl
+
+    fd_in = os.open(src, os.O_RDONLY)
+    try:
+        fd_out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            fcntl.ioctl(fd_out, _FICLONE, fd_in)
+            return True
+        except OSError as exc:
+            if exc.errno not in _UNSUPPORTED and exc.errno != errno.EBADF:
+                raise
+        finally:
+            os.close(fd_out)
+        os.unlink(dest)  # the copy starts from nothing
+        return False
+    finally:
+        os.close(fd_in)
+
+
+def _clonefile(src: Path, dest: Path) -> bool:  # pragma: no cover - macOS only
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.clonefile(os.fsencode(src), os.fsencode(dest), 0) == 0:
+        return True
+    if ctypes.get_errno() in _UNSUPPORTED:
+        return False
+    err = ctypes.get_errno()
+    raise OSError(err, os.strerror(err), str(dest))
+
+
+def _copy(src: Path, dest: Path) -> None:
+    """A whole-file copy in the kernel where it can (copy_file_range, then sendfile), else 1 MiB reads."""
+    with open(src, "rb") as fin, open(dest, "xb") as fout:
+        fi, fo = fin.fileno(), fout.fileno()
+        left = os.fstat(fi).st_size
+        kernel = [f for f in (_copy_file_range, _sendfile) if f is not None]
+        while left > 0 and kernel:
+            try:
+                n = kernel[0](fi, fo, left)
+            except OSError as exc:
+                if exc.errno not in _UNSUPPORTED:
+                    raise  # ENOSPC, EIO: the caller reports it
+                kernel.pop(0)  # this path cannot: the next one goes on from the same offsets
+                continue
+            if n == 0:
+                break
+            left -= n
+        if left > 0:
+            os.lseek(fi, os.lseek(fo, 0, os.SEEK_CUR), os.SEEK_SET)
+            while chunk := fin.read(1 << 20):
+                fout.write(chunk)
+
+
+def _copy_file_range_impl(fi: int, fo: int, count: int) -> int:
+    return os.copy_file_range(fi, fo, count)
+
+
+def _sendfile_impl(fi: int, fo: int, count: int) -> int:
+    return os.sendfile(fo, fi, None, count)
+
+
+_copy_file_range = _copy_file_range_impl if hasattr(os, "copy_file_range") else None
+_sendfile = _sendfile_impl if hasattr(os, "sendfile") and sys.platform.startswith("linux") else None

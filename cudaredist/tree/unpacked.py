@@ -1,0 +1,190 @@
+"""The unpacked cache: each verified archive extracted once, then cloned, linked or copied into trees.
+
+Layout under the cache root, beside ``archives/``::
+
+    unpacked/<key>/files.json    the entry's record: archive sha256, component, layout, every
+                                 file (path, size, sha256, mode, link) and directory
+    unpacked/<key>/tree/         the archive's members at their tree paths, with the modes the
+                                 record gives (a hard-linked prefix shares them)
+
+``<key>`` is the sha256 of the archive's sha256, the layout that maps its members (with the
+component, version and platform it depends on) and :data:`UNPACKED_VERSION`, so a change of the
+mapping rules never reuses an entry made under the old ones. An entry is extracted through the
+same safe extraction as a tree (:mod:`cudaredist.tree.extract`) into a temporary directory and
+renamed into place with ``files.json`` last written; a directory without it is not an entry.
+Before an entry is used, every file's size, mode and mtime are compared with what was recorded
+when it was made (a stat, no read): one edited through a hard link, or damaged on disk, drops
+the entry and the archive is extracted again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import stat
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cudaredist.plan import PlannedArchive
+from cudaredist.tree.extract import FileRecord, Tree
+
+UNPACKED_VERSION = 1
+RECORD = "files.json"
+
+
+@dataclass(frozen=True)
+class UnpackedEntry:
+    key: str
+    path: Path
+    records: tuple[FileRecord, ...]
+    dirs: tuple[str, ...]
+    size: int
+    archive_sha256: str
+    name: str
+    last_used: float
+
+    @property
+    def tree(self) -> Path:
+        return self.path / "tree"
+
+
+def entry_key(item: PlannedArchive, platform: str) -> str:
+    body = "\n".join((str(UNPACKED_VERSION), item.archive.sha256, item.layout, item.component,
+                      item.version, platform, item.archive.filename))
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def _stamp(st: os.stat_result) -> list[int]:
+    return [st.st_size, stat.S_IMODE(st.st_mode), st.st_mtime_ns]
+
+
+class UnpackedCache:
+    def __init__(self, root: Path) -> None:
+        self.root = root / "unpacked"
+
+    def _dir(self, key: str) -> Path:
+        return self.root / key
+
+    def lookup(self, item: PlannedArchive, platform: str) -> UnpackedEntry | None:
+        """The entry of ``item`` if it is complete and unchanged since it was made, else None
+        (a changed one is removed)."""
+        key = entry_key(item, platform)
+        entry = self._read(key)
+        if entry is None:
+            return None
+        if not self._unchanged(entry):
+            self.evict(key)
+            return None
+        with contextlib.suppress(OSError):
+            os.utime(entry.path / RECORD)  # last used, for prune
+        return entry
+
+    def _read(self, key: str) -> UnpackedEntry | None:
+        d = self._dir(key)
+        try:
+            raw = json.loads((d / RECORD).read_text("utf-8"))
+            records = tuple(FileRecord(f["path"], int(f["size"]), f["sha256"], int(f["mode"]),
+                                       f.get("link", ""), f.get("component", "")) for f in raw["files"])
+            return UnpackedEntry(key, d, records, tuple(raw.get("dirs", [])), int(raw["size"]),
+                                 str(raw["archive_sha256"]), str(raw.get("name", "")),
+                                 (d / RECORD).stat().st_mtime)
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def _unchanged(self, entry: UnpackedEntry) -> bool:
+        try:
+            raw = json.loads((entry.path / RECORD).read_text("utf-8"))
+            stamps: dict[str, list[int]] = raw["stamps"]
+            for rec in entry.records:
+                if rec.link:
+                    if os.readlink(entry.tree / rec.path) != rec.link:
+                        return False
+                elif _stamp(os.stat(entry.tree / rec.path)) != stamps[rec.path]:
+                    return False
+        except (OSError, ValueError, KeyError):
+            return False
+        return True
+
+    def build(self, item: PlannedArchive, platform: str, fill: Any) -> UnpackedEntry:
+        """Make the entry of ``item``: ``fill(tree)`` extracts the archive into a fresh
+        :class:`Tree`; the result is renamed into place once complete. Idempotent across
+        processes: the first complete entry wins, a later one is discarded."""
+        key = entry_key(item, platform)
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.root / f".tmp-{key[:16]}-{uuid.uuid4().hex[:8]}"
+        (tmp / "tree").mkdir(parents=True)
+        try:
+            tree = Tree(tmp / "tree")
+            fill(tree)
+            records = tree.finish()
+            dirs = sorted(str(p.relative_to(tmp / "tree").as_posix())
+                          for p in (tmp / "tree").rglob("*") if p.is_dir() and not p.is_symlink())
+            stamps = {r.path: _stamp(os.stat(tmp / "tree" / r.path)) for r in records if not r.link}
+            body = {"version": UNPACKED_VERSION, "key": key, "archive_sha256": item.archive.sha256,
+                    "name": item.archive.filename, "component": item.component, "layout": item.layout,
+                    "platform": platform, "size": sum(r.size for r in records),
+                    "files": [{"path": r.path, "size": r.size, "sha256": r.sha256, "mode": r.mode,
+                               **({"link": r.link} if r.link else {})} for r in records],
+                    "dirs": dirs, "stamps": stamps}
+            (tmp / RECORD).write_text(json.dumps(body), "utf-8")
+            try:
+                os.rename(tmp, self._dir(key))
+            except OSError:
+                if self._read(key) is None:  # not a finished entry in the way: a real failure
+                    raise
+        finally:
+            if tmp.exists():
+                _remove(tmp)
+        entry = self._read(key)
+        assert entry is not None
+        return entry
+
+    def evict(self, key: str) -> None:
+        d = self._dir(key)
+        if d.exists():
+            gone = self.root / f".gone-{key[:16]}-{uuid.uuid4().hex[:8]}"
+            with contextlib.suppress(OSError):
+                os.rename(d, gone)  # atomically not an entry any more, then removed at leisure
+                _remove(gone)
+
+    def entries(self) -> list[UnpackedEntry]:
+        found = []
+        if self.root.is_dir():
+            for d in sorted(self.root.iterdir()):
+                if not d.name.startswith("."):
+                    entry = self._read(d.name)
+                    if entry is not None:
+                        found.append(entry)
+        return found
+
+    def leftovers(self) -> Iterator[Path]:
+        """Temporary directories of builds that did not finish (a killed run)."""
+        if self.root.is_dir():
+            yield from (d for d in self.root.iterdir() if d.name.startswith((".tmp-", ".gone-")))
+
+
+def materialize(entry: UnpackedEntry, tree: Tree, *, how: str, component: str, archive: str) -> None:
+    """Put every directory, file and link of ``entry`` into ``tree`` (claims and conflicts as usual)."""
+    for d in entry.dirs:
+        tree.add_dir(d, component, archive)
+    for rec in entry.records:
+        tree.add_placed(rec, entry.tree / rec.path, how, component, archive)
+
+
+def _remove(path: Path) -> None:
+    def writable(func: Any, p: str, _exc: Any) -> None:
+        with contextlib.suppress(OSError):
+            os.chmod(os.path.dirname(p), stat.S_IRWXU)
+            func(p)
+
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(path, onexc=writable)
+    else:
+        shutil.rmtree(path, onerror=writable)

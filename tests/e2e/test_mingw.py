@@ -1,0 +1,157 @@
+"""Cross-compiling for Windows on Linux, proven: the Windows ``runtime`` tree of a release (NVIDIA's
+binaries from PyPI), ``WINDOWS_CUDA_HOME`` from ``cudaredist env``, MinGW-w64's g++ with
+``-lcudart -lcuda``, and the programs run under Wine.
+
+There is no GPU driver under Wine, so the answers are the driver-less ones: cudart returns
+cudaErrorInsufficientDriver (35; 13.0's cudart says cudaErrorNotSupported, 801) and cuInit a
+non-zero CUresult. What matters is that the program started, which needs cudart64_13.dll to be
+found and its imports resolved, and that the runtime's own code answered.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.realmirror import (  # noqa: F401  (fixtures)
+    LABEL,
+    LABEL_134,
+    host_free_env,
+    real_mirror_1302,
+    real_mirror_1343_windows_runtime,
+    real_wheel_cache,
+    run_cudaredist,
+)
+from tests.wintools import SYSTEM_DLLS, imported_dlls, mingw_gxx, run_under_wine, wine_prefix  # noqa: F401
+
+pytestmark = [pytest.mark.e2e, pytest.mark.pypi]
+
+RUNTIME_PROGRAM = r"""
+#include <cstdio>
+#include <cuda_runtime.h>
+int main() {
+    int runtime = -1, driver = -1, count = -1;
+    cudaError_t e1 = cudaRuntimeGetVersion(&runtime);
+    cudaError_t e2 = cudaDriverGetVersion(&driver);
+    cudaError_t e3 = cudaGetDeviceCount(&count);
+    std::printf("cudaRuntimeGetVersion=%d runtime=%d\n", (int)e1, runtime);
+    std::printf("cudaDriverGetVersion=%d driver=%d\n", (int)e2, driver);
+    std::printf("cudaGetDeviceCount=%d count=%d\n", (int)e3, count);
+    return 0;
+}
+"""
+
+DRIVER_PROGRAM = r"""
+#include <cstdio>
+#include <cuda.h>
+int main() {
+    CUresult init = cuInit(0);
+    int version = -1;
+    CUresult got = cuDriverGetVersion(&version);
+    std::printf("cuInit=%d\n", (int)init);
+    std::printf("cuDriverGetVersion=%d version=%d\n", (int)got, version);
+    return 0;
+}
+"""
+
+# What cudart answers without a driver: cudaErrorInsufficientDriver, cudaErrorNoDevice, and
+# cudaErrorNotSupported (13.0.x's cudart when nvcuda.dll is absent)
+NO_DRIVER = {35, 100, 801}
+
+
+def compile_line(home: str, source: Path, exe: Path) -> list[str]:
+    """The line docs/recipes.md gives (keep the two identical)."""
+    return [mingw_gxx(), "-O2", "-static-libgcc", "-static-libstdc++", "-o", str(exe), str(source),
+            f"-I{home}/include", f"-L{home}/lib/x64", "-lcudart", "-lcuda"]
+
+
+def windows_cuda_home(prefix: Path, env: dict[str, str]) -> str:
+    """WINDOWS_CUDA_HOME as a bash user gets it: eval "$(cudaredist env --shell bash ...)"."""
+    r = run_cudaredist("env", "--shell", "bash", "--prefix", str(prefix), env=env)
+    assert r.returncode == 0, r.stderr
+    script = 'eval "$1"; printf %s "${WINDOWS_CUDA_HOME:?unset}"'
+    shown = subprocess.run(["bash", "-c", script, "_", r.stdout], capture_output=True, text=True,
+                           env={"PATH": "/usr/bin:/bin"})
+    assert shown.returncode == 0, (r.stdout, shown.stderr)
+    return shown.stdout
+
+
+def build(home: str, source: str, out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    src = out / "main.cpp"
+    src.write_text(source)
+    exe = out / "main.exe"
+    r = subprocess.run(compile_line(home, src, exe), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"x86_64-w64-mingw32-g++ failed:\n{r.stderr[-6000:]}"
+    return exe
+
+
+def ship(exe: Path, home: str) -> list[str]:
+    """Copy the non-system DLLs that ``exe`` imports from the tree beside it; returns their names."""
+    needed = [d for d in imported_dlls(exe) if d not in SYSTEM_DLLS]
+    bin_x64 = Path(home) / "bin" / "x64"
+    for name in needed:
+        found = [p for p in bin_x64.iterdir() if p.name.lower() == name]
+        assert found, f"{exe.name} imports {name}, which {bin_x64} does not hold"
+        shutil.copy2(found[0], exe.parent / found[0].name)
+    return needed
+
+
+def answers(stdout: str) -> dict[str, int]:
+    return {m[1]: int(m[2]) for m in re.finditer(r"(\w+)=(-?\d+)", stdout)}
+
+
+@pytest.mark.parametrize("release", [pytest.param(LABEL, id="13.0"), pytest.param(LABEL_134, id="13.4")])
+def test_cross_compile_and_run_under_wine(release: str, request: pytest.FixtureRequest, wine_prefix: Path,  # noqa: F811
+                                          tmp_path: Path) -> None:
+    mirror = request.getfixturevalue("real_mirror_1302" if release == LABEL
+                                     else "real_mirror_1343_windows_runtime")
+    mingw_gxx()  # a missing toolchain is reported before anything is installed
+    env = host_free_env(tmp_path / "cache")
+    prefix = tmp_path / "cuda-win"
+    r = run_cudaredist("install", release, "--base-url", str(mirror), "--platform", "windows-x86_64",
+                       "--profile", "runtime", "--prefix", str(prefix), "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    components = sorted(c["name"] for c in json.loads(r.stdout)["plan"]["components"])
+    assert components == ["cuda_crt", "cuda_cudart"], r.stdout
+    home = windows_cuda_home(prefix, env)
+    assert Path(home) == prefix
+    # the profile holds what cross-compiling needs, and the GNU import library is recorded
+    for rel in ("include/cuda.h", "include/cuda_runtime.h", "include/cuda_runtime_api.h",
+                "include/crt/host_config.h", "lib/x64/cuda.lib", "lib/x64/cudart.lib",
+                "lib/x64/libcudart.dll.a", "bin/x64/cudart64_13.dll"):
+        assert (prefix / rel).is_file(), rel
+    verify = run_cudaredist("verify", "--prefix", str(prefix), "--json", env=env)
+    assert verify.returncode == 0 and json.loads(verify.stdout)["ok"], verify.stdout
+
+    runtime_exe = build(home, RUNTIME_PROGRAM, tmp_path / "runtime")
+    driver_exe = build(home, DRIVER_PROGRAM, tmp_path / "driver")
+    # the program without its DLL does not start, and Wine says why: the check below can fail
+    missing = run_under_wine(runtime_exe, wine_prefix)
+    assert missing.returncode != 0 and "cudart64_13.dll" in missing.stderr, (missing.stdout, missing.stderr)
+
+    assert ship(runtime_exe, home) == ["cudart64_13.dll"]
+    assert ship(driver_exe, home) == []  # 13.x cuda.lib loads nvcuda.dll (the driver's) at run time
+    ran = run_under_wine(runtime_exe, wine_prefix)
+    print(f"--- {release} runtime program under Wine ---\n{ran.stdout}{ran.stderr}")
+    assert ran.returncode == 0 and "not found" not in ran.stderr, (ran.stdout, ran.stderr)
+    got = answers(ran.stdout)
+    assert set(got) == {"cudaRuntimeGetVersion", "cudaDriverGetVersion", "cudaGetDeviceCount", "runtime",
+                        "driver", "count"}, ran.stdout
+    assert got["cudaGetDeviceCount"] in NO_DRIVER and got["cudaDriverGetVersion"] in NO_DRIVER, ran.stdout
+
+    drv = run_under_wine(driver_exe, wine_prefix)
+    print(f"--- {release} driver program under Wine ---\n{drv.stdout}{drv.stderr}")
+    assert drv.returncode == 0, (drv.stdout, drv.stderr)
+    got = answers(drv.stdout)
+    assert "cuDriverGetVersion" in got and got["cuInit"] != 0, drv.stdout
+
+    # uninstall removes the generated library with the rest
+    r = run_cudaredist("uninstall", "--prefix", str(prefix), env=env)
+    assert r.returncode == 0, r.stderr
+    assert not (prefix / "lib/x64/libcudart.dll.a").exists()

@@ -1,0 +1,148 @@
+"""Managed installs: several trains in one command, train links, and list/find/env/run/uninstall by train."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cudaredist.cli import app
+from cudaredist.discover import release_of, system_toolkits
+from tests.archives import build_mirror, toolkit
+
+LINUX = "linux-x86_64"
+runner = CliRunner()
+
+
+def cli(*args: str) -> tuple[int, str, str]:
+    r = runner.invoke(app, list(args))
+    return r.exit_code, r.stdout, r.stderr
+
+
+@pytest.fixture
+def two_trains(tmp_path: Path) -> Path:
+    """A mirror with 13.0.1 and 13.2.0 (linux-x86_64)."""
+    root = tmp_path / "mirror"
+    build_mirror(root, "13.0.1", toolkit(LINUX))
+    build_mirror(root, "13.2.0", toolkit(LINUX, "13.2.0"))
+    return root
+
+
+@pytest.fixture
+def tk_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    d = tmp_path / "toolkits"
+    monkeypatch.setenv("CUDAREDIST_INSTALL_DIR", str(d))
+    return d
+
+
+def install(mirror: Path, *args: str) -> dict[str, object]:
+    code, out, err = cli("install", *args, "--base-url", str(mirror), "--platform", LINUX, "--json")
+    assert code == 0, err
+    got: dict[str, object] = json.loads(out)
+    return got
+
+
+def test_two_trains_in_one_command_land_by_release_with_train_links(two_trains: Path, tk_dir: Path) -> None:
+    got = install(two_trains, "13.0", "13.2")
+    names = sorted(p.name for p in tk_dir.iterdir() if not p.name.startswith("."))
+    assert names == ["cuda-13.0-linux-x86_64", "cuda-13.0.1-linux-x86_64",
+                     "cuda-13.2-linux-x86_64", "cuda-13.2.0-linux-x86_64"]
+    assert os.readlink(tk_dir / "cuda-13.0-linux-x86_64") == "cuda-13.0.1-linux-x86_64"
+    assert os.readlink(tk_dir / "cuda-13.2-linux-x86_64") == "cuda-13.2.0-linux-x86_64"
+    assert [t["release"] for t in got["toolkits"]] == ["13.0.1", "13.2.0"]  # type: ignore[index]
+    for name in ("cuda-13.0.1-linux-x86_64", "cuda-13.2.0-linux-x86_64"):
+        assert cli("verify", "--prefix", str(tk_dir / name))[0] == 0
+    # again: answered from the records, no network (the mirror is gone)
+    code, out, err = cli("install", "13.0", "13.2", "--base-url", str(two_trains / "gone"),
+                         "--platform", LINUX, "--json")
+    assert code == 0, err
+    assert all(t["noop"] for t in json.loads(out)["toolkits"])
+
+
+def test_a_patch_upgrade_moves_the_train_link(two_trains: Path, tk_dir: Path) -> None:
+    install(two_trains, "13.2")
+    link = tk_dir / "cuda-13.2-linux-x86_64"
+    assert os.readlink(link) == "cuda-13.2.0-linux-x86_64"
+    build_mirror(two_trains, "13.2.1", toolkit(LINUX, "13.2.1"))
+    install(two_trains, "13.2", "--refresh")
+    assert os.readlink(link) == "cuda-13.2.1-linux-x86_64"
+    assert (tk_dir / "cuda-13.2.0-linux-x86_64").is_dir()  # the older patch stays until uninstalled
+    code, out, _ = cli("find", "13.2", "--platform", LINUX)
+    assert code == 0 and out.strip() == str(tk_dir / "cuda-13.2.1-linux-x86_64")
+    # removing the newest moves the link back to the one left
+    code, _, err = cli("uninstall", "13.2.1", "--platform", LINUX)
+    assert code == 0, err
+    assert os.readlink(link) == "cuda-13.2.0-linux-x86_64"
+
+
+def test_list_find_env_run_and_uninstall_by_train(two_trains: Path, tk_dir: Path) -> None:
+    install(two_trains, "13.0", "13.2")
+    code, out, _ = cli("list", "--json")
+    listed = json.loads(out)
+    assert code == 0 and listed["install_dir"] == str(tk_dir)
+    assert [(t["release"], t["platform"]) for t in listed["toolkits"]] == [("13.2.0", LINUX),
+                                                                          ("13.0.1", LINUX)]
+    assert all(t["size"] > 0 and Path(t["path"]).is_dir() for t in listed["toolkits"])
+    code, out, _ = cli("list")
+    assert "13.2.0" in out and "13.0.1" in out
+
+    code, out, _ = cli("find", "13", "--platform", LINUX)  # the newest 13.x
+    assert code == 0 and out.strip().endswith("cuda-13.2.0-linux-x86_64")
+    code, out, err = cli("find", "12.9", "--platform", LINUX)
+    assert code == 1 and out == "" and "cudaredist install 12.9" in err
+
+    code, out, _ = cli("env", "13.0", "--json")
+    assert code == 0 and json.loads(out)["set"]["CUDA_PATH"] == str(tk_dir / "cuda-13.0.1-linux-x86_64")
+
+    # run: the toolkit's bin/ comes first on PATH, and the exit code is the command's
+    env = {**os.environ, "CUDAREDIST_INSTALL_DIR": str(tk_dir)}
+    r = subprocess.run([sys.executable, "-m", "cudaredist", "run", "13.2", "--", "nvcc"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "nvcc", r.stderr  # the tree's fake nvcc
+    r = subprocess.run([sys.executable, "-m", "cudaredist", "run", "13.2", "--", "sh", "-c",
+                        'test "$CUDA_PATH" = "$1" && exit 7', "sh", str(tk_dir / "cuda-13.2.0-linux-x86_64")],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 7, r.stderr
+
+    code, _, err = cli("uninstall", "13")
+    assert code == 2 and "--all" in err  # two toolkits match: ask
+    code, _, err = cli("uninstall", "13", "--all")
+    assert code == 0, err
+    assert cli("list", "--json")[1] and json.loads(cli("list", "--json")[1])["toolkits"] == []
+    assert not any(p.is_symlink() for p in tk_dir.iterdir())  # the train links went with them
+
+
+def test_prefix_takes_one_train(two_trains: Path, tmp_path: Path) -> None:
+    code, _, err = cli("install", "13.0", "13.2", "--prefix", str(tmp_path / "p"),
+                       "--base-url", str(two_trains))
+    assert code == 2 and "--prefix takes one TRAIN" in err
+    assert not (tmp_path / "p").exists()
+
+
+def test_a_missing_train_installs_nothing(two_trains: Path, tk_dir: Path) -> None:
+    code, _, err = cli("install", "13.0", "13.9", "--base-url", str(two_trains), "--platform", LINUX)
+    assert code != 0 and "13.9" in err
+    assert not tk_dir.exists() or not any(tk_dir.iterdir())  # resolved first: 13.0 was not installed either
+
+
+def test_system_toolkits_are_found_with_how(tmp_path: Path) -> None:
+    tree = tmp_path / "cuda-12.4"
+    (tree / "bin").mkdir(parents=True)
+    (tree / "bin" / "nvcc").write_text("")
+    (tree / "include").mkdir()
+    (tree / "include" / "cuda.h").write_text("#define CUDA_VERSION 12040\n")
+    wheels = tmp_path / "site" / "nvidia" / "cu13"
+    (wheels / "bin").mkdir(parents=True)
+    (wheels / "bin" / "nvcc").write_text("")
+    (wheels / "version.json").write_text('{"cuda": {"version": "13.0.2"}}')
+    found = system_toolkits({"CUDA_PATH_V12_4": str(tree), "CUDA_HOME": str(tree)},
+                            site_dirs=[str(tmp_path / "site")])
+    mine = [f for f in found if str(f.path).startswith(str(tmp_path))]
+    assert [(f.path, f.release, f.how) for f in mine] == [
+        (tree, "12.4", "CUDA_HOME"), (wheels, "13.0.2", f"pip wheels ({sys.executable})")]
+    assert release_of(tmp_path) == ""

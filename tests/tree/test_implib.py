@@ -1,0 +1,259 @@
+"""GNU import libraries from a DLL's export table (cudaredist/tree/implib.py).
+
+The reader and the archive layout are checked on a PE built in Python (tests/pe.py); the
+whole path is checked with the real toolchain: a DLL built by MinGW, its import library
+written by cudaredist, a program linked against it by GNU ld and run under Wine.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from cudaredist.errors import ImportLibraryError
+from cudaredist.tree.extract import Tree
+from cudaredist.tree.implib import (
+    MACHINE_AMD64,
+    DllExports,
+    Export,
+    add_import_libraries,
+    import_library,
+    library_name,
+    pairs,
+    read_exports,
+)
+from tests.pe import make_dll
+from tests.wintools import imported_dlls, mingw_gxx, mingw_objdump, run_under_wine, wine_prefix  # noqa: F401
+
+
+# -- reading exports -------------------------------------------------------------------------------
+@pytest.mark.parametrize("pe32", [pytest.param(False, id="pe32plus"), pytest.param(True, id="pe32")])
+def test_reads_named_exports_with_kind(pe32: bool) -> None:
+    info = read_exports(make_dll("tiny64_1.dll", code=("alpha", "gamma"), data=("beta",),
+                                 forwards={"fwd": "OTHER.target"}, ordinal_only=2, pe32=pe32))
+    assert info.dll == "tiny64_1.dll"
+    assert info.machine == MACHINE_AMD64
+    # ordinals follow the export address table (base 1); the unnamed ones are not listed
+    assert info.exports == (
+        Export("alpha", 1),
+        Export("beta", 3, data=True),
+        Export("fwd", 4, forward="OTHER.target"),
+        Export("gamma", 2),
+    )
+
+
+@pytest.mark.parametrize("mangle", [
+    pytest.param(lambda b: b"ZM" + b[2:], id="no-mz"),
+    pytest.param(lambda b: b[:0x40] + b"XX\0\0" + b[0x44:], id="no-pe-signature"),
+    pytest.param(lambda b: b[:0x100], id="truncated"),
+    pytest.param(lambda b: b[:0xC8] + bytes(8) + b[0xD0:], id="no-export-table"),
+])
+def test_malformed_dll_is_one_clear_error(mangle: object) -> None:
+    data = mangle(make_dll())  # type: ignore[operator]
+    with pytest.raises(ImportLibraryError) as err:
+        read_exports(data, where="bin/x64/x.dll")
+    assert err.value.dll == "bin/x64/x.dll"
+    assert "bin/x64/x.dll" in str(err.value)
+
+
+# -- the archive -------------------------------------------------------------------------------------
+def parse_ar(data: bytes) -> tuple[dict[bytes, int], list[tuple[int, str, bytes]]]:
+    """(symbol -> member offset, [(offset, name, body)]) of a GNU/MS ar archive."""
+    assert data[:8] == b"!<arch>\n"
+    off, longnames, members, symbols = 8, b"", [], {}
+    while off < len(data):
+        head = data[off:off + 60]
+        assert head[58:60] == b"`\n", head
+        name, size = head[:16].decode().rstrip(), int(head[48:58])
+        body = data[off + 60:off + 60 + size]
+        if name == "/":
+            n = struct.unpack_from(">I", body)[0]
+            offsets = struct.unpack_from(f">{n}I", body, 4)
+            names = body[4 + 4 * n:].split(b"\0")[:n]
+            symbols = dict(zip(names, offsets, strict=True))
+        elif name == "//":
+            longnames = body
+        else:
+            if name.startswith("/"):
+                start = int(name[1:])
+                name = longnames[start:longnames.index(b"/\n", start)].decode()
+            else:
+                name = name.rstrip("/")
+            members.append((off, name, body))
+        off += 60 + size + (size & 1)
+    return symbols, members
+
+
+def coff_sections(obj: bytes) -> list[tuple[str, int, int, list[int]]]:
+    """(name, size, flags, relocation types) of a COFF object's sections."""
+    nsec = struct.unpack_from("<H", obj, 2)[0]
+    out = []
+    for i in range(nsec):
+        name, _vs, _va, size, _raw, reloc_off, _ln, nrel, _nln, flags = struct.unpack_from(
+            "<8sIIIIIIHHI", obj, 20 + 40 * i)
+        types = [struct.unpack_from("<H", obj, reloc_off + 10 * j + 8)[0] for j in range(nrel)]
+        out.append((name.rstrip(b"\0").decode(), size, flags, types))
+    return out
+
+
+def test_archive_layout() -> None:
+    info = DllExports("tiny64_1.dll", MACHINE_AMD64, (Export("alpha", 1), Export("beta", 3, data=True)))
+    lib = import_library(info)
+    symbols, members = parse_ar(lib)
+    by_offset = {off: body for off, _name, body in members}
+    # every symbol of the index points at the member that defines it; data has no thunk symbol
+    assert sorted(symbols) == sorted([b"__IMPORT_DESCRIPTOR_tiny64_1", b"__NULL_IMPORT_DESCRIPTOR",
+                                      b"\x7ftiny64_1_NULL_THUNK_DATA", b"__imp_alpha", b"alpha",
+                                      b"__imp_beta"])
+    assert all(off in by_offset for off in symbols.values())
+    assert symbols[b"alpha"] == symbols[b"__imp_alpha"] != symbols[b"__imp_beta"]
+    assert {name for _o, name, _b in members} == {"tiny64_1.dll"}
+
+    def short(sym: bytes) -> tuple[int, int, int, bytes]:
+        body = by_offset[symbols[sym]]
+        sig1, sig2, version, machine, _stamp, size, _hint, kind = struct.unpack_from("<HHHHIIHH", body)
+        assert (sig1, sig2, version, size) == (0, 0xFFFF, 0, len(body) - 20)
+        return machine, kind & 3, kind >> 2 & 7, body[20:]
+
+    assert short(b"alpha") == (MACHINE_AMD64, 0, 1, b"alpha\0tiny64_1.dll\0")  # code, by name
+    assert short(b"__imp_beta") == (MACHINE_AMD64, 1, 1, b"beta\0tiny64_1.dll\0")  # data, by name
+
+    desc = by_offset[symbols[b"__IMPORT_DESCRIPTOR_tiny64_1"]]
+    assert struct.unpack_from("<H", desc)[0] == MACHINE_AMD64
+    addr32nb = 3  # IMAGE_REL_AMD64_ADDR32NB
+    assert coff_sections(desc) == [(".idata$2", 20, 0xC0300040, [addr32nb] * 3),
+                                   (".idata$6", 14, 0xC0200040, [])]
+    assert b"tiny64_1.dll\0" in desc
+    null = by_offset[symbols[b"__NULL_IMPORT_DESCRIPTOR"]]
+    assert coff_sections(null) == [(".idata$3", 20, 0xC0300040, [])]
+    assert coff_sections(by_offset[symbols[b"\x7ftiny64_1_NULL_THUNK_DATA"]]) == [
+        (".idata$5", 8, 0xC0400040, []), (".idata$4", 8, 0xC0400040, [])]
+    assert import_library(info) == lib  # deterministic: no time stamps
+
+
+def test_long_dll_name_goes_to_the_long_name_table() -> None:
+    info = DllExports("nvrtc-builtins64_130.dll", MACHINE_AMD64, (Export("f", 1),))
+    _symbols, members = parse_ar(import_library(info))
+    assert {name for _o, name, _b in members} == {"nvrtc-builtins64_130.dll"}
+
+
+def test_unknown_machine_is_refused() -> None:
+    with pytest.raises(ImportLibraryError, match="machine type 0x1c4"):
+        import_library(DllExports("x.dll", 0x1C4, (Export("f", 1),)))
+
+
+# -- which DLLs -------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("dll", "name"), [
+    pytest.param("cudart64_13.dll", "cudart", id="cudart"),
+    pytest.param("cublasLt64_13.dll", "cublasLt", id="cublasLt"),
+    pytest.param("nvrtc64_130_0.dll", "nvrtc", id="nvrtc"),
+    pytest.param("nvJitLink_130_0.dll", "nvJitLink", id="no-bitness"),
+    pytest.param("nvrtc-builtins64_130.dll", "nvrtc-builtins", id="dash"),
+    pytest.param("cudart32_110.dll", "cudart", id="32-bit"),
+])
+def test_library_name(dll: str, name: str) -> None:
+    assert library_name(dll) == name
+
+
+def _touch(root: Path, *rels: str, data: bytes = b"") -> None:
+    for rel in rels:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+
+
+def test_pairs_follow_the_tree(tmp_path: Path) -> None:
+    v13, v12 = tmp_path / "13", tmp_path / "12"
+    _touch(v13, "bin/x64/cudart64_13.dll", "bin/x64/nvrtc64_130_0.dll", "bin/x64/nvrtc-builtins64_130.dll",
+           "bin/x64/orphan64_1.dll", "lib/x64/cudart.lib", "lib/x64/nvrtc.lib", "lib/x64/cuda.lib",
+           "lib/x64/cudart_static.lib", "bin/nvcc.exe")
+    assert [(p.dll, p.lib, p.implib, p.name) for p in pairs(v13)] == [
+        ("bin/x64/cudart64_13.dll", "lib/x64/cudart.lib", "lib/x64/libcudart.dll.a", "cudart"),
+        ("bin/x64/nvrtc64_130_0.dll", "lib/x64/nvrtc.lib", "lib/x64/libnvrtc.dll.a", "nvrtc"),
+    ]
+    # 12.x keeps its DLLs in bin/; a library that already has a GNU import library keeps it
+    _touch(v12, "bin/cudart64_12.dll", "bin/curand64_10.dll", "lib/x64/cudart.lib", "lib/x64/curand.lib",
+           "lib/x64/libcurand.dll.a")
+    assert [p.implib for p in pairs(v12)] == ["lib/x64/libcudart.dll.a"]
+    # two DLLs for one library: which one is meant is not guessed
+    _touch(tmp_path / "two", "bin/x64/cudart64_12.dll", "bin/x64/cudart64_13.dll", "lib/x64/cudart.lib")
+    assert pairs(tmp_path / "two") == []
+    assert pairs(tmp_path / "empty") == []
+
+
+def test_added_through_the_tree(tmp_path: Path) -> None:
+    tree = Tree(tmp_path)
+    tree.add_file("bin/x64/tiny64_1.dll", io.BytesIO(make_dll()), 0o644, "cuda_cudart", "a.zip")
+    tree.add_file("lib/x64/tiny.lib", io.BytesIO(b"msvc"), 0o644, "cuda_cudart", "a.zip")
+    tree.add_file("bin/x64/broken64_1.dll", io.BytesIO(b"MZ not a PE"), 0o644, "cuda_cudart", "a.zip")
+    tree.add_file("lib/x64/broken.lib", io.BytesIO(b"msvc"), 0o644, "cuda_cudart", "a.zip")
+    warnings: list[str] = []
+    assert add_import_libraries(tree, warn=warnings.append) == ["lib/x64/libtiny.dll.a"]
+    assert len(warnings) == 1 and "bin/x64/broken64_1.dll" in warnings[0] and "-lbroken" in warnings[0]
+    records = {r.path: r for r in tree.finish()}
+    rec = records["lib/x64/libtiny.dll.a"]
+    data = (tmp_path / "lib/x64/libtiny.dll.a").read_bytes()
+    assert rec.component == "cuda_cudart" and rec.size == len(data) and rec.mode == 0o644
+    assert data == import_library(read_exports(make_dll()))
+    assert "lib/x64/libbroken.dll.a" not in records
+
+
+# -- the real toolchain --------------------------------------------------------------------------------
+TINY_DLL = r"""
+extern "C" {
+__declspec(dllexport) int tiny_add(int a, int b) { return a + b + 1000; }
+__declspec(dllexport) int tiny_counter = 42;
+__declspec(dllexport) const char *tiny_name(void) { return "tiny"; }
+}
+"""
+
+TINY_MAIN = r"""
+#include <cstdio>
+extern "C" {
+__declspec(dllimport) int tiny_add(int a, int b);
+__declspec(dllimport) extern int tiny_counter;
+__declspec(dllimport) const char *tiny_name(void);
+}
+int main() {
+    tiny_counter += 1;
+    std::printf("%d %d %s\n", tiny_add(2, 3), tiny_counter, tiny_name());
+    return 0;
+}
+"""
+
+
+def _gxx(*args: str) -> None:
+    r = subprocess.run([mingw_gxx(), *args], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"{' '.join(args)}:\n{r.stderr[-4000:]}"
+
+
+def test_mingw_dll_round_trip(tmp_path: Path, wine_prefix: Path) -> None:  # noqa: F811
+    """A DLL built by GNU ld, its import library written by cudaredist, a program linked with
+    -ltiny against it, run under Wine: code and data exports both resolve."""
+    src, dll_dir, lib_dir, app = tmp_path / "src", tmp_path / "bin", tmp_path / "lib", tmp_path / "app"
+    for d in (src, dll_dir, lib_dir, app):
+        d.mkdir()
+    (src / "tiny.cpp").write_text(TINY_DLL)
+    (src / "main.cpp").write_text(TINY_MAIN)
+    _gxx("-shared", "-O2", "-o", str(dll_dir / "tiny64_1.dll"), str(src / "tiny.cpp"))
+
+    info = read_exports((dll_dir / "tiny64_1.dll").read_bytes())
+    dump = subprocess.run([mingw_objdump(), "-p", str(dll_dir / "tiny64_1.dll")], capture_output=True,
+                          text=True, check=True).stdout
+    assert info.dll == "tiny64_1.dll" and info.machine == MACHINE_AMD64
+    assert {e.name: e.data for e in info.exports} == {"tiny_add": False, "tiny_counter": True,
+                                                      "tiny_name": False}
+    for e in info.exports:
+        assert f"] {e.name}" in dump  # GNU objdump's own reading of the export table agrees
+
+    (lib_dir / "libtiny.dll.a").write_bytes(import_library(info))
+    _gxx("-O2", "-static-libgcc", "-static-libstdc++", "-o", str(app / "main.exe"), str(src / "main.cpp"),
+         f"-L{lib_dir}", "-ltiny")
+    assert "tiny64_1.dll" in imported_dlls(app / "main.exe")
+
+    (app / "tiny64_1.dll").write_bytes((dll_dir / "tiny64_1.dll").read_bytes())
+    r = run_under_wine(app / "main.exe", wine_prefix)
+    assert (r.returncode, r.stdout.strip()) == (0, "1005 43 tiny"), r.stderr

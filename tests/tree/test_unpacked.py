@@ -1,0 +1,140 @@
+"""The unpacked cache (tree/unpacked.py) and the ways a cached file lands in a tree (tree/links.py)."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from cudaredist.errors import ConflictError, UsageError
+from cudaredist.plan import Archive, PlannedArchive
+from cudaredist.tree import links
+from cudaredist.tree.extract import Tree, extract, redist_mapper
+from cudaredist.tree.links import link_mode, place
+from cudaredist.tree.unpacked import UnpackedCache, entry_key, materialize
+from tests.archives import Exe, Link, make_tar_xz
+
+TOP = "comp-linux-x86_64-1.0-archive"
+
+
+def _item(path: Path, component: str = "comp") -> PlannedArchive:
+    import hashlib
+
+    data = path.read_bytes()
+    return PlannedArchive(component, "1.0", Archive(f"{component}/linux-x86_64/{path.name}",
+                                                    hashlib.sha256(data).hexdigest(), len(data)),
+                          "http://127.0.0.1/x")
+
+
+@pytest.fixture
+def archive(tmp_path: Path) -> Path:
+    return make_tar_xz(tmp_path / f"{TOP}.tar.xz", {
+        f"{TOP}/bin/tool": Exe(b"#!/bin/sh\necho tool\n"), f"{TOP}/lib/libx.so.1.2": b"\x7fELF" + b"x" * 5000,
+        f"{TOP}/lib/libx.so.1": Link("libx.so.1.2"), f"{TOP}/include/x.h": b"// x"})
+
+
+def _fill(path: Path, item: PlannedArchive):  # type: ignore[no-untyped-def]
+    return lambda tree: extract(path, tree, component=item.component, archive=path.name,
+                                mapper=redist_mapper(item.component, path.name))
+
+
+@pytest.mark.parametrize("mode", ["clone", "hardlink", "copy"])
+def test_an_entry_is_made_once_and_materialized_in_each_mode(tmp_path: Path, archive: Path,
+                                                             mode: str) -> None:
+    cache = UnpackedCache(tmp_path / "cache")
+    item = _item(archive)
+    assert cache.lookup(item, "linux-x86_64") is None
+    entry = cache.build(item, "linux-x86_64", _fill(archive, item))
+    assert {r.path for r in entry.records} == {"bin/tool", "lib/libx.so.1.2", "lib/libx.so.1", "include/x.h"}
+    again = cache.lookup(item, "linux-x86_64")
+    assert again is not None and again.key == entry.key == entry_key(item, "linux-x86_64")
+
+    tree = Tree(tmp_path / "stage")
+    (tmp_path / "stage").mkdir()
+    materialize(again, tree, how=mode, component="comp", archive=archive.name)
+    recs = {r.path: r for r in tree.finish()}
+    stage = tmp_path / "stage"
+    assert (stage / "bin/tool").read_bytes() == b"#!/bin/sh\necho tool\n"
+    assert os.access(stage / "bin/tool", os.X_OK) and recs["bin/tool"].mode == 0o755
+    assert os.readlink(stage / "lib/libx.so.1") == "libx.so.1.2"
+    shared = os.stat(stage / "lib/libx.so.1.2").st_ino == os.stat(entry.tree / "lib/libx.so.1.2").st_ino
+    assert shared == (mode == "hardlink")
+    # the records are the entry's: the tree's files hash as recorded
+    import hashlib
+
+    assert hashlib.sha256((stage / "include/x.h").read_bytes()).hexdigest() == recs["include/x.h"].sha256
+
+
+def test_an_entry_edited_through_a_hard_link_is_dropped(tmp_path: Path, archive: Path) -> None:
+    cache = UnpackedCache(tmp_path / "cache")
+    item = _item(archive)
+    entry = cache.build(item, "linux-x86_64", _fill(archive, item))
+    (tmp_path / "stage").mkdir()
+    materialize(entry, Tree(tmp_path / "stage"), how="hardlink", component="comp", archive=archive.name)
+    with open(tmp_path / "stage" / "include/x.h", "ab") as fh:  # e.g. a tool patching the prefix
+        fh.write(b"// patched")
+    assert cache.lookup(item, "linux-x86_64") is None
+    assert not entry.path.exists()  # gone: the next install extracts the archive again
+
+
+def test_a_half_built_entry_is_not_an_entry(tmp_path: Path, archive: Path) -> None:
+    cache = UnpackedCache(tmp_path / "cache")
+    item = _item(archive)
+
+    def broken(tree: Tree) -> None:
+        _fill(archive, item)(tree)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(OSError):
+        cache.build(item, "linux-x86_64", broken)
+    assert cache.lookup(item, "linux-x86_64") is None
+    assert list(cache.leftovers()) == [] and cache.entries() == []
+
+
+def test_two_entries_writing_one_path_differently_conflict(tmp_path: Path) -> None:
+    a = make_tar_xz(tmp_path / f"{TOP}.tar.xz", {f"{TOP}/include/x.h": b"one"})
+    other_top = "other-linux-x86_64-1.0-archive"
+    b = make_tar_xz(tmp_path / f"{other_top}.tar.xz", {f"{other_top}/include/x.h": b"two"})
+    cache = UnpackedCache(tmp_path / "cache")
+    ia, ib = _item(a, "comp"), _item(b, "other")
+    ea = cache.build(ia, "linux-x86_64", _fill(a, ia))
+    eb = cache.build(ib, "linux-x86_64", _fill(b, ib))
+    (tmp_path / "stage").mkdir()
+    tree = Tree(tmp_path / "stage")
+    materialize(ea, tree, how="copy", component="comp", archive=a.name)
+    with pytest.raises(ConflictError, match="include/x.h"):
+        materialize(eb, tree, how="copy", component="other", archive=b.name)
+
+
+def test_link_mode_comes_from_the_option_then_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert link_mode(None) == "clone"
+    monkeypatch.setenv("CUDAREDIST_LINK_MODE", "hardlink")
+    assert link_mode(None) == "hardlink"
+    assert link_mode("copy") == "copy"
+    with pytest.raises(UsageError, match="symlink"):
+        link_mode("symlink")
+
+
+def test_clone_falls_back_to_a_copy_and_a_full_disk_is_an_error(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    src = tmp_path / "src"
+    src.write_bytes(os.urandom(300_000))
+    how = place(src, tmp_path / "a", "clone", 0o644)
+    assert how in ("clone", "copy") and (tmp_path / "a").read_bytes() == src.read_bytes()
+
+    def no_kernel_copy(fi: int, fo: int, count: int) -> int:
+        raise OSError(errno.EXDEV, "cross-device")
+
+    monkeypatch.setattr(links, "_copy_file_range", no_kernel_copy)
+    assert place(src, tmp_path / "b", "copy", 0o755) == "copy"  # sendfile or plain reads take over
+    assert (tmp_path / "b").read_bytes() == src.read_bytes() and os.access(tmp_path / "b", os.X_OK)
+
+    def full(fi: int, fo: int, count: int) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(links, "_copy_file_range", full)
+    with pytest.raises(OSError) as info:
+        place(src, tmp_path / "c", "copy", 0o644)
+    assert info.value.errno == errno.ENOSPC
