@@ -63,9 +63,10 @@ def check_toolkit(prefix: Path, *, host_windows: bool | None = None) -> tuple[Ch
         and (prefix / f["path"]).is_file() and not os.access(prefix / f["path"], os.X_OK)]
     what = f"CUDA {release} ({platform}, profile {plan.get('profile', '?')})"
     reinstall = f"cudaredist install {release} --platform {platform} --prefix {prefix} --force"
-    if report.missing or report.changed:
+    changed = [p for p in report.changed if p not in lost]  # verify names lost exec bits too
+    if report.missing or changed:
         problems = [f"{len(found)} {kind} ({_short(found)})"
-                    for kind, found in (("missing", report.missing), ("changed", report.changed)) if found]
+                    for kind, found in (("missing", report.missing), ("changed", changed)) if found]
         return Check("toolkit", "fail", f"{what} in {prefix}: {'; '.join(problems)}",
                      f"reinstall: {reinstall} (`cudaredist verify --prefix {prefix}` lists every file)"), tk
     if lost:
