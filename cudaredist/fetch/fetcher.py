@@ -17,6 +17,7 @@ from cudaredist.errors import FetchError, IntegrityError, OfflineError
 from cudaredist.fetch.cache import CHUNK, Cache, sha256_file
 from cudaredist.fetch.growing import GrowingFile
 from cudaredist.fetch.transport import Transport
+from cudaredist.localfs import disk_error
 from cudaredist.plan import PlannedArchive
 from cudaredist.progress import Reporter, Silent
 
@@ -77,12 +78,21 @@ class Fetcher:
                 self.reporter.advance(size)
                 return hit, True
             self.cache.drop_partials(sha[:16])  # what a killed run left for this entry
-            tmp = self.cache.new_temp(sha[:16])
+            try:
+                tmp = self.cache.new_temp(sha[:16])
+            except OSError as exc:
+                raise disk_error(exc, path=self.cache.tmp, where=self.cache.root, cache=True) from exc
             if follow is not None:
                 follow.attach(tmp)
             try:
                 self._download_any(item, tmp, follow.publish if follow is not None else None)
                 return self.cache.commit(tmp, sha, url=item.url, name=item.archive.filename), False
+            except OSError as exc:
+                # the transport translates every network and source-file failure; an OSError left
+                # is a write into the cache (disk full, read-only, no permission), not another URL's
+                # business: no fallback, and the message names the cache
+                raise disk_error(exc, path=tmp, where=self.cache.root, cache=True,
+                                 needs=item.archive.size) from exc
             finally:
                 with contextlib.suppress(FileNotFoundError):
                     tmp.unlink()
