@@ -94,8 +94,9 @@ class Fetcher:
                 raise disk_error(exc, path=tmp, where=self.cache.root, cache=True,
                                  needs=item.archive.size) from exc
             finally:
-                with contextlib.suppress(FileNotFoundError):
-                    tmp.unlink()
+                for leftover in (tmp, tmp.with_suffix(".meta")):  # commit() writes the .meta first
+                    with contextlib.suppress(FileNotFoundError):
+                        leftover.unlink()
 
     def _cached(self, sha: str, size: int, *, evict: bool = False) -> Path | None:
         """The entry if it hashes right; ``evict`` (entry lock held) drops a corrupted one."""

@@ -85,7 +85,8 @@ class Tree:
         self.root = root
         self.case_insensitive = case_insensitive
         self._key: Callable[[str], str] = fold if case_insensitive else str
-        self._where = (dest or root).parent
+        self._dest = dest or root
+        self._where = self._dest.parent
         self._size_hint = size_hint
         self._real_root = os.path.realpath(root)
         self._cond = threading.Condition()
@@ -166,7 +167,11 @@ class Tree:
     def _local(self, exc: OSError, path: str | Path, *, symlink: bool = False) -> LocalDiskError:
         with self._cond:
             written = self._written
-        return disk_error(exc, path=path, where=self._where, written=written, symlink=symlink)
+        # named as it would be in the prefix, not in the hidden staging directory
+        shown = Path(path)
+        with contextlib.suppress(ValueError):
+            shown = self._dest / Path(path).relative_to(self.root)
+        return disk_error(exc, path=shown, where=self._where, written=written, symlink=symlink)
 
     def _ensure_dir(self, rel_dir: str, archive: str) -> None:
         """``rel_dir`` and its parents exist as real directories that resolve inside the tree.
