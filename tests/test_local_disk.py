@@ -37,9 +37,10 @@ def transport() -> Iterator[Transport]:
 
 def _mirror(root: Path, extra: dict[str, Any] | None = None) -> Path:
     """12.9.1 and 13.0.1 of the small toolkit; ``extra`` members go into 13.0.1's cuda_nvcc."""
+    old = ("cuda_nvcc", "cuda_cudart", "cuda_cccl")
     build_mirror(root, "12.9.1", [MirrorArchive(a.component, a.platform, a.version.replace("13.0.", "12.9."),
                                                 a.members)
-                                  for a in toolkit(LINUX) if a.component in ("cuda_nvcc", "cuda_cudart", "cuda_cccl")])
+                                  for a in toolkit(LINUX) if a.component in old])
     new = toolkit(LINUX)
     new[0].members = {**new[0].members, **(extra or {})}
     build_mirror(root, "13.0.1", new)

@@ -133,7 +133,8 @@ def test_write_error_is_a_local_disk_error(tmp_path: Path, root: Path, monkeypat
         path = _tar(tmp_path, {"lib/a.so": b"small", "lib/big.so": big})
     else:
         ztop = "comp-windows-x86_64-1.0-archive"
-        path = make_zip(tmp_path / "in" / f"{ztop}.zip", {f"{ztop}/lib/a.dll": b"small", f"{ztop}/lib/big.dll": big})
+        path = make_zip(tmp_path / "in" / f"{ztop}.zip",
+                        {f"{ztop}/lib/a.dll": b"small", f"{ztop}/lib/big.dll": big})
     tree = Tree(root, dest=tmp_path / "stage" / "cuda")
     monkeypatch.setattr(extract_mod.os, "write", _failing_write(code, root, after=(1 << 20) + 5))
     with pytest.raises(LocalDiskError) as info:
@@ -226,7 +227,8 @@ def test_case_only_differences_collide(tmp_path: Path, root: Path, a: Members, b
 
 def test_case_only_difference_inside_one_archive(tmp_path: Path, root: Path) -> None:
     with pytest.raises(ConflictError, match="'include/a.h' and 'include/A.h'"):
-        _extract(_tar(tmp_path, {"include/a.h": b"one", "include/A.h": b"two"}), Tree(root, case_insensitive=True))
+        _extract(_tar(tmp_path, {"include/a.h": b"one", "include/A.h": b"two"}),
+                 Tree(root, case_insensitive=True))
 
 
 def test_identical_bytes_under_case_variants_are_fine(tmp_path: Path, root: Path) -> None:
