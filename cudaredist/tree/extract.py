@@ -183,9 +183,8 @@ class Tree:
         """
         if not rel_dir:
             return
-        key = self._key(rel_dir)
-        with self._cond:
-            if key in self._dirs:
+        with self._cond:  # by spelling: a tree for Windows built on a case-sensitive disk has both
+            if rel_dir in self._dirs:
                 return
         parent = rel_dir.rpartition("/")[0]
         self._ensure_dir(parent, archive)  # resolves inside: so what mkdir creates below does too
@@ -205,7 +204,7 @@ class Tree:
         if not os.path.isdir(real):
             raise self._local(NotADirectoryError(errno.ENOTDIR, "Not a directory"), path)
         with self._cond:
-            self._dirs.add(key)
+            self._dirs.add(rel_dir)
 
     # -- members -------------------------------------------------------------------------------------
     def add_dir(self, rel: str, component: str, archive: str) -> None:

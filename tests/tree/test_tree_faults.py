@@ -238,6 +238,16 @@ def test_identical_bytes_under_case_variants_are_fine(tmp_path: Path, root: Path
     assert [(r.path, r.component) for r in tree.finish()] == [("include/a.h", "comp_a")]
 
 
+def test_case_variants_of_a_directory_hold_different_files(tmp_path: Path, root: Path) -> None:
+    """A Windows tree built on a case-sensitive disk: 'include' and 'INCLUDE' both exist there and
+    merge into one directory on the target, where their files do not collide."""
+    tree = Tree(root, case_insensitive=True)
+    _extract(_tar(tmp_path, {"include/a.h": b"a"}, "a-1-archive"), tree, "comp_a")
+    _extract(_tar(tmp_path, {"INCLUDE/b.h": b"b"}, "b-1-archive"), tree, "comp_b")
+    assert [r.path for r in tree.finish()] == ["INCLUDE/b.h", "include/a.h"]
+    assert (root / "INCLUDE/b.h").read_bytes() == b"b"
+
+
 def test_real_parent_is_checked_before_a_file_is_opened(tmp_path: Path, root: Path) -> None:
     """Whatever the names say, a file is only created in a directory that resolves inside the tree
     (here a link the archive did not make: the check does not rely on the claims)."""
