@@ -131,6 +131,20 @@ class Tree:
                 return None
             return prev
 
+    def _spelled(self, rel: str) -> str:
+        """``rel`` with each directory spelled as first claimed: a case-insensitive filesystem keeps
+        the first spelling, and the record (and a Windows tree built on a case-sensitive disk)
+        must name what is there."""
+        if not self.case_insensitive:
+            return rel
+        parts = rel.split("/")
+        with self._cond:
+            for i in range(1, len(parts)):
+                claim = self._claims.get(self._key("/".join(parts[:i])))
+                if claim is not None:
+                    parts[i - 1] = claim.path.rpartition("/")[2]
+        return "/".join(parts)
+
     def _settle(self, rel: str, digest: str) -> None:
         with self._cond:
             c = self._claims[self._key(rel)]
@@ -215,7 +229,7 @@ class Tree:
             raise ConflictError(f"{component} needs {rel!r} to be a directory, but {prev.component} "
                                 f"installs a {prev.kind} there", path=rel, first=prev.component,
                                 second=component)
-        self._ensure_dir(rel, archive)
+        self._ensure_dir(self._spelled(rel), archive)
 
     def add_file(self, rel: str, src: IO[bytes], mode: int, component: str, archive: str) -> None:
         prev = self._claim(rel, "file", component, archive)
@@ -228,6 +242,7 @@ class Tree:
                 size += len(chunk)
             self._compare(rel, prev, "file", h.hexdigest(), component)
             return
+        rel = self._spelled(rel)
         dest = self.root / rel
         try:
             self._ensure_dir(rel.rpartition("/")[0], archive)
@@ -268,6 +283,7 @@ class Tree:
         if prev is not None:
             self._compare(rel, prev, "link", target, component)
             return
+        rel = self._spelled(rel)
         dest = self.root / rel
         try:
             self._ensure_dir(rel.rpartition("/")[0], archive)
@@ -292,6 +308,7 @@ class Tree:
 
     def add_hardlink(self, rel: str, target_rel: str, component: str, archive: str) -> None:
         """Hard links become copies of a file that the same tree already holds."""
+        target_rel = self._spelled(target_rel)
         with self._cond:
             rec = self._records.get(target_rel)
         if rec is None or rec.link:

@@ -238,14 +238,17 @@ def test_identical_bytes_under_case_variants_are_fine(tmp_path: Path, root: Path
     assert [(r.path, r.component) for r in tree.finish()] == [("include/a.h", "comp_a")]
 
 
-def test_case_variants_of_a_directory_hold_different_files(tmp_path: Path, root: Path) -> None:
-    """A Windows tree built on a case-sensitive disk: 'include' and 'INCLUDE' both exist there and
-    merge into one directory on the target, where their files do not collide."""
+def test_case_variants_of_a_directory_are_one_directory(tmp_path: Path, root: Path) -> None:
+    """'include' and 'INCLUDE' are one directory on the target: the first spelling is kept, on disk
+    (even a case-sensitive one, for a Windows tree built on Linux) and in the record."""
     tree = Tree(root, case_insensitive=True)
     _extract(_tar(tmp_path, {"include/a.h": b"a"}, "a-1-archive"), tree, "comp_a")
-    _extract(_tar(tmp_path, {"INCLUDE/b.h": b"b"}, "b-1-archive"), tree, "comp_b")
-    assert [r.path for r in tree.finish()] == ["INCLUDE/b.h", "include/a.h"]
-    assert (root / "INCLUDE/b.h").read_bytes() == b"b"
+    _extract(_tar(tmp_path, {"INCLUDE/b.h": b"b", "Include/Sub/c.h": b"c", "INCLUDE/SUB/d.h": Link("c.h")},
+                  "b-1-archive"), tree, "comp_b")
+    assert [r.path for r in tree.finish()] == ["include/Sub/c.h", "include/Sub/d.h", "include/a.h",
+                                               "include/b.h"]
+    assert sorted(p.name for p in root.iterdir()) == ["include"]
+    assert (root / "include/b.h").read_bytes() == b"b"
 
 
 def test_real_parent_is_checked_before_a_file_is_opened(tmp_path: Path, root: Path) -> None:
@@ -300,3 +303,17 @@ def test_on_exfat_the_evil_member_set_writes_nothing_outside(tmp_path: Path, exf
     _extract(_tar(tmp_path, no_links, "b-1-archive"), Tree(root, case_insensitive=True), "comp_b")
     assert sorted(p.name for p in (exfat_dir / "evil").iterdir()) == ["tree"]
     assert (root / "x/a/Y/evil").read_bytes() == b"pwned"  # inside
+
+
+def test_on_exfat_records_name_what_is_on_disk(tmp_path: Path, exfat_dir: Path) -> None:
+    """The record must spell paths as the filesystem kept them, or verify and uninstall miss them."""
+    root = exfat_dir / "spelling"
+    root.mkdir()
+    tree = Tree(root, case_insensitive=is_case_insensitive(root))
+    _extract(_tar(tmp_path, {"include/a.h": b"a"}, "a-1-archive"), tree, "comp_a")
+    _extract(_tar(tmp_path, {"INCLUDE/CUDA.H": b"c", "Include/Sub/d.h": b"d"}, "b-1-archive"), tree, "comp_b")
+    for rec in tree.finish():
+        parent = root
+        for name in rec.path.split("/"):
+            assert name in os.listdir(parent), (rec.path, name, os.listdir(parent))
+            parent = parent / name
