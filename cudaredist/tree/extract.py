@@ -266,9 +266,18 @@ class Tree:
                     with self._cond:
                         self._written += len(chunk)
                 if os.name != "nt":
-                    os.fchmod(fd, mode)  # umask-independent
-            finally:
-                os.close(fd)
+                    try:
+                        os.fchmod(fd, mode)  # umask-independent
+                    except OSError as exc:
+                        raise self._local(exc, dest) from exc
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+                raise
+            try:
+                os.close(fd)  # NFS and quotas may report a failed write only here
+            except OSError as exc:
+                raise self._local(exc, dest) from exc
         except BaseException:
             self._abandon(rel)
             raise
