@@ -337,18 +337,29 @@ class Tree:
         if prev is not None:
             self._compare(rec.path, prev, "file", rec.sha256, component)
             return
-        dest = self.root / rec.path
-        dest.parent.mkdir(parents=True, exist_ok=True)
         from cudaredist.tree.links import place
 
-        place(src, dest, how, rec.mode)
-        self._settle(rec.path, rec.sha256)
+        rel = self._spelled(rec.path)
+        dest = self.root / rel
+        try:
+            self._ensure_dir(rel.rpartition("/")[0], archive)
+            try:
+                place(src, dest, how, rec.mode)
+            except FileExistsError as exc:
+                raise ConflictError(f"{archive}: {rel} already exists in the tree", path=rel,
+                                    second=component) from exc
+            except OSError as exc:  # both sides are this machine's disks
+                raise self._local(exc, dest) from exc
+        except BaseException:
+            self._abandon(rel)
+            raise
+        self._settle(rel, rec.sha256)
         with self._cond:
-            self._records[rec.path] = FileRecord(rec.path, rec.size, rec.sha256, rec.mode,
-                                                 component=component)
+            self._records[rel] = FileRecord(rel, rec.size, rec.sha256, rec.mode, component=component)
 
     def component_of(self, rel: str) -> str | None:
         """The component that wrote the file ``rel`` (None if none did)."""
+        rel = self._spelled(rel)
         with self._cond:
             rec = self._records.get(rel)
         return rec.component if rec is not None else None

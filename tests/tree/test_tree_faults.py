@@ -4,6 +4,7 @@ filesystems that do not tell names apart by case (simulated, and a real exFAT)."
 from __future__ import annotations
 
 import errno
+import hashlib
 import io
 import os
 import threading
@@ -148,6 +149,26 @@ def test_write_error_is_a_local_disk_error(tmp_path: Path, root: Path, monkeypat
     if code in (errno.ENOSPC, errno.EDQUOT):
         assert "more than 1.0 MB (written when it filled up)" in str(err)
         assert "MB free now" in str(err)
+
+
+def test_placing_from_the_unpacked_cache_fails_as_a_local_error(tmp_path: Path, root: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    import cudaredist.tree.links as links
+    from cudaredist.tree.extract import FileRecord
+
+    def place(*_: Any) -> str:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(links, "place", place)
+    src = tmp_path / "unpacked" / "lib" / "a.so"
+    src.parent.mkdir(parents=True)
+    src.write_bytes(b"a")
+    tree = Tree(root)
+    rec = FileRecord("lib/a.so", 1, hashlib.sha256(b"a").hexdigest(), 0o644)
+    with pytest.raises(LocalDiskError, match="no space left"):
+        tree.add_placed(rec, src, "copy", "first", "first.tar.xz")
+    with pytest.raises(WriterFailed):  # the claim was given up: no one waits for it
+        tree.add_file("lib/a.so", io.BytesIO(b"a"), 0o644, "second", "second.tar.xz")
 
 
 def test_disk_errors_creating_directories_and_links(tmp_path: Path, root: Path,
