@@ -10,6 +10,7 @@
     ├── UnsafeArchiveError     an archive member would escape the prefix or is a device
     ├── ConflictError          two archives write one path with different content
     ├── PrefixError            the prefix cannot be used (not ours, busy, not installed)
+    ├── LocalDiskError         the local disk refused a write (full, read-only, no permission)
     ├── LockFileError          a lock file is malformed or the resolution drifted from it
     └── ImportLibraryError     a Windows DLL's export table cannot be read for an import library
 
@@ -113,3 +114,17 @@ class ImportLibraryError(CudaRedistError):
     def __init__(self, message: str, *, dll: str = "") -> None:
         super().__init__(message)
         self.dll = dll
+
+
+class LocalDiskError(CudaRedistError):
+    """A write on this machine failed (ENOSPC, EACCES, EROFS, ENAMETOOLONG, ...): not the archive's fault.
+
+    ``path`` is what was being written, ``where`` the directory the user chose (the one holding
+    the prefix, or the cache), ``errno`` the OS error number (0 for a refusal made in advance).
+    """
+
+    def __init__(self, message: str, *, path: str = "", where: str = "", errno: int = 0) -> None:
+        super().__init__(message)
+        self.path = path
+        self.where = where
+        self.errno = errno

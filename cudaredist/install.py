@@ -16,8 +16,8 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from concurrent.futures import TimeoutError as FuturesTimeout
+from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ThreadPoolExecutor, wait
+from concurrent.futures import TimeoutError as FutureTimeout  # not the builtin before 3.11
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, cast
@@ -32,12 +32,13 @@ from cudaredist.fetch.cache import Cache
 from cudaredist.fetch.fetcher import Aborted, Fetcher, StreamBroken
 from cudaredist.fetch.growing import DownloadFailed, GrowingFile
 from cudaredist.fetch.transport import Transport
+from cudaredist.localfs import UMASK, check_free_space, disk_error, is_case_insensitive, mb
 from cudaredist.plan import Plan, PlannedArchive
 from cudaredist.profiles import platform_rule
 from cudaredist.progress import Reporter, Silent
 from cudaredist.record import build_record, canonical_prefix, leftovers, read_record, write_record
 from cudaredist.sources import layout
-from cudaredist.tree.extract import FileRecord, Tree, extract, is_streamable
+from cudaredist.tree.extract import FileRecord, Tree, WriterFailed, extract, is_streamable
 from cudaredist.tree.implib import add_import_libraries
 
 ENV_LOCK_TIMEOUT = "CUDAREDIST_LOCK_TIMEOUT"
@@ -116,6 +117,18 @@ def swap_into_place(staging: Path, prefix: Path) -> None:
         _rmtree(old)
 
 
+def _root_cause(futures: Sequence[Future[Any]]) -> BaseException | None:
+    """The first real failure among ``futures`` (downloads first), skipping the ones that only
+    report another's: an aborted download, a reader whose download failed, a waiter whose
+    writer failed."""
+    for f in futures:
+        with contextlib.suppress(FutureTimeout, CancelledError):
+            err = f.exception(timeout=60)
+            if err is not None and not isinstance(err, (Aborted, DownloadFailed, WriterFailed)):
+                return err
+    return None
+
+
 class Installer:
     def __init__(self, transport: Transport, cache: Cache, *, reporter: Reporter | None = None,
                  jobs: int = 8, offline: bool = False, lock_timeout: float | None = None,
@@ -171,18 +184,24 @@ class Installer:
                     f"{prefix} exists and does not hold a cudaredist install; refusing to replace "
                     "it. Choose another --prefix, empty it, or pass --force to replace it.",
                     prefix=str(prefix))
-            staging = Path(tempfile.mkdtemp(dir=prefix.parent, prefix=f".{prefix.name}.cudaredist-stage-"))
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(staging, 0o777 & ~umask)  # mkdtemp's 0700 would hide the toolkit from other users
             try:
+                staging = Path(tempfile.mkdtemp(dir=prefix.parent,
+                                                prefix=f".{prefix.name}.cudaredist-stage-"))
+            except OSError as exc:
+                raise disk_error(exc, path=prefix.parent / f".{prefix.name}.cudaredist-stage-*",
+                                 where=prefix.parent) from exc
+            try:
+                # mkdtemp's 0700 would hide the toolkit from other users; the umask was read at start-up
+                os.chmod(staging, 0o777 & ~UMASK)
+                self._check_space(plan, staging)
                 try:
-                    files, downloaded, cached = self._build(plan, staging)
+                    files, downloaded, cached = self._build(plan, staging, prefix=prefix)
                 except StreamBroken as broken:
                     self.reporter.message(f"{broken.__cause__}; trying the next URL")
                     _rmtree(staging)
                     staging.mkdir()
-                    files, downloaded, cached = self._build(plan, staging, stream=False)
+                    files, downloaded, cached = self._build(plan, staging, prefix=prefix,
+                                                             stream=False)
                 links = self._complete(plan, staging)
                 stamp = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
                 rec = build_record(plan, files, stamp)
@@ -196,12 +215,37 @@ class Installer:
         return InstallResult(prefix, plan, noop=False, downloaded=downloaded, cached=cached,
                              files=len(files), seconds=time.monotonic() - t0)
 
-    def _build(self, plan: Plan, staging: Path, *,
+    def _check_space(self, plan: Plan, staging: Path) -> None:
+        """Refuse before downloading when the disk clearly cannot hold the tree.
+
+        The estimate is a lower bound, so the check never refuses an install that would fit: an
+        unpacked tree is at least as big as its compressed archives (2-4 times for CUDA's), and
+        archives not cached yet also land on this disk first when the cache shares it.
+        """
+        needed = plan.total_size
+        cache_disk = self.cache.root
+        while not cache_disk.exists() and cache_disk.parent != cache_disk:
+            cache_disk = cache_disk.parent
+        try:
+            same_disk = os.stat(staging).st_dev == os.stat(cache_disk).st_dev
+        except OSError:
+            same_disk = False
+        if same_disk:
+            needed += sum(it.archive.size for it in plan.items
+                          if self.cache.lookup(it.archive.sha256, it.archive.size) is None)
+        check_free_space(staging.parent, needed,
+                         what=f"the tree of {len(plan.items)} archives ({mb(plan.total_size)} compressed"
+                              + (", plus their downloads into the cache on the same disk)" if same_disk
+                                 and needed > plan.total_size else ")"))
+
+    def _build(self, plan: Plan, staging: Path, *, prefix: Path | None = None,
                stream: bool = True) -> tuple[list[FileRecord], int, int]:
         """Download (concurrently) and extract each archive while it downloads (tar) or once it is
         there (zip). Biggest first, so the longest extraction starts earliest."""
         self.fetcher.resume()
-        tree = Tree(staging)
+        tree = Tree(staging, dest=prefix or staging,
+                    case_insensitive=plan.platform.startswith("windows") or is_case_insensitive(staging),
+                    size_hint=plan.total_size)
         self.reporter.start(plan.total_size, len(plan.items))
         counts = {"downloaded": 0, "cached": 0}
         items = sorted(plan.items, key=lambda it: -it.archive.size)
@@ -278,14 +322,12 @@ class Installer:
                     fut.cancel()
                 for follow in follows.values():  # unblock extractions following a cancelled download
                     follow.fail(Aborted())
-                if isinstance(exc, DownloadFailed):
-                    # an extraction saw its download fail: report the download's own error
-                    for f in fetch_of.values():
-                        # futures' own TimeoutError: not the builtin one before Python 3.11
-                        with contextlib.suppress(FuturesTimeout):
-                            err = f.exception(timeout=60)
-                            if err is not None and not isinstance(err, Aborted):
-                                raise err  # noqa: B904 - the download error is the real one
+                if isinstance(exc, (DownloadFailed, WriterFailed)):
+                    # an extraction saw its download, or another archive's write of a path they
+                    # share, fail: report that failure's own error
+                    root = _root_cause([*fetch_of.values(), *extractions])
+                    if root is not None:
+                        raise root from None
                 raise
             finally:
                 self.reporter.close()

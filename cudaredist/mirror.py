@@ -32,6 +32,7 @@ from cudaredist.errors import (
     ManifestError,
 )
 from cudaredist.fetch.cache import sha256_file
+from cudaredist.localfs import UMASK
 from cudaredist.plan import Plan, PlannedArchive, join_url
 from cudaredist.progress import Reporter, Silent
 from cudaredist.sources.nvidia.index import Release
@@ -66,9 +67,9 @@ def temp_beside(dest: Path) -> Path:
 
 
 def world_readable(path: Path) -> None:
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, 0o644 & ~umask)  # a web server's worker must read what the cache kept 0600
+    # a web server's worker must read what the cache kept 0600; the umask was read at start-up
+    # (mirror workers call this from threads, where os.umask() would race other threads' files)
+    os.chmod(path, 0o644 & ~UMASK)
 
 
 def write_bytes_atomic(dest: Path, data: bytes) -> None:

@@ -172,7 +172,27 @@ def _check_link(p: Path, target: str) -> tuple[str, str]:
     return "changed", f"the symlink points to {actual}, not {target}"
 
 
-def _file_change(p: Path, st: os.stat_result, f: dict[str, Any], fast: bool) -> str:
+def _keeps_exec_bits(prefix: Path) -> bool:
+    """Does the filesystem under ``prefix`` store exec bits? (Windows, exFAT and FAT do not: every
+    file reads back with the same mode whatever was set.)"""
+    if os.name == "nt":
+        return False
+    probe = prefix / RECORD_DIR / f".mode-probe-{os.getpid()}"
+    try:
+        probe.write_bytes(b"")
+        os.chmod(probe, 0o644)
+        off = os.stat(probe).st_mode & 0o111
+        os.chmod(probe, 0o755)
+        on = os.stat(probe).st_mode & 0o111
+        return not off and bool(on)
+    except OSError:
+        return True  # cannot probe (a read-only tree): compare, as on any POSIX filesystem
+    finally:
+        with contextlib.suppress(OSError):
+            probe.unlink()
+
+
+def _file_change(p: Path, st: os.stat_result, f: dict[str, Any], fast: bool, modes: bool = True) -> str:
     """Why the regular file ``p`` no longer matches its record entry ``f`` ("" when it does)."""
     if stat.S_ISLNK(st.st_mode):
         return f"a file was replaced by a symlink to {os.readlink(p)}"
@@ -180,7 +200,7 @@ def _file_change(p: Path, st: os.stat_result, f: dict[str, Any], fast: bool) -> 
         return "a file was replaced by a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
     if st.st_size != f["size"]:
         return f"size {st.st_size}, recorded {f['size']}"
-    if os.name != "nt" and "mode" in f:  # Windows has no exec bits to compare
+    if modes and "mode" in f:  # Windows, exFAT and FAT have no exec bits to compare
         want = int(str(f["mode"]), 8) & 0o111
         if bool(st.st_mode & 0o111) != bool(want):
             return "the exec bit was removed" if want else "an exec bit was added"
@@ -194,6 +214,7 @@ def verify(prefix: Path, *, fast: bool = False) -> VerifyReport:
     compares sizes, modes and link targets only."""
     rec = require_record(prefix)
     report = VerifyReport(str(prefix))
+    modes = _keeps_exec_bits(prefix)
     recorded: set[str] = set()
     for f in rec["files"]:
         rel = f["path"]
@@ -212,7 +233,7 @@ def verify(prefix: Path, *, fast: bool = False) -> VerifyReport:
         except FileNotFoundError:
             report.missing.append(rel)
             continue
-        why = _file_change(p, st, f, fast)
+        why = _file_change(p, st, f, fast, modes)
         if why:
             report.change(rel, why)
     links: set[str] = set()

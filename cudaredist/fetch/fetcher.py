@@ -13,6 +13,7 @@ and a download that fails its checks leave no partial.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
 import time
@@ -24,6 +25,7 @@ from cudaredist.errors import FetchError, IntegrityError, OfflineError
 from cudaredist.fetch.cache import CHUNK, Cache, sha256_file
 from cudaredist.fetch.growing import GrowingFile
 from cudaredist.fetch.transport import Aborted, Transport, discard_partial, resume_point
+from cudaredist.localfs import disk_error
 from cudaredist.plan import PlannedArchive
 from cudaredist.progress import Reporter, Silent
 
@@ -96,10 +98,13 @@ class Fetcher:
                 return hit, True
             self.cache.drop_partials(sha[:16])  # what an older cudaredist left for this entry
             part = self.cache.partial(sha)
-            offset = self._resumable(part, size)
-            if follow is not None:
-                part.touch()
-                follow.attach(part)
+            try:
+                offset = self._resumable(part, size)
+                if follow is not None:
+                    part.touch()
+                    follow.attach(part)
+            except OSError as exc:
+                raise disk_error(exc, path=part, where=self.cache.root, cache=True) from exc
             try:
                 self._download_any(item, part, follow.publish if follow is not None else None, offset)
                 committed = self.cache.commit(part, sha, url=item.url, name=item.archive.filename)
@@ -108,6 +113,15 @@ class Fetcher:
             except (Aborted, KeyboardInterrupt, IntegrityError):
                 discard_partial(part)  # cancelled, or bytes that fail their checks: nothing to resume
                 raise
+            except OSError as exc:
+                # the transport translates every network and source-file failure; an OSError left
+                # is a write into the cache (disk full, read-only, no permission), not another URL's
+                # business: no fallback, nothing to resume, and the message names the cache
+                discard_partial(part)
+                with contextlib.suppress(FileNotFoundError):
+                    part.with_suffix(".meta").unlink()  # commit() writes the .meta first
+                raise disk_error(exc, path=part, where=self.cache.root, cache=True,
+                                 needs=item.archive.size) from exc
             except BaseException:
                 if resume_point(part, size) == 0:
                     discard_partial(part)

@@ -310,21 +310,30 @@ class Transport:
         src = local_path(url)
         h = hashlib.sha256()
         n = 0
+
+        def read(fi: BinaryIO) -> bytes:
+            try:
+                return fi.read(CHUNK)
+            except OSError as exc:
+                raise FetchError(f"cannot read {url}: {exc.strerror or exc}", url=url) from exc
+
         try:
-            with open(src, "rb") as fi, open(dest, "wb", buffering=0) as fo:
-                while chunk := fi.read(CHUNK):
-                    n += len(chunk)
-                    if n > size:
-                        break
-                    h.update(chunk)
-                    fo.write(chunk)
-                    progress(len(chunk))
-                    if watch is not None:
-                        watch(n)
+            fi = open(src, "rb")  # noqa: SIM115 - closed below; its errors are the source's
         except FileNotFoundError as exc:
             raise FetchError(f"{url} does not exist (404)", url=url, status=404) from exc
         except OSError as exc:
             raise FetchError(f"cannot read {url}: {exc.strerror or exc}", url=url) from exc
+        # a failed write to ``dest`` stays an OSError: the caller reports it as a local disk error
+        with fi, open(dest, "wb", buffering=0) as fo:
+            while chunk := read(fi):
+                n += len(chunk)
+                if n > size:
+                    break
+                h.update(chunk)
+                fo.write(chunk)
+                progress(len(chunk))
+                if watch is not None:
+                    watch(n)
         _check_size(url, size, n)
         if h.hexdigest() != sha256:
             raise IntegrityError(f"sha256 mismatch for {url}: expected {sha256}, got {h.hexdigest()}",

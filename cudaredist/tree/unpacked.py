@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cudaredist.localfs import is_case_insensitive
 from cudaredist.plan import PlannedArchive
 from cudaredist.tree.extract import FileRecord, Tree
 
@@ -121,7 +122,8 @@ class UnpackedCache:
         tmp = self.root / f".tmp-{key[:16]}-{uuid.uuid4().hex[:8]}"
         (tmp / "tree").mkdir(parents=True)
         try:
-            tree = Tree(tmp / "tree")
+            tree = Tree(tmp / "tree", case_insensitive=platform.startswith("windows")
+                        or is_case_insensitive(tmp / "tree"))
             fill(tree)
             records = tree.finish()
             dirs = sorted(str(p.relative_to(tmp / "tree").as_posix())

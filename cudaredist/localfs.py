@@ -1,0 +1,120 @@
+"""What the local filesystem allows: disk errors a user can act on, free space, case folding, the umask."""
+
+from __future__ import annotations
+
+import errno as _errno
+import os
+import shutil
+import tempfile
+import unicodedata
+from pathlib import Path
+
+from cudaredist.errors import LocalDiskError
+
+
+def _read_umask() -> int:
+    """The process umask, without changing it where the OS can tell (Linux: /proc/self/status)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o022)  # elsewhere: set and restore, once, while the process is single-threaded
+    os.umask(old)
+    return old
+
+
+# Read once at import, before any worker thread exists: os.umask() sets process-wide state, so
+# calling it from a thread would give files another thread creates meanwhile the wrong modes.
+UMASK = _read_umask()
+
+
+def mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+def free_bytes(directory: Path) -> int | None:
+    try:
+        return shutil.disk_usage(directory).free
+    except OSError:
+        return None
+
+
+def fold(path: str) -> str:
+    """A path as a case-insensitive filesystem compares it (NTFS, APFS, exFAT): case and
+    Unicode normalisation folded (canonical caseless matching, so folding errs toward equality)."""
+    return unicodedata.normalize("NFD", unicodedata.normalize("NFD", path).casefold())
+
+
+def is_case_insensitive(directory: Path) -> bool:
+    """Whether ``directory``'s filesystem treats names differing only in case as one: create a
+    file and look for its case-swapped name."""
+    fd, name = tempfile.mkstemp(dir=directory, prefix=".case-probe-")
+    os.close(fd)
+    try:
+        swapped = os.path.join(os.path.dirname(name), os.path.basename(name).swapcase())
+        return os.path.lexists(swapped)
+    finally:
+        os.unlink(name)
+
+
+_NO_SPACE = {_errno.ENOSPC, getattr(_errno, "EDQUOT", _errno.ENOSPC)}
+_NO_LINKS = {_errno.ENOSYS, _errno.EOPNOTSUPP, _errno.EPERM, getattr(_errno, "ENOTSUP", _errno.EOPNOTSUPP)}
+
+
+def disk_error(exc: OSError, *, path: Path | str, where: Path | str, cache: bool = False,
+               written: int = 0, needs: int = 0, symlink: bool = False) -> LocalDiskError:
+    """``exc`` (raised writing ``path`` under ``where``) as one paragraph saying what to do.
+
+    ``cache``: ``where`` is the download cache (the advice names --cache-dir, not --prefix);
+    ``written``/``needs``: bytes written so far / an estimate of the whole, for ENOSPC;
+    ``symlink``: the failed call was symlink(), so EPERM/ENOSYS mean "no symlinks here".
+    """
+    code = exc.errno or 0
+    reason = exc.strerror or str(exc)
+    option = "--cache-dir (or CUDAREDIST_CACHE_DIR)" if cache else "--prefix"
+    kept = ("the partial download was removed" if cache else
+            "the prefix was left as it was and verified downloads stay in the cache")
+    if code in _NO_SPACE:
+        free = free_bytes(Path(where))
+        need = []
+        if written:
+            need.append(f"more than {mb(written)} (written when it filled up)")
+        if needs:
+            need.append(f"about {mb(needs)}")
+        needs_text = f": the {'download' if cache else 'tree'} needs {' and '.join(need)}" if need else ""
+        free_text = f", {mb(free)} free now" if free is not None else ""
+        message = (f"no space left on the device holding {where}{needs_text}{free_text}. Free space "
+                   f"there or choose a {option} on another filesystem; {kept}.")
+    elif symlink and code in _NO_LINKS:
+        message = (f"the filesystem holding {where} does not support symbolic links ({reason}), which "
+                   f"this tree needs ({path}). Choose a {option} on another filesystem; {kept}.")
+    elif code in (_errno.EACCES, _errno.EPERM):
+        message = (f"cannot write to {where}: permission denied ({path}). Choose a {option} you own; "
+                   f"{kept}.")
+    elif code == _errno.EROFS:
+        message = (f"cannot write to {where}: it is on a read-only filesystem. Choose a {option} on a "
+                   f"writable one; {kept}.")
+    elif code == _errno.ENAMETOOLONG:
+        message = (f"the path {path} is too long for the filesystem holding {where}. Choose a shorter "
+                   f"{option}; {kept}.")
+    elif code in (_errno.ENOTDIR, _errno.EEXIST, _errno.EISDIR):
+        message = (f"cannot create {path}: a file stands where a directory should be, or a directory "
+                   f"where a file should be ({reason}). Remove it or choose another {option}; {kept}.")
+    else:
+        message = (f"cannot write {path} ({reason}); the local disk refused it, not the archive. "
+                   f"Check {where} or choose another {option}; {kept}.")
+    return LocalDiskError(message, path=str(path), where=str(where), errno=code)
+
+
+def check_free_space(directory: Path, needed: int, *, what: str) -> None:
+    """Refuse early only when the space is clearly insufficient (``needed`` is a lower bound)."""
+    free = free_bytes(directory)
+    if free is not None and free < needed:
+        raise LocalDiskError(
+            f"not enough space on the device holding {directory}: {mb(free)} free, and {what} needs "
+            f"at least {mb(needed)}. Free space there or choose a --prefix on another filesystem; "
+            "nothing was downloaded or changed.", path=str(directory), where=str(directory),
+            errno=_errno.ENOSPC)
