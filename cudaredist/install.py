@@ -338,8 +338,8 @@ class Installer:
 
     def _build(self, plan: Plan, staging: Path, *,
                stream: bool = True) -> tuple[list[FileRecord], int, int]:
-        """Download (concurrently) and extract each archive while it downloads (tar) or once it is
-        there (zip). Biggest first, so the longest extraction starts earliest."""
+        """Download (concurrently) and extract each archive while it downloads (tars and zips; wheels
+        once they are there). Biggest first, so the longest extraction starts earliest."""
         self._abort.clear()
         tree = Tree(staging)
         self.reporter.start(plan.total_size, len(plan.items))
