@@ -37,6 +37,7 @@ _ZIP64_EXTRA = 0x0001
 _MAX32, _MAX16 = 0xFFFFFFFF, 0xFFFF
 _ENCRYPTED, _DESCRIPTOR, _STRONG, _UTF8, _MASKED = 0x0001, 0x0008, 0x0040, 0x0800, 0x2000
 STORED, DEFLATED = 0, 8
+_NEXT = (LOCAL_SIG, CENTRAL_SIG, EOCD_SIG, EOCD64_SIG)  # what may follow a member's data descriptor
 
 
 @dataclass(frozen=True)
@@ -267,20 +268,23 @@ def _read_descriptor(stream: _Stream, data: _MemberData, zip64: bool, name: str)
     for signed, wide in forms:
         start = 4 if signed else 0
         fmt = "<IQQ" if wide else "<III"
-        blob = stream.peek(start + struct.calcsize(fmt))
-        if len(blob) < start + struct.calcsize(fmt):
+        end = start + struct.calcsize(fmt)
+        blob = stream.peek(end + 4)
+        if len(blob) < end + 4:
             continue
         crc, compressed, size = struct.unpack_from(fmt, blob, start)
-        if (crc, compressed, size) == (data.crc, data.compressed, data.size):
-            stream.exact(len(blob), "a data descriptor", name)
+        if (crc, compressed, size) == (data.crc, data.compressed, data.size) and blob[end:] in _NEXT:
+            stream.exact(end, "a data descriptor", name)
             return
     raise _fail(stream.archive, f"the data descriptor of {name!r} does not match its data (CRC "
                 f"{data.crc:08x}, {data.compressed} bytes compressed, {data.size} bytes)", name)
 
 
-def _scan_stored(stream: _Stream, name: str) -> tuple[IO[bytes], int, int]:
+def _scan_stored(stream: _Stream, name: str, zip64: bool) -> tuple[IO[bytes], int, int]:
     """A stored bit-3 member: nothing says where its data ends but the signed data descriptor
-    after it, whose CRC and size must describe the bytes before it. Spooled, then added."""
+    after it, whose CRC and size must describe the bytes before it, followed by the next
+    record's signature. Spooled, then added."""
+    widths = ("<IQQ", "<III") if zip64 else ("<III", "<IQQ")
     spool = cast(IO[bytes], tempfile.SpooledTemporaryFile(max_size=8 * CHUNK))  # noqa: SIM115
     buf = bytearray()
     crc = flushed = search = 0
@@ -288,14 +292,15 @@ def _scan_stored(stream: _Stream, name: str) -> tuple[IO[bytes], int, int]:
         while True:
             i = buf.find(DESCRIPTOR_SIG, search)
             while i != -1:
-                tail = bytes(buf[i + 4: i + 24])
-                if len(tail) < 20 and stream.peek(1):
+                tail = bytes(buf[i + 4: i + 28])
+                if len(tail) < 24 and stream.peek(1):
                     break  # read more before deciding about this candidate
                 c = zlib.crc32(buf[:i], crc)
                 n = flushed + i
-                for fmt in ("<III", "<IQQ"):
+                for fmt in widths:
                     width = struct.calcsize(fmt)
-                    if len(tail) >= width and struct.unpack_from(fmt, tail) == (c, n, n):
+                    if (len(tail) >= width + 4 and struct.unpack_from(fmt, tail) == (c, n, n)
+                            and tail[width:width + 4] in _NEXT):
                         spool.write(buf[:i])
                         stream.unread(bytes(buf[i + 4 + width:]))
                         spool.seek(0)
@@ -382,7 +387,7 @@ def _member(stream: _Stream, tree: Tree, seen: set[str], *, component: str, arch
     src: IO[bytes]
     data: _MemberData | None = None
     if described and method == STORED:
-        src, crc, compressed = _scan_stored(stream, name)
+        src, crc, compressed = _scan_stored(stream, name, zip64)
         size = compressed
     else:
         data = _MemberData(stream, name=name, method=method,
