@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from cudaredist.cache import Cache
-from cudaredist.errors import CudaRedistError, UnsafeArchiveError
+from cudaredist.errors import CudaRedistError, IntegrityError, UnsafeArchiveError
 from cudaredist.extract import FileRecord, Tree, extract, is_streamable, redist_mapper
 from cudaredist.install import Installer
 from cudaredist.manifest import Archive
@@ -409,3 +409,37 @@ def test_hostile_zip_install_leaves_the_prefix_as_it_was(tmp_path: Path, spoil: 
     assert isinstance(info.value, UnsafeArchiveError)
     assert_intact(prefix, before, cache, hashlib.sha256(bad).hexdigest())
     assert not (tmp_path / "evil").exists()
+
+
+def test_connection_reset_mid_zip_resumes_under_the_reader(tmp_path: Path) -> None:
+    data = make(payload())
+    _publish(tmp_path / "www", data)
+    with FaultServer(tmp_path / "www") as srv, _transport() as t:
+        plan = _plan(srv, data)
+        srv.reset(f"/{plan.items[0].archive.sha256[:8]}/{NAME}", at=len(data) // 2)
+        Installer(t, Cache(tmp_path / "cache")).install(plan, tmp_path / "prefix")
+    assert_installed(tmp_path / "prefix", "1.0.0")
+    assert snapshot(tmp_path / "prefix", skip=(tmp_path / "prefix" / ".cudaredist",)) == snapshot(
+        _whole_tree(data, tmp_path))
+
+
+def test_corrupted_download_reports_the_checksum_not_the_zip(tmp_path: Path) -> None:
+    """A byte flipped in transit trips the zip reader (CRC or inflate) before the download's own
+    check ends; the user is told the download's sha256 was wrong, and nothing is installed."""
+    good = _small()
+    _publish(tmp_path / "www", good)
+    prefix = tmp_path / "prefix"
+    cache = Cache(tmp_path / "cache")
+    with FaultServer(tmp_path / "www") as srv, _transport() as t:
+        plan = _plan(srv, good)
+        srv.flip(f"/{plan.items[0].archive.sha256[:8]}/{NAME}", at=200)  # inside a.dll's deflate data
+        with pytest.raises(IntegrityError) as info:
+            Installer(t, cache).install(plan, prefix)
+    assert info.value.what == "sha256"
+    assert_intact(prefix, {}, cache)
+
+
+def _whole_tree(data: bytes, tmp_path: Path) -> Path:
+    """The tree the whole-file reader makes of ``data``, as the install lays it out."""
+    whole(data, tmp_path)
+    return tmp_path / "whole-tree"
