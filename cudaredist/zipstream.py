@@ -197,10 +197,10 @@ class _MemberData(io.RawIOBase):
         if not data:
             return d.flush()
         out = d.decompress(data, want)
+        if d.eof and self._left is not None and (d.unused_data or self._left):
+            raise _fail(self._s.archive, f"entry {self._name!r} has bytes after the end of its "
+                        "deflate stream", self._name)
         if d.eof and d.unused_data:
-            if self._left is not None:
-                raise _fail(self._s.archive, f"entry {self._name!r} has bytes after the end of its "
-                            "deflate stream", self._name)
             self._s.unread(d.unused_data)  # the data descriptor or the next header
             self.compressed -= len(d.unused_data)
         return out
@@ -492,9 +492,10 @@ def _check(entries: list[LocalEntry], centrals: list[CentralEntry], archive: str
                                      ("CRC", c.crc, e.crc), ("compressed size", c.compressed, e.compressed),
                                      ("size", c.size, e.size)):
             if central != local:
+                said, has = ((f"{central:08x}", f"{local:08x}") if what == "CRC" and isinstance(central, int)
+                             and isinstance(local, int) else (repr(central), repr(local)))
                 raise _fail(archive, f"the central directory gives the entry at offset {c.offset} "
-                            f"({e.name!r}) a {what} of {central!r}, its data and local header "
-                            f"{local!r}", e.name)
+                            f"({e.name!r}) a {what} of {said}, its data and local header {has}", e.name)
         if c.flags & (_ENCRYPTED | _STRONG):
             raise UnsafeArchiveError(f"{archive}: entry {e.name!r} is encrypted; refused", archive=archive,
                                      member=e.name)

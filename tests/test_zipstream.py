@@ -153,6 +153,67 @@ def test_every_flavour_extracts_as_the_whole_file_reader_does(tmp_path: Path,
     assert (tree.root / "lib/x64").is_dir()
 
 
+class _Trickle(io.RawIOBase):
+    """Short reads of random length, as a download that is still arriving gives them."""
+
+    def __init__(self, data: bytes, seed: int) -> None:
+        super().__init__()
+        self._data = io.BytesIO(data)
+        self._rng = random.Random(seed)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: memoryview | bytearray) -> int:  # type: ignore[override]
+        chunk = self._data.read(min(len(buf), self._rng.choice((1, 3, 29, 4096, 70_000))))
+        buf[: len(chunk)] = chunk
+        return len(chunk)
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_short_reads_change_nothing(tmp_path: Path, flavour: dict[str, int]) -> None:
+    data = make(payload(), **flavour)
+    tree = new_tree(tmp_path)
+    extract(None, tree, component="comp", archive=NAME, mapper=redist_mapper("comp", NAME),
+            fileobj=_Trickle(data, seed=len(data)))
+    assert tree.finish() == whole(data, tmp_path)
+
+
+class _CutAt(io.RawIOBase):
+    """Reads that never cross ``at``: a download whose bytes so far end exactly there."""
+
+    def __init__(self, data: bytes, at: int) -> None:
+        super().__init__()
+        self._data = io.BytesIO(data)
+        self._at = at
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: memoryview | bytearray) -> int:  # type: ignore[override]
+        pos = self._data.tell()
+        n = len(buf) if pos >= self._at else min(len(buf), self._at - pos)
+        chunk = self._data.read(n)
+        buf[: len(chunk)] = chunk
+        return len(chunk)
+
+
+def test_deflate_stream_shorter_than_its_header_says(tmp_path: Path) -> None:
+    """The header claims more compressed bytes than the deflate stream holds. Whether the stream's
+    end falls inside a read or at its end, the reader refuses instead of waiting for output."""
+    data = _small()
+    info = zipfile.ZipFile(io.BytesIO(data)).infolist()[1]
+    at = info.header_offset
+    csize = struct.unpack_from("<I", data, at + 18)[0]
+    spoiled = _patch(data, at + 18, "<I", csize + 5)
+    end = at + 30 + len(info.filename) + len(info.extra) + csize  # where the deflate stream ends
+    for i, raw in enumerate([io.BytesIO(spoiled), _CutAt(spoiled, end)]):
+        (tmp_path / str(i)).mkdir()
+        with pytest.raises(UnsafeArchiveError, match="after the end of its deflate stream"):
+            extract(None, new_tree(tmp_path / str(i)), component="comp", archive=NAME,
+                    mapper=redist_mapper("comp", NAME), fileobj=raw)
+
+
 def test_zip64_end_records(tmp_path: Path) -> None:
     data = with_zip64_end(make(payload()))
     assert zipfile.ZipFile(io.BytesIO(data)).testzip() is None  # a valid zip for zipfile too
