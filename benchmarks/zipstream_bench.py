@@ -50,6 +50,14 @@ def child(mode: str, base: str, work: Path) -> dict[str, Any]:
             self.segment_size = 1 << 40
 
         cudaredist.net.Transport.__init__ = one_range  # type: ignore[method-assign]
+    if os.environ.get("ZSBENCH_WORKERS"):  # extraction threads (default: min(4, cores))
+        inst_init = cudaredist.install.Installer.__init__
+
+        def workers(self: cudaredist.install.Installer, *a: Any, **kw: Any) -> None:
+            inst_init(self, *a, **kw)
+            self.extract_workers = int(os.environ["ZSBENCH_WORKERS"])
+
+        cudaredist.install.Installer.__init__ = workers  # type: ignore[method-assign]
     if mode == "unstreamed":  # the rule before zipstream: zips extracted once complete
         cudaredist.install.is_streamable = lambda name: not name.endswith((".zip", ".whl"))
     t0 = time.monotonic()
@@ -107,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--links", default=",".join(LINKS))
     ap.add_argument("--json-out", type=Path)
+    ap.add_argument("--workers", type=int, help="extraction threads (default: the installer's)")
     ap.add_argument("--one-range", action="store_true",
                     help="download each archive over one connection, not several byte ranges")
     ap.add_argument("--child", nargs=3, metavar=("MODE", "BASE", "WORK"), help=argparse.SUPPRESS)
@@ -125,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
                         out = subprocess.run([sys.executable, __file__, "--mirror", str(ns.mirror), "--child",
                                               mode, base, work], capture_output=True, text=True, timeout=600,
                                              env={**os.environ, "NO_PROXY": "127.0.0.1",
-                                                  "ZSBENCH_ONE_RANGE": "1" if ns.one_range else ""},
+                                                  "ZSBENCH_ONE_RANGE": "1" if ns.one_range else "",
+                                                  "ZSBENCH_WORKERS": str(ns.workers or "")},
                                              check=False)
                     if out.returncode:
                         print(out.stderr, file=sys.stderr)

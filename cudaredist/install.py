@@ -349,8 +349,11 @@ class Installer:
         streamed = {it for it in items
                     if stream and os.name != "nt" and is_streamable(it.archive.filename)}
         jobs = min(self.jobs, len(items)) or 1
+        # A streamed extraction mostly waits for its bytes (a segmented download makes them readable
+        # in order late): one thread each, so they never hold the workers a complete archive needs.
+        workers = self.extract_workers + len(streamed)
         with ThreadPoolExecutor(jobs, thread_name_prefix="fetch") as fetchers, \
-                ThreadPoolExecutor(self.extract_workers, thread_name_prefix="extract") as extractors:
+                ThreadPoolExecutor(workers, thread_name_prefix="extract") as extractors:
 
             def unpack(item: PlannedArchive, path: Path | None, follow: GrowingFile | None) -> None:
                 mapper = MAPPERS[item.layout](item, plan.platform)

@@ -390,9 +390,10 @@ def _publish(root: Path, data: bytes) -> None:
     path.write_bytes(data)
 
 
-def _transport() -> Transport:
+def _transport(connections: int = 1) -> Transport:
+    """``connections`` bounds all downloads together; archives here are too small to be split."""
     return Transport(make_client(timeout=5), retry=RetryPolicy(backoff=0.01), sleep=lambda s: None,
-                     connections=1)
+                     connections=connections)
 
 
 def test_install_extracts_zip_members_while_the_archive_downloads(tmp_path: Path) -> None:
@@ -504,3 +505,36 @@ def _whole_tree(data: bytes, tmp_path: Path) -> Path:
     """The tree the whole-file reader makes of ``data``, as the install lays it out."""
     whole(data, tmp_path)
     return tmp_path / "whole-tree"
+
+
+def test_a_stalled_stream_does_not_hold_up_the_other_archives(tmp_path: Path) -> None:
+    """One extraction worker: the big zip's extraction waits on its stalled download, and the small
+    zip is extracted meanwhile rather than after it."""
+    rng = random.Random(9)
+    big = make({f"{TOP}/": 0o40755} | {f"{TOP}/bin/f{i:02d}.dll": rng.randbytes(20_000) for i in range(20)})
+    small_top = "small-windows-x86_64-1.0-archive"
+    small = make({f"{small_top}/": 0o40755, f"{small_top}/include/small.h": b"// small"})
+    root = tmp_path / "www"
+    _publish(root, big)
+    (root / "small" / f"{small_top}.zip").parent.mkdir(parents=True)
+    (root / "small" / f"{small_top}.zip").write_bytes(small)
+    prefix = tmp_path / "prefix"
+    seen: list[bool] = []
+    with FaultServer(root) as srv, _transport(connections=2) as t:
+        plan = _plan(srv, big)
+        extra = PlannedArchive("small", "1.0", Archive(f"{small_top}.zip", hashlib.sha256(small).hexdigest(),
+                                                       len(small)), srv.url(f"/small/{small_top}.zip"))
+        plan = Plan("1.0.0", "", "windows-x86_64", srv.base, "custom", (*plan.items, extra))
+        srv.stall(f"/{plan.items[0].archive.sha256[:8]}/{NAME}", at=len(big) // 2, seconds=2.0)
+        worker = threading.Thread(target=Installer(t, Cache(tmp_path / "cache"), extract_workers=1).install,
+                                  args=(plan, prefix))
+        worker.start()
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline and not seen:
+            if list(tmp_path.glob(".prefix.cudaredist-stage-*/include/small.h")):
+                seen.append(True)
+            time.sleep(0.02)
+        worker.join(30)
+    assert seen, "the small zip waited for the stalled one"
+    assert_installed(prefix, "1.0.0")
+    assert (prefix / "include/small.h").read_bytes() == b"// small"
