@@ -240,8 +240,8 @@ class Installer:
 
     def _build(self, plan: Plan, staging: Path, *, prefix: Path | None = None,
                stream: bool = True) -> tuple[list[FileRecord], int, int]:
-        """Download (concurrently) and extract each archive while it downloads (tar) or once it is
-        there (zip). Biggest first, so the longest extraction starts earliest."""
+        """Download (concurrently) and extract each archive while it downloads (tars and zips; wheels
+        once they are there). Biggest first, so the longest extraction starts earliest."""
         self.fetcher.resume()
         tree = Tree(staging, dest=prefix or staging,
                     case_insensitive=plan.platform.startswith("windows") or is_case_insensitive(staging),
@@ -253,8 +253,11 @@ class Installer:
         streamed = {it for it in items
                     if stream and os.name != "nt" and is_streamable(it.archive.filename)}
         jobs = min(self.jobs, len(items)) or 1
+        # A streamed extraction mostly waits for its bytes (a segmented download makes them readable
+        # in order late): one thread each, so they never hold the workers a complete archive needs.
+        workers = self.extract_workers + len(streamed)
         with ThreadPoolExecutor(jobs, thread_name_prefix="fetch") as fetchers, \
-                ThreadPoolExecutor(self.extract_workers, thread_name_prefix="extract") as extractors:
+                ThreadPoolExecutor(workers, thread_name_prefix="extract") as extractors:
 
             def unpack(item: PlannedArchive, path: Path | None, follow: GrowingFile | None) -> None:
                 how = layout(item.layout)

@@ -8,13 +8,13 @@ one path only with identical content.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import hashlib
 import io
 import lzma
 import os
 import shutil
-import stat
 import tarfile
 import threading
 import zipfile
@@ -25,7 +25,7 @@ from typing import IO, Any, cast
 
 from cudaredist.errors import ConflictError, CudaRedistError, LocalDiskError, UnsafeArchiveError
 from cudaredist.localfs import disk_error, fold
-from cudaredist.tree.paths import clean_member, link_target_inside, strip_top, tree_path
+from cudaredist.tree.paths import clean_member, link_target_inside, strip_top, tree_path, zip_entry_mode
 
 CHUNK = 1 << 20
 _OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
@@ -315,6 +315,18 @@ class Tree:
         with self._cond:
             self._records[rel] = FileRecord(rel, 0, "", 0o777, link=target, component=component)
 
+    def set_mode(self, rel: str, mode: int, component: str) -> None:
+        """Give a file this component wrote its mode after the fact: a zip read front to back
+        learns modes only from its central directory, at the end."""
+        mode = 0o755 if mode & 0o111 else 0o644
+        with self._cond:
+            rec = self._records.get(rel)
+            if rec is None or rec.link or rec.component != component or rec.mode == mode:
+                return
+            self._records[rel] = dataclasses.replace(rec, mode=mode)
+        if os.name != "nt":
+            os.chmod(self.root / rel, mode)
+
     def add_hardlink(self, rel: str, target_rel: str, component: str, archive: str) -> None:
         """Hard links become copies of a file that the same tree already holds."""
         target_rel = self._spelled(target_rel)
@@ -392,17 +404,23 @@ def redist_mapper(component: str, archive: str) -> Mapper:
 
 
 def is_streamable(archive: str) -> bool:
-    """Tars are read front to back, so they can be extracted while they download; zips cannot."""
-    return not archive.endswith((".zip", ".whl"))
+    """Tars and zips are read front to back (zips by :mod:`cudaredist.tree.zipstream`, checked against
+    their central directory at the end), so they can be extracted while they download. Wheels
+    are still extracted once complete."""
+    return not archive.endswith(".whl")
 
 
 def extract(path: Path | None, tree: Tree, *, component: str, archive: str, mapper: Mapper,
             fileobj: IO[bytes] | None = None) -> None:
     """Extract one archive (by its file name: .zip or a tar) into ``tree``.
 
-    A tar may come as ``fileobj`` instead of ``path``: a download still being written.
+    A tar or a zip may come as ``fileobj`` instead of ``path``: a download still being written.
     """
-    if not is_streamable(archive):
+    if archive.endswith(".zip") and fileobj is not None:
+        from cudaredist.tree.zipstream import extract_zip_stream  # it builds on this module's Tree
+
+        extract_zip_stream(fileobj, tree, component=component, archive=archive, mapper=mapper)
+    elif archive.endswith((".zip", ".whl")):
         assert path is not None
         _extract_zip(path, tree, component=component, archive=archive, mapper=mapper)
     else:
@@ -519,15 +537,12 @@ def _extract_zip(path: Path, tree: Tree, *, component: str, archive: str, mapper
                 rel = mapper(clean)
                 if rel is None:
                     continue
-                unix_mode = (info.external_attr >> 16) & 0xFFFF if info.create_system == 3 else 0
-                if stat.S_ISLNK(unix_mode):
-                    raise UnsafeArchiveError(f"{archive}: entry {info.filename!r} is a symlink; zip "
-                                             "archives with links are refused", archive=archive,
-                                             member=info.filename)
+                mode = zip_entry_mode(info.create_system, info.external_attr, archive=archive,
+                                      member=info.filename)
                 if info.is_dir():
                     tree.add_dir(rel, component, archive)
                     continue
                 with zf.open(info) as src:
-                    tree.add_file(rel, src, unix_mode & 0o777 or 0o644, component, archive)
+                    tree.add_file(rel, src, mode, component, archive)
         except (zipfile.BadZipFile, OSError, EOFError) as exc:
             raise UnsafeArchiveError(f"{archive} is corrupt: {exc}", archive=archive) from exc

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
+import stat
 
 from cudaredist.errors import UnsafeArchiveError
 
@@ -88,3 +89,13 @@ def link_target_inside(link_path: str, target: str, *, archive: str) -> str:
             f"{archive}: symlink {link_path!r} -> {target!r} leaves the prefix; refused",
             archive=archive, member=link_path)
     return resolved
+
+
+def zip_entry_mode(create_system: int, external_attr: int, *, archive: str, member: str) -> int:
+    """A zip entry's file mode from its central directory record (0o644 unless a Unix writer
+    stored one); symlink entries are refused: a zip keeps no link a Windows tree could use."""
+    unix_mode = (external_attr >> 16) & 0xFFFF if create_system == 3 else 0
+    if stat.S_ISLNK(unix_mode):
+        raise UnsafeArchiveError(f"{archive}: entry {member!r} is a symlink; zip archives with links "
+                                 "are refused", archive=archive, member=member)
+    return unix_mode & 0o777 or 0o644
