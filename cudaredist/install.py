@@ -38,8 +38,9 @@ from cudaredist.profiles import platform_rule
 from cudaredist.progress import Reporter, Silent
 from cudaredist.record import build_record, canonical_prefix, leftovers, read_record, write_record
 from cudaredist.sources import layout
-from cudaredist.tree.extract import FileRecord, Tree, WriterFailed, extract, is_streamable
+from cudaredist.tree.extract import extract, is_streamable
 from cudaredist.tree.implib import add_import_libraries
+from cudaredist.tree.staging import FileRecord, Tree, WriterFailed
 
 ENV_LOCK_TIMEOUT = "CUDAREDIST_LOCK_TIMEOUT"
 DEFAULT_LOCK_TIMEOUT = 600.0

@@ -18,7 +18,7 @@ from cudaredist.fetch.cache import sha256_file
 from cudaredist.plan import Plan, version_key
 
 if TYPE_CHECKING:  # the no-op path reads records without loading the archive modules
-    from cudaredist.tree.extract import FileRecord
+    from cudaredist.tree.staging import FileRecord
 
 RECORD_DIR = ".cudaredist"
 RECORD_FILE = "record.json"

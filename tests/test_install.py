@@ -130,8 +130,8 @@ def test_failure_while_extracting_removes_the_staging_tree(mirror: Path, transpo
                                                            prefix: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     import cudaredist.install as inst
-    from cudaredist.tree.extract import Tree
     from cudaredist.tree.extract import extract as real_extract
+    from cudaredist.tree.staging import Tree
 
     install(transport, cache, mirror, "12.9", prefix)
     before = snapshot(prefix)

@@ -78,7 +78,7 @@ def test_disk_error_while_extracting_keeps_cache_and_prefix(tmp_path: Path, tran
     _install(transport, cache, base, "13.0", tmp_path / "elsewhere" / "cuda")  # every archive cached
     _install(transport, cache, base, "12.9", prefix)
     before = snapshot(prefix)
-    import cudaredist.tree.extract as extract_mod
+    import cudaredist.tree.staging as staging_mod
 
     real_write = os.write
 
@@ -88,7 +88,7 @@ def test_disk_error_while_extracting_keeps_cache_and_prefix(tmp_path: Path, tran
             raise OSError(code, os.strerror(code))
         return real_write(fd, data)
 
-    monkeypatch.setattr(extract_mod.os, "write", write)
+    monkeypatch.setattr(staging_mod.os, "write", write)
     with pytest.raises(LocalDiskError) as info:
         _install(transport, cache, base, "13.0", prefix)
     monkeypatch.undo()

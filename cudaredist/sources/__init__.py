@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from cudaredist.mirror import MirrorReport
     from cudaredist.plan import Plan, PlannedArchive
     from cudaredist.progress import Reporter
-    from cudaredist.tree.extract import Mapper, Tree
+    from cudaredist.tree.staging import Mapper, Tree
 
 ENV_SOURCE = "CUDAREDIST_SOURCE"
 SOURCES = ("nvidia", "pypi")

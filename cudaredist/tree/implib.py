@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cudaredist.errors import ImportLibraryError
-from cudaredist.tree.extract import Tree
+from cudaredist.tree.staging import Tree
 
 # COFF machine types (PE/COFF specification, "Machine Types")
 MACHINE_I386 = 0x14C

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import IO, TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from cudaredist.tree.extract import Tree
+    from cudaredist.tree.staging import Tree
 
 _DEV_LIB = re.compile(r"^lib[^/]*\.so(?:\.\d+)*$")
 

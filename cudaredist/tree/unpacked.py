@@ -34,7 +34,7 @@ from typing import Any
 
 from cudaredist.localfs import is_case_insensitive
 from cudaredist.plan import PlannedArchive
-from cudaredist.tree.extract import FileRecord, Tree
+from cudaredist.tree.staging import FileRecord, Tree
 
 UNPACKED_VERSION = 1
 RECORD = "files.json"

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import IO, cast
 
 from cudaredist.errors import ConflictError, UnsafeArchiveError
-from cudaredist.tree.extract import CHUNK, Mapper, Tree
 from cudaredist.tree.paths import clean_member, zip_entry_mode
+from cudaredist.tree.staging import CHUNK, Mapper, Tree
 
 _LOCAL = struct.Struct("<4sHHHHHIIIHH")  # signature ... name length, extra length (30 bytes)
 _CENTRAL = struct.Struct("<4sBBHHHHHIIIHHHHHII")  # (46 bytes)

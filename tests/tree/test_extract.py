@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from cudaredist.errors import ConflictError, UnsafeArchiveError
-from cudaredist.tree.extract import Tree, extract, redist_mapper
+from cudaredist.tree.extract import extract, redist_mapper
+from cudaredist.tree.staging import Tree
 from tests.archives import Dir, Exe, Link, Members, Special, make_tar_xz, make_zip
 
 TOP = "comp-linux-x86_64-1.0-archive"

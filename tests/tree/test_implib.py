@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from cudaredist.errors import ImportLibraryError
-from cudaredist.tree.extract import Tree
 from cudaredist.tree.implib import (
     MACHINE_AMD64,
     DllExports,
@@ -26,6 +25,7 @@ from cudaredist.tree.implib import (
     pairs,
     read_exports,
 )
+from cudaredist.tree.staging import Tree
 from tests.pe import make_dll
 from tests.wintools import imported_dlls, mingw_gxx, mingw_objdump, run_under_wine, wine_prefix  # noqa: F401
 

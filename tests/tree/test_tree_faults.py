@@ -16,8 +16,9 @@ import pytest
 
 from cudaredist.errors import ConflictError, LocalDiskError, UnsafeArchiveError
 from cudaredist.localfs import fold, is_case_insensitive
-from cudaredist.tree import extract as extract_mod
-from cudaredist.tree.extract import Tree, WriterFailed, extract, redist_mapper
+from cudaredist.tree import staging as staging_mod
+from cudaredist.tree.extract import extract, redist_mapper
+from cudaredist.tree.staging import Tree, WriterFailed
 from tests.archives import Dir, Link, Members, make_tar_xz, make_zip
 from tests.mounts import exfat
 
@@ -137,7 +138,7 @@ def test_write_error_is_a_local_disk_error(tmp_path: Path, root: Path, monkeypat
         path = make_zip(tmp_path / "in" / f"{ztop}.zip",
                         {f"{ztop}/lib/a.dll": b"small", f"{ztop}/lib/big.dll": big})
     tree = Tree(root, dest=tmp_path / "stage" / "cuda")
-    monkeypatch.setattr(extract_mod.os, "write", _failing_write(code, root, after=(1 << 20) + 5))
+    monkeypatch.setattr(staging_mod.os, "write", _failing_write(code, root, after=(1 << 20) + 5))
     with pytest.raises(LocalDiskError) as info:
         _extract(path, tree)
     err = info.value
@@ -154,7 +155,7 @@ def test_write_error_is_a_local_disk_error(tmp_path: Path, root: Path, monkeypat
 def test_placing_from_the_unpacked_cache_fails_as_a_local_error(tmp_path: Path, root: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     import cudaredist.tree.links as links
-    from cudaredist.tree.extract import FileRecord
+    from cudaredist.tree.staging import FileRecord
 
     def place(*_: Any) -> str:
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -180,7 +181,7 @@ def test_disk_errors_creating_directories_and_links(tmp_path: Path, root: Path,
             raise PermissionError(errno.EACCES, "Permission denied", str(path))
         real_mkdir(path, mode)
 
-    monkeypatch.setattr(extract_mod.os, "mkdir", mkdir)
+    monkeypatch.setattr(staging_mod.os, "mkdir", mkdir)
     with pytest.raises(LocalDiskError, match="permission denied") as info:
         _extract(_tar(tmp_path, {"include/a.h": b"a"}), Tree(root))
     assert info.value.errno == errno.EACCES
@@ -188,7 +189,7 @@ def test_disk_errors_creating_directories_and_links(tmp_path: Path, root: Path,
     def symlink(*_: Any, **__: Any) -> None:
         raise OSError(errno.ENOSYS, "Function not implemented")
 
-    monkeypatch.setattr(extract_mod.os, "symlink", symlink)
+    monkeypatch.setattr(staging_mod.os, "symlink", symlink)
     root2 = tmp_path / "stage2"
     root2.mkdir()
     with pytest.raises(LocalDiskError, match="does not support symbolic links") as info:

@@ -11,8 +11,9 @@ import pytest
 from cudaredist.errors import ConflictError, UsageError
 from cudaredist.plan import Archive, PlannedArchive
 from cudaredist.tree import links
-from cudaredist.tree.extract import Tree, extract, redist_mapper
+from cudaredist.tree.extract import extract, redist_mapper
 from cudaredist.tree.links import link_mode, place
+from cudaredist.tree.staging import Tree
 from cudaredist.tree.unpacked import UnpackedCache, entry_key, materialize
 from tests.archives import Exe, Link, make_tar_xz
 

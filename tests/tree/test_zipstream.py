@@ -22,7 +22,8 @@ from cudaredist.fetch.cache import Cache
 from cudaredist.fetch.transport import RetryPolicy, Transport, make_client
 from cudaredist.install import Installer
 from cudaredist.plan import Archive, Plan, PlannedArchive
-from cudaredist.tree.extract import FileRecord, Tree, extract, is_streamable, redist_mapper
+from cudaredist.tree.extract import extract, is_streamable, redist_mapper
+from cudaredist.tree.staging import FileRecord, Tree
 from cudaredist.tree.zipstream import extract_zip_stream
 from tests.faultserver import FaultServer
 from tests.invariants import assert_installed, assert_intact, snapshot

@@ -1,0 +1,386 @@
+"""The staging tree: files, links and directories written by several archives at once, each path
+claimed once; two archives may write one path only with identical content. Every file is hashed
+as it is written (conflict detection and the install record), and every write stays inside the tree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import errno
+import hashlib
+import os
+import shutil
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from cudaredist.errors import ConflictError, CudaRedistError, LocalDiskError, UnsafeArchiveError
+from cudaredist.localfs import disk_error, fold
+from cudaredist.tree.paths import link_target_inside
+
+CHUNK = 1 << 20
+_OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
+
+# (clean member path) -> tree path, or None to skip the member
+Mapper = Callable[[str], "str | None"]
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    path: str          # POSIX path relative to the prefix
+    size: int
+    sha256: str        # of the content; for symlinks, "" and ``link`` holds the target
+    mode: int          # 0o644 / 0o755
+    link: str = ""
+    component: str = ""
+
+
+@dataclass
+class _Claim:
+    component: str
+    kind: str          # "file" | "link" | "dir"
+    digest: str = ""   # sha256 for files, target for links
+    done: bool = False
+    failed: bool = False  # its writer gave up: whoever waits for ``done`` must stop waiting
+    path: str = ""     # the name as the claiming archive spells it
+
+
+class WriterFailed(CudaRedistError):
+    """Another archive was writing a path this one also has, and failed: its error is the real one."""
+
+    def __init__(self, message: str, *, path: str = "", first: str = "", second: str = "") -> None:
+        super().__init__(message)
+        self.path = path
+        self.first = first
+        self.second = second
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """The one place the tree writes file content (so a disk fault can be injected where it happens)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+class Tree:
+    """A staging directory filled concurrently by several archives.
+
+    ``case_insensitive``: the tree is meant for (or lies on) a filesystem that does not tell
+    names apart by case, so paths are compared case-folded: two members differing only in
+    case are one path, and a symlink ``X`` shadows a directory ``x``. ``dest`` (the prefix)
+    and ``size_hint`` (bytes of the archives) only make disk errors more helpful.
+    """
+
+    def __init__(self, root: Path, *, case_insensitive: bool = False, dest: Path | None = None,
+                 size_hint: int = 0) -> None:
+        self.root = root
+        self.case_insensitive = case_insensitive
+        self._key: Callable[[str], str] = fold if case_insensitive else str
+        self._dest = dest or root
+        self._where = self._dest.parent
+        self._size_hint = size_hint
+        self._real_root = os.path.realpath(root)
+        self._cond = threading.Condition()
+        self._claims: dict[str, _Claim] = {}
+        self._links: set[str] = set()
+        self._dirs: set[str] = set()  # created and checked to resolve inside the tree
+        self._records: dict[str, FileRecord] = {}
+        self._deferred_links: list[tuple[str, str, str]] = []
+        self._written = 0
+
+    # -- claims ------------------------------------------------------------------------------------
+    def _check_parents(self, rel: str, component: str, archive: str) -> None:
+        parts = rel.split("/")
+        for i in range(1, len(parts)):
+            parent = "/".join(parts[:i])
+            key = self._key(parent)
+            if key in self._links:
+                raise UnsafeArchiveError(
+                    f"{archive}: member {rel!r} lies under the symlink {parent!r}"
+                    + (" (names compared case-insensitively)" if self.case_insensitive else "")
+                    + "; refused", archive=archive, member=rel)
+            claim = self._claims.get(key)
+            if claim is not None and claim.kind != "dir":
+                raise ConflictError(
+                    f"{component} ({archive}) needs {parent!r} to be a directory for {rel!r}, but "
+                    f"{claim.component} installs a {claim.kind} there", path=rel, first=claim.component,
+                    second=component)
+
+    def _claim(self, rel: str, kind: str, component: str, archive: str) -> _Claim | None:
+        """Claim ``rel``; returns the earlier claim if another archive has it."""
+        with self._cond:
+            self._check_parents(rel, component, archive)
+            for i in range(1, rel.count("/") + 1):
+                parent = rel.rsplit("/", i)[0]
+                self._claims.setdefault(self._key(parent), _Claim(component, "dir", done=True, path=parent))
+            key = self._key(rel)
+            prev = self._claims.get(key)
+            if prev is None:
+                self._claims[key] = _Claim(component, kind, done=(kind == "dir"), path=rel)
+                if kind == "link":
+                    self._links.add(key)
+                return None
+            return prev
+
+    def _spelled(self, rel: str) -> str:
+        """``rel`` with each directory spelled as first claimed: a case-insensitive filesystem keeps
+        the first spelling, and the record (and a Windows tree built on a case-sensitive disk)
+        must name what is there."""
+        if not self.case_insensitive:
+            return rel
+        parts = rel.split("/")
+        with self._cond:
+            for i in range(1, len(parts)):
+                claim = self._claims.get(self._key("/".join(parts[:i])))
+                if claim is not None:
+                    parts[i - 1] = claim.path.rpartition("/")[2]
+        return "/".join(parts)
+
+    def _settle(self, rel: str, digest: str) -> None:
+        with self._cond:
+            c = self._claims[self._key(rel)]
+            c.digest, c.done = digest, True
+            self._cond.notify_all()
+
+    def _abandon(self, rel: str) -> None:
+        """The writer of ``rel`` failed: wake everyone waiting to compare against it."""
+        with self._cond:
+            c = self._claims.get(self._key(rel))
+            if c is not None and not c.done:
+                c.failed = True
+            self._cond.notify_all()
+
+    def _compare(self, rel: str, prev: _Claim, kind: str, digest: str, component: str) -> None:
+        with self._cond:
+            while not prev.done and not prev.failed:
+                self._cond.wait()
+            if not prev.done:
+                raise WriterFailed(
+                    f"{component} could not compare {rel!r} with the copy {prev.component} was "
+                    f"writing: {prev.component} failed first (its error is the one to read)",
+                    path=rel, first=prev.component, second=component)
+        if prev.kind != kind or prev.digest != digest:
+            what = "content" if prev.kind == kind else f"type ({prev.kind} vs {kind})"
+            names = (f"{prev.path!r} and {rel!r}, one path on a case-insensitive filesystem,"
+                     if prev.path and prev.path != rel else f"{rel!r}")
+            raise ConflictError(
+                f"{prev.component} and {component} both install {names} with different {what}; "
+                "refusing to let one silently overwrite the other",
+                path=rel, first=prev.component, second=component)
+
+    # -- the disk ----------------------------------------------------------------------------------
+    def _local(self, exc: OSError, path: str | Path, *, symlink: bool = False) -> LocalDiskError:
+        with self._cond:
+            written = self._written
+        # named as it would be in the prefix, not in the hidden staging directory
+        shown = Path(path)
+        with contextlib.suppress(ValueError):
+            shown = self._dest / Path(path).relative_to(self.root)
+        return disk_error(exc, path=shown, where=self._where, written=written, symlink=symlink)
+
+    def _ensure_dir(self, rel_dir: str, archive: str) -> None:
+        """``rel_dir`` and its parents exist as real directories that resolve inside the tree.
+
+        Checked once per directory, before anything is created in it: on a case-insensitive
+        filesystem "x/a" can be the symlink "X" plus "a", whatever the names say. Nothing
+        replaces an entry of the tree while it is built (files are created exclusively, links
+        fail on existing names), so a directory checked once stays good.
+        """
+        if not rel_dir:
+            return
+        with self._cond:  # by spelling: a tree for Windows built on a case-sensitive disk has both
+            if rel_dir in self._dirs:
+                return
+        parent = rel_dir.rpartition("/")[0]
+        self._ensure_dir(parent, archive)  # resolves inside: so what mkdir creates below does too
+        path = os.path.join(self.root, *rel_dir.split("/"))
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise self._local(exc, path) from exc
+        real = os.path.realpath(path)
+        if real != self._real_root and not real.startswith(self._real_root + os.sep):
+            raise UnsafeArchiveError(
+                f"{archive}: the directory {rel_dir!r} resolves to {real}, outside the tree (through "
+                "a symlink, or names that differ only in case); refused", archive=archive,
+                member=rel_dir)
+        if not os.path.isdir(real):
+            raise self._local(NotADirectoryError(errno.ENOTDIR, "Not a directory"), path)
+        with self._cond:
+            self._dirs.add(rel_dir)
+
+    # -- members -------------------------------------------------------------------------------------
+    def add_dir(self, rel: str, component: str, archive: str) -> None:
+        if not rel:
+            return
+        prev = self._claim(rel, "dir", component, archive)
+        if prev is not None and prev.kind != "dir":
+            raise ConflictError(f"{component} needs {rel!r} to be a directory, but {prev.component} "
+                                f"installs a {prev.kind} there", path=rel, first=prev.component,
+                                second=component)
+        self._ensure_dir(self._spelled(rel), archive)
+
+    def add_file(self, rel: str, src: IO[bytes], mode: int, component: str, archive: str) -> None:
+        prev = self._claim(rel, "file", component, archive)
+        h = hashlib.sha256()
+        size = 0
+        mode = 0o755 if mode & 0o111 else 0o644  # never setuid/setgid/sticky, never world-writable
+        if prev is not None:
+            while chunk := src.read(CHUNK):
+                h.update(chunk)
+                size += len(chunk)
+            self._compare(rel, prev, "file", h.hexdigest(), component)
+            return
+        rel = self._spelled(rel)
+        dest = self.root / rel
+        try:
+            self._ensure_dir(rel.rpartition("/")[0], archive)
+            try:
+                fd = os.open(dest, _OPEN_FLAGS, mode)
+            except FileExistsError as exc:
+                raise ConflictError(f"{archive}: {rel} already exists in the tree", path=rel,
+                                    second=component) from exc
+            except OSError as exc:
+                raise self._local(exc, dest) from exc
+            try:
+                # Reading (the archive's side) and writing (the disk's side) fail for different
+                # reasons: only a failed write is a LocalDiskError.
+                while chunk := src.read(CHUNK):
+                    h.update(chunk)
+                    try:
+                        _write_all(fd, chunk)
+                    except OSError as exc:
+                        raise self._local(exc, dest) from exc
+                    size += len(chunk)
+                    with self._cond:
+                        self._written += len(chunk)
+                if os.name != "nt":
+                    try:
+                        os.fchmod(fd, mode)  # umask-independent
+                    except OSError as exc:
+                        raise self._local(exc, dest) from exc
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+                raise
+            try:
+                os.close(fd)  # NFS and quotas may report a failed write only here
+            except OSError as exc:
+                raise self._local(exc, dest) from exc
+        except BaseException:
+            self._abandon(rel)
+            raise
+        digest = h.hexdigest()
+        self._settle(rel, digest)
+        with self._cond:
+            self._records[rel] = FileRecord(rel, size, digest, mode, component=component)
+
+    def add_symlink(self, rel: str, target: str, component: str, archive: str) -> None:
+        link_target_inside(rel, target, archive=archive)
+        prev = self._claim(rel, "link", component, archive)
+        if prev is not None:
+            self._compare(rel, prev, "link", target, component)
+            return
+        rel = self._spelled(rel)
+        dest = self.root / rel
+        try:
+            self._ensure_dir(rel.rpartition("/")[0], archive)
+            try:
+                os.symlink(target, dest)
+            except FileExistsError as exc:
+                raise ConflictError(f"{archive}: {rel} already exists in the tree", path=rel,
+                                    second=component) from exc
+            except OSError as exc:
+                if os.name != "nt":
+                    # POSIX has symlinks: a failure here is real, not a missing right
+                    raise self._local(exc, dest, symlink=True) from exc
+                # Windows without symlink rights: materialise the target once all files exist.
+                with self._cond:
+                    self._deferred_links.append((rel, target, component))
+        except BaseException:
+            self._abandon(rel)
+            raise
+        self._settle(rel, target)
+        with self._cond:
+            self._records[rel] = FileRecord(rel, 0, "", 0o777, link=target, component=component)
+
+    def set_mode(self, rel: str, mode: int, component: str) -> None:
+        """Give a file this component wrote its mode after the fact: a zip read front to back
+        learns modes only from its central directory, at the end."""
+        mode = 0o755 if mode & 0o111 else 0o644
+        with self._cond:
+            rec = self._records.get(rel)
+            if rec is None or rec.link or rec.component != component or rec.mode == mode:
+                return
+            self._records[rel] = dataclasses.replace(rec, mode=mode)
+        if os.name != "nt":
+            os.chmod(self.root / rel, mode)
+
+    def add_hardlink(self, rel: str, target_rel: str, component: str, archive: str) -> None:
+        """Hard links become copies of a file that the same tree already holds."""
+        target_rel = self._spelled(target_rel)
+        with self._cond:
+            rec = self._records.get(target_rel)
+        if rec is None or rec.link:
+            raise UnsafeArchiveError(
+                f"{archive}: hard link {rel!r} -> {target_rel!r} does not point to a file extracted "
+                "earlier from the archive; refused", archive=archive, member=rel)
+        with open(self.root / target_rel, "rb") as src:
+            self.add_file(rel, src, rec.mode, component, archive)
+
+    def add_placed(self, rec: FileRecord, src: Path, how: str, component: str, archive: str) -> None:
+        """A file or link of the unpacked cache (already checked and hashed) into this tree:
+        cloned, hard-linked or copied (:mod:`cudaredist.tree.links`), with the same claims."""
+        if rec.link:
+            self.add_symlink(rec.path, rec.link, component, archive)
+            return
+        prev = self._claim(rec.path, "file", component, archive)
+        if prev is not None:
+            self._compare(rec.path, prev, "file", rec.sha256, component)
+            return
+        from cudaredist.tree.links import place
+
+        rel = self._spelled(rec.path)
+        dest = self.root / rel
+        try:
+            self._ensure_dir(rel.rpartition("/")[0], archive)
+            try:
+                place(src, dest, how, rec.mode)
+            except FileExistsError as exc:
+                raise ConflictError(f"{archive}: {rel} already exists in the tree", path=rel,
+                                    second=component) from exc
+            except OSError as exc:  # both sides are this machine's disks
+                raise self._local(exc, dest) from exc
+        except BaseException:
+            self._abandon(rel)
+            raise
+        self._settle(rel, rec.sha256)
+        with self._cond:
+            self._records[rel] = FileRecord(rel, rec.size, rec.sha256, rec.mode, component=component)
+
+    def component_of(self, rel: str) -> str | None:
+        """The component that wrote the file ``rel`` (None if none did)."""
+        rel = self._spelled(rel)
+        with self._cond:
+            rec = self._records.get(rel)
+        return rec.component if rec is not None else None
+
+    def finish(self) -> list[FileRecord]:
+        for rel, target, _component in self._deferred_links:
+            src = (self.root / rel).parent / target
+            dest = self.root / rel
+            try:
+                if src.is_dir():
+                    shutil.copytree(src, dest)
+                elif src.exists():
+                    shutil.copy2(src, dest)
+            except OSError as exc:
+                raise self._local(exc, dest) from exc
+        return sorted(self._records.values(), key=lambda r: r.path)
+
+
