@@ -24,7 +24,8 @@ from typing import NoReturn
 from cudaredist.errors import FetchError, IntegrityError, OfflineError
 from cudaredist.fetch.cache import CHUNK, Cache, sha256_file
 from cudaredist.fetch.growing import GrowingFile
-from cudaredist.fetch.transport import Aborted, Transport, discard_partial, resume_point
+from cudaredist.fetch.ranges import discard_partial, resume_point
+from cudaredist.fetch.transport import Aborted, Transport
 from cudaredist.localfs import disk_error
 from cudaredist.plan import PlannedArchive
 from cudaredist.progress import Reporter, Silent

@@ -7,22 +7,25 @@ into :class:`FetchError` / :class:`IntegrityError` at this boundary.
 from __future__ import annotations
 
 import contextlib
-import email.utils
 import functools
 import hashlib
-import os
-import random
 import socket
 import threading
-import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
-from urllib.parse import unquote, urlparse
 
-from cudaredist import __version__
 from cudaredist.errors import FetchError, IntegrityError
+from cudaredist.fetch.client import (
+    RetryPolicy,
+    host_of,
+    is_local,
+    local_path,
+    make_client,
+    raise_if_untrusted,
+    retry_after_seconds,
+)
+from cudaredist.fetch.ranges import Marker, OrderedHasher, either, follower, marker_path
 
 if TYPE_CHECKING:
     import httpx
@@ -36,23 +39,6 @@ def _noop(_: int) -> None:
     pass
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
-    attempts: int = 5          # tries per URL for one request (not counting resumed progress)
-    backoff: float = 0.5       # first sleep; doubles per try, with full jitter
-    max_backoff: float = 20.0
-    max_retry_after: float = 60.0
-    # connect / first-byte timeout of a URL that has a fallback: a mirror that refuses or never
-    # answers costs seconds, not attempts x the full timeout
-    fallback_after: float = 5.0
-
-    def delay(self, attempt: int, retry_after: float | None = None) -> float:
-        if retry_after is not None:
-            return min(max(retry_after, 0.0), self.max_retry_after)
-        cap = min(self.max_backoff, self.backoff * (2 ** attempt))
-        return random.uniform(cap / 2, cap)
-
-
 class Aborted(Exception):
     """The run was cancelled (Ctrl-C, or another download failed): stop, keep nothing."""
 
@@ -61,50 +47,6 @@ class _Retryable(Exception):
     def __init__(self, reason: str, retry_after: float | None = None) -> None:
         super().__init__(reason)
         self.retry_after = retry_after
-
-
-def is_local(url: str) -> bool:
-    return url.startswith("file:") or "://" not in url
-
-
-def local_path(url: str) -> Path:
-    if url.startswith("file:"):
-        p = urlparse(url)
-        return Path(unquote(p.path if not p.netloc else f"//{p.netloc}{p.path}"))
-    return Path(url)
-
-
-def make_client(*, timeout: float = 30.0, connections: int = 16) -> httpx.Client:
-    """A pooled client: HTTP keep-alive, proxies from the environment, OS trust store."""
-    import ssl
-
-    import httpx
-    import truststore
-
-    ctx = truststore.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    cafile = os.environ.get("SSL_CERT_FILE")
-    if cafile:
-        ctx.load_verify_locations(cafile=cafile)
-    return httpx.Client(
-        verify=ctx,
-        trust_env=True,  # HTTPS_PROXY, HTTP_PROXY, ALL_PROXY, NO_PROXY
-        follow_redirects=True,
-        timeout=httpx.Timeout(timeout, connect=timeout),
-        limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
-        headers={"User-Agent": f"cudaredist/{__version__}", "Accept-Encoding": "identity"},
-    )
-
-
-def _retry_after(value: str | None) -> float | None:
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    with contextlib.suppress(TypeError, ValueError):
-        when = email.utils.parsedate_to_datetime(value)
-        return max(0.0, when.timestamp() - time.time())
-    return None
 
 
 class Transport:
@@ -181,8 +123,8 @@ class Transport:
         self.check()
         opts: dict[str, Any] = {"extensions": {"trace": self._trace}}
         if quick:
-            if _host(url) in self._unreachable:
-                raise FetchError(f"{_host(url)} did not answer earlier in this run; not asking it again",
+            if host_of(url) in self._unreachable:
+                raise FetchError(f"{host_of(url)} did not answer earlier in this run; not asking it again",
                                  url=url)
             t = self.client.timeout
             short = self.retry.fallback_after
@@ -198,7 +140,7 @@ class Transport:
         if not quick:
             return
         if isinstance(exc, (httpx.ConnectError, httpx.TimeoutException)):
-            self._unreachable.add(_host(url))
+            self._unreachable.add(host_of(url))
         raise FetchError(f"{url} did not answer ({type(exc).__name__}: {exc or 'no response'}); "
                          "trying the next base", url=url) from exc
 
@@ -237,7 +179,7 @@ class Transport:
                         raise FetchError(f"{url} is larger than {limit} bytes; refusing it", url=url)
                 return bytes(buf)
         except httpx.TransportError as exc:
-            _raise_if_untrusted(url, exc)
+            raise_if_untrusted(url, exc)
             self.check()
             if not answered:
                 self._unanswered(url, exc, quick)
@@ -292,12 +234,12 @@ class Transport:
             actual = self._segmented(url, dest, size, progress, watch, start=offset, seed=h, quick=quick)
         else:
             with contextlib.suppress(FileNotFoundError):
-                _marker(dest).unlink()  # a single stream: the file's length is its valid prefix
+                marker_path(dest).unlink()  # a single stream: the file's length is its valid prefix
             with open(dest, "r+b" if offset else "wb", buffering=0) as fh:
                 fh.seek(offset)
                 fh.truncate()
                 self._stream_range(url, fh, offset, size, size, progress, h,
-                                   on_write=_follower(watch, offset) if watch else None, quick=quick)
+                                   on_write=follower(watch, offset) if watch else None, quick=quick)
             actual = h.hexdigest()
         if actual != sha256:
             raise IntegrityError(
@@ -348,10 +290,10 @@ class Transport:
         n = min(self.connections, max(2, (size - start) // self.segment_size))
         bounds = [(start + i * (size - start) // n, start + (i + 1) * (size - start) // n)
                   for i in range(n)]
-        mark = _Marker(dest, start)
+        mark = Marker(dest, start)
         with open(dest, "r+b" if start else "wb") as fh:
             fh.truncate(size)
-        hasher = _OrderedHasher(dest, bounds, _also(watch, mark.update), seed)
+        hasher = OrderedHasher(dest, bounds, either(watch, mark.update), seed)
         errors: list[BaseException] = []
 
         def run(idx: int) -> None:
@@ -389,10 +331,10 @@ class Transport:
             # "r+b", not "wb": a reader following ``watch`` may already hold the first bytes.
             h = hashlib.sha256()
             with contextlib.suppress(FileNotFoundError):
-                _marker(dest).unlink()
+                marker_path(dest).unlink()
             with open(dest, "r+b", buffering=0) as out:
                 self._stream_range(url, out, 0, size, size, progress, h,
-                                   on_write=_follower(watch, 0) if watch else None, quick=quick)
+                                   on_write=follower(watch, 0) if watch else None, quick=quick)
             return h.hexdigest()
         return hashing
 
@@ -474,7 +416,7 @@ class Transport:
                 failures = 1 if got else failures + 1
                 self._backoff(url, failures, exc)
             except httpx.TransportError as exc:
-                _raise_if_untrusted(url, exc)
+                raise_if_untrusted(url, exc)
                 self.check()
                 if not answered:
                     self._unanswered(url, exc, quick)
@@ -497,7 +439,7 @@ class Transport:
             try:
                 return fn()
             except httpx.TransportError as exc:
-                _raise_if_untrusted(url, exc)
+                raise_if_untrusted(url, exc)
                 failures += 1
                 self._backoff(url, failures, _Retryable(f"{type(exc).__name__}: {exc}"))
             except _Retryable as exc:
@@ -510,7 +452,7 @@ class Transport:
         if code in (200, 206):
             return
         if code == 429 or code >= 500:
-            raise _Retryable(f"HTTP {code}", _retry_after(r.headers.get("retry-after")))
+            raise _Retryable(f"HTTP {code}", retry_after_seconds(r.headers.get("retry-after")))
         if code == 416:
             # "bytes */N": the server's file has N bytes; a resume past its end means it is short
             length = r.headers.get("content-range", "").rpartition("/")[2]
@@ -524,20 +466,6 @@ class Transport:
 
 class _RangeIgnored(Exception):
     pass
-
-
-def _raise_if_untrusted(url: str, exc: Exception) -> None:
-    """A certificate the trust store rejects is not transient: fail at once, saying what to do."""
-    import ssl
-
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, ssl.SSLCertVerificationError):
-            raise FetchError(
-                f"the TLS certificate of {url} is not trusted ({seen.verify_message or seen}). Behind a "
-                "TLS-inspecting proxy, point SSL_CERT_FILE at a PEM bundle holding its CA.",
-                url=url) from exc
-        seen = seen.__cause__ or seen.__context__
 
 
 def _check_size(url: str, expected: int, actual: int) -> None:
@@ -560,159 +488,3 @@ def _check_content_range(value: str, pos: int, total: int, url: str) -> None:
         raise _Retryable(f"Content-Range {value!r} does not start at {pos}")
     if length.isdigit() and int(length) != total:
         _check_size(url, total, int(length))
-
-
-class _OrderedHasher:
-    """Hashes a file being written by several ranges, in order, while they download.
-
-    The bytes are read back from the page cache right behind the writers, so no
-    second pass over the file is needed once the last range arrives.
-    """
-
-    def __init__(self, path: Path, bounds: list[tuple[int, int]],
-                 watch: Progress | None = None, seed: hashlib._Hash | None = None) -> None:
-        self.path = path
-        self._seed = seed
-        self.bounds = bounds
-        self.watch = watch
-        self.written = [0] * len(bounds)
-        self.finished = [False] * len(bounds)
-        self.cond = threading.Condition()
-        self.first_response = threading.Event()
-        self._range_ok: bool | None = None
-        self._digest: str | None = None
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def advance(self, idx: int, n: int) -> None:
-        if idx == 0 and not self.first_response.is_set():
-            self._range_ok = True
-            self.first_response.set()
-        with self.cond:
-            self.written[idx] += n
-            self.cond.notify_all()
-
-    def finish(self, idx: int) -> None:
-        if idx == 0 and not self.first_response.is_set():
-            self._range_ok = False
-            self.first_response.set()
-        with self.cond:
-            self.finished[idx] = True
-            self.cond.notify_all()
-
-    def wait_for_first_response(self, timeout: float) -> bool:
-        return self.first_response.wait(timeout)
-
-    def range_ok(self) -> bool:
-        return bool(self._range_ok)
-
-    def _run(self) -> None:
-        h = self._seed or hashlib.sha256()
-        # Unbuffered: read-ahead would keep bytes of the pre-sized file that are not written yet.
-        with open(self.path, "rb", buffering=0) as fh:
-            for idx, (start, end) in enumerate(self.bounds):
-                done = 0
-                while start + done < end:
-                    with self.cond:
-                        while self.written[idx] <= done and not self.finished[idx]:
-                            self.cond.wait()
-                        avail = self.written[idx]
-                        if avail <= done and self.finished[idx]:
-                            self._digest = ""  # range failed; caller reports its error
-                            return
-                    fh.seek(start + done)
-                    todo = avail - done
-                    while todo:
-                        data = fh.read(min(todo, CHUNK))
-                        if not data:
-                            break
-                        h.update(data)
-                        todo -= len(data)
-                        done += len(data)
-                    if self.watch is not None:
-                        self.watch(start + done)
-        self._digest = h.hexdigest()
-
-    def result(self) -> str:
-        with self.cond:
-            for i in range(len(self.finished)):
-                self.finished[i] = True
-            self.cond.notify_all()
-        self._thread.join()
-        return self._digest or ""
-
-
-def _follower(watch: Progress, start: int) -> Callable[[int], None]:
-    """Turns per-write byte counts of one in-order stream into "first n bytes are in place"."""
-    pos = start
-
-    def on_write(n: int) -> None:
-        nonlocal pos
-        pos += n
-        watch(pos)
-
-    return on_write
-
-
-def _host(url: str) -> str:
-    p = urlparse(url)
-    return f"{p.scheme}://{p.netloc}"
-
-
-def _also(first: Progress | None, second: Progress) -> Progress:
-    if first is None:
-        return second
-
-    def both(n: int) -> None:
-        first(n)
-        second(n)
-
-    return both
-
-
-def _marker(dest: Path) -> Path:
-    return dest.with_name(dest.name + ".valid")
-
-
-class _Marker:
-    """Beside a segmented download (whose file is pre-sized, holes and all), the length of the
-    prefix that is in place, rewritten in place as it grows: what a killed run can resume from."""
-
-    def __init__(self, dest: Path, start: int) -> None:
-        self._fd: int | None = os.open(_marker(dest), os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        self._lock = threading.Lock()
-        self.update(start)
-
-    def update(self, n: int) -> None:
-        with self._lock:
-            if self._fd is not None:
-                os.pwrite(self._fd, b"%020d" % n, 0)  # one write: a kill never tears it
-
-    def close(self) -> None:
-        with self._lock:
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
-
-
-def resume_point(dest: Path, size: int) -> int:
-    """How many leading bytes of the partial download ``dest`` a resumed download can keep."""
-    try:
-        have = dest.stat().st_size
-    except OSError:
-        return 0
-    try:
-        raw = _marker(dest).read_bytes().strip()
-        have = min(have, int(raw)) if raw else 0
-    except FileNotFoundError:
-        pass
-    except (OSError, ValueError):
-        return 0
-    return have if 0 < have <= size else 0
-
-
-def discard_partial(dest: Path) -> None:
-    """Delete a partial download and its marker."""
-    for p in (dest, _marker(dest)):
-        with contextlib.suppress(FileNotFoundError):
-            p.unlink()

@@ -19,7 +19,8 @@ import pytest
 
 from cudaredist.errors import FetchError, IntegrityError
 from cudaredist.fetch.cache import Cache
-from cudaredist.fetch.transport import RetryPolicy, Transport, make_client
+from cudaredist.fetch.client import RetryPolicy, make_client
+from cudaredist.fetch.transport import Transport
 from cudaredist.install import Installer
 from cudaredist.record import read_record
 from cudaredist.sources.nvidia.index import Index, resolve_plan

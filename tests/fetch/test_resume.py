@@ -67,7 +67,7 @@ def test_a_failed_download_keeps_its_partial_for_the_next_run(rig: Rig, tmp_path
     import pytest
 
     from cudaredist.errors import FetchError
-    from cudaredist.fetch.transport import RetryPolicy
+    from cudaredist.fetch.client import RetryPolicy
 
     rig.srv.reset(NVCC, at=150_000, times=None)
     with pytest.raises(FetchError):

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from cudaredist.fetch.cache import Cache
+from cudaredist.fetch.client import RetryPolicy, make_client
 from cudaredist.fetch.growing import DownloadFailed, GrowingFile
-from cudaredist.fetch.transport import RetryPolicy, Transport, make_client
+from cudaredist.fetch.transport import Transport
 from cudaredist.install import Installer
 from cudaredist.plan import Archive, Plan, PlannedArchive
 from tests.archives import Dir, make_tar_xz

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from cudaredist.errors import FetchError, IntegrityError
-from cudaredist.fetch.transport import RetryPolicy, Transport, _retry_after, make_client
+from cudaredist.fetch.client import RetryPolicy, make_client, retry_after_seconds
+from cudaredist.fetch.transport import Transport
 from tests.faultserver import FaultServer, ForwardProxy
 
 SIZE = 300_000
@@ -341,7 +342,7 @@ def test_local_files(transport: Transport, blob: Blob, tmp_path: Path) -> None:
     pytest.param("Wed, 21 Oct 2015 07:28:00 GMT", 0.0, id="date-in-the-past"),
 ])
 def test_retry_after_parsing(value: str | None, expected: float | None) -> None:
-    assert _retry_after(value) == expected
+    assert retry_after_seconds(value) == expected
 
 
 def test_backoff_doubles_with_jitter_and_caps() -> None:

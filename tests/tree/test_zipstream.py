@@ -19,7 +19,8 @@ import pytest
 
 from cudaredist.errors import CudaRedistError, IntegrityError, UnsafeArchiveError
 from cudaredist.fetch.cache import Cache
-from cudaredist.fetch.transport import RetryPolicy, Transport, make_client
+from cudaredist.fetch.client import RetryPolicy, make_client
+from cudaredist.fetch.transport import Transport
 from cudaredist.install import Installer
 from cudaredist.plan import Archive, Plan, PlannedArchive
 from cudaredist.tree.extract import extract, is_streamable, redist_mapper

@@ -10,7 +10,8 @@ from urllib.parse import urlparse
 
 from cudaredist.errors import CudaRedistError, FetchError, OfflineError, ResolveError
 from cudaredist.fetch.cache import Cache
-from cudaredist.fetch.transport import Transport, is_local, local_path
+from cudaredist.fetch.client import is_local, local_path
+from cudaredist.fetch.transport import Transport
 from cudaredist.plan import Plan, join_url, version_key
 from cudaredist.sources.nvidia.manifest import Manifest, parse_manifest
 from cudaredist.sources.nvidia.planner import make_plan

@@ -23,7 +23,8 @@ from packaging.version import Version
 
 from cudaredist.errors import FetchError, IntegrityError, OfflineError, PlanError, ResolveError
 from cudaredist.fetch.cache import Cache, sha256_file
-from cudaredist.fetch.transport import Transport, is_local, local_path
+from cudaredist.fetch.client import is_local, local_path
+from cudaredist.fetch.transport import Transport
 from cudaredist.plan import Archive, Plan, PlannedArchive
 from cudaredist.sources.nvidia.releases import check_train, pick_release, train_of
 from cudaredist.sources.pypi.simple import IndexFile, parse_simple_page

@@ -12,7 +12,8 @@ import respx
 
 from cudaredist.errors import FetchError, OfflineError, ResolveError
 from cudaredist.fetch.cache import Cache
-from cudaredist.fetch.transport import RetryPolicy, Transport
+from cudaredist.fetch.client import RetryPolicy
+from cudaredist.fetch.transport import Transport
 from cudaredist.sources.nvidia.index import LISTING, Index, default_bases, normalize_base, resolve_plan
 
 BASE = "https://developer.download.nvidia.com/compute/cuda/redist/"

@@ -24,7 +24,8 @@ from cudaredist import sources as source
 from cudaredist.cli import app
 from cudaredist.errors import FetchError, IntegrityError, ManifestError, OfflineError, PlanError, ResolveError
 from cudaredist.fetch.cache import Cache
-from cudaredist.fetch.transport import RetryPolicy, Transport
+from cudaredist.fetch.client import RetryPolicy
+from cudaredist.fetch.transport import Transport
 from cudaredist.install import Installer
 from cudaredist.record import verify
 from cudaredist.sources.pypi import index as pypi

@@ -1,0 +1,100 @@
+"""The HTTP client and the rules around it: pooled connections with the OS trust store, the retry
+policy, Retry-After, file:// and directory URLs, and what an untrusted certificate means."""
+
+from __future__ import annotations
+
+import contextlib
+import email.utils
+import os
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlparse
+
+from cudaredist import __version__
+from cudaredist.errors import FetchError
+
+if TYPE_CHECKING:
+    import httpx
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    attempts: int = 5          # tries per URL for one request (not counting resumed progress)
+    backoff: float = 0.5       # first sleep; doubles per try, with full jitter
+    max_backoff: float = 20.0
+    max_retry_after: float = 60.0
+    # connect / first-byte timeout of a URL that has a fallback: a mirror that refuses or never
+    # answers costs seconds, not attempts x the full timeout
+    fallback_after: float = 5.0
+
+    def delay(self, attempt: int, retry_after: float | None = None) -> float:
+        if retry_after is not None:
+            return min(max(retry_after, 0.0), self.max_retry_after)
+        cap = min(self.max_backoff, self.backoff * (2 ** attempt))
+        return random.uniform(cap / 2, cap)
+
+
+def is_local(url: str) -> bool:
+    return url.startswith("file:") or "://" not in url
+
+
+def local_path(url: str) -> Path:
+    if url.startswith("file:"):
+        p = urlparse(url)
+        return Path(unquote(p.path if not p.netloc else f"//{p.netloc}{p.path}"))
+    return Path(url)
+
+
+def make_client(*, timeout: float = 30.0, connections: int = 16) -> httpx.Client:
+    """A pooled client: HTTP keep-alive, proxies from the environment, OS trust store."""
+    import ssl
+
+    import httpx
+    import truststore
+
+    ctx = truststore.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    cafile = os.environ.get("SSL_CERT_FILE")
+    if cafile:
+        ctx.load_verify_locations(cafile=cafile)
+    return httpx.Client(
+        verify=ctx,
+        trust_env=True,  # HTTPS_PROXY, HTTP_PROXY, ALL_PROXY, NO_PROXY
+        follow_redirects=True,
+        timeout=httpx.Timeout(timeout, connect=timeout),
+        limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
+        headers={"User-Agent": f"cudaredist/{__version__}", "Accept-Encoding": "identity"},
+    )
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    with contextlib.suppress(TypeError, ValueError):
+        when = email.utils.parsedate_to_datetime(value)
+        return max(0.0, when.timestamp() - time.time())
+    return None
+
+
+def raise_if_untrusted(url: str, exc: Exception) -> None:
+    """A certificate the trust store rejects is not transient: fail at once, saying what to do."""
+    import ssl
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            raise FetchError(
+                f"the TLS certificate of {url} is not trusted ({seen.verify_message or seen}). Behind a "
+                "TLS-inspecting proxy, point SSL_CERT_FILE at a PEM bundle holding its CA.",
+                url=url) from exc
+        seen = seen.__cause__ or seen.__context__
+
+
+def host_of(url: str) -> str:
+    p = urlparse(url)
+    return f"{p.scheme}://{p.netloc}"
