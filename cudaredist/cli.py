@@ -28,6 +28,7 @@ from cudaredist.commands.options import (
     InstallDirOpt,
     JobsOpt,
     JsonOpt,
+    LinkModeOpt,
     LockOpt,
     MirrorOpt,
     NoFallbackOpt,
@@ -107,6 +108,7 @@ def install(
     cache_dir: CacheDirOpt = None,
     offline: OfflineOpt = False,
     jobs: JobsOpt = 8,
+    link_mode: LinkModeOpt = None,
     force: Annotated[bool, typer.Option("--force", help="Reinstall, and replace a prefix that "
                                                         "cudaredist did not install.")] = False,
     refresh: Annotated[bool, typer.Option("--refresh", help="Look for a newer release of the train "
@@ -184,7 +186,7 @@ def install(
                 plans = ([src.relocate(lock_plan)] if lock is not None else
                          [src.resolve(t, [plat], profile=prof, components=components)[0] for t in wanted])
                 installer = Installer(src.index.transport, ctx.cache(), reporter=reporter, jobs=jobs,
-                                      offline=offline, lock_timeout=lock_timeout)
+                                      offline=offline, lock_timeout=lock_timeout, link_mode=link_mode)
                 if len(plans) > 1:
                     installer.prefetch(plans)
                 for plan in plans:

@@ -38,9 +38,11 @@ from cudaredist.profiles import platform_rule
 from cudaredist.progress import Reporter, Silent
 from cudaredist.record import build_record, canonical_prefix, leftovers, read_record, write_record
 from cudaredist.sources import layout
+from cudaredist.tree import links
 from cudaredist.tree.extract import extract, is_streamable
 from cudaredist.tree.implib import add_import_libraries
 from cudaredist.tree.staging import FileRecord, Tree, WriterFailed
+from cudaredist.tree.unpacked import UnpackedCache, UnpackedEntry, materialize
 
 ENV_LOCK_TIMEOUT = "CUDAREDIST_LOCK_TIMEOUT"
 DEFAULT_LOCK_TIMEOUT = 600.0
@@ -133,8 +135,9 @@ def _root_cause(futures: Sequence[Future[Any]]) -> BaseException | None:
 class Installer:
     def __init__(self, transport: Transport, cache: Cache, *, reporter: Reporter | None = None,
                  jobs: int = 8, offline: bool = False, lock_timeout: float | None = None,
-                 extract_workers: int | None = None) -> None:
+                 extract_workers: int | None = None, link_mode: str | None = None) -> None:
         self.cache = cache
+        self.link_mode = links.link_mode(link_mode)
         self.reporter = reporter or Silent()
         self.jobs = max(1, jobs)
         self.lock_timeout = lock_timeout_default() if lock_timeout is None else lock_timeout
@@ -250,9 +253,15 @@ class Installer:
         self.reporter.start(plan.total_size, len(plan.items))
         counts = {"downloaded": 0, "cached": 0}
         items = sorted(plan.items, key=lambda it: -it.archive.size)
+        unpacked = UnpackedCache(self.cache.root)
+        ready = {it: e for it in items if (e := unpacked.lookup(it, plan.platform)) is not None}
+        for it in ready:
+            counts["cached"] += 1
+            self.reporter.advance(it.archive.size)
+            self.reporter.archive_done(it.archive.filename, it.archive.size, cached=True)
         # A Windows host cannot rename a file another handle has open: no streaming there.
-        streamed = {it for it in items
-                    if stream and os.name != "nt" and is_streamable(it.archive.filename)}
+        streamed = {it for it in items if it not in ready
+                    and stream and os.name != "nt" and is_streamable(it.archive.filename)}
         jobs = min(self.jobs, len(items)) or 1
         # A streamed extraction mostly waits for its bytes (a segmented download makes them readable
         # in order late): one thread each, so they never hold the workers a complete archive needs.
@@ -261,26 +270,31 @@ class Installer:
                 ThreadPoolExecutor(workers, thread_name_prefix="extract") as extractors:
 
             def unpack(item: PlannedArchive, path: Path | None, follow: GrowingFile | None) -> None:
+                """Extract the archive once into the unpacked cache, then place it into the tree."""
                 how = layout(item.layout)
                 mapper = how.mapper(item, plan.platform)
                 after = how.after
-                written: list[str] = []
 
-                def recording(clean: str) -> str | None:
-                    rel = mapper(clean)
-                    if rel is not None:
-                        written.append(rel)
-                    return rel
+                def fill(entry_tree: Tree) -> None:
+                    written: list[str] = []
 
-                try:
-                    extract(path, tree, component=item.component, archive=item.archive.filename,
+                    def recording(clean: str) -> str | None:
+                        rel = mapper(clean)
+                        if rel is not None:
+                            written.append(rel)
+                        return rel
+
+                    extract(path, entry_tree, component=item.component, archive=item.archive.filename,
                             mapper=recording if after is not None else mapper,
                             fileobj=cast("BinaryIO | None", follow))
                     if follow is not None:
                         # the archive is read; wait for its verdict (size and sha256) before trusting it
                         fetch_of[item].result()
                     if after is not None:
-                        after(item, plan.platform, tree, written)
+                        after(item, plan.platform, entry_tree, written)
+
+                try:
+                    entry = unpacked.build(item, plan.platform, fill)
                 except UnsafeArchiveError:
                     if follow is not None:
                         # read before it was verified: a bad download explains it better
@@ -294,12 +308,20 @@ class Installer:
                 finally:
                     if follow is not None:
                         follow.close()
+                place(item, entry)
+
+            def place(item: PlannedArchive, entry: UnpackedEntry) -> None:
+                materialize(entry, tree, how=self.link_mode, component=item.component,
+                            archive=item.archive.filename)
                 self.reporter.extracted(item.archive.filename)
 
             fetch_of: dict[PlannedArchive, Future[tuple[Path, bool]]] = {}
             follows = {it: GrowingFile() for it in streamed}
             extractions: set[Future[Any]] = set()
             for it in items:
+                if it in ready:  # unpacked before: no archive to read at all
+                    extractions.add(extractors.submit(place, it, ready[it]))
+                    continue
                 fetch_of[it] = fetchers.submit(self.fetcher.fetch, it, follows.get(it))
                 if it in follows:
                     extractions.add(extractors.submit(unpack, it, None, follows[it]))

@@ -65,17 +65,19 @@ _NO_LINKS = {_errno.ENOSYS, _errno.EOPNOTSUPP, _errno.EPERM, getattr(_errno, "EN
 
 
 def disk_error(exc: OSError, *, path: Path | str, where: Path | str, cache: bool = False,
-               written: int = 0, needs: int = 0, symlink: bool = False) -> LocalDiskError:
+               written: int = 0, needs: int = 0, symlink: bool = False,
+               cached: str = "download") -> LocalDiskError:
     """``exc`` (raised writing ``path`` under ``where``) as one paragraph saying what to do.
 
     ``cache``: ``where`` is the download cache (the advice names --cache-dir, not --prefix);
     ``written``/``needs``: bytes written so far / an estimate of the whole, for ENOSPC;
-    ``symlink``: the failed call was symlink(), so EPERM/ENOSYS mean "no symlinks here".
+    ``symlink``: the failed call was symlink(), so EPERM/ENOSYS mean "no symlinks here";
+    ``cached``: what was being written into the cache ("download", "unpacked copy").
     """
     code = exc.errno or 0
     reason = exc.strerror or str(exc)
     option = "--cache-dir (or CUDAREDIST_CACHE_DIR)" if cache else "--prefix"
-    kept = ("the partial download was removed" if cache else
+    kept = (f"the partial {cached} was removed" if cache else
             "the prefix was left as it was and verified downloads stay in the cache")
     if code in _NO_SPACE:
         free = free_bytes(Path(where))
@@ -84,7 +86,7 @@ def disk_error(exc: OSError, *, path: Path | str, where: Path | str, cache: bool
             need.append(f"more than {mb(written)} (written when it filled up)")
         if needs:
             need.append(f"about {mb(needs)}")
-        needs_text = f": the {'download' if cache else 'tree'} needs {' and '.join(need)}" if need else ""
+        needs_text = f": the {cached if cache else 'tree'} needs {' and '.join(need)}" if need else ""
         free_text = f", {mb(free)} free now" if free is not None else ""
         message = (f"no space left on the device holding {where}{needs_text}{free_text}. Free space "
                    f"there or choose a {option} on another filesystem; {kept}.")

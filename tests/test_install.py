@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import tarfile
 import time
@@ -61,9 +62,11 @@ def plan_for(transport: Transport, cache: Cache, mirror: Path, train: str, *, pl
 
 
 def install(transport: Transport, cache: Cache, mirror: Path, train: str, prefix: Path, *,
-            force: bool = False, lock_timeout: float = 10, **kw: object) -> InstallResult:
+            force: bool = False, lock_timeout: float = 10, link_mode: str | None = None,
+            **kw: object) -> InstallResult:
     plan = plan_for(transport, cache, mirror, train, **kw)  # type: ignore[arg-type]
-    return Installer(transport, cache, lock_timeout=lock_timeout, jobs=4).install(plan, prefix, force=force)
+    return Installer(transport, cache, lock_timeout=lock_timeout, jobs=4,
+                     link_mode=link_mode).install(plan, prefix, force=force)
 
 
 @pytest.fixture
@@ -139,7 +142,7 @@ def test_failure_while_extracting_removes_the_staging_tree(mirror: Path, transpo
 
     def extract(path: Path, tree: Tree, **kw: Any) -> None:
         calls.append(kw["component"])
-        if len(calls) == 3:  # after two archives are already in the staging tree
+        if len(calls) == 2:  # 12.9 left three unpacked: after them and one archive more
             raise OSError(28, "No space left on device")
         real_extract(path, tree, **kw)
 
@@ -251,9 +254,38 @@ def test_corrupted_cache_entry_is_dropped_and_fetched_again(mirror: Path, transp
     sha = sha_of(transport, cache, mirror, "13.0", "cuda_nvcc")
     entry = cache.archive_path(sha)
     entry.write_bytes(bytes(len(entry.read_bytes())))  # same size, wrong bytes
+    shutil.rmtree(cache.root / "unpacked")  # else the archive is not read at all
     result = install(transport, cache, mirror, "13.0", tmp_path / "b")
     assert (result.downloaded, result.cached) == (1, 4)
     assert_installed(tmp_path / "b", "13.0.1", cache)
+
+
+def test_an_edited_unpacked_entry_is_unpacked_again(mirror: Path, transport: Transport, cache: Cache,
+                                                     tmp_path: Path) -> None:
+    install(transport, cache, mirror, "13.0", tmp_path / "a", link_mode="hardlink")
+    with open(tmp_path / "a" / "include" / "cuda_runtime.h", "ab") as fh:  # edits the shared inode
+        fh.write(b"// patched in place")
+    result = install(transport, cache, mirror, "13.0", tmp_path / "b")
+    assert (result.downloaded, result.cached) == (0, 5)
+    assert (tmp_path / "b" / "include" / "cuda_runtime.h").read_bytes() == b"// rt"  # from the archive
+    assert_installed(tmp_path / "b", "13.0.1", cache)
+
+
+@pytest.mark.parametrize("mode", ["clone", "hardlink", "copy"])
+def test_warm_installs_come_from_the_unpacked_cache_in_every_link_mode(
+        mirror: Path, transport: Transport, cache: Cache, tmp_path: Path, mode: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import cudaredist.install as inst
+
+    install(transport, cache, mirror, "13.0", tmp_path / "cold")
+    for p in cache.archives.glob("*"):  # no archive left: only the unpacked entries can serve
+        p.unlink()
+    monkeypatch.setattr(inst, "extract", lambda *a, **k: pytest.fail("an archive was extracted"))
+    result = install(transport, cache, mirror, "13.0", tmp_path / mode, link_mode=mode)
+    assert (result.downloaded, result.cached) == (0, 5)
+    assert_installed(tmp_path / mode, "13.0.1", cache)
+    nvcc, cached = tmp_path / mode / "bin" / "nvcc", list((cache.root / "unpacked").glob("*/tree/bin/nvcc"))
+    assert len(cached) == 1 and (nvcc.stat().st_ino == cached[0].stat().st_ino) == (mode == "hardlink")
 
 
 def test_partials_of_a_killed_download_are_removed_by_the_next_fetch(mirror: Path, transport: Transport,

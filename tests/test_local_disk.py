@@ -80,15 +80,24 @@ def test_disk_error_while_extracting_keeps_cache_and_prefix(tmp_path: Path, tran
     before = snapshot(prefix)
     import cudaredist.tree.staging as staging_mod
 
-    real_write = os.write
+    real_write, real_copy = os.write, os.copy_file_range
 
-    def write(fd: int, data: Any) -> int:
+    def refuse(fd: int) -> None:
         target = os.readlink(f"/proc/self/fd/{fd}")
         if ".cuda.cudaredist-stage-" in target and target.endswith("/lib/big"):
             raise OSError(code, os.strerror(code))
+
+    def write(fd: int, data: Any) -> int:
+        refuse(fd)
         return real_write(fd, data)
 
+    def copy_file_range(src: int, dst: int, count: int, *args: Any) -> int:
+        refuse(dst)
+        return real_copy(src, dst, count, *args)
+
+    # the tree's writes: extraction (os.write) and placement from the unpacked cache (in the kernel)
     monkeypatch.setattr(staging_mod.os, "write", write)
+    monkeypatch.setattr(staging_mod.os, "copy_file_range", copy_file_range)
     with pytest.raises(LocalDiskError) as info:
         _install(transport, cache, base, "13.0", prefix)
     monkeypatch.undo()
@@ -163,7 +172,10 @@ def test_real_enospc_while_downloading_into_the_cache(tmp_path: Path, transport:
         assert err.errno == errno.ENOSPC
         assert err.where == str(cache.root)
         assert str(err).startswith(f"no space left on the device holding {cache.root}")
-        assert "--cache-dir" in str(err) and "partial download was removed" in str(err)
+        # the download, or its extraction into the unpacked cache (the same disk) filled it first
+        assert "--cache-dir" in str(err)
+        assert "partial download was removed" in str(err) or "partial unpacked copy was removed" in str(err)
+        assert not list((cache.root / "unpacked").glob(".tmp-*"))
         assert list(cache.tmp.iterdir()) == []  # the partial file is gone
         assert snapshot(prefix) == before and leftovers(prefix) == []
         assert cache_problems(cache) == []

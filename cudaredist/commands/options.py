@@ -51,3 +51,8 @@ PlatformsOpt = Annotated[list[str] | None, typer.Option(
 LockOpt = Annotated[Path | None, typer.Option(
     "--lock", help="Install exactly what this lock file (from `cudaredist lock`) pins: no resolution, "
                    "no manifest; refuses a TRAIN, --platform, --profile or --component it does not pin.")]
+LinkModeOpt = Annotated[str | None, typer.Option(
+    "--link-mode", envvar="CUDAREDIST_LINK_MODE", show_envvar=True,
+    help="How files come from the unpacked cache: clone (copy-on-write where the filesystem can, "
+         "else a copy), hardlink (shares the cache's inodes: editing a file in the prefix edits the "
+         "cache), copy.  [default: clone]", show_default=False)]

@@ -75,12 +75,14 @@ class Tree:
     """
 
     def __init__(self, root: Path, *, case_insensitive: bool = False, dest: Path | None = None,
-                 size_hint: int = 0) -> None:
+                 size_hint: int = 0, cache_root: Path | None = None) -> None:
         self.root = root
         self.case_insensitive = case_insensitive
         self._key: Callable[[str], str] = fold if case_insensitive else str
         self._dest = dest or root
-        self._where = self._dest.parent
+        # an unpacked-cache entry: its disk errors name the cache (and --cache-dir), not a prefix
+        self._cache_root = cache_root
+        self._where = cache_root or self._dest.parent
         self._size_hint = size_hint
         self._real_root = os.path.realpath(root)
         self._cond = threading.Condition()
@@ -179,7 +181,8 @@ class Tree:
         shown = Path(path)
         with contextlib.suppress(ValueError):
             shown = self._dest / Path(path).relative_to(self.root)
-        return disk_error(exc, path=shown, where=self._where, written=written, symlink=symlink)
+        return disk_error(exc, path=shown, where=self._where, written=written, symlink=symlink,
+                          cache=self._cache_root is not None, cached="unpacked copy")
 
     def _ensure_dir(self, rel_dir: str, archive: str) -> None:
         """``rel_dir`` and its parents exist as real directories that resolve inside the tree.
@@ -361,6 +364,7 @@ class Tree:
             raise
         self._settle(rel, rec.sha256)
         with self._cond:
+            self._written += rec.size
             self._records[rel] = FileRecord(rel, rec.size, rec.sha256, rec.mode, component=component)
 
     def component_of(self, rel: str) -> str | None:

@@ -123,7 +123,7 @@ class UnpackedCache:
         (tmp / "tree").mkdir(parents=True)
         try:
             tree = Tree(tmp / "tree", case_insensitive=platform.startswith("windows")
-                        or is_case_insensitive(tmp / "tree"))
+                        or is_case_insensitive(tmp / "tree"), cache_root=self.root.parent)
             fill(tree)
             records = tree.finish()
             dirs = sorted(str(p.relative_to(tmp / "tree").as_posix())

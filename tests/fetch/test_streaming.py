@@ -108,7 +108,8 @@ def test_reader_is_told_when_the_download_fails(tmp_path: Path) -> None:
 
 
 def test_install_extracts_while_the_archive_downloads(tmp_path: Path) -> None:
-    """The transfer stalls half way; members from the first half are already in the staging tree."""
+    """The transfer stalls half way; members from the first half are already extracted (into the
+    unpacked cache, from which the staging tree is filled once the archive verified)."""
     rng = random.Random(3)
     members: dict[str, object] = {"top/": Dir()}
     for i in range(40):  # incompressible, so the tar.xz is as big as its content
@@ -130,7 +131,7 @@ def test_install_extracts_while_the_archive_downloads(tmp_path: Path) -> None:
         worker.start()
         deadline = time.monotonic() + 1.2
         while time.monotonic() < deadline and not seen_during_stall:
-            stages = list(tmp_path.glob(".prefix.cudaredist-stage-*/lib/*.bin"))
+            stages = list(tmp_path.glob("cache/unpacked/.tmp-*/tree/lib/*.bin"))
             if len(stages) >= 10:
                 seen_during_stall.append([p.name for p in stages])
             time.sleep(0.02)

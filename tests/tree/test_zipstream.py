@@ -418,7 +418,7 @@ def test_install_extracts_zip_members_while_the_archive_downloads(tmp_path: Path
         worker.start()
         deadline = time.monotonic() + 1.2
         while time.monotonic() < deadline and not seen_during_stall:
-            n = len(list(tmp_path.glob(".prefix.cudaredist-stage-*/bin/*.dll")))
+            n = len(list(tmp_path.glob("cache/unpacked/.tmp-*/tree/bin/*.dll")))
             if n >= 10:
                 seen_during_stall.append(n)
             time.sleep(0.02)
@@ -532,7 +532,8 @@ def test_a_stalled_stream_does_not_hold_up_the_other_archives(tmp_path: Path) ->
         worker.start()
         deadline = time.monotonic() + 1.5
         while time.monotonic() < deadline and not seen:
-            if list(tmp_path.glob(".prefix.cudaredist-stage-*/include/small.h")):
+            if list(tmp_path.glob(".prefix.cudaredist-stage-*/include/small.h")) or list(
+                    tmp_path.glob("cache/unpacked/*/tree/include/small.h")):
                 seen.append(True)
             time.sleep(0.02)
         worker.join(30)
