@@ -183,7 +183,11 @@ PROBE = {
 
 def _evaluate(shell: str, script: str, env: dict[str, str]) -> list[str]:
     """Run ``script`` (the env output) in a real ``shell``, then read the variables back."""
-    exe = shutil.which(shell) or pytest.skip(f"{shell} is not installed")
+    exe = shutil.which(shell)
+    if exe is None:
+        if os.environ.get("CI"):  # .ci/run installs bash, zsh and fish: missing there is a failure
+            pytest.fail(f"{shell} is not installed although CI is set; .ci/run should have installed it")
+        pytest.skip(f"{shell} is not installed")
     if shell == "fish":
         # fish's eval of a multi-line string; `string collect` keeps the newlines
         cmd = [exe, "--no-config", "-c", f"eval (cat {quote_fish(script)} | string collect); {PROBE[shell]}"]
