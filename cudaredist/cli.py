@@ -103,8 +103,14 @@ def install(
     cache_dir: CacheDirOpt = None,
     offline: OfflineOpt = False,
     jobs: JobsOpt = 8,
-    force: Annotated[bool, typer.Option("--force", help="Reinstall, and replace a prefix that "
-                                                        "cudaredist did not install.")] = False,
+    reinstall: Annotated[bool, typer.Option(
+        "--reinstall", help="Build the tree again even if the prefix already holds it (or its install "
+                            "record is unreadable).")] = False,
+    replace_foreign: Annotated[bool, typer.Option(
+        "--replace-foreign", help="Replace a --prefix that exists and holds no cudaredist install "
+                                  "(everything in it is deleted).")] = False,
+    force: Annotated[bool, typer.Option("--force", hidden=True,
+                                        help="Deprecated: --reinstall.")] = False,
     refresh: Annotated[bool, typer.Option("--refresh", help="Look for a newer release of the train "
                                                             "even if the prefix satisfies it.")] = False,
     lock_timeout: Annotated[float | None, typer.Option(
@@ -129,10 +135,14 @@ def install(
 
         components = component or []
         target = canonical_prefix(prefix)
+        if force:
+            typer.echo("note: --force is deprecated and means --reinstall; to replace a directory "
+                       "cudaredist did not install, pass --replace-foreign", err=True)
+            reinstall = True
         if lock is None and train is None:
             fail("give a TRAIN (e.g. 13.4) or --lock FILE", 2)
         prof = None if only else (profile or DEFAULT_PROFILE)
-        if lock is None and train is not None and not (force or refresh):
+        if lock is None and train is not None and not (reinstall or refresh):
             rec = satisfying_record(target, train=train, platform=platform_or_host(platform), profile=prof,
                                     components=components, source=check_source(source))
             if rec is not None:
@@ -172,7 +182,8 @@ def install(
                         typer.echo(f"note: {note}", err=True)
                 installer = Installer(src.index.transport, ctx.cache(), reporter=reporter, jobs=jobs,
                                       offline=offline, lock_timeout=lock_timeout)
-                result = installer.install(plan, target, force=force, requested=components)
+                result = installer.install(plan, target, reinstall=reinstall,
+                                           replace_foreign=replace_foreign, requested=components)
             finally:
                 reporter.close()
         if as_json:

@@ -10,6 +10,8 @@
     ├── UnsafeArchiveError     an archive member would escape the prefix or is a device
     ├── ConflictError          two archives write one path with different content
     ├── PrefixError            the prefix cannot be used (not ours, busy, not installed)
+    ├── LocalError             a file operation on this machine failed (permission, space, read-only)
+    │   └── CacheError         the cache directory cannot be used, or is not a cudaredist cache
     └── LockFileError          a lock file is malformed or the resolution drifted from it
 
 Each carries the fields its message is built from, so callers test types and
@@ -106,3 +108,16 @@ class LockFileError(CudaRedistError):
     def __init__(self, message: str, *, path: str = "") -> None:
         super().__init__(message)
         self.path = path
+
+
+class LocalError(CudaRedistError):
+    """A file or directory on this machine could not be read or written (cudaredist.oserrors)."""
+
+    def __init__(self, message: str, *, path: str = "", errno: int | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.errno = errno
+
+
+class CacheError(LocalError):
+    pass

@@ -13,10 +13,11 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from cudaredist.errors import FetchError, IntegrityError, OfflineError
+from cudaredist.errors import CacheError, FetchError, IntegrityError, OfflineError
 from cudaredist.fetch.cache import CHUNK, Cache, sha256_file
 from cudaredist.fetch.growing import GrowingFile
 from cudaredist.fetch.transport import Transport
+from cudaredist.oserrors import local_error
 from cudaredist.plan import PlannedArchive
 from cudaredist.progress import Reporter, Silent
 
@@ -83,6 +84,10 @@ class Fetcher:
             try:
                 self._download_any(item, tmp, follow.publish if follow is not None else None)
                 return self.cache.commit(tmp, sha, url=item.url, name=item.archive.filename), False
+            except OSError as exc:  # the local side: the network's errors arrive translated
+                raise local_error(exc, doing=f"write the download of {item.archive.filename} to",
+                                  path=self.cache.tmp, option="--cache-dir",
+                                  cls=CacheError) from exc
             finally:
                 with contextlib.suppress(FileNotFoundError):
                     tmp.unlink()

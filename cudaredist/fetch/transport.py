@@ -49,9 +49,16 @@ class RetryPolicy:
 
 
 class _Retryable(Exception):
-    def __init__(self, reason: str, retry_after: float | None = None) -> None:
+    def __init__(self, reason: str, retry_after: float | None = None, *, unreachable: bool = False) -> None:
         super().__init__(reason)
         self.retry_after = retry_after
+        self.unreachable = unreachable  # no connection could be made: the network, not the server
+
+
+# said when a host could not be reached at all, as "Name or service not known" alone helps nobody
+UNREACHABLE_HINT = ("If this network cannot reach that host, use a mirror (--mirror or CUDAREDIST_MIRROR), "
+                    "NVIDIA's wheels from a package index (--source pypi), or --offline with a filled "
+                    "cache; behind a proxy, set HTTPS_PROXY.")
 
 
 def is_local(url: str) -> bool:
@@ -152,9 +159,9 @@ class Transport:
                     if len(buf) > limit:
                         raise FetchError(f"{url} is larger than {limit} bytes; refusing it", url=url)
                 return bytes(buf)
-        except httpx.TransportError as exc:
+        except (httpx.RequestError, httpx.InvalidURL) as exc:
             _raise_if_untrusted(url, exc)
-            raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
+            raise _Retryable(f"{type(exc).__name__}: {exc}", unreachable=_unreachable(exc)) from exc
 
     # -- archives --------------------------------------------------------------------------------
     def download(self, url: str, dest: Path, *, size: int, sha256: str,
@@ -328,14 +335,16 @@ class Transport:
             except _Retryable as exc:
                 failures = 1 if got else failures + 1
                 self._backoff(url, failures, exc)
-            except httpx.TransportError as exc:
+            except (httpx.RequestError, httpx.InvalidURL) as exc:
                 _raise_if_untrusted(url, exc)
                 failures = 1 if got else failures + 1
-                self._backoff(url, failures, _Retryable(f"{type(exc).__name__}: {exc}"))
+                self._backoff(url, failures, _Retryable(f"{type(exc).__name__}: {exc}",
+                                                        unreachable=_unreachable(exc)))
 
     def _backoff(self, url: str, failures: int, exc: _Retryable) -> None:
         if failures >= self.retry.attempts:
-            raise FetchError(f"giving up on {url} after {failures} attempts: {exc}", url=url) from exc
+            hint = f". {UNREACHABLE_HINT}" if exc.unreachable else ""
+            raise FetchError(f"giving up on {url} after {failures} attempts: {exc}{hint}", url=url) from exc
         self.sleep(self.retry.delay(failures - 1, exc.retry_after))
 
     def _with_retries(self, url: str, fn: Callable[[], bytes]) -> bytes:
@@ -369,10 +378,27 @@ class _RangeIgnored(Exception):
     pass
 
 
+def _unreachable(exc: Exception) -> bool:
+    import httpx
+
+    return isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout))
+
+
 def _raise_if_untrusted(url: str, exc: Exception) -> None:
-    """A certificate the trust store rejects is not transient: fail at once, saying what to do."""
+    """A certificate the trust store rejects is not transient: fail at once, saying what to do.
+    So are a redirect loop, a malformed URL and a scheme httpx does not speak."""
     import ssl
 
+    import httpx
+
+    if isinstance(exc, httpx.TooManyRedirects):
+        raise FetchError(f"{url} redirects too often (a redirect loop?): {exc}. Check --base-url and "
+                         "--mirror, or the proxy between you and the server.", url=url) from exc
+    if isinstance(exc, (httpx.InvalidURL, httpx.UnsupportedProtocol)):
+        raise FetchError(f"cannot fetch {url}: {exc}. Use an http://, https:// or file:// URL, or a "
+                         "directory.", url=url) from exc
+    if not isinstance(exc, httpx.TransportError):  # e.g. a body that cannot be decoded
+        raise FetchError(f"cannot fetch {url}: {type(exc).__name__}: {exc}", url=url) from exc
     seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, ssl.SSLCertVerificationError):
