@@ -481,3 +481,27 @@ def test_one_paragraph_and_an_exit_code(case: Case, base: str, redirect_loop: st
     assert err.startswith("error: ") and err.endswith("\n"), err
     for word in case.words:
         assert word.format(**fill) in err, err
+
+
+def test_reinstall_replace_foreign_and_the_deprecated_force(mirror: Path, tmp_path: Path) -> None:
+    common = ["--platform", "linux-x86_64", "--base-url", str(mirror)]
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    assert _run("install", "13.0", "--prefix", str(ours), *common, "-q").exit_code == 0
+    again = _run("install", "13.0", "--prefix", str(ours), *common, "--json")
+    assert json.loads(again.stdout)["noop"] is True
+    re = _run("install", "13.0", "--prefix", str(ours), *common, "--reinstall", "--json")
+    assert re.exit_code == 0 and json.loads(re.stdout)["noop"] is False and re.stderr == ""
+    forced = _run("install", "13.0", "--prefix", str(ours), *common, "--force", "--json")
+    assert forced.exit_code == 0 and json.loads(forced.stdout)["noop"] is False
+    assert forced.stderr.startswith("note: --force is deprecated and means --reinstall")
+    assert "--force" not in _run("install", "--help").stdout  # hidden
+    # a directory cudaredist did not install: only --replace-foreign replaces it
+    theirs.mkdir()
+    (theirs / "thesis.tex").write_text("years of work")
+    for flags in ([], ["--reinstall"], ["--force"]):
+        r = _run("install", "13.0", "--prefix", str(theirs), *common, "-q", *flags)
+        assert r.exit_code == 1 and "pass --replace-foreign to replace it" in r.stderr.splitlines()[-1]
+        assert (theirs / "thesis.tex").read_text() == "years of work"
+    r = _run("install", "13.0", "--prefix", str(theirs), *common, "-q", "--replace-foreign")
+    assert r.exit_code == 0, r.stderr
+    assert not (theirs / "thesis.tex").exists() and (theirs / "bin" / "nvcc").is_file()

@@ -24,6 +24,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -48,6 +49,8 @@ _OURS = frozenset({"archives", "index", "tmp", "locks", CACHEDIR_TAG, MARKER})
 _ARCHIVE = re.compile(r"[0-9a-f]{64}(\.json)?")
 _PARTIAL = re.compile(r"([0-9a-f]{16,64})\..*")
 _INDEX_KEY = re.compile(r"[0-9a-f]{24}")
+_MARKING = re.compile(rf"\.({re.escape(MARKER)}|{re.escape(CACHEDIR_TAG)})\..*\.part")
+_PREPARING = threading.Lock()
 _OPTION = "--cache-dir (or CUDAREDIST_CACHE_DIR)"
 
 
@@ -115,12 +118,15 @@ class Cache:
     def is_marked(self) -> bool:
         return (self.root / MARKER).is_file()
 
+    def _names(self) -> set[str]:
+        """The root's entries, less the temp files of a marker or tag being written right now."""
+        return {n for n in os.listdir(self.root) if not _MARKING.fullmatch(n)}
+
     def _older_cache(self) -> bool:
         """Written by a cudaredist before the marker: only our names at the top, and in archives/
         only sha256-named files."""
         try:
-            names = set(os.listdir(self.root))
-            return bool(names) and names <= _OURS and (
+            return self._names() <= _OURS and (
                 not self.archives.is_dir() or all(_ARCHIVE.fullmatch(n) for n in os.listdir(self.archives)))
         except OSError:
             return False
@@ -133,7 +139,8 @@ class Cache:
             path=str(self.root))
 
     def _mark(self) -> None:
-        for name, text in ((CACHEDIR_TAG, _TAG_TEXT), (MARKER, json.dumps({"format": FORMAT}) + "\n")):
+        # the marker first: once it is there, no other process takes the root for someone's data
+        for name, text in ((MARKER, json.dumps({"format": FORMAT}) + "\n"), (CACHEDIR_TAG, _TAG_TEXT)):
             if not (self.root / name).is_file():
                 fd, tmp = tempfile.mkstemp(dir=self.root, prefix=f".{name}.", suffix=".part")
                 with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -145,19 +152,19 @@ class Cache:
         files and is not an older cudaredist cache is refused (it is someone's data, not a cache)."""
         if self._ready:
             return
-        try:
-            if self.root.exists() and not self.root.is_dir():
-                raise CacheError(f"the cache directory {self.root} is a file; choose another {_OPTION}, "
-                                 "or move that file away", path=str(self.root))
-            if not self.is_marked() and self.root.is_dir() and any(self.root.iterdir()) \
-                    and not self._older_cache():
-                raise self._not_ours("use")
-            self.root.mkdir(parents=True, exist_ok=True)
-            self._mark()
-        except OSError as exc:
-            raise local_error(exc, doing="use the cache directory", path=self.root, option=_OPTION,
-                              cls=CacheError) from exc
-        self._ready = True
+        with _PREPARING:  # the fetcher's threads share one Cache
+            try:
+                if self.root.exists() and not self.root.is_dir():
+                    raise CacheError(f"the cache directory {self.root} is a file; choose another {_OPTION}, "
+                                     "or move that file away", path=str(self.root))
+                if not self.is_marked() and self.root.is_dir() and not self._older_cache():
+                    raise self._not_ours("use")
+                self.root.mkdir(parents=True, exist_ok=True)
+                self._mark()
+            except OSError as exc:
+                raise local_error(exc, doing="use the cache directory", path=self.root, option=_OPTION,
+                                  cls=CacheError) from exc
+            self._ready = True
 
     def _maintainable(self, doing: str) -> bool:
         """May maintenance delete in the root? False when there is nothing; raises if it is not ours."""
@@ -169,7 +176,7 @@ class Cache:
                                  f"refusing to {doing} it", path=str(self.root))
             if self.is_marked():
                 return True
-            if not any(self.root.iterdir()):
+            if not self._names():
                 return False
             if not self._older_cache():
                 raise self._not_ours(doing)
