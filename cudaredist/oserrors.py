@@ -36,6 +36,8 @@ def local_error(exc: OSError, *, doing: str, path: Path | str | None = None, opt
     """``exc`` as one paragraph: "cannot <doing> <path>: <strerror>; <next step>"."""
     where = str(path if path is not None else exc.filename or "")
     reason = exc.strerror or (os.strerror(exc.errno) if exc.errno else str(exc) or type(exc).__name__)
+    if exc.errno == _errno.EEXIST and where and os.path.lexists(where) and not os.path.isdir(where):
+        reason = "it is a file, not a directory"  # mkdir(parents=True) says only "File exists"
     if not where:
         return cls(f"a file operation failed: {reason}; --verbose shows where it happened",
                    errno=exc.errno)

@@ -354,6 +354,9 @@ CASES = [
     pytest.param(Case((*_INSTALL, "--prefix", "{tmp}/cuda"), 1,
                       ("No space left on device", "free space on the device holding", "--cache-dir"),
                       how="runner", inject=_disk_full), id="disk-full-while-downloading"),
+    pytest.param(Case((*_INSTALL[:5], "{mirror}", "--quiet", "--prefix", "{tmp}/cuda"), 1,
+                      ("cannot write the download of", "No space left on device", "--cache-dir"),
+                      how="runner", inject=_disk_full), id="disk-full-copying-from-a-directory-mirror"),
     pytest.param(Case(("resolve", "13.0", "--base-url", "{loop}"), 1,
                       ("{loop}", "redirects too often (a redirect loop?)")), id="redirect-loop"),
     pytest.param(Case(("resolve", "13.0", "--base-url", "http://cudaredist-test.invalid/"), 1,
@@ -446,11 +449,12 @@ def _closed_port() -> int:
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_one_paragraph_and_an_exit_code(case: Case, base: str, redirect_loop: str, tmp_path: Path,
-                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_one_paragraph_and_an_exit_code(case: Case, base: str, mirror: Path, redirect_loop: str,
+                                        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     work = tmp_path / "w"
     work.mkdir()
-    fill = {"base": base, "tmp": str(work), "loop": redirect_loop, "closed": str(_closed_port())}
+    fill = {"base": base, "mirror": str(mirror), "tmp": str(work), "loop": redirect_loop,
+            "closed": str(_closed_port())}
     argv = [a.format(**fill) for a in case.argv]
     env = {k: v.format(**fill) for k, v in case.env}
     if case.prepare is not None:

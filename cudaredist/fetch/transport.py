@@ -195,20 +195,28 @@ class Transport:
         h = hashlib.sha256()
         n = 0
         try:
-            with open(src, "rb") as fi, open(dest, "wb", buffering=0) as fo:
-                while chunk := fi.read(CHUNK):
-                    n += len(chunk)
-                    if n > size:
-                        break
-                    h.update(chunk)
-                    fo.write(chunk)
-                    progress(len(chunk))
-                    if watch is not None:
-                        watch(n)
+            fi = open(src, "rb")  # noqa: SIM115 - closed below
         except FileNotFoundError as exc:
             raise FetchError(f"{url} does not exist (404)", url=url, status=404) from exc
         except OSError as exc:
             raise FetchError(f"cannot read {url}: {exc.strerror or exc}", url=url) from exc
+        # an OSError writing ``dest`` is this machine's, not the mirror's: it goes up as it is
+        with fi, open(dest, "wb", buffering=0) as fo:
+            while True:
+                try:
+                    chunk = fi.read(CHUNK)
+                except OSError as exc:
+                    raise FetchError(f"cannot read {url}: {exc.strerror or exc}", url=url) from exc
+                if not chunk:
+                    break
+                n += len(chunk)
+                if n > size:
+                    break
+                h.update(chunk)
+                fo.write(chunk)
+                progress(len(chunk))
+                if watch is not None:
+                    watch(n)
         _check_size(url, size, n)
         if h.hexdigest() != sha256:
             raise IntegrityError(f"sha256 mismatch for {url}: expected {sha256}, got {h.hexdigest()}",
@@ -392,7 +400,8 @@ def _raise_if_untrusted(url: str, exc: Exception) -> None:
     import httpx
 
     if isinstance(exc, httpx.TooManyRedirects):
-        raise FetchError(f"{url} redirects too often (a redirect loop?): {exc}. Check --base-url and "
+        why = str(exc).rstrip(".")
+        raise FetchError(f"{url} redirects too often (a redirect loop?): {why}. Check --base-url and "
                          "--mirror, or the proxy between you and the server.", url=url) from exc
     if isinstance(exc, (httpx.InvalidURL, httpx.UnsupportedProtocol)):
         raise FetchError(f"cannot fetch {url}: {exc}. Use an http://, https:// or file:// URL, or a "
