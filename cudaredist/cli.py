@@ -109,8 +109,14 @@ def install(
     offline: OfflineOpt = False,
     jobs: JobsOpt = 8,
     link_mode: LinkModeOpt = None,
-    force: Annotated[bool, typer.Option("--force", help="Reinstall, and replace a prefix that "
-                                                        "cudaredist did not install.")] = False,
+    reinstall: Annotated[bool, typer.Option(
+        "--reinstall", help="Build the tree again even if the prefix already holds it (or its install "
+                            "record is unreadable).")] = False,
+    replace_foreign: Annotated[bool, typer.Option(
+        "--replace-foreign", help="Replace a --prefix that exists and holds no cudaredist install "
+                                  "(everything in it is deleted).")] = False,
+    force: Annotated[bool, typer.Option("--force", hidden=True,
+                                        help="Deprecated: --reinstall.")] = False,
     refresh: Annotated[bool, typer.Option("--refresh", help="Look for a newer release of the train "
                                                             "even if the prefix satisfies it.")] = False,
     lock_timeout: Annotated[float | None, typer.Option(
@@ -137,6 +143,10 @@ def install(
         from cudaredist.sources import check_source
 
         components, wanted = component or [], list(dict.fromkeys(trains or []))
+        if force:
+            typer.echo("note: --force is deprecated and means --reinstall; to replace a directory "
+                       "cudaredist did not install, pass --replace-foreign", err=True)
+            reinstall = True
         if lock is None and not wanted:
             fail("give a TRAIN (e.g. 13.4), several trains, or --lock FILE", 2)
         if prefix is not None and (len(wanted) > 1 or (lock is not None and wanted[1:])):
@@ -146,7 +156,7 @@ def install(
         prof = None if only else (profile or DEFAULT_PROFILE)
         plat = platform_or_host(platform) if lock is None else ""
         done: list[dict[str, Any]] = []
-        if lock is None and not (force or refresh):
+        if lock is None and not (reinstall or refresh):
             for train in list(wanted):
                 if fixed is not None:
                     where: Path | None = fixed
@@ -196,7 +206,8 @@ def install(
                                    f"{', '.join(plan.components)}) -> {target}", err=True)
                         for note in plan.notes:
                             typer.echo(f"note: {note}", err=True)
-                    result = installer.install(plan, target, force=force, requested=components)
+                    result = installer.install(plan, target, reinstall=reinstall,
+                                               replace_foreign=replace_foreign, requested=components)
                     done.append(_result_row(result, plan))
                     if not quiet and not as_json:
                         typer.echo(done[-1]["message"], err=True)

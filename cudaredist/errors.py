@@ -10,7 +10,8 @@
     ├── UnsafeArchiveError     an archive member would escape the prefix or is a device
     ├── ConflictError          two archives write one path with different content
     ├── PrefixError            the prefix cannot be used (not ours, busy, not installed)
-    ├── LocalDiskError         the local disk refused a write (full, read-only, no permission)
+    ├── LocalDiskError         a file operation on this machine failed (full, read-only, no permission)
+    │   └── CacheError         the cache directory cannot be used, or is not a cudaredist cache
     ├── LockFileError          a lock file is malformed or the resolution drifted from it
     └── ImportLibraryError     a Windows DLL's export table cannot be read for an import library
 
@@ -128,3 +129,7 @@ class LocalDiskError(CudaRedistError):
         self.path = path
         self.where = where
         self.errno = errno
+
+
+class CacheError(LocalDiskError):
+    """The cache directory cannot be used, or is not a cudaredist cache (nothing in it is touched)."""

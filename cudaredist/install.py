@@ -25,6 +25,7 @@ from typing import Any, BinaryIO, cast
 from cudaredist import fsops
 from cudaredist.errors import (
     BusyError,
+    FetchError,
     PrefixError,
     UnsafeArchiveError,
 )
@@ -32,11 +33,18 @@ from cudaredist.fetch.cache import Cache
 from cudaredist.fetch.fetcher import Aborted, Fetcher, StreamBroken
 from cudaredist.fetch.growing import DownloadFailed, GrowingFile
 from cudaredist.fetch.transport import Transport
-from cudaredist.localfs import UMASK, check_free_space, disk_error, is_case_insensitive, mb
+from cudaredist.localfs import UMASK, check_free_space, disk_error, is_case_insensitive, local_error, mb
 from cudaredist.plan import Plan, PlannedArchive
 from cudaredist.profiles import platform_rule
 from cudaredist.progress import Reporter, Silent
-from cudaredist.record import build_record, canonical_prefix, leftovers, read_record, write_record
+from cudaredist.record import (
+    RECORD_DIR,
+    build_record,
+    canonical_prefix,
+    leftovers,
+    read_record,
+    write_record,
+)
 from cudaredist.sources import layout
 from cudaredist.tree import links
 from cudaredist.tree.extract import extract, is_streamable
@@ -70,16 +78,22 @@ def lock_timeout_default() -> float:
 def prefix_lock(prefix: Path, timeout: float) -> Iterator[None]:
     import filelock
 
-    prefix.parent.mkdir(parents=True, exist_ok=True)
     lock = filelock.FileLock(str(prefix.parent / f".{prefix.name}.cudaredist.lock"), timeout=timeout)
     try:
-        with lock:
-            yield
+        prefix.parent.mkdir(parents=True, exist_ok=True)
+        lock.acquire()
     except filelock.Timeout as exc:
         raise BusyError(
             f"{prefix} is busy: another cudaredist process has held its lock for {timeout:g}s. "
             f"Retry later, or wait longer with --lock-timeout / {ENV_LOCK_TIMEOUT}.",
             prefix=str(prefix)) from exc
+    except OSError as exc:
+        raise local_error(exc, doing="create the lock file of the prefix in", path=prefix.parent,
+                          option="--prefix") from exc
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _rmtree(path: Path) -> None:
@@ -166,10 +180,13 @@ class Installer:
             self.reporter.close()
 
     # -- transaction -------------------------------------------------------------------------------
-    def install(self, plan: Plan, prefix: Path | str, *, force: bool = False,
-                requested: Sequence[str] = ()) -> InstallResult:
+    def install(self, plan: Plan, prefix: Path | str, *, reinstall: bool = False,
+                replace_foreign: bool = False, requested: Sequence[str] = ()) -> InstallResult:
+        """``reinstall``: build the tree again even if the prefix holds this plan (or its record is
+        unreadable); ``replace_foreign``: replace a prefix that holds no cudaredist install."""
         t0 = time.monotonic()
         prefix = canonical_prefix(prefix)
+        self.cache.prepare()  # a --cache-dir that is not a cache is refused before anything is written
         with prefix_lock(prefix, self.lock_timeout):
             for action in recover(prefix):
                 self.reporter.message(action)
@@ -178,15 +195,18 @@ class Installer:
                 try:
                     record = read_record(prefix)
                 except PrefixError:
-                    if not force:  # its message says to reinstall with --force
+                    if not reinstall:  # its message says to reinstall with --reinstall
                         raise
-            if record is not None and record.get("content_key") == plan.content_key() and not force:
+            if record is not None and record.get("content_key") == plan.content_key() and not reinstall:
                 return InstallResult(prefix, plan, noop=True, seconds=time.monotonic() - t0)
-            if (record is None and prefix.exists() and not force
+            ours = record is not None or (prefix / RECORD_DIR).is_dir()
+            if (not ours and prefix.exists() and not replace_foreign
                     and (not prefix.is_dir() or any(prefix.iterdir()))):
+                what = "is a file, not a directory" if not prefix.is_dir() else \
+                    "exists and does not hold a cudaredist install"
                 raise PrefixError(
-                    f"{prefix} exists and does not hold a cudaredist install; refusing to replace "
-                    "it. Choose another --prefix, empty it, or pass --force to replace it.",
+                    f"{prefix} {what}; refusing to replace it. Choose another --prefix, empty it, or "
+                    "pass --replace-foreign to replace it (everything in it is deleted).",
                     prefix=str(prefix))
             try:
                 staging = Path(tempfile.mkdtemp(dir=prefix.parent,
@@ -284,9 +304,17 @@ class Installer:
                             written.append(rel)
                         return rel
 
-                    extract(path, entry_tree, component=item.component, archive=item.archive.filename,
-                            mapper=recording if after is not None else mapper,
-                            fileobj=cast("BinaryIO | None", follow))
+                    try:
+                        extract(path, entry_tree, component=item.component, archive=item.archive.filename,
+                                mapper=recording if after is not None else mapper,
+                                fileobj=cast("BinaryIO | None", follow))
+                    except FileNotFoundError as exc:
+                        if path is None or exc.filename != str(path) or path.exists():
+                            raise
+                        raise FetchError(
+                            f"the cached archive {item.archive.filename} ({path}) was removed while this "
+                            "install read it (a `cudaredist cache clear` or `prune` at the same time?); "
+                            "the prefix is unchanged: run the install again", url=item.url) from exc
                     if follow is not None:
                         # the archive is read; wait for its verdict (size and sha256) before trusting it
                         fetch_of[item].result()
@@ -311,8 +339,16 @@ class Installer:
                 place(item, entry)
 
             def place(item: PlannedArchive, entry: UnpackedEntry) -> None:
-                materialize(entry, tree, how=self.link_mode, component=item.component,
-                            archive=item.archive.filename)
+                # under the entry's lock: `cache clear`/`prune` skip an entry being placed from
+                with self.cache.lock(f"unpacked-{entry.key}", timeout=self.lock_timeout,
+                                     waiting=self.fetcher.check_abort):
+                    if not (entry.path / "files.json").is_file():
+                        raise FetchError(
+                            f"the unpacked cache entry of {item.archive.filename} was removed while this "
+                            "install used it (a `cudaredist cache clear` or `prune` at the same time?); "
+                            "the prefix is unchanged: run the install again", url=item.url)
+                    materialize(entry, tree, how=self.link_mode, component=item.component,
+                                archive=item.archive.filename)
                 self.reporter.extracted(item.archive.filename)
 
             fetch_of: dict[PlannedArchive, Future[tuple[Path, bool]]] = {}
@@ -373,7 +409,9 @@ class Installer:
             if (staging / target).is_dir() and not os.path.lexists(staging / name):
                 try:
                     os.symlink(target, staging / name, target_is_directory=True)
+                    made.append({"path": name, "link": target})
                 except OSError:
                     shutil.copytree(staging / target, staging / name, symlinks=True)
-                made.append({"path": name, "link": target})
+                    # uninstall removes a directory where a link was recorded only when it made it
+                    made.append({"path": name, "link": target, "copy": "directory"})
         return made

@@ -148,7 +148,8 @@ def read_lock(path: Path) -> Lock:
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise LockFileError(f"the lock file {where} lacks a field or has a wrong type: {exc!r}",
                             path=where) from exc
-    if not plans or list(plans) != list(obj.get("platforms", [])):
+    listed = obj.get("platforms", [])
+    if not plans or not isinstance(listed, list) or list(plans) != listed:
         raise LockFileError(f"{where}: 'platforms' does not list the planned platforms", path=where)
     source = str(obj.get("source", "nvidia"))
     if source not in LAYOUTS:
@@ -180,12 +181,12 @@ def _check_plan(plan: Plan, platform: str, release: str, source: str, where: str
             check_relative_path(item.archive.relative_path, entry, where)
         except ManifestError as exc:
             raise LockFileError(str(exc), path=where) from exc
-        if not _HEX64.match(item.archive.sha256):
+        if not isinstance(item.archive.sha256, str) or not _HEX64.match(item.archive.sha256):
             raise LockFileError(f"{where}: {entry}: sha256 must be 64 lowercase hex digits",
                                 path=where)
         if item.archive.size < 0:
             raise LockFileError(f"{where}: {entry}: size must not be negative", path=where)
-        if not _URL.match(item.url):
+        if not isinstance(item.url, str) or not _URL.match(item.url):
             raise LockFileError(f"{where}: {entry}: url {item.url!r} is not http(s):// or file://",
                                 path=where)
 

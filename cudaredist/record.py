@@ -98,10 +98,10 @@ def read_record(prefix: Path) -> dict[str, Any] | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
-        raise PrefixError(f"the install record {p} is unreadable ({exc}); reinstall with --force",
+        raise PrefixError(f"the install record {p} is unreadable ({exc}); reinstall with --reinstall",
                           prefix=str(prefix)) from exc
     if not isinstance(data, dict) or data.get("schema") != SCHEMA or "plan" not in data:
-        raise PrefixError(f"the install record {p} has an unknown format; reinstall with --force",
+        raise PrefixError(f"the install record {p} has an unknown format; reinstall with --reinstall",
                           prefix=str(prefix))
     return data
 
@@ -274,23 +274,27 @@ def uninstall(prefix: Path) -> int:
     """Remove exactly what the record lists (and then empty directories); returns files removed.
 
     Files the user added stay; recorded paths under a directory that has become a symlink
-    are left alone rather than deleted through it.
+    are left alone rather than deleted through it, and a real directory stands where a link
+    was recorded unless the install made that directory itself (a link it had to copy).
     """
     rec = require_record(prefix)
     removed = 0
-    entries = [(f["path"], "link" in f) for f in rec["files"]]
-    entries += [(x["path"], True) for x in rec.get("links", [])]
-    for rel, is_link in entries:
+    # (path, what was installed there: "file", "link" or "directory" for a link made as a copy)
+    entries = [(f["path"], "link" if "link" in f else "file") for f in rec["files"]]
+    entries += [(x["path"], "directory" if x.get("copy") == "directory" else "link")
+                for x in rec.get("links", [])]
+    for rel, kind in entries:
         p = _installed_path(prefix, rel)
         if p is None:
             continue
         with contextlib.suppress(FileNotFoundError):
-            if p.is_symlink() or p.is_file():
+            if p.is_symlink() or p.is_file():  # never followed: a link is removed, not its target
                 fsops.unlink(p)
                 removed += 1
-            elif is_link and p.is_dir():  # a link materialised as a directory copy
+            elif kind == "directory" and p.is_dir():  # a link the install had to make as a copy
                 fsops.rmtree(p)
                 removed += 1
+            # a real directory where the record says a link or a file was is the user's: it stays
     rp = record_path(prefix)
     fsops.unlink(rp)
     with contextlib.suppress(OSError):

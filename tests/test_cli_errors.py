@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import errno
+import hashlib
+import http.server
 import json
 import os
 import re
+import shutil
+import socket
 import subprocess
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner, Result
@@ -164,3 +172,346 @@ def test_python_m_error_exit_code_and_message(mirror: Path) -> None:
     assert p.returncode == 1
     assert p.stdout == ""
     assert p.stderr == f"error: CUDA train 13.5 has no release at {base}; published trains: 12.9, 13.0.\n"
+
+
+# -- every failure a user can cause or meet: one paragraph, a documented exit code ---------------------
+# Each case runs the real CLI: in this process (CliRunner) where a fault must be injected, else as a
+# `python -m cudaredist` process; "unprivileged" cases drop root's power to ignore file modes.
+
+_UNPRIVILEGED = ["setpriv", "--inh-caps=-dac_override,-dac_read_search,-fowner",
+                 "--bounding-set=-dac_override,-dac_read_search,-fowner"]
+
+
+def _unprivileged_prefix() -> list[str]:
+    if os.geteuid() != 0:
+        return []  # file modes already apply
+    if shutil.which("setpriv") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("setpriv (util-linux) is needed to test permission errors as root")
+        pytest.skip("setpriv (util-linux) is needed to test permission errors as root")
+    return _UNPRIVILEGED
+
+
+@dataclass(frozen=True)
+class Case:
+    """argv after "cudaredist" ({base}, {tmp} and {closed} filled in), what is prepared first, how it
+    runs, the exit code and words the message must hold."""
+
+    argv: tuple[str, ...]
+    code: int
+    words: tuple[str, ...]
+    prepare: Callable[[Path], None] | None = None
+    how: str = "process"  # "process", "unprivileged", or "runner" (with ``inject``)
+    inject: Callable[[pytest.MonkeyPatch, Path], None] | None = None
+    env: tuple[tuple[str, str], ...] = ()
+
+
+def _file(rel: str, text: str = "x") -> Callable[[Path], None]:
+    def make(tmp: Path) -> None:
+        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / rel).write_text(text)
+    return make
+
+
+def _dir(rel: str, mode: int, *files: str) -> Callable[[Path], None]:
+    def make(tmp: Path) -> None:
+        (tmp / rel).mkdir(parents=True, exist_ok=True)
+        for f in files:
+            (tmp / rel / f).write_text("x")
+        os.chmod(tmp / rel, mode)
+    return make
+
+
+def _both(*steps: Callable[[Path], None]) -> Callable[[Path], None]:
+    def make(tmp: Path) -> None:
+        for step in steps:
+            step(tmp)
+    return make
+
+
+def _old_cache(rel: str, mode: int | None = None) -> Callable[[Path], None]:
+    """A cache as an older cudaredist left it: no marker, archives/ with a sha256-named entry."""
+    def make(tmp: Path) -> None:
+        data = b"an archive"
+        (tmp / rel / "archives").mkdir(parents=True)
+        (tmp / rel / "archives" / hashlib.sha256(data).hexdigest()).write_bytes(data)
+        if mode is not None:
+            os.chmod(tmp / rel / "archives", mode)
+    return make
+
+
+def _installed(rel: str) -> Callable[[Path], None]:
+    """A prefix with a minimal install record (what `env` reads)."""
+    def make(tmp: Path) -> None:
+        rec = {"schema": 1, "plan": {"release": "13.0.1", "platform": "linux-x86_64"}, "files": []}
+        (tmp / rel / ".cudaredist").mkdir(parents=True)
+        (tmp / rel / ".cudaredist" / "record.json").write_text(json.dumps(rec))
+    return make
+
+
+_HELD: list[object] = []
+
+
+def _busy(mp: pytest.MonkeyPatch, tmp: Path) -> None:
+    """Another cudaredist holds the prefix lock (flock locks an open file, so this process counts)."""
+    import filelock
+
+    lock = filelock.FileLock(str(tmp / ".cuda.cudaredist.lock"))
+    lock.acquire()
+    _HELD.append(lock)
+
+
+def _lock_with(mutate: Callable[[dict[str, Any]], None]) -> Callable[[Path], None]:
+    """A lock file whose content was changed and its digest recomputed (so only the content is wrong)."""
+    def make(tmp: Path) -> None:
+        from cudaredist.lockfile import _digest
+
+        archive = {"name": "cuda_cudart", "version": "13.0.96", "url": "http://127.0.0.1:9/cuda_cudart/a.tar.xz",
+                   "relative_path": "cuda_cudart/a.tar.xz", "sha256": "0" * 64, "size": 1, "layout": "redist"}
+        plan = {"release": "13.0.1", "release_date": "2026-01-01", "platform": "linux-x86_64",
+                "base_url": "http://127.0.0.1:9/", "source": "nvidia", "profile": "nvcc", "total_size": 1,
+                "components": [archive], "notes": []}
+        body: dict[str, Any] = {"lock_version": 1, "release": "13.0.1", "release_date": "2026-01-01",
+                                "base_url": "http://127.0.0.1:9/", "source": "nvidia",
+                                "request": {"train": "13.0", "profile": "nvcc", "components": []},
+                                "platforms": ["linux-x86_64"], "content_key": "0" * 64,
+                                "plans": {"linux-x86_64": plan}}
+        mutate(body)
+        body["digest"] = _digest({k: v for k, v in body.items() if k != "digest"})
+        (tmp / "bad.lock").write_text(json.dumps(body))
+    return make
+
+
+def _archive(lock: dict[str, Any]) -> dict[str, Any]:
+    return lock["plans"]["linux-x86_64"]["components"][0]  # type: ignore[no-any-return]
+
+
+def _readonly_fs(under: str) -> Callable[[pytest.MonkeyPatch, Path], None]:
+    """Every directory made under tmp/<under> fails as on a read-only file system (EROFS)."""
+    def inject(mp: pytest.MonkeyPatch, tmp: Path) -> None:
+        real = os.mkdir
+
+        def mkdir(path: object, *a: object, **k: object) -> None:
+            if str(path).startswith(str(tmp / under)):
+                raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+            real(path, *a, **k)  # type: ignore[arg-type]
+        mp.setattr(os, "mkdir", mkdir)
+    return inject
+
+
+def _disk_full(mp: pytest.MonkeyPatch, tmp: Path) -> None:
+    """Downloads land on /dev/full: the kernel's own ENOSPC on the first write."""
+    from cudaredist.fetch.cache import Cache
+    from cudaredist.fetch.fetcher import Fetcher
+
+    def partial(self: Cache, sha256: str) -> Path:
+        self.prepare()
+        self.tmp.mkdir(exist_ok=True)
+        link = self.tmp / f"{sha256}.part"
+        if not link.is_symlink():
+            link.symlink_to("/dev/full")
+        return link
+    mp.setattr(Cache, "partial", partial)
+    mp.setattr(Fetcher, "_resumable", lambda self, part, size: 0)  # nothing to resume: write from 0
+
+
+def _no_backoff(mp: pytest.MonkeyPatch, tmp: Path) -> None:
+    from cudaredist.fetch.transport import RetryPolicy
+
+    mp.setattr(RetryPolicy, "delay", lambda self, attempt, retry_after=None: 0.0)
+
+
+def _interrupt(mp: pytest.MonkeyPatch, tmp: Path) -> None:
+    from cudaredist.fetch.transport import Transport
+
+    def get_bytes(self: Transport, url: str, **kw: object) -> bytes:
+        raise KeyboardInterrupt
+    mp.setattr(Transport, "get_bytes", get_bytes)
+
+
+_INSTALL = ("install", "13.0", "--platform", "linux-x86_64", "--base-url", "{base}", "--quiet")
+_LOCKED = ("install", "--prefix", "{tmp}/cuda", "--lock", "{tmp}/bad.lock", "--quiet")
+_RESOLVE = ("resolve", "13.0", "--platform", "linux-x86_64", "--base-url", "{base}")
+
+CASES = [
+    pytest.param(Case((*_INSTALL, "--prefix", "{tmp}/cuda"), 1, ("{tmp}/cuda is a file", "--prefix"),
+                      prepare=_file("cuda")), id="prefix-is-a-file"),
+    pytest.param(Case((*_INSTALL, "--prefix", "{tmp}/afile/cuda"), 1,
+                      ("{tmp}/afile", "a file stands where a directory is needed", "--prefix"),
+                      prepare=_file("afile")), id="prefix-parent-is-a-file"),
+    pytest.param(Case((*_INSTALL, "--prefix", "{tmp}/ro/cuda"), 1,
+                      ("{tmp}/ro", "Permission denied", "choose a --prefix you can write to"),
+                      prepare=_dir("ro", 0o555), how="unprivileged"), id="prefix-permission-denied"),
+    pytest.param(Case((*_INSTALL, "--prefix", "{tmp}/cuda", "--cache-dir", "{tmp}/cachefile"), 1,
+                      ("the cache directory {tmp}/cachefile is a file", "--cache-dir"),
+                      prepare=_file("cachefile")), id="cache-dir-is-a-file"),
+    pytest.param(Case((*_RESOLVE, "--cache-dir", "{tmp}/ro/cache"), 1,
+                      ("{tmp}/ro/cache", "Permission denied", "--cache-dir"),
+                      prepare=_dir("ro", 0o555), how="unprivileged"), id="cache-dir-permission-denied"),
+    pytest.param(Case((*_RESOLVE, "--cache-dir", "{tmp}/rofs/cache"), 1,
+                      ("{tmp}/rofs/cache", "Read-only file system", "--cache-dir", "on a writable one"),
+                      how="runner", inject=_readonly_fs("rofs")), id="cache-dir-read-only-fs"),
+    pytest.param(Case((*_INSTALL, "--prefix", "{tmp}/cuda", "--cache-dir", "{tmp}/home"), 1,
+                      ("{tmp}/home is not a cudaredist cache", "refusing to use it"),
+                      prepare=_file("home/thesis.tex")), id="cache-dir-is-someones-data"),
+    pytest.param(Case((*_INSTALL, "--prefix", "{tmp}/cuda"), 1,
+                      # /dev/full refuses the resize of a resumable download (EINVAL) or the write
+                      # (ENOSPC): either way the cache's disk, not the network, and nothing kept
+                      ("/cache", "the partial download was removed", "--cache-dir"),
+                      how="runner", inject=_disk_full), id="disk-full-while-downloading"),
+    pytest.param(Case((*_INSTALL[:5], "{mirror}", "--quiet", "--prefix", "{tmp}/cuda"), 1,
+                      ("no space left on the device holding", "the partial download was removed",
+                       "--cache-dir"), how="runner", inject=_disk_full),
+                 id="disk-full-copying-from-a-directory-mirror"),
+    pytest.param(Case(("resolve", "13.0", "--base-url", "{loop}"), 1,
+                      ("{loop}", "redirects too often (a redirect loop?)")), id="redirect-loop"),
+    pytest.param(Case(("resolve", "13.0", "--base-url", "http://cudaredist-test.invalid/"), 1,
+                      ("cudaredist-test.invalid", "--mirror", "--source pypi", "--offline"),
+                      how="runner", inject=_no_backoff), id="network-down-no-dns"),
+    pytest.param(Case(("resolve", "13.0", "--base-url", "http://127.0.0.1:{closed}/"), 1,
+                      ("Connection refused", "CUDAREDIST_MIRROR", "--offline with a filled cache"),
+                      how="runner", inject=_no_backoff), id="network-down-refused"),
+    pytest.param(Case(("resolve", "13.0", "--base-url", "ftp://example.org/redist/"), 1,
+                      ("ftp://example.org/redist/", "use http://, https://, file:// or a directory")),
+                 id="unsupported-scheme"),
+    pytest.param(Case(("install", "--prefix", "{tmp}/cuda", "--lock", "{tmp}/bad.lock"), 1,
+                      ("{tmp}/bad.lock", "not readable JSON"), prepare=_file("bad.lock", "{\"lock_")),
+                 id="lock-not-json"),
+    pytest.param(Case(("install", "--prefix", "{tmp}/cuda", "--lock", "{tmp}"), 1,
+                      ("the lock file {tmp}", "Is a directory")), id="lock-is-a-directory"),
+    pytest.param(Case(_LOCKED, 1, ("{tmp}/bad.lock", "'platforms' does not list the planned platforms"),
+                      prepare=_lock_with(lambda b: b.update(platforms=7))), id="lock-platforms-not-a-list"),
+    pytest.param(Case(_LOCKED, 1, ("{tmp}/bad.lock", "sha256 must be 64 lowercase hex digits"),
+                      prepare=_lock_with(lambda b: _archive(b).update(sha256=5))),
+                 id="lock-sha256-not-a-string"),
+    pytest.param(Case(_LOCKED, 1, ("{tmp}/bad.lock", "is not http(s):// or file://"),
+                      prepare=_lock_with(lambda b: _archive(b).update(url=5))),
+                 id="lock-url-not-a-string"),
+    pytest.param(Case(_LOCKED, 1, ("{tmp}/bad.lock", "lacks a field or has a wrong type"),
+                      prepare=_lock_with(lambda b: b.update(plans={"linux-x86_64": 3}))),
+                 id="lock-plan-not-an-object"),
+    pytest.param(Case(("cache", "list", "--cache-dir", "{tmp}/cachefile"), 1,
+                      ("{tmp}/cachefile",), prepare=_file("cachefile")), id="cache-list-on-a-file"),
+    pytest.param(Case(("cache", "list", "--cache-dir", "{tmp}/old"), 1,
+                      ("{tmp}/old/archives", "Permission denied"),
+                      prepare=_old_cache("old", 0o000), how="unprivileged"), id="cache-list-unreadable"),
+    pytest.param(Case(("cache", "clear", "--cache-dir", "{tmp}/home"), 1,
+                      ("{tmp}/home is not a cudaredist cache", "refusing to clear it"),
+                      prepare=_file("home/thesis.tex")), id="cache-clear-someones-data"),
+    pytest.param(Case(("cache", "prune", "--cache-dir", "{tmp}/home", "--days", "0"), 1,
+                      ("{tmp}/home is not a cudaredist cache", "refusing to prune it"),
+                      prepare=_file("home/.bashrc")), id="cache-prune-someones-data"),
+    pytest.param(Case(("cache", "clear", "--cache-dir", "{tmp}/cachefile"), 1,
+                      ("{tmp}/cachefile is a file",), prepare=_file("cachefile")), id="cache-clear-a-file"),
+    pytest.param(Case(("cache", "clear", "--cache-dir", "{tmp}/old"), 1,
+                      ("{tmp}/old", "Permission denied", "--cache-dir"),
+                      prepare=_old_cache("old", 0o555), how="unprivileged"),
+                 id="cache-clear-permission-denied"),
+    pytest.param(Case(("uninstall", "--prefix", "{tmp}/cuda"), 1, ("{tmp}/cuda holds no cudaredist install",),
+                      prepare=_dir("cuda", 0o755, "x")), id="uninstall-not-installed"),
+    pytest.param(Case(("env", "--prefix", "{tmp}/cuda", "--github"), 1,
+                      ("{tmp}/genv", "Is a directory"),
+                      prepare=_both(_dir("genv", 0o755), _installed("cuda")),
+                      env=(("GITHUB_ENV", "{tmp}/genv"), ("GITHUB_PATH", "{tmp}/gpath"))),
+                 id="env-github-file-is-a-directory"),
+    pytest.param(Case(("lock", "13.0", "--base-url", "{base}", "-p", "linux-x86_64",
+                       "-o", "{tmp}/afile/x.lock"), 1, ("{tmp}/afile",), prepare=_file("afile")),
+                 id="lock-output-under-a-file"),
+    pytest.param(Case(("resolve", "13.0", "--base-url", "{base}"), 130, ("interrupted",), how="runner",
+                      inject=_interrupt), id="interrupted"),
+    pytest.param(Case(("install", "--prefix", "{tmp}/cuda", "--quiet"), 2, ("give a TRAIN",)),
+                 id="usage-no-train"),
+    pytest.param(Case((*_INSTALL, "--prefix", "{tmp}/cuda", "--lock-timeout", "0.2"), 75,
+                      ("{tmp}/cuda is busy", "--lock-timeout"), how="runner", inject=_busy),
+                 id="busy-prefix"),
+]
+
+
+@pytest.fixture
+def redirect_loop() -> Iterator[str]:
+    """A real loopback server whose every path redirects to itself."""
+    class Loop(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(302)
+            self.send_header("Location", self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Loop)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}/redist/"
+    srv.shutdown()
+    srv.server_close()
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_one_paragraph_and_an_exit_code(case: Case, base: str, mirror: Path, redirect_loop: str,
+                                        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    work = tmp_path / "w"
+    work.mkdir()
+    fill = {"base": base, "mirror": str(mirror), "tmp": str(work), "loop": redirect_loop,
+            "closed": str(_closed_port())}
+    argv = [a.format(**fill) for a in case.argv]
+    env = {k: v.format(**fill) for k, v in case.env}
+    if case.prepare is not None:
+        case.prepare(work)
+    try:
+        if case.how == "runner":
+            assert case.inject is not None
+            case.inject(monkeypatch, work)
+            for k, v in env.items():
+                monkeypatch.setenv(k, v)
+            r = CliRunner().invoke(app, argv)
+            assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
+            code, out, err = r.exit_code, r.stdout, r.stderr
+        else:
+            runner = _unprivileged_prefix() if case.how == "unprivileged" else []
+            full = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")} | env
+            full["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+            p = subprocess.run([*runner, sys.executable, "-m", "cudaredist", *argv], capture_output=True,
+                               text=True, env=full, timeout=120, check=False)
+            code, out, err = p.returncode, p.stdout, p.stderr
+    finally:
+        while _HELD:
+            _HELD.pop().release()  # type: ignore[attr-defined]
+        for d, _dirs, _files in os.walk(work):
+            os.chmod(d, 0o755)
+    assert "Traceback" not in out + err
+    assert (code, err.count("\n")) == (case.code, 1), err
+    assert err.startswith("error: ") and err.endswith("\n"), err
+    for word in case.words:
+        assert word.format(**fill) in err, err
+
+
+def test_reinstall_replace_foreign_and_the_deprecated_force(mirror: Path, tmp_path: Path) -> None:
+    common = ["--platform", "linux-x86_64", "--base-url", str(mirror)]
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    assert _run("install", "13.0", "--prefix", str(ours), *common, "-q").exit_code == 0
+    again = _run("install", "13.0", "--prefix", str(ours), *common, "--json")
+    assert json.loads(again.stdout)["noop"] is True
+    re = _run("install", "13.0", "--prefix", str(ours), *common, "--reinstall", "--json")
+    assert re.exit_code == 0 and json.loads(re.stdout)["noop"] is False and re.stderr == ""
+    forced = _run("install", "13.0", "--prefix", str(ours), *common, "--force", "--json")
+    assert forced.exit_code == 0 and json.loads(forced.stdout)["noop"] is False
+    assert forced.stderr.startswith("note: --force is deprecated and means --reinstall")
+    assert "--force" not in _run("install", "--help").stdout  # hidden
+    # a directory cudaredist did not install: only --replace-foreign replaces it
+    theirs.mkdir()
+    (theirs / "thesis.tex").write_text("years of work")
+    for flags in ([], ["--reinstall"], ["--force"]):
+        r = _run("install", "13.0", "--prefix", str(theirs), *common, "-q", *flags)
+        assert r.exit_code == 1 and "pass --replace-foreign to replace it" in r.stderr.splitlines()[-1]
+        assert (theirs / "thesis.tex").read_text() == "years of work"
+    r = _run("install", "13.0", "--prefix", str(theirs), *common, "-q", "--replace-foreign")
+    assert r.exit_code == 0, r.stderr
+    assert not (theirs / "thesis.tex").exists() and (theirs / "bin" / "nvcc").is_file()

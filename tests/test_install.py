@@ -62,11 +62,11 @@ def plan_for(transport: Transport, cache: Cache, mirror: Path, train: str, *, pl
 
 
 def install(transport: Transport, cache: Cache, mirror: Path, train: str, prefix: Path, *,
-            force: bool = False, lock_timeout: float = 10, link_mode: str | None = None,
-            **kw: object) -> InstallResult:
+            reinstall: bool = False, replace_foreign: bool = False, lock_timeout: float = 10,
+            link_mode: str | None = None, **kw: object) -> InstallResult:
     plan = plan_for(transport, cache, mirror, train, **kw)  # type: ignore[arg-type]
-    return Installer(transport, cache, lock_timeout=lock_timeout, jobs=4,
-                     link_mode=link_mode).install(plan, prefix, force=force)
+    return Installer(transport, cache, lock_timeout=lock_timeout, jobs=4, link_mode=link_mode).install(
+        plan, prefix, reinstall=reinstall, replace_foreign=replace_foreign)
 
 
 @pytest.fixture
@@ -180,15 +180,19 @@ def test_killed_before_the_old_tree_was_deleted_is_cleaned(mirror: Path, transpo
     assert_intact(prefix, before, cache)
 
 
-def test_foreign_prefix_is_refused_unless_forced(mirror: Path, transport: Transport, cache: Cache,
-                                                 prefix: Path) -> None:
+def test_foreign_prefix_is_refused_unless_replace_foreign(mirror: Path, transport: Transport,
+                                                          cache: Cache, prefix: Path) -> None:
     prefix.mkdir(parents=True)
     (prefix / "mine.txt").write_text("user data")
     before = snapshot(prefix)
-    with pytest.raises(PrefixError, match="--force"):
+    with pytest.raises(PrefixError, match="--replace-foreign"):
         install(transport, cache, mirror, "13.0", prefix)
     assert_intact(prefix, before, cache)
-    install(transport, cache, mirror, "13.0", prefix, force=True)
+    # --reinstall is about cudaredist's own trees: it does not replace someone else's directory
+    with pytest.raises(PrefixError, match="--replace-foreign"):
+        install(transport, cache, mirror, "13.0", prefix, reinstall=True)
+    assert_intact(prefix, before, cache)
+    install(transport, cache, mirror, "13.0", prefix, replace_foreign=True)
     assert_installed(prefix, "13.0.1", cache)
 
 
@@ -199,15 +203,15 @@ def test_empty_prefix_directory_is_used(mirror: Path, transport: Transport, cach
     assert_installed(prefix, "13.0.1", cache)
 
 
-def test_unreadable_record_needs_force_and_force_works(mirror: Path, transport: Transport, cache: Cache,
-                                                       prefix: Path) -> None:
+def test_unreadable_record_needs_reinstall_and_reinstall_works(mirror: Path, transport: Transport,
+                                                               cache: Cache, prefix: Path) -> None:
     install(transport, cache, mirror, "12.9", prefix)
     record_path(prefix).write_text("{not json")
     before = snapshot(prefix)
-    with pytest.raises(PrefixError, match="--force"):
+    with pytest.raises(PrefixError, match="--reinstall"):
         install(transport, cache, mirror, "13.0", prefix)
     assert_intact(prefix, before, cache)
-    install(transport, cache, mirror, "13.0", prefix, force=True)
+    install(transport, cache, mirror, "13.0", prefix, reinstall=True)
     assert_installed(prefix, "13.0.1", cache)
 
 

@@ -271,11 +271,11 @@ def test_progress_in_a_non_tty_log_is_a_few_plain_lines(command: str, mirror: Pa
     assert r.stdout == ""
     # --quiet: nothing at all; --verbose: one more line per extracted archive
     quiet = run_cli(command, "13.0", *where, "--platform", "linux-x86_64", "--base-url", base, "--quiet",
-                    "--force" if command == "install" else "--jobs=2", tmp_path=tmp_path)
+                    "--reinstall" if command == "install" else "--jobs=2", tmp_path=tmp_path)
     assert quiet.returncode == 0 and quiet.stderr == "" and quiet.stdout == ""
     if command == "install":
-        loud = run_cli(command, "13.0", *where, "--platform", "linux-x86_64", "--base-url", base, "--force",
-                       "--verbose", tmp_path=tmp_path)
+        loud = run_cli(command, "13.0", *where, "--platform", "linux-x86_64", "--base-url", base,
+                       "--reinstall", "--verbose", tmp_path=tmp_path)
         assert loud.returncode == 0 and "\r" not in loud.stderr
         assert sum("extracted" in line for line in loud.stderr.splitlines()) == LINUX_ARCHIVES
 

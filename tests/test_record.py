@@ -192,3 +192,40 @@ def test_verify_checks_modes_and_links(prefix: Path, fast: bool) -> None:
     os.symlink("nvcc.copy", prefix / "bin" / "nvcc")
     report = verify(prefix, fast=fast)
     assert report.reasons["bin/nvcc"] == "a file was replaced by a symlink to nvcc.copy"
+
+
+def test_uninstall_keeps_a_real_directory_where_the_record_says_a_link_was(prefix: Path) -> None:
+    # lib64 -> lib (a platform link) and lib/libcudart.so -> libcudart.so.13 (an archive's link),
+    # both replaced by the user with real directories holding their own files
+    os.unlink(prefix / "lib64")
+    (prefix / "lib64").mkdir()
+    (prefix / "lib64" / "libmine.so").write_bytes(b"user library")
+    os.unlink(prefix / "lib" / "libcudart.so")
+    (prefix / "lib" / "libcudart.so").mkdir()
+    (prefix / "lib" / "libcudart.so" / "keep").write_bytes(b"user file")
+    code, out, err = cli("uninstall", "--prefix", str(prefix))
+    assert code == 0, err
+    assert (prefix / "lib64" / "libmine.so").read_bytes() == b"user library"
+    assert (prefix / "lib" / "libcudart.so" / "keep").read_bytes() == b"user file"
+    assert not (prefix / "lib" / "libcudart.so.13").exists()
+
+
+def test_uninstall_removes_a_link_the_install_had_to_copy(mirror: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    real = os.symlink
+
+    def no_directory_links(src: str, dst: str, target_is_directory: bool = False, **k: object) -> None:
+        if target_is_directory:  # as on Windows without developer mode
+            raise OSError(1, "Operation not permitted")
+        real(src, dst)
+    monkeypatch.setattr(os, "symlink", no_directory_links)
+    p = tmp_path / "copy" / "cuda"
+    code, _, err = cli("install", "13.0", "--prefix", str(p), "--platform", "linux-x86_64",
+                       "--base-url", str(mirror), "-q")
+    assert code == 0, err
+    monkeypatch.undo()
+    assert read_record(p)["links"] == [{"path": "lib64", "link": "lib", "copy": "directory"}]  # type: ignore[index]
+    assert (p / "lib64").is_dir() and not (p / "lib64").is_symlink()
+    code, _, err = cli("uninstall", "--prefix", str(p))
+    assert code == 0, err
+    assert not p.exists()

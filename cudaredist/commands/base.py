@@ -37,6 +37,13 @@ def errors() -> Iterator[None]:
         fail(str(exc), exc.exit_code)
     except KeyboardInterrupt:
         fail("interrupted; nothing was changed in the prefix", 130)
+    except OSError as exc:
+        # a last resort: where it happens, an OSError is translated with more to say
+        from cudaredist.localfs import local_error
+
+        if _VERBOSE:
+            traceback.print_exc()
+        fail(str(local_error(exc, doing="use")))
 
 
 def emit_json(obj: Any) -> None:

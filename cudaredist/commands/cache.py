@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from cudaredist.commands.base import emit_json, errors, human
-from cudaredist.commands.options import CacheDirOpt, JsonOpt
+from cudaredist.commands.base import emit_json, errors, human, set_verbose
+from cudaredist.commands.options import CacheDirOpt, JsonOpt, VerboseOpt
+
+if TYPE_CHECKING:
+    from cudaredist.fetch.cache import Cleaned
 
 app = typer.Typer(help="Inspect and clean the download cache.", no_args_is_help=True)
 
@@ -15,45 +18,69 @@ app = typer.Typer(help="Inspect and clean the download cache.", no_args_is_help=
 @app.command("dir")
 def cache_dir_cmd(cache_dir: CacheDirOpt = None) -> None:
     """Print the cache directory."""
-    from cudaredist.fetch.cache import Cache
+    with errors():
+        from cudaredist.fetch.cache import Cache
 
-    typer.echo(str(Cache(cache_dir).root))
+        typer.echo(str(Cache(cache_dir).root))
 
 
 @app.command("list")
-def cache_list(cache_dir: CacheDirOpt = None, as_json: JsonOpt = False) -> None:
-    """List cached archives."""
-    from cudaredist.fetch.cache import Cache
+def cache_list(cache_dir: CacheDirOpt = None, as_json: JsonOpt = False, verbose: VerboseOpt = False) -> None:
+    """List cached archives and the unpacked entries made from them, with their sizes."""
+    set_verbose(verbose)
+    with errors():
+        from cudaredist.fetch.cache import Cache
 
-    entries = Cache(cache_dir).entries()
-    if as_json:
-        emit_json([{"sha256": e.sha256, "name": e.name, "size": e.size, "url": e.url,
-                     "last_used": e.last_used} for e in entries])
-        return
-    for e in entries:
-        typer.echo(f"{e.sha256[:16]}  {human(e.size):>10}  {e.name}")
-    typer.echo(f"{len(entries)} archives, {human(sum(e.size for e in entries))} in {Cache(cache_dir).root}")
+        cache = Cache(cache_dir)
+        entries, unpacked = cache.entries(), cache.unpacked_entries()
+        if as_json:
+            emit_json([{"kind": "archive", "sha256": e.sha256, "name": e.name, "size": e.size,
+                        "url": e.url, "last_used": e.last_used} for e in entries]
+                      + [{"kind": "unpacked", "key": u.key, "name": u.name, "size": u.size,
+                          "last_used": u.last_used} for u in unpacked])
+            return
+        for e in entries:
+            typer.echo(f"archive   {e.sha256[:16]}  {human(e.size):>10}  {e.name}")
+        for u in unpacked:
+            typer.echo(f"unpacked  {u.key[:16]}  {human(u.size):>10}  {u.name}")
+        typer.echo(f"{len(entries)} archives ({human(sum(e.size for e in entries))}), {len(unpacked)} "
+                   f"unpacked ({human(sum(u.size for u in unpacked))}) in {cache.root}")
+
+
+def _report(done: str, cleaned: Cleaned) -> None:
+    typer.echo(f"{done}: removed {cleaned.files} files, {human(cleaned.freed)}")
+    if cleaned.busy:
+        typer.echo(f"note: left {cleaned.busy} entries that a running cudaredist holds; run this again "
+                   "when it is done", err=True)
+    if cleaned.foreign:
+        typer.echo(f"note: left {', '.join(cleaned.foreign)}: cudaredist did not write them", err=True)
 
 
 @app.command("prune")
 def cache_prune(cache_dir: CacheDirOpt = None,
-                days: Annotated[float, typer.Option("--days", help="Drop archives unused this long.")] = 30.0
-                ) -> None:
-    """Drop partial downloads and archives not used for --days."""
+                days: Annotated[float, typer.Option("--days", help="Drop entries unused this long.")] = 30.0,
+                max_size: Annotated[str | None, typer.Option(
+                    "--max-size", help="Then drop the least recently used entries until the cache holds "
+                                       "at most this much (e.g. 5G, 800M).", show_default=False)] = None,
+                verbose: VerboseOpt = False) -> None:
+    """Drop partial downloads, and archives and unpacked entries not used for --days (and beyond
+    --max-size); entries in use are left."""
+    set_verbose(verbose)
     with errors():
-        from cudaredist.fetch.cache import Cache
+        from cudaredist.fetch.cache import Cache, parse_size
 
-        n, freed = Cache(cache_dir).prune(older_than_days=days)
-        typer.echo(f"removed {n} files, {human(freed)}")
+        c = Cache(cache_dir)
+        limit = parse_size(max_size) if max_size is not None else None
+        _report(f"pruned {c.root}", c.prune(older_than_days=days, max_size=limit))
 
 
 @app.command("clear")
-def cache_clear(cache_dir: CacheDirOpt = None) -> None:
-    """Delete the whole cache."""
-    from cudaredist.fetch.cache import Cache
+def cache_clear(cache_dir: CacheDirOpt = None, verbose: VerboseOpt = False) -> None:
+    """Delete every cached archive, unpacked entry, partial download and index page. Refuses a
+    directory that is not a cudaredist cache; entries a running install holds are left."""
+    set_verbose(verbose)
+    with errors():
+        from cudaredist.fetch.cache import Cache
 
-    c = Cache(cache_dir)
-    c.clear()
-    typer.echo(f"cleared {c.root}")
-
-
+        c = Cache(cache_dir)
+        _report(f"cleared {c.root}", c.clear())

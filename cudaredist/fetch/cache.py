@@ -8,27 +8,61 @@ Layout under the cache root (``--cache-dir`` > ``CUDAREDIST_CACHE_DIR`` > the us
     tmp/                         partial downloads (<sha256>.part, resumed by the next run); only
                                  ever renamed into archives/ after they verify
     locks/                       one lock file per entry being written
+    CACHEDIR.TAG                 the Cache Directory Tagging standard: backup tools skip the cache
+    .cudaredist-cache            our marker (format version): maintenance refuses a directory without it
+
+Maintenance (``clear``, ``prune``) deletes only names cudaredist writes, and an entry only while
+holding its lock (the lock the fetcher holds while it writes that entry); an entry in use is skipped.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cudaredist import fsops
-from cudaredist.errors import BusyError
+from cudaredist.errors import BusyError, CacheError, UsageError
+from cudaredist.localfs import local_error
+
+if TYPE_CHECKING:
+    import filelock
 
 ENV_CACHE_DIR = "CUDAREDIST_CACHE_DIR"
 CHUNK = 1 << 20
+MARKER = ".cudaredist-cache"
+FORMAT = 1
+CACHEDIR_TAG = "CACHEDIR.TAG"
+TAG_SIGNATURE = "Signature: 8a477f597d28d172789f06886806bc55"
+_TAG_TEXT = (f"{TAG_SIGNATURE}\n# This file is a cache directory tag created by cudaredist.\n"
+             "# For information about cache directory tags see https://bford.info/cachedir/\n")
+_OURS = frozenset({"archives", "unpacked", "index", "tmp", "locks", CACHEDIR_TAG, MARKER})
+_ARCHIVE = re.compile(r"[0-9a-f]{64}(\.json)?")
+_PARTIAL = re.compile(r"([0-9a-f]{16,64})\..*")
+_INDEX_KEY = re.compile(r"[0-9a-f]{24}")
+_MARKING = re.compile(rf"\.({re.escape(MARKER)}|{re.escape(CACHEDIR_TAG)})\..*\.part")
+_PREPARING = threading.Lock()
+_OPTION = "--cache-dir (or CUDAREDIST_CACHE_DIR)"
+
+
+def parse_size(text: str) -> int:
+    """``5G``, ``800M``, ``1.5GB``, ``4096`` -> bytes (decimal units, as disk vendors and df -H count)."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([kKmMgGtT]?)[bB]?\s*", text)
+    if m is None:
+        raise UsageError(f"--max-size {text!r} is not a size; write it like 5G, 800M or 1048576")
+    return int(float(m.group(1)) * 1000 ** " KMGT".index((m.group(2) or " ").upper()))
 
 
 def default_cache_dir() -> Path:
@@ -49,6 +83,28 @@ def sha256_file(path: Path) -> str:
 
 
 @dataclass(frozen=True)
+class Cleaned:
+    """What a ``clear`` or ``prune`` did: files and bytes removed, entries skipped as in use by a
+    running cudaredist, and top-level names left alone because cudaredist did not write them."""
+
+    files: int = 0
+    freed: int = 0
+    busy: int = 0
+    foreign: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class UnpackedInfo:
+    """An entry of ``unpacked/`` (see :mod:`cudaredist.tree.unpacked`), as maintenance sees it."""
+
+    key: str
+    path: Path
+    size: int          # bytes of its files
+    name: str          # the archive it was unpacked from
+    last_used: float
+
+
+@dataclass(frozen=True)
 class CacheEntry:
     sha256: str
     path: Path
@@ -62,6 +118,7 @@ class Cache:
     def __init__(self, root: Path | None = None, *, lock_timeout: float = 600.0) -> None:
         self.root = (root or default_cache_dir()).expanduser().absolute()
         self.lock_timeout = lock_timeout
+        self._ready = False
 
     # -- paths ---------------------------------------------------------------------------------
     @property
@@ -79,7 +136,109 @@ class Cache:
         key = hashlib.sha256(base_url.rstrip("/").encode()).hexdigest()[:24]
         return self.root / "index" / key
 
+    # -- the root: tagged, marked, and never a directory that is not ours ---------------------------
+    def is_marked(self) -> bool:
+        return (self.root / MARKER).is_file()
+
+    def _names(self) -> set[str]:
+        """The root's entries, less the temp files of a marker or tag being written right now."""
+        return {n for n in os.listdir(self.root) if not _MARKING.fullmatch(n)}
+
+    def _older_cache(self) -> bool:
+        """Written by a cudaredist before the marker: only our names at the top, and in archives/
+        only sha256-named files."""
+        try:
+            return self._names() <= _OURS and (
+                not self.archives.is_dir() or all(_ARCHIVE.fullmatch(n) for n in os.listdir(self.archives)))
+        except OSError:
+            return False
+
+    def _not_ours(self, doing: str) -> CacheError:
+        return CacheError(
+            f"{self.root} is not a cudaredist cache (it has no {MARKER} marker and holds files "
+            f"cudaredist did not write); refusing to {doing} it. Point {_OPTION} at a new or empty "
+            "directory, or at the cache itself (`cudaredist cache dir` prints the default).",
+            path=str(self.root))
+
+    def _mark(self) -> None:
+        # the marker first: once it is there, no other process takes the root for someone's data
+        for name, text in ((MARKER, json.dumps({"format": FORMAT}) + "\n"), (CACHEDIR_TAG, _TAG_TEXT)):
+            if not (self.root / name).is_file():
+                fd, tmp = tempfile.mkstemp(dir=self.root, prefix=f".{name}.", suffix=".part")
+                with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                    fh.write(text)
+                os.replace(tmp, self.root / name)
+
+    def prepare(self) -> None:
+        """Make the root ready for writing: created, tagged and marked. A directory that holds other
+        files and is not an older cudaredist cache is refused (it is someone's data, not a cache)."""
+        if self._ready:
+            return
+        with _PREPARING:  # the fetcher's threads share one Cache
+            try:
+                if self.root.exists() and not self.root.is_dir():
+                    raise CacheError(f"the cache directory {self.root} is a file; choose another {_OPTION}, "
+                                     "or move that file away", path=str(self.root))
+                if not self.is_marked() and self.root.is_dir() and not self._older_cache():
+                    raise self._not_ours("use")
+                self.root.mkdir(parents=True, exist_ok=True)
+                self._mark()
+            except OSError as exc:
+                raise local_error(exc, doing="use the cache directory", path=self.root, option=_OPTION,
+                                  cls=CacheError) from exc
+            self._ready = True
+
+    def _maintainable(self, doing: str) -> bool:
+        """May maintenance delete in the root? False when there is nothing; raises if it is not ours."""
+        try:
+            if not self.root.exists():
+                return False
+            if not self.root.is_dir():
+                raise CacheError(f"the cache directory {self.root} is a file, not a cudaredist cache; "
+                                 f"refusing to {doing} it", path=str(self.root))
+            if self.is_marked():
+                return True
+            if not self._names():
+                return False
+            if not self._older_cache():
+                raise self._not_ours(doing)
+            self._mark()  # adopt the cache an older cudaredist wrote
+            return True
+        except OSError as exc:
+            raise local_error(exc, doing=f"{doing} the cache directory", path=self.root, option=_OPTION,
+                              cls=CacheError) from exc
+
     # -- locking -------------------------------------------------------------------------------
+    def _lock_file(self, name: str, timeout: float) -> filelock.BaseFileLock:
+        import filelock
+
+        self.prepare()
+        try:
+            (self.root / "locks").mkdir(exist_ok=True)
+        except OSError as exc:
+            raise local_error(exc, doing="create", path=self.root / "locks", option=_OPTION,
+                              cls=CacheError) from exc
+        return filelock.FileLock(str(self.root / "locks" / f"{name}.lock"), timeout=timeout)
+
+    @contextlib.contextmanager
+    def try_lock(self, *names: str) -> Iterator[bool]:
+        """Take the entry locks ``names`` without waiting: yields False when another process holds one."""
+        import filelock
+
+        with contextlib.ExitStack() as held:
+            for name in names:
+                lock = self._lock_file(name, 0)
+                try:
+                    lock.acquire()
+                except filelock.Timeout:
+                    yield False
+                    return
+                except OSError as exc:
+                    raise local_error(exc, doing="lock", path=lock.lock_file, option=_OPTION,
+                                      cls=CacheError) from exc
+                held.callback(lock.release)
+            yield True
+
     @contextlib.contextmanager
     def lock(self, name: str, *, timeout: float | None = None,
              waiting: Callable[[], None] | None = None) -> Iterator[None]:
@@ -88,8 +247,7 @@ class Cache:
         import filelock
 
         wait = self.lock_timeout if timeout is None else timeout
-        (self.root / "locks").mkdir(parents=True, exist_ok=True)
-        lock = filelock.FileLock(str(self.root / "locks" / f"{name}.lock"), timeout=wait)
+        lock = self._lock_file(name, wait)
         try:
             if waiting is None:
                 lock.acquire()
@@ -108,6 +266,9 @@ class Cache:
                 f"the cache entry {name} in {self.root} is locked by another cudaredist process "
                 f"for more than {wait:g}s; retry, or raise --lock-timeout",
                 prefix=str(self.root)) from exc
+        except OSError as exc:
+            raise local_error(exc, doing="lock", path=lock.lock_file, option=_OPTION,
+                              cls=CacheError) from exc
         try:
             yield
         finally:
@@ -148,14 +309,20 @@ class Cache:
         return self.tmp / f"{sha256.lower()}.part"
 
     def new_temp(self, hint: str) -> Path:
-        self.tmp.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(dir=self.tmp, prefix=f"{hint}.", suffix=".part")
+        self.prepare()
+        try:
+            self.tmp.mkdir(exist_ok=True)
+            fd, name = tempfile.mkstemp(dir=self.tmp, prefix=f"{hint}.", suffix=".part")
+        except OSError as exc:
+            raise local_error(exc, doing="create a download file in", path=self.tmp, option=_OPTION,
+                              cls=CacheError) from exc
         os.close(fd)
         return Path(name)
 
     def commit(self, temp: Path, sha256: str, *, url: str, name: str) -> Path:
         """Move a verified temp file to its content address (atomic; same filesystem)."""
-        self.archives.mkdir(parents=True, exist_ok=True)
+        self.prepare()
+        self.archives.mkdir(exist_ok=True)
         final = self.archive_path(sha256)
         meta = {"url": url, "name": name, "size": temp.stat().st_size, "sha256": sha256}
         meta_tmp = temp.with_suffix(".meta")
@@ -166,15 +333,27 @@ class Cache:
 
     def entries(self) -> list[CacheEntry]:
         out: list[CacheEntry] = []
+        if self.root.exists() and not self.root.is_dir():
+            raise CacheError(f"the cache directory {self.root} is a file; point {_OPTION} at the cache",
+                             path=str(self.root))
         if not self.archives.is_dir():
             return out
-        for p in sorted(self.archives.iterdir()):
-            if p.suffix == ".json" or len(p.name) != 64:
+        try:
+            names = sorted(os.listdir(self.archives))
+        except OSError as exc:
+            raise local_error(exc, doing="read the cache directory", path=self.archives, option=_OPTION,
+                              cls=CacheError) from exc
+        for n in names:
+            p = self.archives / n
+            if p.suffix == ".json" or not _ARCHIVE.fullmatch(n):
                 continue
             meta: dict[str, object] = {}
             with contextlib.suppress(OSError, ValueError):
                 meta = json.loads(p.with_suffix(".json").read_text())
-            st = p.stat()
+            try:
+                st = p.stat()
+            except FileNotFoundError:  # removed meanwhile (a prune or clear running)
+                continue
             out.append(CacheEntry(p.name, p, st.st_size, str(meta.get("name", "")),
                                   str(meta.get("url", "")), st.st_mtime))
         return out
@@ -182,12 +361,17 @@ class Cache:
     # -- index pages and manifests (for --offline) ---------------------------------------------
     def store_index(self, base_url: str, name: str, data: bytes) -> None:
         d = self.index_dir(base_url)
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "base_url").write_text(base_url)
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{name}.", suffix=".part")
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, d / name)
+        with self.lock(f"index-{d.name}"):  # a clear removes the folder under this lock
+            try:
+                d.mkdir(parents=True, exist_ok=True)
+                (d / "base_url").write_text(base_url)
+                fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{name}.", suffix=".part")
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(data)
+                os.replace(tmp, d / name)
+            except OSError as exc:
+                raise local_error(exc, doing="write the index cache", path=d, option=_OPTION,
+                                  cls=CacheError) from exc
 
     def load_index(self, base_url: str, name: str) -> bytes | None:
         try:
@@ -200,28 +384,128 @@ class Cache:
         return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
 
     # -- maintenance ---------------------------------------------------------------------------
-    def prune(self, *, older_than_days: float = 30.0) -> tuple[int, int]:
-        """Drop partial downloads and archives unused for ``older_than_days``; (files, bytes) freed."""
-        count = freed = 0
-        cutoff = time.time() - older_than_days * 86400
-        if self.tmp.is_dir():
-            for p in self.tmp.iterdir():
-                with contextlib.suppress(OSError):
-                    # a partial download younger than an hour may belong to a running install,
-                    # and a resumable one (<sha256>.part) is kept for a week
-                    keep = 7 * 86400 if len(p.name.split(".")[0]) == 64 else 3600
-                    if p.stat().st_mtime < time.time() - keep:
-                        freed += p.stat().st_size
-                        p.unlink()
-                        count += 1
-        for e in self.entries():
-            if e.last_used < cutoff:
-                with self.lock(e.sha256):
-                    freed += e.size
-                    self.evict(e.sha256)
-                    count += 1
-        return count, freed
+    def unpacked_entries(self) -> list[UnpackedInfo]:
+        """Complete entries of ``unpacked/`` (a directory with its files.json), oldest use first."""
+        out: list[UnpackedInfo] = []
+        root = self.root / "unpacked"
+        for d in sorted(root.iterdir()) if root.is_dir() else []:
+            if not _ARCHIVE.fullmatch(d.name) or d.is_symlink() or not d.is_dir():
+                continue
+            try:
+                raw = json.loads((d / "files.json").read_text("utf-8"))
+                out.append(UnpackedInfo(d.name, d, int(raw.get("size", 0)), str(raw.get("name", "")),
+                                        (d / "files.json").stat().st_mtime))
+            except (OSError, ValueError, AttributeError):
+                continue  # being made, or half removed: not an entry
+        return sorted(out, key=lambda e: e.last_used)
 
-    def clear(self) -> None:
-        if self.root.exists():
-            shutil.rmtree(self.root)
+    def prune(self, *, older_than_days: float = 30.0, max_size: int | None = None) -> Cleaned:
+        """Drop partial downloads of no running install (older than an hour), archives and unpacked
+        entries unused for ``older_than_days``, then the least recently used until both kinds
+        together take at most ``max_size`` bytes."""
+        return self._clean("prune", archive_cutoff=time.time() - older_than_days * 86400,
+                           partial_cutoff=time.time() - 3600, index=False, max_size=max_size)
+
+    def clear(self) -> Cleaned:
+        """Delete every entry (archives, unpacked entries, partial downloads, index pages) no running
+        install holds."""
+        return self._clean("clear", archive_cutoff=float("inf"), partial_cutoff=float("inf"), index=True)
+
+    def _drop_archive(self, sha256: str) -> bool:
+        with self.try_lock(sha256) as got:
+            if got:
+                self.evict(sha256)
+            return got
+
+    def _drop_unpacked(self, e: UnpackedInfo) -> bool:
+        """Remove an unpacked entry unless an install is placing files from it (its lock is held)."""
+        with self.try_lock(f"unpacked-{e.key}") as got:
+            if not got:
+                return False
+            gone = e.path.parent / f".gone-{e.key[:16]}-{os.getpid()}"
+            os.rename(e.path, gone)  # atomically no entry any more, then removed
+            fsops.rmtree(gone)
+            return True
+
+    def _clean(self, doing: str, *, archive_cutoff: float, partial_cutoff: float, index: bool,
+               max_size: int | None = None) -> Cleaned:
+        if not self._maintainable(doing):
+            return Cleaned()
+        files = freed = busy = 0
+        try:
+            unpacked = self.root / "unpacked"
+            for u in self.unpacked_entries():
+                if u.last_used < archive_cutoff:
+                    if self._drop_unpacked(u):
+                        files, freed = files + 1, freed + u.size
+                    else:
+                        busy += 1
+            for d in sorted(unpacked.iterdir()) if unpacked.is_dir() else []:
+                # what a killed build or removal left (a running build is younger than an hour)
+                if d.name.startswith((".tmp-", ".gone-")) and d.stat().st_mtime < time.time() - 3600:
+                    fsops.rmtree(d)
+                    files += 1
+            for e in self.entries():
+                if e.last_used >= archive_cutoff:
+                    continue
+                with self.try_lock(e.sha256) as got:
+                    if not got:
+                        busy += 1
+                        continue
+                    if self.lookup(e.sha256, e.size) is not None:
+                        freed += e.size
+                        files += 1
+                    self.evict(e.sha256)
+            if self.archives.is_dir():  # metadata whose archive is gone
+                for n in os.listdir(self.archives):
+                    if n.endswith(".json") and _ARCHIVE.fullmatch(n) \
+                            and not (self.archives / n).with_suffix("").exists():
+                        with self.try_lock(n[:64]) as got, contextlib.suppress(FileNotFoundError):
+                            if got:
+                                (self.archives / n).unlink()
+            for p in sorted(self.tmp.iterdir()) if self.tmp.is_dir() else []:
+                m = _PARTIAL.fullmatch(p.name)
+                if m is None or not p.is_file() or p.is_symlink():
+                    continue
+                # the lock of the entry this partial belongs to: held while its download runs
+                owners = [q.name[:-5] for q in (self.root / "locks").glob(f"{m.group(1)}*.lock")]
+                with self.try_lock(*owners) as got, contextlib.suppress(FileNotFoundError):
+                    if not got:
+                        busy += 1
+                        continue
+                    st = p.stat()
+                    # a resumable download (<sha256>.part) is kept a week for the next run to resume
+                    resumable = len(m.group(1)) == 64 and partial_cutoff != float("inf")
+                    if st.st_mtime < (partial_cutoff - 6 * 86400 if resumable else partial_cutoff):
+                        p.unlink()
+                        files += 1
+                        freed += st.st_size
+            index_root = self.root / "index"
+            for d in sorted(index_root.iterdir()) if index and index_root.is_dir() else []:
+                if not (_INDEX_KEY.fullmatch(d.name) and d.is_dir() and not d.is_symlink()):
+                    continue
+                with self.try_lock(f"index-{d.name}") as got:
+                    if not got:
+                        busy += 1
+                        continue
+                    files += sum(1 for q in d.iterdir())
+                    shutil.rmtree(d)
+            if max_size is not None:
+                drops: list[tuple[float, int, Callable[[], bool]]] = [
+                    (e.last_used, e.size, functools.partial(self._drop_archive, e.sha256))
+                    for e in self.entries()]
+                drops += [(e.last_used, e.size, functools.partial(self._drop_unpacked, e))
+                          for e in self.unpacked_entries()]
+                total = sum(size for _t, size, _d in drops)
+                for _t, size, drop in sorted(drops, key=lambda k: k[0]):  # least recently used first
+                    if total <= max_size:
+                        break
+                    if drop():
+                        total, files, freed = total - size, files + 1, freed + size
+                    else:
+                        busy += 1
+            foreign = tuple(sorted(n for n in os.listdir(self.root) if n not in _OURS))
+        except OSError as exc:
+            raise local_error(exc, doing=f"{doing} the cache in", path=exc.filename or self.root,
+                              option=_OPTION, cls=CacheError) from exc
+        return Cleaned(files, freed, busy, foreign)

@@ -82,9 +82,21 @@ def retry_after_seconds(value: str | None) -> float | None:
 
 
 def raise_if_untrusted(url: str, exc: Exception) -> None:
-    """A certificate the trust store rejects is not transient: fail at once, saying what to do."""
+    """A certificate the trust store rejects is not transient: fail at once, saying what to do.
+    So are a redirect loop, a malformed URL and a scheme httpx does not speak."""
     import ssl
 
+    import httpx
+
+    if isinstance(exc, httpx.TooManyRedirects):
+        why = str(exc).rstrip(".")
+        raise FetchError(f"{url} redirects too often (a redirect loop?): {why}. Check --base-url and "
+                         "--mirror, or the proxy between you and the server.", url=url) from exc
+    if isinstance(exc, (httpx.InvalidURL, httpx.UnsupportedProtocol)):
+        raise FetchError(f"cannot fetch {url}: {exc}. Use an http://, https:// or file:// URL, or a "
+                         "directory.", url=url) from exc
+    if not isinstance(exc, httpx.TransportError):  # e.g. a body that cannot be decoded
+        raise FetchError(f"cannot fetch {url}: {type(exc).__name__}: {exc}", url=url) from exc
     seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, ssl.SSLCertVerificationError):

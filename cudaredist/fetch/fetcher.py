@@ -57,7 +57,7 @@ class Fetcher:
     def resume(self) -> None:
         self.transport.resume()
 
-    def _check_abort(self) -> None:
+    def check_abort(self) -> None:
         if self.abort.is_set():
             raise Aborted()
 
@@ -91,7 +91,7 @@ class Fetcher:
                 f"--offline: {item.archive.filename} ({item.component}, sha256 {sha[:16]}…) is not in "
                 f"the cache {self.cache.root}; its URL is {item.url}. Run the same command online once, "
                 "or fill the cache from a mirror.", url=item.url)
-        with self.cache.lock(sha, timeout=self.lock_timeout, waiting=self._check_abort):
+        with self.cache.lock(sha, timeout=self.lock_timeout, waiting=self.check_abort):
             # another process may have fetched it meanwhile
             hit = self._cached(sha, size, evict=True)
             if hit is not None:

@@ -44,9 +44,16 @@ class Aborted(Exception):
 
 
 class _Retryable(Exception):
-    def __init__(self, reason: str, retry_after: float | None = None) -> None:
+    def __init__(self, reason: str, retry_after: float | None = None, *, unreachable: bool = False) -> None:
         super().__init__(reason)
         self.retry_after = retry_after
+        self.unreachable = unreachable  # no connection could be made: the network, not the server
+
+
+# said when a host could not be reached at all, as "Name or service not known" alone helps nobody
+UNREACHABLE_HINT = ("If this network cannot reach that host, use a mirror (--mirror or CUDAREDIST_MIRROR), "
+                    "NVIDIA's wheels from a package index (--source pypi), or --offline with a filled "
+                    "cache; behind a proxy, set HTTPS_PROXY.")
 
 
 class Transport:
@@ -178,7 +185,7 @@ class Transport:
                     if len(buf) > limit:
                         raise FetchError(f"{url} is larger than {limit} bytes; refusing it", url=url)
                 return bytes(buf)
-        except httpx.TransportError as exc:
+        except (httpx.RequestError, httpx.InvalidURL) as exc:
             raise_if_untrusted(url, exc)
             self.check()
             if not answered:
@@ -415,18 +422,20 @@ class Transport:
             except _Retryable as exc:
                 failures = 1 if got else failures + 1
                 self._backoff(url, failures, exc)
-            except httpx.TransportError as exc:
+            except (httpx.RequestError, httpx.InvalidURL) as exc:
                 raise_if_untrusted(url, exc)
                 self.check()
                 if not answered:
                     self._unanswered(url, exc, quick)
                 failures = 1 if got else failures + 1
-                self._backoff(url, failures, _Retryable(f"{type(exc).__name__}: {exc}"))
+                self._backoff(url, failures, _Retryable(f"{type(exc).__name__}: {exc}",
+                                                        unreachable=_unreachable(exc)))
 
     def _backoff(self, url: str, failures: int, exc: _Retryable) -> None:
         self.check()
         if failures >= self.retry.attempts:
-            raise FetchError(f"giving up on {url} after {failures} attempts: {exc}", url=url) from exc
+            hint = f". {UNREACHABLE_HINT}" if exc.unreachable else ""
+            raise FetchError(f"giving up on {url} after {failures} attempts: {exc}{hint}", url=url) from exc
         self.sleep(self.retry.delay(failures - 1, exc.retry_after))
         self.check()
 
@@ -438,10 +447,11 @@ class Transport:
         while True:
             try:
                 return fn()
-            except httpx.TransportError as exc:
+            except (httpx.RequestError, httpx.InvalidURL) as exc:
                 raise_if_untrusted(url, exc)
                 failures += 1
-                self._backoff(url, failures, _Retryable(f"{type(exc).__name__}: {exc}"))
+                self._backoff(url, failures, _Retryable(f"{type(exc).__name__}: {exc}",
+                                                        unreachable=_unreachable(exc)))
             except _Retryable as exc:
                 failures += 1
                 self._backoff(url, failures, exc)
@@ -466,6 +476,12 @@ class Transport:
 
 class _RangeIgnored(Exception):
     pass
+
+
+def _unreachable(exc: Exception) -> bool:
+    import httpx
+
+    return isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout))
 
 
 def _check_size(url: str, expected: int, actual: int) -> None:

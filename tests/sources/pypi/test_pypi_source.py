@@ -811,7 +811,7 @@ def test_wheel_with_wrong_bytes_leaves_prefix_untouched(fake_index: FakeIndex, t
     prefix.mkdir()
     (prefix / "keep.txt").write_text("mine")
     with pytest.raises(IntegrityError) as err:
-        Installer(idx.transport, Cache(tmp_path / "cache")).install(plan, prefix, force=True)
+        Installer(idx.transport, Cache(tmp_path / "cache")).install(plan, prefix, replace_foreign=True)
     assert err.value.expected == rt.archive.sha256
     assert sorted(p.name for p in prefix.iterdir()) == ["keep.txt"]
     assert Cache(tmp_path / "cache").lookup(rt.archive.sha256, rt.archive.size) is None
