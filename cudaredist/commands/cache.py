@@ -10,7 +10,7 @@ from cudaredist.commands.base import emit_json, errors, human, set_verbose
 from cudaredist.commands.options import CacheDirOpt, JsonOpt, VerboseOpt
 
 if TYPE_CHECKING:
-    from cudaredist.fetch.cache import Cleaned
+    from cudaredist.fetch.maintenance import Cleaned
 
 app = typer.Typer(help="Inspect and clean the download cache.", no_args_is_help=True)
 
@@ -30,9 +30,10 @@ def cache_list(cache_dir: CacheDirOpt = None, as_json: JsonOpt = False, verbose:
     set_verbose(verbose)
     with errors():
         from cudaredist.fetch.cache import Cache
+        from cudaredist.fetch.maintenance import unpacked_entries
 
         cache = Cache(cache_dir)
-        entries, unpacked = cache.entries(), cache.unpacked_entries()
+        entries, unpacked = cache.entries(), unpacked_entries(cache)
         if as_json:
             emit_json([{"kind": "archive", "sha256": e.sha256, "name": e.name, "size": e.size,
                         "url": e.url, "last_used": e.last_used} for e in entries]
@@ -67,11 +68,12 @@ def cache_prune(cache_dir: CacheDirOpt = None,
     --max-size); entries in use are left."""
     set_verbose(verbose)
     with errors():
-        from cudaredist.fetch.cache import Cache, parse_size
+        from cudaredist.fetch.cache import Cache
+        from cudaredist.fetch.maintenance import parse_size, prune
 
         c = Cache(cache_dir)
         limit = parse_size(max_size) if max_size is not None else None
-        _report(f"pruned {c.root}", c.prune(older_than_days=days, max_size=limit))
+        _report(f"pruned {c.root}", prune(c, older_than_days=days, max_size=limit))
 
 
 @app.command("clear")
@@ -81,6 +83,7 @@ def cache_clear(cache_dir: CacheDirOpt = None, verbose: VerboseOpt = False) -> N
     set_verbose(verbose)
     with errors():
         from cudaredist.fetch.cache import Cache
+        from cudaredist.fetch.maintenance import clear
 
         c = Cache(cache_dir)
-        _report(f"cleared {c.root}", c.clear())
+        _report(f"cleared {c.root}", clear(c))

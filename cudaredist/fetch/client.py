@@ -110,3 +110,24 @@ def raise_if_untrusted(url: str, exc: Exception) -> None:
 def host_of(url: str) -> str:
     p = urlparse(url)
     return f"{p.scheme}://{p.netloc}"
+
+
+class Retryable(Exception):
+    """A failure worth another try (after a backoff): a dropped connection, 429, 5xx."""
+
+    def __init__(self, reason: str, retry_after: float | None = None, *, unreachable: bool = False) -> None:
+        super().__init__(reason)
+        self.retry_after = retry_after
+        self.unreachable = unreachable  # no connection could be made: the network, not the server
+
+
+# said when a host could not be reached at all, as "Name or service not known" alone helps nobody
+UNREACHABLE_HINT = ("If this network cannot reach that host, use a mirror (--mirror or CUDAREDIST_MIRROR), "
+                    "NVIDIA's wheels from a package index (--source pypi), or --offline with a filled "
+                    "cache; behind a proxy, set HTTPS_PROXY.")
+
+
+def unreachable(exc: Exception) -> bool:
+    import httpx
+
+    return isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout))

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 from cudaredist.errors import FetchError, IntegrityError
 from cudaredist.fetch.client import (
+    UNREACHABLE_HINT,
+    Retryable,
     RetryPolicy,
     host_of,
     is_local,
@@ -24,6 +26,7 @@ from cudaredist.fetch.client import (
     make_client,
     raise_if_untrusted,
     retry_after_seconds,
+    unreachable,
 )
 from cudaredist.fetch.ranges import Marker, OrderedHasher, either, follower, marker_path
 
@@ -41,19 +44,6 @@ def _noop(_: int) -> None:
 
 class Aborted(Exception):
     """The run was cancelled (Ctrl-C, or another download failed): stop, keep nothing."""
-
-
-class _Retryable(Exception):
-    def __init__(self, reason: str, retry_after: float | None = None, *, unreachable: bool = False) -> None:
-        super().__init__(reason)
-        self.retry_after = retry_after
-        self.unreachable = unreachable  # no connection could be made: the network, not the server
-
-
-# said when a host could not be reached at all, as "Name or service not known" alone helps nobody
-UNREACHABLE_HINT = ("If this network cannot reach that host, use a mirror (--mirror or CUDAREDIST_MIRROR), "
-                    "NVIDIA's wheels from a package index (--source pypi), or --offline with a filled "
-                    "cache; behind a proxy, set HTTPS_PROXY.")
 
 
 class Transport:
@@ -387,7 +377,7 @@ class Transport:
                     elif want_range:
                         _check_content_range(r.headers.get("content-range", ""), pos, total, url)
                     else:
-                        raise _Retryable(f"HTTP 206 to a request without Range from {url}")
+                        raise Retryable(f"HTTP 206 to a request without Range from {url}")
                     if on_write is not None:
                         on_write(0)
                     # Unsized iteration: every byte that arrived is kept when the connection breaks.
@@ -418,8 +408,8 @@ class Transport:
                             break  # a segment is complete; the last one reads on to catch extra bytes
                 if pos >= end:
                     return
-                raise _Retryable(f"connection closed after {pos} of {total} bytes")
-            except _Retryable as exc:
+                raise Retryable(f"connection closed after {pos} of {total} bytes")
+            except Retryable as exc:
                 failures = 1 if got else failures + 1
                 self._backoff(url, failures, exc)
             except (httpx.RequestError, httpx.InvalidURL) as exc:
@@ -428,10 +418,10 @@ class Transport:
                 if not answered:
                     self._unanswered(url, exc, quick)
                 failures = 1 if got else failures + 1
-                self._backoff(url, failures, _Retryable(f"{type(exc).__name__}: {exc}",
-                                                        unreachable=_unreachable(exc)))
+                self._backoff(url, failures, Retryable(f"{type(exc).__name__}: {exc}",
+                                                        unreachable=unreachable(exc)))
 
-    def _backoff(self, url: str, failures: int, exc: _Retryable) -> None:
+    def _backoff(self, url: str, failures: int, exc: Retryable) -> None:
         self.check()
         if failures >= self.retry.attempts:
             hint = f". {UNREACHABLE_HINT}" if exc.unreachable else ""
@@ -450,9 +440,9 @@ class Transport:
             except (httpx.RequestError, httpx.InvalidURL) as exc:
                 raise_if_untrusted(url, exc)
                 failures += 1
-                self._backoff(url, failures, _Retryable(f"{type(exc).__name__}: {exc}",
-                                                        unreachable=_unreachable(exc)))
-            except _Retryable as exc:
+                self._backoff(url, failures, Retryable(f"{type(exc).__name__}: {exc}",
+                                                        unreachable=unreachable(exc)))
+            except Retryable as exc:
                 failures += 1
                 self._backoff(url, failures, exc)
 
@@ -462,13 +452,13 @@ class Transport:
         if code in (200, 206):
             return
         if code == 429 or code >= 500:
-            raise _Retryable(f"HTTP {code}", retry_after_seconds(r.headers.get("retry-after")))
+            raise Retryable(f"HTTP {code}", retry_after_seconds(r.headers.get("retry-after")))
         if code == 416:
             # "bytes */N": the server's file has N bytes; a resume past its end means it is short
             length = r.headers.get("content-range", "").rpartition("/")[2]
             if total is not None and length.isdigit():
                 _check_size(url, total, int(length))
-            raise _Retryable("HTTP 416 (range not satisfiable)")
+            raise Retryable("HTTP 416 (range not satisfiable)")
         raise FetchError(f"HTTP {code} for {url}" + (
             " (not found: the mirror or base URL lacks this file)" if code == 404 else ""),
             url=url, status=code)
@@ -476,12 +466,6 @@ class Transport:
 
 class _RangeIgnored(Exception):
     pass
-
-
-def _unreachable(exc: Exception) -> bool:
-    import httpx
-
-    return isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout))
 
 
 def _check_size(url: str, expected: int, actual: int) -> None:
@@ -499,8 +483,8 @@ def _check_content_range(value: str, pos: int, total: int, url: str) -> None:
         first = int(rest.split("-", 1)[0])
         length = rest.rsplit("/", 1)[1]
     except (ValueError, IndexError):
-        raise _Retryable(f"bad Content-Range {value!r} from {url}") from None
+        raise Retryable(f"bad Content-Range {value!r} from {url}") from None
     if unit != "bytes" or first != pos:
-        raise _Retryable(f"Content-Range {value!r} does not start at {pos}")
+        raise Retryable(f"Content-Range {value!r} does not start at {pos}")
     if length.isdigit() and int(length) != total:
         _check_size(url, total, int(length))

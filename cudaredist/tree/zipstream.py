@@ -220,40 +220,19 @@ class _MemberData(io.RawIOBase):
                         f"{self._expect_crc:08x}", self._name)
 
 
-def _zip64_sizes(extra: bytes, size: int, compressed: int) -> tuple[int, int, bool]:
-    """Sizes from a local header's zip64 extra field, which holds both when present."""
+def _zip64(extra: bytes, *values: int) -> tuple[list[int], bool]:
+    """``values`` with each one marked 0xFFFFFFFF replaced, in order, by the next 8-byte field of the
+    zip64 extra field (a local header holds both sizes there; the central directory only the
+    values its fixed part marks); and whether the field was there."""
     i = 0
     while i + 4 <= len(extra):
         tag, length = struct.unpack_from("<HH", extra, i)
-        body = extra[i + 4: i + 4 + length]
         if tag == _ZIP64_EXTRA:
+            body = extra[i + 4: i + 4 + length]
             fields = [int.from_bytes(body[j:j + 8], "little") for j in range(0, len(body) - 7, 8)]
-            if size == _MAX32 and fields:
-                size = fields.pop(0)
-            if compressed == _MAX32 and fields:
-                compressed = fields.pop(0)
-            return size, compressed, True
+            return [fields.pop(0) if v == _MAX32 and fields else v for v in values], True
         i += 4 + length
-    return size, compressed, False
-
-
-def _central_zip64(extra: bytes, size: int, compressed: int, offset: int) -> tuple[int, int, int]:
-    """The central directory's zip64 field holds only the values its fixed part marks 0xFFFFFFFF."""
-    i = 0
-    while i + 4 <= len(extra):
-        tag, length = struct.unpack_from("<HH", extra, i)
-        body = extra[i + 4: i + 4 + length]
-        if tag == _ZIP64_EXTRA:
-            fields = [int.from_bytes(body[j:j + 8], "little") for j in range(0, len(body) - 7, 8)]
-            if size == _MAX32 and fields:
-                size = fields.pop(0)
-            if compressed == _MAX32 and fields:
-                compressed = fields.pop(0)
-            if offset == _MAX32 and fields:
-                offset = fields.pop(0)
-            break
-        i += 4 + length
-    return size, compressed, offset
+    return list(values), False
 
 
 def _read_descriptor(stream: _Stream, data: _MemberData, zip64: bool, name: str) -> None:
@@ -373,7 +352,7 @@ def _member(stream: _Stream, tree: Tree, seen: set[str], *, component: str, arch
             f"{archive}: entry {name!r} uses compression method {method}; only stored and deflate "
             "entries are read while downloading. Report this archive to the cudaredist maintainers.",
             archive=archive, member=name)
-    size, compressed, zip64 = _zip64_sizes(extra, size, compressed)
+    (size, compressed), zip64 = _zip64(extra, size, compressed)
     clean = clean_member(name, archive=archive, zip_entry=True)
     key = clean.lower()  # Windows file systems do not tell case apart
     if key in seen:
@@ -430,7 +409,7 @@ def _central_directory(stream: _Stream) -> list[CentralEntry]:
         raw_name = stream.exact(name_len, "the central directory")
         extra = stream.exact(extra_len, "the central directory")
         stream.exact(comment_len, "the central directory")
-        size, compressed, offset = _central_zip64(extra, size, compressed, offset)
+        (size, compressed, offset), _ = _zip64(extra, size, compressed, offset)
         centrals.append(CentralEntry(raw_name, flags, method, crc, compressed, size, offset, disk,
                                      create_system, external))
     cd_end = stream.pos

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from cudaredist.cli import app
 from cudaredist.errors import CacheError
+from cudaredist.fetch import maintenance
 from cudaredist.fetch.cache import CACHEDIR_TAG, MARKER, TAG_SIGNATURE, Cache
 from tests.faultserver import FaultServer
 from tests.invariants import assert_installed, snapshot
@@ -91,7 +92,7 @@ def test_maintenance_refuses_a_directory_that_is_not_a_cache(tmp_path: Path, com
     (home / "tmp" / "0123456789abcdef.draft").write_text("looks like a partial download, is not")
     before = snapshot(home)
     with pytest.raises(CacheError, match="is not a cudaredist cache"):
-        getattr(Cache(home), command)()
+        getattr(maintenance, command)(Cache(home))
     code, out, err = _cli("cache", command, "--cache-dir", str(home))
     assert code == 1 and out == "" and err.count("\n") == 1 and "refusing to" in err
     assert snapshot(home) == before
@@ -108,7 +109,7 @@ def test_clear_removes_only_known_names(tmp_path: Path) -> None:
     for rel, data in foreign.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_bytes(data)
-    cleaned = cache.clear()
+    cleaned = maintenance.clear(cache)
     assert (cleaned.files, cleaned.busy, cleaned.foreign) == (4, 0, ("notes.txt",))
     left = {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
     locks = {p for p in left if p.startswith("locks/")}
@@ -124,7 +125,7 @@ def test_clear_and_prune_skip_entries_a_running_install_holds(tmp_path: Path) ->
     old = time.time() - 7200
     os.utime(partial, (old, old))
     with filelock.FileLock(str(root / "locks" / f"{busy}.lock")):  # held as the fetcher holds it
-        pruned = cache.prune(older_than_days=30)
+        pruned = maintenance.prune(cache, older_than_days=30)
         assert (pruned.files, pruned.busy) == (1, 2)
         assert (root / "archives" / busy).is_file() and partial.is_file()
         assert not (root / "archives" / free).exists()
@@ -133,7 +134,7 @@ def test_clear_and_prune_skip_entries_a_running_install_holds(tmp_path: Path) ->
         assert "left 2 entries that a running cudaredist holds" in err
         assert partial.is_file() and (root / "archives" / busy).is_file()
     # once its writer is gone, a partial download and the entry go
-    cleaned = cache.clear()
+    cleaned = maintenance.clear(cache)
     assert (cleaned.files, cleaned.busy) == (2, 0)
     assert not partial.exists() and not (root / "archives" / busy).exists()
 
@@ -143,7 +144,7 @@ def test_prune_keeps_a_fresh_partial_and_a_recent_entry(tmp_path: Path) -> None:
     cache = Cache(root)
     partial = cache.new_temp(SHA_A[:16])
     recent = _entry(root, b"archive b", age_days=1)
-    assert cache.prune(older_than_days=30).files == 0
+    assert maintenance.prune(cache, older_than_days=30).files == 0
     assert partial.exists() and (root / "archives" / recent).exists()
 
 
@@ -224,22 +225,22 @@ def test_cache_list_shows_archives_and_unpacked_entries(tmp_path: Path, mirror: 
 
 def test_prune_max_size_drops_least_recently_used_first(tmp_path: Path, mirror: Path) -> None:
     cache = _installed_cache(tmp_path, mirror)
-    entries = cache.entries() + cache.unpacked_entries()  # type: ignore[operator]
+    entries = cache.entries() + maintenance.unpacked_entries(cache)
     total = sum(e.size for e in entries)
-    oldest = min(cache.unpacked_entries(), key=lambda u: u.last_used)
+    oldest = min(maintenance.unpacked_entries(cache), key=lambda u: u.last_used)
     t = time.time() - 3600
     os.utime(oldest.path / "files.json", (t, t))  # used an hour ago: the first to go
     code, out, err = _cli("cache", "prune", "--cache-dir", str(cache.root), "--max-size",
                           str(total - 1))
     assert code == 0, err
     assert not oldest.path.exists()
-    left = cache.entries() + cache.unpacked_entries()  # type: ignore[operator]
+    left = cache.entries() + maintenance.unpacked_entries(cache)
     assert len(left) == len(entries) - 1 and sum(e.size for e in left) <= total - 1
     code, _, err = _cli("cache", "prune", "--cache-dir", str(cache.root), "--max-size", "lots")
     assert code == 2 and "is not a size" in err
     # an install after pruning everything still works (archives unpacked again)
     assert _cli("cache", "prune", "--cache-dir", str(cache.root), "--max-size", "0")[0] == 0
-    assert cache.unpacked_entries() == [] and cache.entries() == []
+    assert maintenance.unpacked_entries(cache) == [] and cache.entries() == []
     code, _, err = _cli("install", "13.0", "--prefix", str(tmp_path / "again"), "--platform", "linux-x86_64",
                         "--base-url", str(mirror), "--cache-dir", str(cache.root), "-q")
     assert code == 0, err
@@ -248,10 +249,10 @@ def test_prune_max_size_drops_least_recently_used_first(tmp_path: Path, mirror: 
 
 def test_clear_skips_an_unpacked_entry_an_install_is_placing_from(tmp_path: Path, mirror: Path) -> None:
     cache = _installed_cache(tmp_path, mirror)
-    busy = cache.unpacked_entries()[0]
+    busy = maintenance.unpacked_entries(cache)[0]
     held = filelock.FileLock(str(cache.root / "locks" / f"unpacked-{busy.key}.lock"))
     with held:
-        cleaned = cache.clear()
+        cleaned = maintenance.clear(cache)
     assert cleaned.busy == 1 and busy.path.is_dir()
-    assert [u.key for u in cache.unpacked_entries()] == [busy.key]
+    assert [u.key for u in maintenance.unpacked_entries(cache)] == [busy.key]
     assert not list((cache.root / "unpacked").glob(".gone-*"))

@@ -1,0 +1,178 @@
+"""Cache maintenance: list, prune and clear archives and unpacked entries without breaking a running
+install (an entry is removed only while holding its lock) or touching what cudaredist did not write."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import re
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from cudaredist import fsops
+from cudaredist.errors import CacheError, UsageError
+from cudaredist.fetch.cache import _ARCHIVE, _INDEX_KEY, _OPTION, _OURS, _PARTIAL, Cache
+from cudaredist.localfs import local_error
+
+
+def parse_size(text: str) -> int:
+    """``5G``, ``800M``, ``1.5GB``, ``4096`` -> bytes (decimal units, as disk vendors and df -H count)."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([kKmMgGtT]?)[bB]?\s*", text)
+    if m is None:
+        raise UsageError(f"--max-size {text!r} is not a size; write it like 5G, 800M or 1048576")
+    return int(float(m.group(1)) * 1000 ** " KMGT".index((m.group(2) or " ").upper()))
+
+
+@dataclass(frozen=True)
+class Cleaned:
+    """What a ``clear`` or ``prune`` did: files and bytes removed, entries skipped as in use by a
+    running cudaredist, and top-level names left alone because cudaredist did not write them."""
+
+    files: int = 0
+    freed: int = 0
+    busy: int = 0
+    foreign: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class UnpackedInfo:
+    """An entry of ``unpacked/`` (see :mod:`cudaredist.tree.unpacked`), as maintenance sees it."""
+
+    key: str
+    path: Path
+    size: int          # bytes of its files
+    name: str          # the archive it was unpacked from
+    last_used: float
+
+
+
+def unpacked_entries(cache: Cache) -> list[UnpackedInfo]:
+    """Complete entries of ``unpacked/`` (a directory with its files.json), oldest use first."""
+    out: list[UnpackedInfo] = []
+    root = cache.root / "unpacked"
+    for d in sorted(root.iterdir()) if root.is_dir() else []:
+        if not _ARCHIVE.fullmatch(d.name) or d.is_symlink() or not d.is_dir():
+            continue
+        try:
+            raw = json.loads((d / "files.json").read_text("utf-8"))
+            out.append(UnpackedInfo(d.name, d, int(raw.get("size", 0)), str(raw.get("name", "")),
+                                    (d / "files.json").stat().st_mtime))
+        except (OSError, ValueError, AttributeError):
+            continue  # being made, or half removed: not an entry
+    return sorted(out, key=lambda e: e.last_used)
+
+def prune(cache: Cache, *, older_than_days: float = 30.0, max_size: int | None = None) -> Cleaned:
+    """Drop partial downloads of no running install (older than an hour), archives and unpacked
+    entries unused for ``older_than_days``, then the least recently used until both kinds
+    together take at most ``max_size`` bytes."""
+    return _clean(cache, "prune", archive_cutoff=time.time() - older_than_days * 86400,
+                       partial_cutoff=time.time() - 3600, index=False, max_size=max_size)
+
+def clear(cache: Cache) -> Cleaned:
+    """Delete every entry (archives, unpacked entries, partial downloads, index pages) no running
+    install holds."""
+    return _clean(cache, "clear", archive_cutoff=float("inf"), partial_cutoff=float("inf"), index=True)
+
+def _drop_archive(cache: Cache, sha256: str) -> bool:
+    with cache.try_lock(sha256) as got:
+        if got:
+            cache.evict(sha256)
+        return got
+
+def _drop_unpacked(cache: Cache, e: UnpackedInfo) -> bool:
+    """Remove an unpacked entry unless an install is placing files from it (its lock is held)."""
+    with cache.try_lock(f"unpacked-{e.key}") as got:
+        if not got:
+            return False
+        gone = e.path.parent / f".gone-{e.key[:16]}-{os.getpid()}"
+        os.rename(e.path, gone)  # atomically no entry any more, then removed
+        fsops.rmtree(gone)
+        return True
+
+def _clean(cache: Cache, doing: str, *, archive_cutoff: float, partial_cutoff: float, index: bool,
+           max_size: int | None = None) -> Cleaned:
+    if not cache.maintainable(doing):
+        return Cleaned()
+    files = freed = busy = 0
+    try:
+        unpacked = cache.root / "unpacked"
+        for u in unpacked_entries(cache):
+            if u.last_used < archive_cutoff:
+                if _drop_unpacked(cache, u):
+                    files, freed = files + 1, freed + u.size
+                else:
+                    busy += 1
+        for d in sorted(unpacked.iterdir()) if unpacked.is_dir() else []:
+            # what a killed build or removal left (a running build is younger than an hour)
+            if d.name.startswith((".tmp-", ".gone-")) and d.stat().st_mtime < time.time() - 3600:
+                fsops.rmtree(d)
+                files += 1
+        for e in cache.entries():
+            if e.last_used >= archive_cutoff:
+                continue
+            with cache.try_lock(e.sha256) as got:
+                if not got:
+                    busy += 1
+                    continue
+                if cache.lookup(e.sha256, e.size) is not None:
+                    freed += e.size
+                    files += 1
+                cache.evict(e.sha256)
+        if cache.archives.is_dir():  # metadata whose archive is gone
+            for n in os.listdir(cache.archives):
+                if n.endswith(".json") and _ARCHIVE.fullmatch(n) \
+                        and not (cache.archives / n).with_suffix("").exists():
+                    with cache.try_lock(n[:64]) as got, contextlib.suppress(FileNotFoundError):
+                        if got:
+                            (cache.archives / n).unlink()
+        for p in sorted(cache.tmp.iterdir()) if cache.tmp.is_dir() else []:
+            m = _PARTIAL.fullmatch(p.name)
+            if m is None or not p.is_file() or p.is_symlink():
+                continue
+            # the lock of the entry this partial belongs to: held while its download runs
+            owners = [q.name[:-5] for q in (cache.root / "locks").glob(f"{m.group(1)}*.lock")]
+            with cache.try_lock(*owners) as got, contextlib.suppress(FileNotFoundError):
+                if not got:
+                    busy += 1
+                    continue
+                st = p.stat()
+                # a resumable download (<sha256>.part) is kept a week for the next run to resume
+                resumable = len(m.group(1)) == 64 and partial_cutoff != float("inf")
+                if st.st_mtime < (partial_cutoff - 6 * 86400 if resumable else partial_cutoff):
+                    p.unlink()
+                    files += 1
+                    freed += st.st_size
+        index_root = cache.root / "index"
+        for d in sorted(index_root.iterdir()) if index and index_root.is_dir() else []:
+            if not (_INDEX_KEY.fullmatch(d.name) and d.is_dir() and not d.is_symlink()):
+                continue
+            with cache.try_lock(f"index-{d.name}") as got:
+                if not got:
+                    busy += 1
+                    continue
+                files += sum(1 for q in d.iterdir())
+                shutil.rmtree(d)
+        if max_size is not None:
+            drops: list[tuple[float, int, Callable[[], bool]]] = [
+                (e.last_used, e.size, functools.partial(_drop_archive, cache, e.sha256))
+                for e in cache.entries()]
+            drops += [(e.last_used, e.size, functools.partial(_drop_unpacked, cache, e))
+                      for e in unpacked_entries(cache)]
+            total = sum(size for _t, size, _d in drops)
+            for _t, size, drop in sorted(drops, key=lambda k: k[0]):  # least recently used first
+                if total <= max_size:
+                    break
+                if drop():
+                    total, files, freed = total - size, files + 1, freed + size
+                else:
+                    busy += 1
+        foreign = tuple(sorted(n for n in os.listdir(cache.root) if n not in _OURS))
+    except OSError as exc:
+        raise local_error(exc, doing=f"{doing} the cache in", path=exc.filename or cache.root,
+                          option=_OPTION, cls=CacheError) from exc
+    return Cleaned(files, freed, busy, foreign)
