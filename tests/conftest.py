@@ -43,7 +43,7 @@ def serve() -> Iterator[object]:
         handler = functools.partial(_QuietHandler, directory=str(directory))
         srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         srv.daemon_threads = True
-        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         servers.append(srv)
         return f"http://127.0.0.1:{srv.server_address[1]}/"
 

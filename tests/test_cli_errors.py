@@ -442,7 +442,7 @@ def redirect_loop() -> Iterator[str]:
 
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Loop)
     srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     yield f"http://127.0.0.1:{srv.server_address[1]}/redist/"
     srv.shutdown()
     srv.server_close()

@@ -287,6 +287,7 @@ def test_config_has_exactly_the_documented_placeholders() -> None:
     assert "proxy_cache_revalidate on;" in conf
 
 
+@pytest.mark.e2e  # nginx and 16 installs (slow)
 def test_fleet_of_runners_behind_one_nginx_cache(tmp_path: Path) -> None:
     binary = require_nginx_with_slice()
     redist = build_origin_tree(tmp_path / "origin")

@@ -177,6 +177,7 @@ def test_killed_download_resumes_with_range(srv: FaultServer, tmp_path: Path) ->
 
 
 # -- fallback from a mirror that does not answer ------------------------------------------------------
+@pytest.mark.e2e  # waits out a real timeout (slow)
 @pytest.mark.parametrize("how", ["black-holed", "refusing"])
 def test_unanswering_mirror_falls_back_within_seconds(srv: FaultServer, blackhole: BlackHole,
                                                       tmp_path: Path, how: str) -> None:

@@ -161,6 +161,7 @@ def _python_m(*args: str) -> list[str]:
     return [sys.executable, "-m", "cudaredist", *args]
 
 
+@pytest.mark.e2e  # real installs against a slow server (slow)
 @pytest.mark.parametrize("command", ["clear", "prune"])
 def test_clear_or_prune_during_an_install(slow_server: FaultServer, tmp_path: Path, command: str) -> None:
     cache, prefix = tmp_path / "cache", tmp_path / "cuda"

@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.archives import build_mirror, toolkit
 from tests.faultserver import FaultServer
 from tests.invariants import leftovers
@@ -19,6 +21,7 @@ NVCC = "/cuda_nvcc/linux-x86_64/cuda_nvcc-linux-x86_64-13.0.88-archive.tar.xz"
 CRT = "/cuda_crt/linux-x86_64/cuda_crt-linux-x86_64-13.0.88-archive.tar.xz"
 
 
+@pytest.mark.e2e  # a real install whose download breaks mid-file (slow)
 def test_waiter_wakes_when_the_writers_download_breaks(tmp_path: Path) -> None:
     shared = random.Random(7).randbytes(400_000)  # incompressible: the archive breaks inside it
     archives = toolkit("linux-x86_64")

@@ -230,6 +230,7 @@ def _gxx(*args: str) -> None:
     assert r.returncode == 0, f"{' '.join(args)}:\n{r.stderr[-4000:]}"
 
 
+@pytest.mark.e2e  # a real MinGW build and a Wine start (slow)
 def test_mingw_dll_round_trip(tmp_path: Path, wine_prefix: Path) -> None:  # noqa: F811
     """A DLL built by GNU ld, its import library written by cudaredist, a program linked with
     -ltiny against it, run under Wine: code and data exports both resolve."""
