@@ -18,6 +18,8 @@ from cudaredist.errors import ConflictError, UnsafeArchiveError
 from cudaredist.tree.paths import clean_member, strip_top, tree_path, zip_entry_mode
 from cudaredist.tree.staging import Mapper, Tree
 
+READ_SIZE = 1 << 20
+
 
 def redist_mapper(component: str, archive: str) -> Mapper:
     """Strip the single top folder of a redist archive (its name is taken from the first member)."""
@@ -61,7 +63,9 @@ def _open_tar(raw: IO[bytes]) -> tarfile.TarFile:
     """A front-to-back tar reader. xz goes through LZMAFile: tarfile's own "r|xz" decompresses
     in 10 KiB steps and re-joins its buffers, a tenth of the time on big archives."""
     head = raw.read(6)
-    rest = cast(IO[bytes], _Prepend(head, raw))
+    # LZMAFile and tarfile read 8-64 KiB at a time: one 1 MiB read of the source serves many
+    # (a followed download takes a lock and a seek for each read).
+    rest = cast(IO[bytes], io.BufferedReader(_Prepend(head, raw), READ_SIZE))
     if head == b"\xfd7zXZ\x00":
         return tarfile.open(fileobj=cast(IO[bytes], lzma.LZMAFile(rest)), mode="r|", bufsize=1 << 16)
     return tarfile.open(fileobj=rest, mode="r|*", bufsize=1 << 16)
@@ -84,6 +88,9 @@ class _Prepend(io.RawIOBase):
             buf[:n] = self._head[:n]
             self._head = self._head[n:]
             return n
+        readinto = getattr(self._raw, "readinto", None)
+        if readinto is not None:
+            return int(readinto(buf) or 0)
         data = self._raw.read(len(buf))
         buf[: len(data)] = data
         return len(data)
@@ -96,7 +103,8 @@ class _Prepend(io.RawIOBase):
 def _extract_tar(path: Path | None, tree: Tree, *, component: str, archive: str, mapper: Mapper,
                  fileobj: IO[bytes] | None = None) -> None:
     with contextlib.ExitStack() as stack:
-        raw = fileobj if fileobj is not None else stack.enter_context(open(path, "rb"))  # type: ignore[arg-type]
+        raw = fileobj if fileobj is not None else stack.enter_context(
+            open(path, "rb", buffering=0))  # type: ignore[arg-type]  # buffered by _open_tar
         try:
             tf = _open_tar(raw)
         except (tarfile.TarError, OSError, EOFError, lzma.LZMAError) as exc:
