@@ -360,7 +360,8 @@ def measure(cfg: Config, mirror: mirrors.Mirror, index: Path | None,
                 log(f"[rep {rep + 1}/{cfg.reps}] {plat}: decode floor {ref['decode_floor']:.2f}s (longest "
                     f"archive {ref['decode_longest']:.2f}s, {sum(dec):.2f}s over {cfg.cores} cores), "
                     f"pure extraction {sum(ext):.2f}s (makespan {ref['extract_makespan']:.2f}s); "
-                    f"wheels: decode floor {ref['wheel_decode_floor']:.2f}s; creating a file {create * 1000:.2f} ms; bg {bg:.2f}")
+                    f"wheels: decode floor {ref['wheel_decode_floor']:.2f}s; "
+                    f"creating a file {create * 1000:.2f} ms; bg {bg:.2f}")
                 order = list(cfg.links if rep % 2 == 0 else reversed(cfg.links))
                 for i, link in enumerate(order):
                     samples += one_link(cfg, running[link], pids, mirror, plat, specs, rep, work, env,
