@@ -1,18 +1,26 @@
 """Install benchmark: cudaredist against a plain sequential installer, over a simulated CDN link.
 
-One run serves a CUDA 13.0.2 mirror from two loopback servers (``cdnserver.py``): "cdn"
+One run serves a CUDA 13.0.2 mirror (under /redist/) and a package index of the same NVIDIA
+wheels (under /pypi/, ``pypiindex.py``) from two loopback servers (``cdnserver.py``): "cdn"
 (per-connection cap, aggregate cap, time to first byte) and "loopback" (unthrottled). For each
 repetition, platform and link it runs, one after another and each as its own process:
 
-  baseline  benchmarks/baseline.py: download -> sha256 -> extract -> merge, archive by archive
-  cold      cudaredist install, empty cache, new prefix
-  warm      cudaredist install, the cache that cold filled, new prefix
-  no-op     cudaredist install again into warm's prefix (interpreter start included)
+  baseline       benchmarks/baseline.py: download -> sha256 -> extract -> merge, archive by archive
+  cold           cudaredist install, empty cache, new prefix
+  warm-archives  the same, archive cache full but <cache>/unpacked deleted, new prefix
+  pypi-cold      cudaredist install --source pypi --index-url <the loopback index>, empty cache
+
+and once per repetition and platform (they read no server; listed under the link "local"):
+
+  warm-clone, warm-hardlink, warm-copy   from the unpacked cache, --link-mode MODE, new prefix each
+  cp -a          a plain copy of the cold tree (copy mode's reference)
+  no-op          warm-clone's command again (interpreter start included)
 
 and takes wall time, CPU time and peak RSS of that child (``os.wait4``). In the same run it
-times pure decompression and pure extraction of the archives, and from them the physical
-limit: max(bytes / aggregate rate, decompression makespan over the cores). It prints medians,
-ratios and PASS/MISS per target, and writes everything to ``--json-out``.
+times the decode of every archive (the decode floor: max(longest single archive on one core,
+total over the cores)), pure extraction, and the cost of creating a file in the work dir. It
+prints medians, ratios and PASS/MISS per target of issue 13, and writes everything to
+``--json-out``.
 
 The machine may be shared: every timing also records how many cores other processes kept
 busy meanwhile ("bg"); a disturbed timing is repeated and the quietest one kept.
