@@ -1,18 +1,26 @@
 """Install benchmark: cudaredist against a plain sequential installer, over a simulated CDN link.
 
-One run serves a CUDA 13.0.2 mirror from two loopback servers (``cdnserver.py``): "cdn"
+One run serves a CUDA 13.0.2 mirror (under /redist/) and a package index of the same NVIDIA
+wheels (under /pypi/, ``pypiindex.py``) from two loopback servers (``cdnserver.py``): "cdn"
 (per-connection cap, aggregate cap, time to first byte) and "loopback" (unthrottled). For each
 repetition, platform and link it runs, one after another and each as its own process:
 
-  baseline  benchmarks/baseline.py: download -> sha256 -> extract -> merge, archive by archive
-  cold      cudaredist install, empty cache, new prefix
-  warm      cudaredist install, the cache that cold filled, new prefix
-  no-op     cudaredist install again into warm's prefix (interpreter start included)
+  baseline       benchmarks/baseline.py: download -> sha256 -> extract -> merge, archive by archive
+  cold           cudaredist install, empty cache, new prefix
+  warm-archives  the same, archive cache full but <cache>/unpacked deleted, new prefix
+  pypi-cold      cudaredist install --source pypi --index-url <the loopback index>, empty cache
+
+and once per repetition and platform (they read no server; listed under the link "local"):
+
+  warm-clone, warm-hardlink, warm-copy   from the unpacked cache, --link-mode MODE, new prefix each
+  cp -a          a plain copy of the cold tree (copy mode's reference)
+  no-op          warm-clone's command again (interpreter start included)
 
 and takes wall time, CPU time and peak RSS of that child (``os.wait4``). In the same run it
-times pure decompression and pure extraction of the archives, and from them the physical
-limit: max(bytes / aggregate rate, decompression makespan over the cores). It prints medians,
-ratios and PASS/MISS per target, and writes everything to ``--json-out``.
+times the decode of every archive (the decode floor: max(longest single archive on one core,
+total over the cores)), pure extraction, and the cost of creating a file in the work dir. It
+prints medians, ratios and PASS/MISS per target of issue 13, and writes everything to
+``--json-out``.
 
 The machine may be shared: every timing also records how many cores other processes kept
 busy meanwhile ("bg"); a disturbed timing is repeated and the quietest one kept.
@@ -47,22 +55,32 @@ sys.path.insert(0, str(HERE))
 
 import baseline  # noqa: E402
 import mirrors  # noqa: E402
+import pypiindex  # noqa: E402
 
 PLATFORMS = ("linux-x86_64", "windows-x86_64")
 LINKS = ("cdn", "loopback")
-CASES = ("baseline", "cold", "warm", "no-op")
+LOCAL = "local"          # the link of the cases that read nothing from a server
+LINK_MODES = ("clone", "hardlink", "copy")
+# timed over each link: they download
+NET_CASES = ("baseline", "cold", "warm-archives", "pypi-cold")
+# timed once per platform and repetition (after the first link's cold run filled the cache)
+LOCAL_CASES = (*(f"warm-{m}" for m in LINK_MODES), "cp -a", "no-op")
+CASES = ("baseline", "cold", "warm-archives", *LOCAL_CASES, "pypi-cold")  # the table's order
+CUDAREDIST_CASES = tuple(c for c in CASES if c not in ("baseline", "cp -a"))
 MB = 1e6
 
-# The targets of issue 3.
-COLD_SPEEDUP = 3.0       # cold on the cdn link: at least this many times faster than the baseline
-COLD_VS_LIMIT = 1.3      # ... and within this factor of the physical limit
-WARM_VS_EXTRACT = 1.3    # warm: within this factor of pure extraction
-NOOP_SECONDS = 0.5       # no-op re-run, interpreter start included
+# The targets of issue 13.
+WARM_SECONDS = 1.0       # warm from the unpacked cache in the default link mode (clone)
+COPY_VS_CP = 1.5         # warm in copy mode: within this factor of `cp -a` of the same tree
+COLD_LINUX_VS_LONGEST = 1.25  # cold linux: within this factor of the longest single-archive decode
+COLD_WINDOWS_VS_FLOOR = 2.0   # cold windows: within this factor of the decode floor
+NOOP_SECONDS = 0.2       # no-op re-run, interpreter start included
 RSS_MB = 150.0           # peak RSS of every cudaredist run
 
 _SCRUB = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy",
           "no_proxy", "CUDAREDIST_BASE_URL", "CUDAREDIST_MIRROR", "CUDAREDIST_CACHE_DIR",
-          "CUDAREDIST_LOCK_TIMEOUT", "CUDAREDIST_SOURCE")
+          "CUDAREDIST_LOCK_TIMEOUT", "CUDAREDIST_SOURCE", "CUDAREDIST_LINK_MODE", "CUDAREDIST_INDEX_URL",
+          "PIP_INDEX_URL")
 
 
 def log(msg: str) -> None:
@@ -86,6 +104,7 @@ class Config:
     quiet_wait: float
     noise: float
     retries: int
+    pypi: bool = True        # time `--source pypi` against a loopback index of the same wheels
     deadline: float = 0.0    # monotonic time after which disturbed timings are not waited for or repeated
 
 
@@ -204,14 +223,24 @@ class Server:
                 self.proc.wait()
 
 
+def serve_root(work: Path, mirror: mirrors.Mirror, index: Path | None) -> Path:
+    """One root for both sources: ``redist/`` (the mirror) and ``pypi/`` (``simple/``, ``files/``)."""
+    root = work / "serve"
+    root.mkdir()
+    (root / "redist").symlink_to(mirror.root, target_is_directory=True)
+    if index is not None:
+        (root / "pypi").symlink_to(index, target_is_directory=True)
+    return root
+
+
 @contextlib.contextmanager
-def servers(mirror: mirrors.Mirror, cfg: Config) -> Iterator[dict[str, Server]]:
+def servers(root: Path, cfg: Config) -> Iterator[dict[str, Server]]:
     lifetime = 1800.0 + cfg.reps * 1200
     running: dict[str, Server] = {}
     try:
         for link in cfg.links:
             throttled = link == "cdn"
-            running[link] = Server(link, mirror.root, conn_rate=cfg.conn_rate if throttled else 0,
+            running[link] = Server(link, root, conn_rate=cfg.conn_rate if throttled else 0,
                                    agg_rate=cfg.agg_rate if throttled else 0,
                                    ttfb=cfg.ttfb if throttled else 0, max_seconds=lifetime)
         yield running
@@ -224,7 +253,7 @@ def servers(mirror: mirrors.Mirror, cfg: Config) -> Iterator[dict[str, Server]]:
 def decompress_seconds(path: Path) -> float:
     """Decompress every member of one archive into nothing."""
     t0 = time.perf_counter()
-    if path.suffix == ".zip":
+    if path.suffix in (".zip", ".whl"):
         with zipfile.ZipFile(path) as zf:
             for info in zf.infolist():
                 if not info.is_dir():
@@ -246,6 +275,21 @@ def extract_seconds(path: Path, dest: Path) -> float:
     elapsed = time.perf_counter() - t0
     shutil.rmtree(dest)
     return elapsed
+
+
+def create_seconds(work: Path, n: int = 1000) -> float:
+    """Seconds to create (and close) one empty file in a fresh folder of the work dir: installs
+    create every file of the tree (the unpacked cache and the prefix), so this disk's cost bounds
+    them, and it differs a lot between filesystems (and, on ext4, with the state of the disk)."""
+    d = work / "create-probe"
+    d.mkdir()
+    try:
+        t0 = time.perf_counter()
+        for i in range(n):
+            os.close(os.open(d / f"f{i}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        return (time.perf_counter() - t0) / n
+    finally:
+        shutil.rmtree(d)
 
 
 def makespan(times: list[float], cores: int) -> float:
@@ -291,63 +335,95 @@ def tree_files(root: Path) -> set[str]:
     return out
 
 
-def measure(cfg: Config, mirror: mirrors.Mirror, work: Path) -> tuple[list[Sample], list[dict[str, Any]]]:
+def measure(cfg: Config, mirror: mirrors.Mirror, index: Path | None,
+            work: Path) -> tuple[list[Sample], list[dict[str, Any]]]:
     specs = mirrors.components(cfg.with_nvrtc)
     env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
     samples: list[Sample] = []
     refs: list[dict[str, Any]] = []
-    with servers(mirror, cfg) as running:
+    with servers(serve_root(work, mirror, index), cfg) as running:
         pids = [s.proc.pid for s in running.values()]
         for rep in range(cfg.reps):
             for plat in cfg.platforms:
                 archives = mirror.archives(plat, specs)
                 dec, ext, bg = pure_times(cfg, [mirror.root / a.relative_path for a in archives], pids, work)
+                wheels = pypiindex.wheels_for(index, plat) if index is not None else []
+                wdec = [decompress_seconds(w) for w in wheels]
+                create = create_seconds(work)
                 names = [a.filename for a in archives]
                 ref = {"rep": rep, "platform": plat, "archives": len(archives), "background": bg,
                        "bytes": sum(a.size for a in archives),
                        "decompress": dict(zip(names, dec, strict=True)), "decompress_sum": sum(dec),
                        "decompress_makespan": makespan(dec, cfg.cores),
+                       "decode_longest": max(dec), "decode_over_cores": sum(dec) / cfg.cores,
+                       "decode_floor": max(max(dec), sum(dec) / cfg.cores),
                        "extract": dict(zip(names, ext, strict=True)), "extract_sum": sum(ext),
-                       "extract_makespan": makespan(ext, cfg.cores)}
+                       "extract_makespan": makespan(ext, cfg.cores),
+                       "create_ms": create * 1000,
+                       "wheels": len(wheels), "wheel_bytes": sum(w.stat().st_size for w in wheels),
+                       "wheel_decompress": {w.name: t for w, t in zip(wheels, wdec, strict=True)},
+                       "wheel_decode_longest": max(wdec, default=0.0),
+                       "wheel_decode_floor": max(max(wdec, default=0.0), sum(wdec) / cfg.cores)}
                 refs.append(ref)
-                log(f"[rep {rep + 1}/{cfg.reps}] {plat}: pure decompression {sum(dec):.2f}s (makespan "
-                    f"{ref['decompress_makespan']:.2f}s), pure extraction {sum(ext):.2f}s (makespan "
-                    f"{ref['extract_makespan']:.2f}s), bg {bg:.2f}")
-                for link in cfg.links if rep % 2 == 0 else reversed(cfg.links):
-                    samples += one_link(cfg, running[link], pids, mirror, plat, specs, rep, work, env)
+                log(f"[rep {rep + 1}/{cfg.reps}] {plat}: decode floor {ref['decode_floor']:.2f}s (longest "
+                    f"archive {ref['decode_longest']:.2f}s, {sum(dec):.2f}s over {cfg.cores} cores), "
+                    f"pure extraction {sum(ext):.2f}s (makespan {ref['extract_makespan']:.2f}s); "
+                    f"wheels: decode floor {ref['wheel_decode_floor']:.2f}s; "
+                    f"creating a file {create * 1000:.2f} ms; bg {bg:.2f}")
+                order = list(cfg.links if rep % 2 == 0 else reversed(cfg.links))
+                for i, link in enumerate(order):
+                    samples += one_link(cfg, running[link], pids, mirror, plat, specs, rep, work, env,
+                                        local=i == 0, wheels=len(wheels))
     return samples, refs
 
 
 def one_link(cfg: Config, server: Server, pids: list[int], mirror: mirrors.Mirror, plat: str,
-             specs: tuple[str, ...], rep: int, work: Path, env: dict[str, str]) -> list[Sample]:
-    """The four cases, in order, for one platform over one link."""
+             specs: tuple[str, ...], rep: int, work: Path, env: dict[str, str], *, local: bool,
+             wheels: int) -> list[Sample]:
+    """The cases, in order, for one platform over one link (and, with ``local``, those that read
+    no server: from the unpacked cache that this link's runs filled, `cp -a`, no-op)."""
     d = work / f"{plat}-{server.name}-{rep}"
     d.mkdir(parents=True)
-    install = [*cfg.cudaredist, "install", mirror.label, "--platform", plat, "--base-url", server.url,
-               "--json", *(["-c", mirrors.NVRTC] if cfg.with_nvrtc else []), *cfg.extra_args]
+    redist = server.url + "redist/"
+    nvrtc = ["-c", mirrors.NVRTC] if cfg.with_nvrtc else []
+    install = [*cfg.cudaredist, "install", mirror.label, "--platform", plat, "--json", *nvrtc,
+               *cfg.extra_args]
+    redist_install = [*install, "--base-url", redist, "--cache-dir", str(d / "cache")]
     cmds = {
-        "baseline": [cfg.python, str(HERE / "baseline.py"), "--base-url", server.url, "--release",
+        "baseline": [cfg.python, str(HERE / "baseline.py"), "--base-url", redist, "--release",
                      mirror.label, "--platform", plat, "--dest", str(d / "baseline"), *specs],
-        "cold": [*install, "--prefix", str(d / "cold"), "--cache-dir", str(d / "cache")],
-        "warm": [*install, "--prefix", str(d / "warm"), "--cache-dir", str(d / "cache")],
-        "no-op": [*install, "--prefix", str(d / "warm"), "--cache-dir", str(d / "cache")],
+        "cold": [*redist_install, "--prefix", str(d / "cold")],
+        "warm-archives": [*redist_install, "--prefix", str(d / "warm-archives")],
+        **{f"warm-{m}": [*redist_install, "--prefix", str(d / f"warm-{m}"), "--link-mode", m]
+           for m in LINK_MODES},
+        "cp -a": ["cp", "-a", str(d / "cold"), str(d / "cp-a")],
+        "no-op": [*redist_install, "--prefix", str(d / "warm-clone"), "--link-mode", "clone"],
+        "pypi-cold": [*install, "--source", "pypi", "--index-url", server.url + "pypi/simple/",
+                      "--cache-dir", str(d / "pypi-cache"), "--prefix", str(d / "pypi")],
     }
-    fresh = {"baseline": ["baseline"], "cold": ["cold", "cache"], "warm": ["warm"], "no-op": []}
+    fresh = {"baseline": ["baseline"], "cold": ["cold", "cache"],
+             "warm-archives": ["warm-archives", "cache/unpacked"],  # archives cached, nothing unpacked
+             **{f"warm-{m}": [f"warm-{m}"] for m in LINK_MODES}, "cp -a": ["cp-a"], "no-op": [],
+             "pypi-cold": ["pypi", "pypi-cache"]}
+    cases = [c for c in CASES if (c in NET_CASES or local) and (c != "pypi-cold" or wheels)]
     out: list[Sample] = []
-    for case in CASES:
+    for case in cases:
         best: Sample | None = None
         for attempt in range(1 + cfg.retries):
             for name in fresh[case]:
                 shutil.rmtree(d / name, ignore_errors=True)
-            s = timed(cfg, server, pids, cmds[case], d / case, env, rep, plat, case)
+            s = timed(cfg, server, pids, cmds[case], d / case.replace(" ", ""), env, rep, plat, case)
+            if case in LOCAL_CASES:
+                s.link = LOCAL
             s.attempts = attempt + 1
-            s.note = check(s, d / case, case, len(specs))
-            log(f"[rep {rep + 1}/{cfg.reps}] {plat} {server.name:8} {case:8} {s.wall:6.2f}s "
+            s.note = check(s, d / case.replace(" ", ""), case,
+                           wheels if case == "pypi-cold" else len(specs))
+            log(f"[rep {rep + 1}/{cfg.reps}] {plat} {s.link:8} {case:13} {s.wall:6.2f}s "
                 f"{s.rss_mb:6.1f} MB  cpu {s.cpu:5.2f}s  bg {s.background:4.2f}  "
                 f"{s.server.get('requests', 0)} req, peak {s.server.get('peak_connections', 0)} conn"
                 f"{'  ' + s.note if s.note else ''}")
             if s.exit_code:
-                log((d / case).with_suffix(".stderr").read_text()[-2000:])
+                log((d / case.replace(" ", "")).with_suffix(".stderr").read_text()[-2000:])
             if best is None or s.background < best.background:
                 best = s
             if (s.exit_code or s.background <= cfg.noise or time.monotonic() > cfg.deadline
@@ -358,11 +434,16 @@ def one_link(cfg: Config, server: Server, pids: list[int], mirror: mirrors.Mirro
         out.append(best)
         if case == "cold" and rep == 0 and not best.exit_code:
             # the two installers must have done the same work
-            missing = tree_files(d / "baseline") - tree_files(d / "cold") - {"LICENSE"}
+            missing = tree_files(d / "baseline") - tree_files(d / "cold") - {"LICENSE", "LICENSE.txt"}
             if missing:
                 best.note += (f" the cold tree lacks {len(missing)} files of the baseline's: "
                               f"{sorted(missing)[:3]}")
                 log(f"  WARNING: {best.note}")
+        if case in ("warm-clone", "warm-hardlink", "warm-copy", "cp -a") and rep == 0 and not best.exit_code:
+            prefix = d / ("cp-a" if case == "cp -a" else case)
+            if tree_files(prefix) != tree_files(d / "cold"):
+                best.note += " its tree differs from the cold one"
+                log(f"  WARNING: {case}: {best.note}")
     shutil.rmtree(d)
     return out
 
@@ -382,13 +463,15 @@ def check(s: Sample, out: Path, case: str, archives: int) -> str:
     """A note when the child did not do what the case means (failed, downloaded on a warm run...)."""
     if s.exit_code:
         return f"FAILED (exit {s.exit_code}; see stderr)"
-    if case == "baseline":
+    if case in ("baseline", "cp -a"):
         return ""
     try:
         res = json.loads(out.with_suffix(".stdout").read_text())
     except ValueError:
         return "no JSON on stdout"
-    want = {"cold": (False, archives, 0), "warm": (False, 0, archives), "no-op": (True, 0, 0)}[case]
+    warm = (False, 0, archives)
+    want = {"cold": (False, archives, 0), "pypi-cold": (False, archives, 0),
+            "no-op": (True, 0, 0)}.get(case, warm)
     got = (bool(res.get("noop")), int(res.get("downloaded", 0)), int(res.get("cached", 0)))
     return "" if got == want else f"noop/downloaded/cached = {got}, expected {want}"
 
@@ -398,23 +481,31 @@ def _med(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
+REF_KEYS = ("decompress_sum", "decompress_makespan", "decode_longest", "decode_over_cores", "decode_floor",
+            "extract_sum", "extract_makespan", "background", "wheel_decode_longest", "wheel_decode_floor",
+            "create_ms")
+
+
 def summarize(cfg: Config, samples: list[Sample], refs: list[dict[str, Any]]) -> dict[str, Any]:
     references: dict[str, dict[str, float]] = {}
     cases: dict[str, dict[str, Any]] = {}
     for plat in cfg.platforms:
         r = [x for x in refs if x["platform"] == plat]
-        ref = {k: _med([float(x[k]) for x in r]) for k in ("decompress_sum", "decompress_makespan",
-                                                            "extract_sum", "extract_makespan", "background")}
-        ref["archives"], ref["bytes"] = r[0]["archives"], r[0]["bytes"]
+        ref = {k: _med([float(x[k]) for x in r]) for k in REF_KEYS}
+        for k in ("archives", "bytes", "wheels", "wheel_bytes"):
+            ref[k] = r[0][k]
         ref["download_at_aggregate_cap"] = ref["bytes"] / cfg.agg_rate if cfg.agg_rate > 0 else 0.0
-        ref["limit_cdn"] = max(ref["download_at_aggregate_cap"], ref["decompress_makespan"])
-        ref["limit_loopback"] = ref["decompress_makespan"]
         references[plat] = ref
-        for link in cfg.links:
+        first_base = None
+        for link in [*cfg.links, LOCAL]:
             base = _med([s.wall for s in samples if (s.platform, s.link, s.case) == (plat, link, "baseline")])
+            first_base = base if first_base is None else first_base
             for case in CASES:
                 ss = [s for s in samples if (s.platform, s.link, s.case) == (plat, link, case)]
+                if not ss:
+                    continue
                 wall = _med([s.wall for s in ss])
+                floor = ref["wheel_decode_floor"] if case == "pypi-cold" else ref["decode_floor"]
                 cases[f"{plat}/{link}/{case}"] = {
                     "platform": plat, "link": link, "case": case, "n": len(ss),
                     "wall": wall, "wall_min": min(s.wall for s in ss), "wall_max": max(s.wall for s in ss),
@@ -422,8 +513,9 @@ def summarize(cfg: Config, samples: list[Sample], refs: list[dict[str, Any]]) ->
                     "cpu": _med([s.cpu for s in ss]), "background": _med([s.background for s in ss]),
                     "requests": _med([s.server.get("requests", 0) for s in ss]),
                     "peak_connections": max(s.server.get("peak_connections", 0) for s in ss),
-                    "speedup": base / wall, "x_limit": wall / ref[f"limit_{link}"],
-                    "x_extract": wall / ref["extract_makespan"],
+                    "speedup": (base if link != LOCAL else first_base) / wall,
+                    "x_floor": wall / ref["decode_floor"], "x_longest": wall / ref["decode_longest"],
+                    "x_own_floor": wall / floor if floor else float("nan"),
                     "failures": sum(s.exit_code != 0 for s in ss),
                     "notes": sorted({s.note for s in ss if s.note}),
                 }
@@ -439,62 +531,75 @@ def _target(what: str, value: float, op: str, goal: float, unit: str, failures: 
 def targets(cfg: Config, cases: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for plat in cfg.platforms:
+        local = {c: cases.get(f"{plat}/{LOCAL}/{c}") for c in LOCAL_CASES}
+        where = f"{plat:15}"
+        if (c := local["warm-clone"]) is not None:
+            out.append(_target(f"{where} warm from unpacked (clone, default)", c["wall"], "<=", WARM_SECONDS,
+                               "s", c["failures"]))
+        if (c := local["warm-copy"]) is not None and (cp := local["cp -a"]) is not None:
+            out.append(_target(f"{where} warm from unpacked (copy) / cp -a", c["wall"] / cp["wall"], "<=",
+                               COPY_VS_CP, "x", c["failures"] + cp["failures"]))
         for link in cfg.links:
-            c = {case: cases[f"{plat}/{link}/{case}"] for case in CASES}
-            where = f"{plat:15} {link:8}"
-            if link == "cdn":
-                out.append(_target(f"{where} cold speedup over baseline", c["cold"]["speedup"], ">=",
-                                   COLD_SPEEDUP, "x", c["cold"]["failures"] + c["baseline"]["failures"]))
-                out.append(_target(f"{where} cold / physical limit", c["cold"]["x_limit"], "<=",
-                                   COLD_VS_LIMIT, "x", c["cold"]["failures"]))
-            out.append(_target(f"{where} warm / pure extraction", c["warm"]["x_extract"], "<=",
-                               WARM_VS_EXTRACT, "x", c["warm"]["failures"]))
-            out.append(_target(f"{where} no-op wall time", c["no-op"]["wall"], "<=", NOOP_SECONDS, "s",
-                               c["no-op"]["failures"]))
-            worst = max(("cold", "warm", "no-op"), key=lambda k: c[k]["rss_mb_max"])
-            out.append(_target(f"{where} peak RSS (worst: {worst})", c[worst]["rss_mb_max"], "<=", RSS_MB,
-                               "MB", c[worst]["failures"]))
+            if (c := cases.get(f"{plat}/{link}/cold")) is None:
+                continue
+            if plat.startswith("windows"):
+                out.append(_target(f"{where} cold, {link} link / decode floor", c["x_floor"], "<=",
+                                   COLD_WINDOWS_VS_FLOOR, "x", c["failures"]))
+            else:
+                out.append(_target(f"{where} cold, {link} link / longest decode", c["x_longest"], "<=",
+                                   COLD_LINUX_VS_LONGEST, "x", c["failures"]))
+        if (c := local["no-op"]) is not None:
+            out.append(_target(f"{where} no-op", c["wall"], "<=", NOOP_SECONDS, "s", c["failures"]))
+        mine = [c for c in cases.values() if c["platform"] == plat and c["case"] in CUDAREDIST_CASES]
+        if mine:
+            worst = max(mine, key=lambda c: c["rss_mb_max"])
+            out.append(_target(f"{where} peak RSS (worst: {worst['case']}, {worst['link']})",
+                               worst["rss_mb_max"], "<=", RSS_MB, "MB", 0))
     return out
 
 
 def render(cfg: Config, summary: dict[str, Any], header: str) -> str:
     refs: dict[str, dict[str, float]] = summary["references"]
     lines = [header, "",
-             f"{'platform':15} {'link':8} {'case':8} {'wall s':>7} {'min-max':>13} {'RSS MB':>7} "
-             f"{'CPU s':>6} "
-             f"{'bg':>5} {'req':>4} {'conn':>4} {'speedup':>8} {'x limit':>8} {'x extract':>9}"]
+             f"{'platform':15} {'link':8} {'case':13} {'wall s':>7} {'min-max':>13} {'RSS MB':>7} "
+             f"{'CPU s':>6} {'bg':>5} {'req':>4} {'conn':>4} {'speedup':>8} {'x floor':>8} {'x longest':>9}"]
     for c in summary["cases"].values():
         noisy = "!" if c["background"] > cfg.noise else " "
+        own = f" (x{c['x_own_floor']:.2f} wheel floor)" if c["case"] == "pypi-cold" else ""
         lines.append(
-            f"{c['platform']:15} {c['link']:8} {c['case']:8} {c['wall']:7.2f} "
+            f"{c['platform']:15} {c['link']:8} {c['case']:13} {c['wall']:7.2f} "
             f"{c['wall_min']:6.2f}-{c['wall_max']:<6.2f} {c['rss_mb']:7.1f} {c['cpu']:6.2f} "
             f"{c['background']:4.2f}{noisy} {c['requests']:4.0f} {c['peak_connections']:4.0f} "
-            f"{c['speedup']:7.2f}x {c['x_limit']:7.2f}x {c['x_extract']:8.2f}x"
+            f"{c['speedup']:7.2f}x {c['x_floor']:7.2f}x {c['x_longest']:8.2f}x" + own
             + (" FAILED" if c["failures"] else ""))
     lines += [
         "",
-        "RSS: peak RSS of the child. CPU: its user+sys. bg: cores other processes kept busy meanwhile",
-        f"(! = over {cfg.noise:g}, disturbed). req/conn: requests and peak concurrent connections at the "
-        "server.",
-        "speedup: baseline wall / wall. x limit: wall / physical limit of the link. x extract: wall / pure",
-        "extraction makespan.",
+        "warm-archives: archive cache full, unpacked cache empty. warm-MODE: from the unpacked cache with",
+        "--link-mode MODE, a fresh prefix each. cp -a: the cold tree copied (copy mode's reference). no-op:",
+        "warm-clone's command again. pypi-cold: --source pypi from a loopback index of the same wheels.",
+        "local: reads no server. RSS: peak RSS of the child. CPU: its user+sys. bg: cores other processes",
+        f"kept busy meanwhile (! = over {cfg.noise:g}, disturbed). req/conn: requests and peak concurrent",
+        "connections at the server. speedup: the baseline's wall (local: the first link's) / wall.",
+        "x floor: wall / decode floor. x longest: wall / the longest single archive's decode.",
         ""]
     rows: list[tuple[str, Callable[[dict[str, float]], str]]] = [
         ("archives", lambda r: f"{r['archives']:.0f}, {r['bytes'] / MB:.1f} MB"),
         (f"download at {cfg.agg_rate / MB:g} MB/s aggregate",
          lambda r: f"{r['download_at_aggregate_cap']:.2f} s"),
-        ("pure decompression, sum", lambda r: f"{r['decompress_sum']:.2f} s"),
-        (f"pure decompression, makespan on {cfg.cores} cores", lambda r: f"{r['decompress_makespan']:.2f} s"),
-        ("pure extraction, sum", lambda r: f"{r['extract_sum']:.2f} s"),
+        ("decode, longest single archive (1 core)", lambda r: f"{r['decode_longest']:.2f} s"),
+        (f"decode, all archives / {cfg.cores} cores", lambda r: f"{r['decode_over_cores']:.2f} s"),
+        ("decode floor (the larger of the two)", lambda r: f"{r['decode_floor']:.2f} s"),
+        ("decode, sum", lambda r: f"{r['decompress_sum']:.2f} s"),
         (f"pure extraction, makespan on {cfg.cores} cores", lambda r: f"{r['extract_makespan']:.2f} s"),
-        ("physical limit, cdn", lambda r: f"{r['limit_cdn']:.2f} s"),
-        ("physical limit, loopback", lambda r: f"{r['limit_loopback']:.2f} s"),
+        ("creating one empty file (work dir)", lambda r: f"{r['create_ms']:.3f} ms"),
+        ("wheels", lambda r: f"{r['wheels']:.0f}, {r['wheel_bytes'] / MB:.1f} MB"),
+        ("wheels: decode floor (longest, cores)", lambda r: f"{r['wheel_decode_floor']:.2f} s"),
         ("background load during these timings", lambda r: f"{r['background']:.2f} cores"),
     ]
     lines.append(f"{'reference (medians)':44}" + "".join(f"{p:>16}" for p in cfg.platforms))
     for name, fmt in rows:
         lines.append(f"  {name:42}" + "".join(f"{fmt(refs[p]):>16}" for p in cfg.platforms))
-    lines += ["", "targets"]
+    lines += ["", "targets (issue 13)"]
     for t in summary["targets"]:
         value = f"{t['value']:.2f}{t['unit']}"
         goal = f"{t['op']} {t['goal']:g}{t['unit']}"
@@ -560,6 +665,11 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, Config]:
     ap.add_argument("--cudaredist", help="the command to time (default: the repo's .venv/bin/cudaredist)")
     ap.add_argument("--cudaredist-args", default="", help="extra install arguments, e.g. '--jobs 4'")
     ap.add_argument("--json-out", type=Path, help="write samples, references, medians and targets here")
+    ap.add_argument("--no-pypi", action="store_true", help="leave out the --source pypi case")
+    ap.add_argument("--wheels", type=Path,
+                    help="a folder of the 13.0.2 wheels for the pypi case (default: cudaredist caches named "
+                         "by $CUDAREDIST_TEST_CACHE / $CUDAREDIST_CACHE_DIR, pypi-mirror.sh's wheel cache, "
+                         "else pip download into --work-dir)")
     a = ap.parse_args(argv)
     if a.quick:
         a.reps, a.platforms = 1, "linux-x86_64"
@@ -578,7 +688,7 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, Config]:
         cudaredist=shlex.split(a.cudaredist) if a.cudaredist else default_cmd,
         python=str(venv / "python") if (venv / "python").exists() else sys.executable,
         extra_args=shlex.split(a.cudaredist_args), quiet_wait=a.quiet_wait, noise=a.noise,
-        retries=max(0, a.retries))
+        retries=max(0, a.retries), pypi=not a.no_pypi)
     bad = [p for p in cfg.platforms if p not in PLATFORMS] + [x for x in cfg.links if x not in LINKS]
     if bad or not cfg.platforms or not cfg.links:
         ap.error(f"unknown or missing platform or link: {', '.join(bad) or '(none given)'}")
@@ -596,7 +706,9 @@ def main(argv: list[str] | None = None) -> int:
     work = a.work_dir / f"run-{os.getpid()}"
     work.mkdir()
     try:
-        samples, refs = measure(cfg, mirror, work)
+        index = (pypiindex.build_index(a.work_dir, cfg.platforms, with_nvrtc=cfg.with_nvrtc,
+                                       wheels_dir=a.wheels, log=log) if cfg.pypi else None)
+        samples, refs = measure(cfg, mirror, index, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     summary = summarize(cfg, samples, refs)

@@ -3,7 +3,9 @@
 HTTP/1.1 with keep-alive, single-range ``Range`` requests (206/416) and HEAD, serving one
 directory on 127.0.0.1 only. Each response waits a time-to-first-byte before its headers;
 body bytes pass two token buckets, one per connection and one shared by all connections,
-in 256 KiB writes (no sendfile: the buckets must see every write).
+in 256 KiB writes (no sendfile: the buckets must see every write). A directory answers with its
+``index.html``, or with its ``index.json`` to a client that accepts PEP 691's
+``application/vnd.pypi.simple.v1+json`` (so a package index can be served from files).
 
 Everything is bounded: requests per connection and in total, idle connections time out,
 and the server exits by itself after ``--max-seconds`` or when its parent goes away.
@@ -32,6 +34,7 @@ from urllib.parse import unquote, urlsplit
 
 WRITE_SIZE = 256 << 10
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+PEP691 = "application/vnd.pypi.simple.v1+json"
 _TYPES = {".json": "application/json", ".html": "text/html; charset=utf-8", ".txt": "text/plain"}
 
 
@@ -165,7 +168,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return None
         p = self.server.root / rel if rel not in ("", ".") else self.server.root
         if p.is_dir():
-            p = p / "index.html"
+            # PEP 691: a package index page as JSON to a client that asks for it, else the HTML
+            wants_json = PEP691 in self.headers.get("Accept", "")
+            p = p / "index.json" if wants_json and (p / "index.json").is_file() else p / "index.html"
         return p if p.is_file() else None
 
     def _serve(self, *, body: bool) -> None:
@@ -214,7 +219,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 return
             status = 206
         self.send_response(status)
-        self.send_header("Content-Type", _TYPES.get(path.suffix, "application/octet-stream"))
+        kind = PEP691 if path.name == "index.json" and not url.path.endswith(".json") else None
+        self.send_header("Content-Type", kind or _TYPES.get(path.suffix, "application/octet-stream"))
         self.send_header("Content-Length", str(end - start))
         self.send_header("Accept-Ranges", "bytes")
         if status == 206:

@@ -68,10 +68,9 @@ class GrowingFile(io.RawIOBase):
             return 0  # done and everything read
         assert self._fh is not None, "publish() before attach()"
         self._fh.seek(self._pos)
-        data = self._fh.read(n)
-        buf[: len(data)] = data
-        self._pos += len(data)
-        return len(data)
+        got = self._fh.readinto(memoryview(buf)[:n]) or 0  # straight into the reader's buffer
+        self._pos += got
+        return got
 
     def close(self) -> None:
         with self._cond:

@@ -18,6 +18,8 @@ from cudaredist.errors import ConflictError, UnsafeArchiveError
 from cudaredist.tree.paths import clean_member, strip_top, tree_path, zip_entry_mode
 from cudaredist.tree.staging import Mapper, Tree
 
+READ_SIZE = 1 << 20
+
 
 def redist_mapper(component: str, archive: str) -> Mapper:
     """Strip the single top folder of a redist archive (its name is taken from the first member)."""
@@ -61,10 +63,87 @@ def _open_tar(raw: IO[bytes]) -> tarfile.TarFile:
     """A front-to-back tar reader. xz goes through LZMAFile: tarfile's own "r|xz" decompresses
     in 10 KiB steps and re-joins its buffers, a tenth of the time on big archives."""
     head = raw.read(6)
-    rest = cast(IO[bytes], _Prepend(head, raw))
+    # LZMAFile and tarfile read 8-64 KiB at a time: one 1 MiB read of the source serves many
+    # (a followed download takes a lock and a seek for each read).
+    rest = cast(IO[bytes], io.BufferedReader(_Prepend(head, raw), READ_SIZE))
     if head == b"\xfd7zXZ\x00":
-        return tarfile.open(fileobj=cast(IO[bytes], lzma.LZMAFile(rest)), mode="r|", bufsize=1 << 16)
+        # tarfile reads headers from it; member data is read from it directly (_member_data)
+        return tarfile.open(fileobj=cast(IO[bytes], _Forward(lzma.LZMAFile(rest))), mode="r:")
     return tarfile.open(fileobj=rest, mode="r|*", bufsize=1 << 16)
+
+
+class _Forward:
+    """A decompressed stream that tarfile may ``tell`` and ``seek`` forward in (skipping bytes).
+
+    Reading a member through tarfile's own stream ("r|") costs three copies of every byte
+    (joining 64 KiB pieces, slicing, ``readinto``), each a fresh megabyte; here a member's
+    bytes come straight from the decompressor (:func:`_member_data`)."""
+
+    def __init__(self, src: IO[bytes]) -> None:
+        self._src = src
+        self.pos = 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._src.read(n)
+        self.pos += len(data)
+        return data
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        if whence != 0 or offset < self.pos:
+            raise tarfile.StreamError("seeking backwards is not allowed")
+        while self.pos < offset:
+            if not self.read(min(offset - self.pos, READ_SIZE)):
+                raise tarfile.ReadError("unexpected end of data")
+        return self.pos
+
+    def close(self) -> None:
+        self._src.close()
+
+
+class _MemberData(io.RawIOBase):
+    """The ``size`` bytes of one member from ``stream``, read in the caller's chunk size."""
+
+    def __init__(self, stream: _Forward, size: int) -> None:
+        super().__init__()
+        self._stream = stream
+        self._left = size
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int | None = -1) -> bytes:
+        n = self._left if n is None or n < 0 else min(n, self._left)
+        if n <= 0:
+            return b""
+        data = self._stream.read(n)
+        if len(data) < n:
+            while len(data) < n:  # the decompressor may return less than asked before its end
+                more = self._stream.read(n - len(data))
+                if not more:
+                    raise tarfile.ReadError("unexpected end of data")
+                data += more
+        self._left -= n
+        return data
+
+    def readinto(self, buf: Any) -> int:
+        data = self.read(len(buf))
+        buf[: len(data)] = data
+        return len(data)
+
+
+def _member_data(tf: tarfile.TarFile, m: tarfile.TarInfo) -> IO[bytes]:
+    """A regular member's content: from the decompressed stream itself where tarfile reads a
+    :class:`_Forward` (and the member is not sparse), else through ``extractfile``."""
+    fo = tf.fileobj
+    if isinstance(fo, _Forward) and not m.sparse:
+        fo.seek(m.offset_data)
+        return cast(IO[bytes], _MemberData(fo, m.size))
+    src = tf.extractfile(m)
+    assert src is not None
+    return src
 
 
 class _Prepend(io.RawIOBase):
@@ -84,6 +163,9 @@ class _Prepend(io.RawIOBase):
             buf[:n] = self._head[:n]
             self._head = self._head[n:]
             return n
+        readinto = getattr(self._raw, "readinto", None)
+        if readinto is not None:
+            return int(readinto(buf) or 0)
         data = self._raw.read(len(buf))
         buf[: len(data)] = data
         return len(data)
@@ -96,7 +178,8 @@ class _Prepend(io.RawIOBase):
 def _extract_tar(path: Path | None, tree: Tree, *, component: str, archive: str, mapper: Mapper,
                  fileobj: IO[bytes] | None = None) -> None:
     with contextlib.ExitStack() as stack:
-        raw = fileobj if fileobj is not None else stack.enter_context(open(path, "rb"))  # type: ignore[arg-type]
+        raw = fileobj if fileobj is not None else stack.enter_context(
+            open(path, "rb", buffering=0))  # type: ignore[arg-type]  # buffered by _open_tar
         try:
             tf = _open_tar(raw)
         except (tarfile.TarError, OSError, EOFError, lzma.LZMAError) as exc:
@@ -118,9 +201,7 @@ def _tar_members(tf: tarfile.TarFile, tree: Tree, *, component: str, archive: st
             if m.isdir():
                 tree.add_dir(rel, component, archive)
             elif m.isreg():
-                src = tf.extractfile(m)
-                assert src is not None
-                tree.add_file(rel, src, m.mode, component, archive)
+                tree.add_file(rel, _member_data(tf, m), m.mode, component, archive)
             elif m.issym():
                 tree.add_symlink(rel, m.linkname, component, archive)
             elif m.islnk():

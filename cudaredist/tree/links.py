@@ -23,6 +23,7 @@ ENV_LINK_MODE = "CUDAREDIST_LINK_MODE"
 LINK_MODES = ("clone", "hardlink", "copy")
 DEFAULT_LINK_MODE = "clone"
 _FICLONE = 0x40049409  # _IOW(0x94, 9, int)
+_BINARY = getattr(os, "O_BINARY", 0)
 # errors meaning "this filesystem (pair) cannot do that": fall back, never fail
 _UNSUPPORTED = {errno.EXDEV, errno.EOPNOTSUPP, errno.ENOTTY, errno.EINVAL, errno.ENOSYS, errno.EPERM,
                 errno.EMLINK, getattr(errno, "ENOTSUP", errno.EOPNOTSUPP)}
@@ -48,36 +49,42 @@ def place(src: Path, dest: Path, mode: str, perm: int) -> str:
         except OSError as exc:
             if exc.errno not in _UNSUPPORTED:
                 raise
-    if mode == "clone" and _clone(src, dest):
+    if mode == "clone" and sys.platform == "darwin" and _clonefile(src, dest):  # pragma: no cover
         os.chmod(dest, perm)
         return "clone"
-    _copy(src, dest)
-    os.chmod(dest, perm)
-    return "copy"
+    # One open of each side: the clone is tried on the new file and, where the filesystem cannot
+    # (ext4, tmpfs, NTFS), the copy goes on into that same file; no second create, no unlink.
+    fd_in = os.open(src, os.O_RDONLY | _BINARY)
+    try:
+        fd_out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _BINARY, 0o600)
+        try:
+            how = "clone" if mode == "clone" and _clone_fd(fd_in, fd_out) else "copy"
+            if how == "copy":
+                _copy_fd(fd_in, fd_out)
+            if hasattr(os, "fchmod"):
+                os.fchmod(fd_out, perm)
+        finally:
+            os.close(fd_out)
+    finally:
+        os.close(fd_in)
+    if not hasattr(os, "fchmod"):  # pragma: no cover - Windows: only the read-only bit
+        os.chmod(dest, perm)
+    return how
 
 
-def _clone(src: Path, dest: Path) -> bool:
-    if sys.platform == "darwin":
-        return _clonefile(src, dest)
+def _clone_fd(fd_in: int, fd_out: int) -> bool:
+    """A reflink of ``fd_in`` into the empty ``fd_out`` (Linux FICLONE); False where unsupported."""
     if not sys.platform.startswith("linux"):
         return False
     import fcntl
 
-    fd_in = os.open(src, os.O_RDONLY)
     try:
-        fd_out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            fcntl.ioctl(fd_out, _FICLONE, fd_in)
-            return True
-        except OSError as exc:
-            if exc.errno not in _UNSUPPORTED and exc.errno != errno.EBADF:
-                raise
-        finally:
-            os.close(fd_out)
-        os.unlink(dest)  # the copy starts from nothing
-        return False
-    finally:
-        os.close(fd_in)
+        fcntl.ioctl(fd_out, _FICLONE, fd_in)
+        return True
+    except OSError as exc:
+        if exc.errno not in _UNSUPPORTED and exc.errno != errno.EBADF:
+            raise
+    return False
 
 
 def _clonefile(src: Path, dest: Path) -> bool:  # pragma: no cover - macOS only
@@ -92,27 +99,27 @@ def _clonefile(src: Path, dest: Path) -> bool:  # pragma: no cover - macOS only
     raise OSError(err, os.strerror(err), str(dest))
 
 
-def _copy(src: Path, dest: Path) -> None:
+def _copy_fd(fi: int, fo: int) -> None:
     """A whole-file copy in the kernel where it can (copy_file_range, then sendfile), else 1 MiB reads."""
-    with open(src, "rb") as fin, open(dest, "xb") as fout:
-        fi, fo = fin.fileno(), fout.fileno()
-        left = os.fstat(fi).st_size
-        kernel = [f for f in (_copy_file_range, _sendfile) if f is not None]
-        while left > 0 and kernel:
-            try:
-                n = kernel[0](fi, fo, left)
-            except OSError as exc:
-                if exc.errno not in _UNSUPPORTED:
-                    raise  # ENOSPC, EIO: the caller reports it
-                kernel.pop(0)  # this path cannot: the next one goes on from the same offsets
-                continue
-            if n == 0:
-                break
-            left -= n
-        if left > 0:
-            os.lseek(fi, os.lseek(fo, 0, os.SEEK_CUR), os.SEEK_SET)
-            while chunk := fin.read(1 << 20):
-                fout.write(chunk)
+    left = os.fstat(fi).st_size
+    kernel = [f for f in (_copy_file_range, _sendfile) if f is not None]
+    while left > 0 and kernel:
+        try:
+            n = kernel[0](fi, fo, left)
+        except OSError as exc:
+            if exc.errno not in _UNSUPPORTED:
+                raise  # ENOSPC, EIO: the caller reports it
+            kernel.pop(0)  # this path cannot: the next one goes on from the same offsets
+            continue
+        if n == 0:
+            break
+        left -= n
+    if left > 0:
+        os.lseek(fi, os.lseek(fo, 0, os.SEEK_CUR), os.SEEK_SET)
+        while chunk := os.read(fi, 1 << 20):
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(fo, view):]
 
 
 def _copy_file_range_impl(fi: int, fo: int, count: int) -> int:

@@ -26,8 +26,10 @@ import os
 import shutil
 import stat
 import sys
+import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -172,12 +174,39 @@ class UnpackedCache:
             yield from (d for d in self.root.iterdir() if d.name.startswith((".tmp-", ".gone-")))
 
 
+# An entry with this many files is placed by several threads: creating a file is the kernel's
+# work (0.02-0.7 ms on ext4), and it runs in parallel across directories.
+PARALLEL_FILES = 256
+PLACE_THREADS = 4
+
+
 def materialize(entry: UnpackedEntry, tree: Tree, *, how: str, component: str, archive: str) -> None:
     """Put every directory, file and link of ``entry`` into ``tree`` (claims and conflicts as usual)."""
     for d in entry.dirs:
         tree.add_dir(d, component, archive)
-    for rec in entry.records:
-        tree.add_placed(rec, entry.tree / rec.path, how, component, archive)
+    records = entry.records
+    threads = min(PLACE_THREADS, os.cpu_count() or 1, len(records) // (PARALLEL_FILES // 2) or 1)
+    if threads < 2 or len(records) < PARALLEL_FILES:
+        for rec in records:
+            tree.add_placed(rec, entry.tree / rec.path, how, component, archive)
+        return
+    failed = threading.Event()
+
+    def place_share(share: Sequence[FileRecord]) -> None:
+        try:
+            for rec in share:
+                if failed.is_set():
+                    return
+                tree.add_placed(rec, entry.tree / rec.path, how, component, archive)
+        except BaseException:
+            failed.set()  # the others stop at their next file
+            raise
+
+    # the directories exist: files and links land in any order, each claimed as usual
+    with ThreadPoolExecutor(threads, thread_name_prefix="place") as pool:
+        futures = [pool.submit(place_share, records[k::threads]) for k in range(threads)]
+    for fut in futures:
+        fut.result()  # the first failure, in submission order
 
 
 def _remove(path: Path) -> None:

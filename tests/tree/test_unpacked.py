@@ -139,3 +139,45 @@ def test_clone_falls_back_to_a_copy_and_a_full_disk_is_an_error(tmp_path: Path,
     with pytest.raises(OSError) as info:
         place(src, tmp_path / "c", "copy", 0o644)
     assert info.value.errno == errno.ENOSPC
+
+
+def test_a_big_entry_is_placed_by_several_threads_and_a_conflict_still_stops_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+    import threading
+
+    from cudaredist.tree import unpacked
+
+    monkeypatch.setattr(unpacked, "PARALLEL_FILES", 8)
+    monkeypatch.setattr(unpacked.os, "cpu_count", lambda: 4)
+    members: dict[str, object] = {f"{TOP}/include/d{i % 5}/h{i}.h": f"// {i}\n".encode() for i in range(60)}
+    members[f"{TOP}/lib/liby.so.1"] = Link("liby.so.1.0")
+    members[f"{TOP}/lib/liby.so.1.0"] = b"\x7fELF" + b"y" * 100
+    path = make_tar_xz(tmp_path / f"{TOP}.tar.xz", members)
+    item = _item(path)
+    entry = UnpackedCache(tmp_path / "cache").build(item, "linux-x86_64", _fill(path, item))
+    placers: set[str] = set()
+    real = Tree.add_placed
+
+    def spy(self: Tree, *args: object, **kwargs: object) -> None:
+        placers.add(threading.current_thread().name)
+        real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Tree, "add_placed", spy)
+    (tmp_path / "stage").mkdir()
+    tree = Tree(tmp_path / "stage")
+    materialize(entry, tree, how="copy", component="comp", archive=path.name)
+    recs = {r.path: r for r in tree.finish()}
+    # every file and link, with the entry's record
+    assert recs == {r.path: dataclasses.replace(r, component="comp") for r in entry.records}
+    assert (tmp_path / "stage/include/d3/h13.h").read_bytes() == b"// 13\n"
+    assert os.readlink(tmp_path / "stage/lib/liby.so.1") == "liby.so.1.0"
+    assert len(placers) > 1 and all(n.startswith("place") for n in placers)
+
+    # a second entry whose one file differs: the conflict is raised, not lost in a thread
+    members[f"{TOP}/include/d3/h13.h"] = b"// other\n"
+    other = make_tar_xz(tmp_path / "other" / f"{TOP}.tar.xz", members)
+    item2 = _item(other, "comp2")
+    entry2 = UnpackedCache(tmp_path / "cache2").build(item2, "linux-x86_64", _fill(other, item2))
+    with pytest.raises(ConflictError, match="h13.h"):
+        materialize(entry2, tree, how="copy", component="comp2", archive=other.name)
