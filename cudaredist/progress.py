@@ -83,12 +83,38 @@ class TqdmBar(PlainLines):
     def __init__(self, stream: TextIO | None = None, *, verbose: bool = False) -> None:
         super().__init__(stream, verbose=verbose)
         self._bar: Any = None
+        self._archives = self._fetched = self._extracted = 0
 
     def start(self, total_bytes: int, archives: int) -> None:
         from tqdm import tqdm
 
+        self._archives, self._fetched, self._extracted = archives, 0, 0
         self._bar = tqdm(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1000,
-                         desc=f"{archives} archives", file=self.stream, dynamic_ncols=True, leave=False)
+                         desc=self._phase(), file=self.stream, dynamic_ncols=True, leave=False)
+
+    def _phase(self) -> str:
+        """The bar counts bytes fetched; once they are all in, it says that extraction goes on
+        (a bar at 100% for seconds looks like a hang)."""
+        if self._fetched < self._archives:
+            return f"fetched {self._fetched}/{self._archives} archives"
+        return f"extracting: {self._extracted}/{self._archives} done"
+
+    def _describe(self) -> None:
+        if self._bar is not None:
+            with self._lock:
+                self._bar.set_description_str(self._phase(), refresh=True)
+
+    def archive_done(self, name: str, size: int, *, cached: bool) -> None:
+        super().archive_done(name, size, cached=cached)
+        with self._lock:
+            self._fetched += 1
+        self._describe()
+
+    def extracted(self, name: str) -> None:
+        super().extracted(name)
+        with self._lock:
+            self._extracted += 1
+        self._describe()
 
     def advance(self, nbytes: int) -> None:
         if self._bar is not None:
