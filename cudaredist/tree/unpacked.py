@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cudaredist.localfs import is_case_insensitive
+from cudaredist.localfs import disk_error, is_case_insensitive
 from cudaredist.plan import PlannedArchive
 from cudaredist.tree.staging import FileRecord, Tree
 
@@ -120,35 +120,40 @@ class UnpackedCache:
         :class:`Tree`; the result is renamed into place once complete. Idempotent across
         processes: the first complete entry wins, a later one is discarded."""
         key = entry_key(item, platform)
-        self.root.mkdir(parents=True, exist_ok=True)
         tmp = self.root / f".tmp-{key[:16]}-{uuid.uuid4().hex[:8]}"
-        (tmp / "tree").mkdir(parents=True)
         try:
-            tree = Tree(tmp / "tree", case_insensitive=platform.startswith("windows")
-                        or is_case_insensitive(tmp / "tree"), cache_root=self.root.parent)
-            fill(tree)
-            records = tree.finish()
-            dirs = sorted(str(p.relative_to(tmp / "tree").as_posix())
-                          for p in (tmp / "tree").rglob("*") if p.is_dir() and not p.is_symlink())
-            stamps = {r.path: _stamp(os.stat(tmp / "tree" / r.path)) for r in records if not r.link}
-            body = {"version": UNPACKED_VERSION, "key": key, "archive_sha256": item.archive.sha256,
-                    "name": item.archive.filename, "component": item.component, "layout": item.layout,
-                    "platform": platform, "size": sum(r.size for r in records),
-                    "files": [{"path": r.path, "size": r.size, "sha256": r.sha256, "mode": r.mode,
-                               **({"link": r.link} if r.link else {})} for r in records],
-                    "dirs": dirs, "stamps": stamps}
-            (tmp / RECORD).write_text(json.dumps(body), "utf-8")
-            try:
-                os.rename(tmp, self._dir(key))
-            except OSError:
-                if self._read(key) is None:  # not a finished entry in the way: a real failure
-                    raise
+            self._build(item, platform, fill, key, tmp)
+        except OSError as exc:  # the entry's own files (the tree's writes are translated already)
+            raise disk_error(exc, path=exc.filename or tmp, where=self.root.parent, cache=True,
+                             cached="unpacked copy") from exc
         finally:
             if tmp.exists():
                 _remove(tmp)
         entry = self._read(key)
         assert entry is not None
         return entry
+
+    def _build(self, item: PlannedArchive, platform: str, fill: Any, key: str, tmp: Path) -> None:
+        (tmp / "tree").mkdir(parents=True)
+        tree = Tree(tmp / "tree", case_insensitive=platform.startswith("windows")
+                    or is_case_insensitive(tmp / "tree"), cache_root=self.root.parent)
+        fill(tree)
+        records = tree.finish()
+        dirs = sorted(str(p.relative_to(tmp / "tree").as_posix())
+                      for p in (tmp / "tree").rglob("*") if p.is_dir() and not p.is_symlink())
+        stamps = {r.path: _stamp(os.stat(tmp / "tree" / r.path)) for r in records if not r.link}
+        body = {"version": UNPACKED_VERSION, "key": key, "archive_sha256": item.archive.sha256,
+                "name": item.archive.filename, "component": item.component, "layout": item.layout,
+                "platform": platform, "size": sum(r.size for r in records),
+                "files": [{"path": r.path, "size": r.size, "sha256": r.sha256, "mode": r.mode,
+                           **({"link": r.link} if r.link else {})} for r in records],
+                "dirs": dirs, "stamps": stamps}
+        (tmp / RECORD).write_text(json.dumps(body), "utf-8")
+        try:
+            os.rename(tmp, self._dir(key))
+        except OSError:
+            if self._read(key) is None:  # not a finished entry in the way: a real failure
+                raise
 
     def evict(self, key: str) -> None:
         d = self._dir(key)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cudaredist.errors import ConflictError, UsageError
+from cudaredist.errors import ConflictError, LocalDiskError, UsageError
 from cudaredist.plan import Archive, PlannedArchive
 from cudaredist.tree import links
 from cudaredist.tree.extract import extract, redist_mapper
@@ -88,7 +88,7 @@ def test_a_half_built_entry_is_not_an_entry(tmp_path: Path, archive: Path) -> No
         _fill(archive, item)(tree)
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    with pytest.raises(OSError):
+    with pytest.raises(LocalDiskError, match="no space left on the device holding .*--cache-dir"):
         cache.build(item, "linux-x86_64", broken)
     assert cache.lookup(item, "linux-x86_64") is None
     assert list(cache.leftovers()) == [] and cache.entries() == []
@@ -181,3 +181,22 @@ def test_a_big_entry_is_placed_by_several_threads_and_a_conflict_still_stops_it(
     entry2 = UnpackedCache(tmp_path / "cache2").build(item2, "linux-x86_64", _fill(other, item2))
     with pytest.raises(ConflictError, match="h13.h"):
         materialize(entry2, tree, how="copy", component="comp2", archive=other.name)
+
+
+def test_a_full_disk_writing_the_entry_record_is_a_local_error(tmp_path: Path, archive: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The entry's own files (its files.json), not only the tree's: the cache's disk, named."""
+    cache = UnpackedCache(tmp_path / "cache")
+    item = _item(archive)
+    real = Path.write_text
+
+    def write_text(self: Path, data: str, *args: object, **kw: object) -> int:
+        if self.name == "files.json":
+            raise OSError(errno.ENOSPC, "No space left on device", str(self))
+        return real(self, data, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "write_text", write_text)
+    with pytest.raises(LocalDiskError) as info:
+        cache.build(item, "linux-x86_64", _fill(archive, item))
+    assert info.value.where == str(tmp_path / "cache") and "--cache-dir" in str(info.value)
+    assert cache.entries() == [] and list(cache.leftovers()) == []
