@@ -17,7 +17,7 @@ from typing import Any
 import filelock
 import pytest
 
-from cudaredist.errors import BusyError, IntegrityError, PrefixError, UnsafeArchiveError
+from cudaredist.errors import BusyError, IntegrityError, LocalDiskError, PrefixError, UnsafeArchiveError
 from cudaredist.fetch.cache import Cache
 from cudaredist.fetch.transport import Transport
 from cudaredist.install import Installer, InstallResult
@@ -147,7 +147,7 @@ def test_failure_while_extracting_removes_the_staging_tree(mirror: Path, transpo
         real_extract(path, tree, **kw)
 
     monkeypatch.setattr(inst, "extract", extract)
-    with pytest.raises(OSError, match="No space"):
+    with pytest.raises(LocalDiskError, match="no space left on the device holding"):
         install(transport, cache, mirror, "13.0", prefix)
     assert_intact(prefix, before, cache)
 
