@@ -138,7 +138,7 @@ def install(
     set_verbose(verbose)
     with errors():
         from cudaredist.managed import install_dir as managed_dir
-        from cudaredist.managed import satisfied_toolkit, toolkit_name, update_train_links
+        from cudaredist.managed import satisfied_toolkit, update_train_links
         from cudaredist.record import canonical_prefix, satisfying_record
         from cudaredist.sources import check_source
 
@@ -200,7 +200,7 @@ def install(
                 if len(plans) > 1:
                     installer.prefetch(plans)
                 for plan in plans:
-                    target = fixed or root / toolkit_name(plan.release, plan.platform)  # type: ignore[operator]
+                    target = fixed if fixed is not None else managed_target(root, plan)
                     if not quiet and not as_json:
                         typer.echo(f"CUDA {plan.release} for {plan.platform} ({plan.profile}: "
                                    f"{', '.join(plan.components)}) -> {target}", err=True)
@@ -218,6 +218,13 @@ def install(
             emit_json(done[0] if root is None else
                       {"install_dir": str(root), "toolkits": done, "links": dict(links)})
 
+
+
+def managed_target(root: Path | None, plan: Any) -> Path:
+    from cudaredist.managed import toolkit_name
+
+    assert root is not None  # no --prefix: the install dir
+    return root / toolkit_name(plan.release, plan.platform)
 
 
 def _result_row(result: Any, plan: Any) -> dict[str, Any]:

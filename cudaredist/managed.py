@@ -103,17 +103,24 @@ def find(root: Path, train: str, platform: str | None = None) -> list[Toolkit]:
             if matches(train, t.release) and (platform is None or t.platform == platform)]
 
 
+def best(root: Path, train: str, platform: str | None = None) -> Toolkit | None:
+    """The newest installed toolkit of ``train``: of ``platform``, or when none is given of this
+    host's platform first, then of any."""
+    hits = find(root, train, platform or host()) or (find(root, train) if platform is None else [])
+    return hits[0] if hits else None
+
+
 def find_one(root: Path, train: str, platform: str | None) -> Toolkit:
     """The best installed match (this host's platform first when none is given), or a
     :class:`ResolveError` that says how to install one."""
-    hits = find(root, train, platform or host()) or (find(root, train) if platform is None else [])
-    if not hits:
+    best_match = best(root, train, platform)
+    if best_match is None:
         on = f" for {platform}" if platform else ""
         raise ResolveError(
             f"no managed CUDA {train} toolkit{on} is installed in {root}; install one with "
             f"`cudaredist install {train}`" + (f" --platform {platform}" if platform else ""),
             requested=train, where=str(root))
-    return hits[0]
+    return best_match
 
 
 def _point(link: Path, target_name: str) -> None:

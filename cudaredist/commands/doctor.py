@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -27,7 +28,7 @@ def doctor(
     with errors():
         from cudaredist import doctor as doc
         from cudaredist.doctor.checks import ORDER
-        from cudaredist.managed import find, host
+        from cudaredist.managed import best
         from cudaredist.managed import install_dir as managed_dir
         from cudaredist.record import canonical_prefix
 
@@ -35,9 +36,9 @@ def doctor(
             fail("give either TRAIN or --prefix, not both", 2)
         root = managed_dir(install_dir)
 
-        def managed(t: str):  # type: ignore[no-untyped-def]
-            hits = find(root, t, platform or host()) or (find(root, t) if platform is None else [])
-            return hits[0].path if hits else None
+        def managed(t: str) -> Path | None:
+            found = best(root, t, platform)
+            return found.path if found is not None else None
 
         report = doc.run(canonical_prefix(prefix) if prefix is not None else None, train=train,
                          find=managed)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from typing import Annotated
 
@@ -94,8 +95,6 @@ def run_cmd(
             fail("give the command to run after --, e.g. cudaredist run 13.4 -- nvcc --version", 2)
         program = command[0]
         # a bare name is looked up on the toolkit's PATH first (nvcc is the toolkit's, not the host's)
-        import shutil
-
         resolved = shutil.which(program, path=env.get("PATH")) if os.sep not in program else program
         if resolved is None:
             fail(f"{program}: command not found (with {toolkit.path} on PATH)", 127)

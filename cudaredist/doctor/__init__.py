@@ -39,11 +39,10 @@ from cudaredist.doctor.toolkit import _host_is_windows, check_environment, check
 # -- the whole run ------------------------------------------------------------------------------
 def find_toolkit(train: str) -> Path | None:
     """The newest managed toolkit of ``train`` (this host's platform first), or None."""
-    from cudaredist.managed import find, host, install_dir
+    from cudaredist.managed import best, install_dir
 
-    root = install_dir()
-    hits = find(root, train, host()) or find(root, train)
-    return hits[0].path if hits else None
+    found = best(install_dir(), train)
+    return found.path if found is not None else None
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,7 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
 import stat
-import sys
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
@@ -34,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cudaredist import fsops
 from cudaredist.localfs import disk_error, is_case_insensitive
 from cudaredist.plan import PlannedArchive
 from cudaredist.tree.staging import FileRecord, Tree
@@ -128,7 +127,7 @@ class UnpackedCache:
                              cached="unpacked copy") from exc
         finally:
             if tmp.exists():
-                _remove(tmp)
+                fsops.rmtree(tmp)
         entry = self._read(key)
         assert entry is not None
         return entry
@@ -161,7 +160,7 @@ class UnpackedCache:
             gone = self.root / f".gone-{key[:16]}-{uuid.uuid4().hex[:8]}"
             with contextlib.suppress(OSError):
                 os.rename(d, gone)  # atomically not an entry any more, then removed at leisure
-                _remove(gone)
+                fsops.rmtree(gone)
 
     def entries(self) -> list[UnpackedEntry]:
         found = []
@@ -212,15 +211,3 @@ def materialize(entry: UnpackedEntry, tree: Tree, *, how: str, component: str, a
         futures = [pool.submit(place_share, records[k::threads]) for k in range(threads)]
     for fut in futures:
         fut.result()  # the first failure, in submission order
-
-
-def _remove(path: Path) -> None:
-    def writable(func: Any, p: str, _exc: Any) -> None:
-        with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(p), stat.S_IRWXU)
-            func(p)
-
-    if sys.version_info >= (3, 12):
-        shutil.rmtree(path, onexc=writable)
-    else:
-        shutil.rmtree(path, onerror=writable)
