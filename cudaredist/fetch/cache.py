@@ -295,8 +295,10 @@ class Cache:
         meta = {"url": url, "name": name, "size": temp.stat().st_size, "sha256": sha256}
         meta_tmp = temp.with_suffix(".meta")
         meta_tmp.write_text(json.dumps(meta))
-        fsops.replace(temp, final)
+        # the sidecar first: a kill between the two renames leaves a .json without its archive
+        # (maintenance drops those), never a stray file in tmp/ beside a committed archive
         fsops.replace(meta_tmp, final.with_suffix(".json"))
+        fsops.replace(temp, final)
         return final
 
     def entries(self) -> list[CacheEntry]:

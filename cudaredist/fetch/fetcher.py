@@ -99,6 +99,8 @@ class Fetcher:
                 return hit, True
             self.cache.drop_partials(sha[:16])  # what an older cudaredist left for this entry
             part = self.cache.partial(sha)
+            with contextlib.suppress(FileNotFoundError):
+                part.with_suffix(".meta").unlink()  # a commit a killed run did not finish
             try:
                 offset = self._resumable(part, size)
                 if follow is not None:
