@@ -145,10 +145,20 @@ def next_step(code: int | None, path: str, option: str = "") -> str:
     return f"check {path} and its file system; --verbose shows where it happened"
 
 
+def directory_as_file(exc: OSError, path: Path | str | None = None) -> OSError:
+    """``exc`` as POSIX reports opening a directory as a file (EISDIR, "Is a directory"): Windows
+    says "Permission denied" (EACCES), which would send the user to fix permissions that are fine."""
+    where = str(path if path is not None else exc.filename or "")
+    if os.name == "nt" and exc.errno == _errno.EACCES and where and os.path.isdir(where):
+        return IsADirectoryError(_errno.EISDIR, os.strerror(_errno.EISDIR), where)
+    return exc
+
+
 def local_error(exc: OSError, *, doing: str, path: Path | str | None = None, option: str = "",
                 cls: type[LocalDiskError] = LocalDiskError) -> LocalDiskError:
     """``exc`` as one paragraph: "cannot <doing> <path>: <strerror>; <next step>"."""
     where = str(path if path is not None else exc.filename or "")
+    exc = directory_as_file(exc, where)
     reason = exc.strerror or (os.strerror(exc.errno) if exc.errno else str(exc) or type(exc).__name__)
     if exc.errno == _errno.EEXIST and where and os.path.lexists(where) and not os.path.isdir(where):
         reason = "it is a file, not a directory"  # mkdir(parents=True) says only "File exists"

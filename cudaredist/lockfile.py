@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from cudaredist.errors import LockFileError, ManifestError
+from cudaredist.localfs import directory_as_file
 from cudaredist.plan import Plan, join_url, plan_from_json, version_key
 from cudaredist.sources.nvidia.manifest import check_relative_path
 
@@ -126,7 +127,10 @@ def read_lock(path: Path) -> Lock:
     except FileNotFoundError:
         raise LockFileError(f"the lock file {where} does not exist; create it with "
                             "`cudaredist lock TRAIN -o FILE`", path=where) from None
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        raise LockFileError(f"the lock file {where} is not readable JSON: {directory_as_file(exc, where)}",
+                            path=where) from exc
+    except ValueError as exc:
         raise LockFileError(f"the lock file {where} is not readable JSON: {exc}", path=where) from exc
     if not isinstance(obj, dict) or obj.get("lock_version") != LOCK_VERSION:
         version = obj.get("lock_version") if isinstance(obj, dict) else None

@@ -17,6 +17,8 @@ import pytest
 
 
 def unavailable(why: str) -> None:
+    if os.name == "nt":
+        pytest.skip(f"POSIX: {why} (mounts are a Linux feature; CI or not)")
     if os.environ.get("CI") == "true":
         pytest.fail(f"{why} (under CI this must work: .ci/run installs what it needs)")
     pytest.skip(why)
@@ -31,6 +33,8 @@ def tmpfs(mountpoint: Path, size: str, *, read_only: bool = False) -> Iterator[P
     """A tmpfs of ``size`` (e.g. "2m") at ``mountpoint``: a disk that really fills up."""
     mountpoint.mkdir(parents=True, exist_ok=True)
     opts = f"size={size},mode=0755" + (",ro" if read_only else "")
+    if os.name == "nt":
+        unavailable("a tmpfs mount")
     if os.geteuid() != 0 or shutil.which("mount") is None:
         unavailable("mounting a tmpfs needs root and mount(8)")
     r = _run("mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(mountpoint))
@@ -47,6 +51,8 @@ def exfat(mountpoint: Path, image: Path, size_mb: int = 64) -> Iterator[Path]:
     """A real case-insensitive filesystem (exFAT through FUSE on a loop device)."""
     tools = ("mkfs.exfat", "mount.exfat-fuse", "losetup")
     missing = [t for t in tools if shutil.which(t) is None]
+    if os.name == "nt":
+        unavailable("an exFAT mount through FUSE")
     if os.geteuid() != 0 or missing or not os.path.exists("/dev/fuse"):
         unavailable(f"exFAT needs root, /dev/fuse and {', '.join(tools)} (missing: {missing})")
     with open(image, "wb") as fh:

@@ -23,6 +23,7 @@ from typer.testing import CliRunner, Result
 
 from cudaredist.cli import app
 from tests.archives import Exe, MirrorArchive, build_mirror
+from tests.hosts import WINDOWS, skip_on_windows
 
 Serve = Callable[[Path], str]
 
@@ -183,6 +184,7 @@ _UNPRIVILEGED = ["setpriv", "--inh-caps=-dac_override,-dac_read_search,-fowner",
 
 
 def _unprivileged_prefix() -> list[str]:
+    skip_on_windows("file modes that deny access (setpriv drops root's power over them)")
     if os.geteuid() != 0:
         return []  # file modes already apply
     if shutil.which("setpriv") is None:
@@ -241,9 +243,10 @@ def _old_cache(rel: str, mode: int | None = None) -> Callable[[Path], None]:
 
 
 def _installed(rel: str) -> Callable[[Path], None]:
-    """A prefix with a minimal install record (what `env` reads)."""
+    """A prefix with a minimal install record (what `env` reads), of a tree this host runs."""
     def make(tmp: Path) -> None:
-        rec = {"schema": 1, "plan": {"release": "13.0.1", "platform": "linux-x86_64"}, "files": []}
+        platform = "windows-x86_64" if WINDOWS else "linux-x86_64"
+        rec = {"schema": 1, "plan": {"release": "13.0.1", "platform": platform}, "files": []}
         (tmp / rel / ".cudaredist").mkdir(parents=True)
         (tmp / rel / ".cudaredist" / "record.json").write_text(json.dumps(rec))
     return make
@@ -301,6 +304,7 @@ def _readonly_fs(under: str) -> Callable[[pytest.MonkeyPatch, Path], None]:
 
 def _disk_full(mp: pytest.MonkeyPatch, tmp: Path) -> None:
     """Downloads land on /dev/full: the kernel's own ENOSPC on the first write."""
+    skip_on_windows("/dev/full (the kernel's own ENOSPC) through a symlink")
     from cudaredist.fetch.cache import Cache
     from cudaredist.fetch.fetcher import Fetcher
 
@@ -454,6 +458,12 @@ def _closed_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _native(text: str, fill: dict[str, str]) -> str:
+    """``text`` filled in; on Windows a path under {tmp} spelled as the OS (and so the CLI) spells it."""
+    out = text.format(**fill)
+    return out.replace("/", os.sep) if WINDOWS and "{tmp}" in text else out
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_one_paragraph_and_an_exit_code(case: Case, base: str, mirror: Path, redirect_loop: str,
                                         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -462,7 +472,7 @@ def test_one_paragraph_and_an_exit_code(case: Case, base: str, mirror: Path, red
     fill = {"base": base, "mirror": str(mirror), "tmp": str(work), "loop": redirect_loop,
             "closed": str(_closed_port())}
     argv = [a.format(**fill) for a in case.argv]
-    env = {k: v.format(**fill) for k, v in case.env}
+    env = {k: _native(v, fill) for k, v in case.env}
     if case.prepare is not None:
         case.prepare(work)
     try:
@@ -490,7 +500,7 @@ def test_one_paragraph_and_an_exit_code(case: Case, base: str, mirror: Path, red
     assert (code, err.count("\n")) == (case.code, 1), err
     assert err.startswith("error: ") and err.endswith("\n"), err
     for word in case.words:
-        assert word.format(**fill) in err, err
+        assert _native(word, fill) in err, err
 
 
 def test_reinstall_replace_foreign_and_the_deprecated_force(mirror: Path, tmp_path: Path) -> None:

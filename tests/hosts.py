@@ -1,0 +1,67 @@
+"""What the host running the tests can do, for the tests that depend on it.
+
+The suite also runs under the official Windows CPython (under Wine in CI: see
+../shared/tools/wine-python.sh, whose header lists Wine's limits). A test that needs a POSIX
+feature skips there with ``posix_only``; one that needs what Windows has but Wine lacks skips
+only under Wine with ``wine_limit``. Both say why.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+WINDOWS = os.name == "nt"
+UNDER_WINE = WINDOWS and os.environ.get("UNDER_WINE") == "1"
+
+
+def posix_only(why: str) -> pytest.MarkDecorator:
+    return pytest.mark.skipif(WINDOWS, reason=f"POSIX: {why}")
+
+
+def wine_limit(why: str) -> pytest.MarkDecorator:
+    return pytest.mark.skipif(UNDER_WINE, reason=f"Wine: {why}")
+
+
+def skip_on_windows(why: str) -> None:
+    """Skip the running test on Windows (a POSIX feature it cannot do without)."""
+    if WINDOWS:
+        pytest.skip(f"POSIX: {why}")
+
+
+@functools.cache
+def symlinks_work() -> bool:
+    """Whether this host makes symlinks: POSIX does; Windows needs the right (developer mode or
+    an elevated shell), and Wine's os.symlink "succeeds" and makes nothing."""
+    if not WINDOWS:
+        return True
+    with tempfile.TemporaryDirectory() as d:
+        try:
+            os.symlink("target", os.path.join(d, "link"))
+        except OSError:
+            return False
+        return os.path.islink(os.path.join(d, "link"))
+
+
+def assert_link(path: Path, target: str) -> None:
+    """``path`` is a symlink to ``target``, or on a host that cannot make symlinks what the tree
+    makes instead: a copy of what ``target`` names (a file's bytes, a directory's entries)."""
+    if symlinks_work():
+        assert os.readlink(path) == target, path
+        return
+    assert not os.path.islink(path), path
+    real = path.parent / target
+    if real.is_dir():
+        assert path.is_dir() and sorted(p.name for p in path.iterdir()) == sorted(
+            p.name for p in real.iterdir()), path
+    else:
+        assert path.is_file() and path.read_bytes() == real.read_bytes(), path
+
+
+def has_exec_bit(path: Path) -> bool:
+    """The owner's exec bit on POSIX. Windows has none (a program is one by its name)."""
+    return bool(path.stat().st_mode & 0o100)
