@@ -64,6 +64,14 @@ def make_tar_xz(dest: Path, members: Members) -> Path:
     return dest
 
 
+def zip_info(name: str, **kw: object) -> zipfile.ZipInfo:
+    """A ZipInfo named exactly ``name``: on Windows zipfile turns backslashes into "/" on the way in
+    (a hostile archive's backslashes would be gone before the test starts)."""
+    zi = zipfile.ZipInfo(name, **kw)  # type: ignore[arg-type]
+    zi.filename = name
+    return zi
+
+
 def make_zip(dest: Path, members: Members) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as zf:
@@ -78,7 +86,12 @@ def make_zip(dest: Path, members: Members) -> Path:
             else:
                 data = spec.data if isinstance(spec, Exe) else spec
                 assert isinstance(data, bytes)
-                zf.writestr(name, data)
+                if "\\" in name:  # as writestr(name, ...) makes it, with the name kept as it is
+                    zi = zip_info(name, date_time=(2026, 1, 1, 0, 0, 0))
+                    zi.compress_type, zi.external_attr = zipfile.ZIP_DEFLATED, 0o600 << 16
+                    zf.writestr(zi, data)
+                else:
+                    zf.writestr(name, data)
     return dest
 
 

@@ -233,22 +233,24 @@ def _extract_zip(path: Path, tree: Tree, *, component: str, archive: str, mapper
         infos = zf.infolist()
         seen: set[str] = set()
         for info in infos:
-            clean = clean_member(info.filename, archive=archive, zip_entry=True)
+            # the name as the archive spells it: on Windows zipfile turns backslashes into "/" in
+            # .filename, which would let a Windows host accept what every other host refuses
+            clean = clean_member(info.orig_filename, archive=archive, zip_entry=True)
             key = clean.lower()  # Windows file systems do not tell case apart
             if key in seen:
-                raise UnsafeArchiveError(f"{archive}: entry {info.filename!r} appears twice; refused",
-                                         archive=archive, member=info.filename)
+                raise UnsafeArchiveError(f"{archive}: entry {info.orig_filename!r} appears twice; refused",
+                                         archive=archive, member=info.orig_filename)
             seen.add(key)
         try:
             for info in infos:
-                clean = clean_member(info.filename, archive=archive, zip_entry=True)
+                clean = clean_member(info.orig_filename, archive=archive, zip_entry=True)
                 if not clean:
                     continue
                 rel = mapper(clean)
                 if rel is None:
                     continue
                 mode = zip_entry_mode(info.create_system, info.external_attr, archive=archive,
-                                      member=info.filename)
+                                      member=info.orig_filename)
                 if info.is_dir():
                     tree.add_dir(rel, component, archive)
                     continue

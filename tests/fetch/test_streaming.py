@@ -20,6 +20,7 @@ from cudaredist.install import Installer
 from cudaredist.plan import Archive, Plan, PlannedArchive
 from tests.archives import Dir, make_tar_xz
 from tests.faultserver import FaultServer
+from tests.hosts import posix_streaming
 
 SIZE = 400_000
 BLOB = "/blob.bin"
@@ -107,6 +108,7 @@ def test_reader_is_told_when_the_download_fails(tmp_path: Path) -> None:
     assert len(errors) == 1 and "404" in str(errors[0])
 
 
+@posix_streaming
 def test_install_extracts_while_the_archive_downloads(tmp_path: Path) -> None:
     """The transfer stalls half way; members from the first half are already extracted (into the
     unpacked cache, from which the staging tree is filled once the archive verified)."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import stat
 import tarfile
 import warnings
 import zipfile
@@ -17,6 +16,7 @@ from cudaredist.errors import ConflictError, UnsafeArchiveError
 from cudaredist.tree.extract import extract, redist_mapper
 from cudaredist.tree.staging import Tree
 from tests.archives import Dir, Exe, Link, Members, Special, make_tar_xz, make_zip
+from tests.hosts import assert_link, assert_mode
 
 TOP = "comp-linux-x86_64-1.0-archive"
 
@@ -61,11 +61,11 @@ def test_symlink_chain_exec_bits_and_records(tmp_path: Path, tree: Tree) -> None
     _extract(path, tree)
     records = {r.path: r for r in tree.finish()}
     root = tree.root
-    assert os.readlink(root / "lib/libcudart.so") == "libcudart.so.13"
-    assert os.readlink(root / "lib/libcudart.so.13") == "libcudart.so.13.0.96"
+    assert_link(root / "lib/libcudart.so", "libcudart.so.13")
+    assert_link(root / "lib/libcudart.so.13", "libcudart.so.13.0.96")
     assert (root / "lib/libcudart.so").read_bytes() == so  # the chain resolves
-    assert stat.S_IMODE((root / "bin/nvcc").stat().st_mode) == 0o755
-    assert stat.S_IMODE((root / "lib/libcudart.so.13.0.96").stat().st_mode) == 0o644
+    assert_mode(root / "bin/nvcc", 0o755)
+    assert_mode(root / "lib/libcudart.so.13.0.96", 0o644)
     assert (root / "licenses/comp/LICENSE").read_bytes() == b"eula"
     assert not (root / "LICENSE").exists()
     assert set(records) == {"bin/nvcc", "lib/libcudart.so.13.0.96", "lib/libcudart.so.13",
@@ -88,8 +88,7 @@ def test_symlink_chain_exec_bits_and_records(tmp_path: Path, tree: Tree) -> None
 ])
 def test_modes_are_normalised(tmp_path: Path, tree: Tree, mode: int, expected: int) -> None:
     _extract(_tar(tmp_path, {f"{TOP}/bin/tool": Exe(b"x", mode)}), tree)
-    st_mode = (tree.root / "bin/tool").stat().st_mode
-    assert stat.S_IMODE(st_mode) == expected
+    assert_mode(tree.root / "bin/tool", expected)
     assert {r.mode for r in tree.finish()} == {expected}
 
 
@@ -101,7 +100,7 @@ def test_hardlink_inside_archive_becomes_a_copy(tmp_path: Path, tree: Tree) -> N
     assert not b.is_symlink()
     assert a.stat().st_ino != b.stat().st_ino
     assert b.stat().st_nlink == 1
-    assert stat.S_IMODE(b.stat().st_mode) == 0o755
+    assert_mode(b, 0o755)
     records = {r.path: r for r in tree.finish()}
     assert records["bin/b"].sha256 == records["bin/a"].sha256 == hashlib.sha256(b"same bytes").hexdigest()
 
@@ -197,7 +196,7 @@ def test_zip_extracts_files_and_dirs(tmp_path: Path, tree: Tree) -> None:
     assert (tree.root / "bin/x64/cudart64_13.dll").read_bytes() == b"MZ"
     assert (tree.root / "lib/x64").is_dir()
     assert (tree.root / "licenses/comp/LICENSE").read_bytes() == b"eula"
-    assert stat.S_IMODE((tree.root / "bin/x64/cudart64_13.dll").stat().st_mode) == 0o644
+    assert_mode(tree.root / "bin/x64/cudart64_13.dll", 0o644)
     assert [r.path for r in tree.finish()] == ["bin/x64/cudart64_13.dll", "licenses/comp/LICENSE"]
 
 

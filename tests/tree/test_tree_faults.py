@@ -20,6 +20,7 @@ from cudaredist.tree import staging as staging_mod
 from cudaredist.tree.extract import extract, redist_mapper
 from cudaredist.tree.staging import Tree, WriterFailed
 from tests.archives import Dir, Link, Members, make_tar_xz, make_zip
+from tests.hosts import WINDOWS, needs_symlinks, skip_on_windows
 from tests.mounts import exfat
 
 TOP = "comp-linux-x86_64-1.0-archive"
@@ -102,13 +103,14 @@ def test_waiter_wakes_when_the_writer_fails_mid_file(root: Path) -> None:
 
 
 # -- 2. the disk refuses a write: injected at the tree's one write call ---------------------------------
-def _failing_write(errno_: int, under: Path, after: int = 0) -> Any:
+def _failing_write(errno_: int, under: Path, mp: pytest.MonkeyPatch, after: int = 0) -> Any:
     """os.write that fails with ``errno_`` for files under ``under`` once ``after`` bytes went in."""
     real = os.write
     done = [0]
+    opened = _opened_under(under, mp)
 
     def write(fd: int, data: Any) -> int:
-        if os.readlink(f"/proc/self/fd/{fd}").startswith(str(under)):
+        if opened(fd):
             if done[0] >= after:
                 raise OSError(errno_, os.strerror(errno_))
             n = real(fd, data)
@@ -117,6 +119,29 @@ def _failing_write(errno_: int, under: Path, after: int = 0) -> Any:
         return real(fd, data)
 
     return write
+
+
+def _opened_under(under: Path, mp: pytest.MonkeyPatch) -> Any:
+    """fd -> whether it is open on a file under ``under``: /proc names it on Linux; elsewhere the
+    tree's os.open calls are watched (Windows has no /proc)."""
+    if not WINDOWS:
+        return lambda fd: os.readlink(f"/proc/self/fd/{fd}").startswith(str(under))
+    real_open, real_close = os.open, os.close
+    fds: set[int] = set()
+
+    def open_(path: Any, flags: int, mode: int = 0o777, **kw: Any) -> int:
+        fd = real_open(path, flags, mode, **kw)
+        if str(path).startswith(str(under)):
+            fds.add(fd)
+        return fd
+
+    def close(fd: int) -> None:
+        fds.discard(fd)
+        real_close(fd)
+
+    mp.setattr(staging_mod.os, "open", open_)
+    mp.setattr(staging_mod.os, "close", close)
+    return fds.__contains__
 
 
 @pytest.mark.parametrize(("code", "says"), [
@@ -138,7 +163,7 @@ def test_write_error_is_a_local_disk_error(tmp_path: Path, root: Path, monkeypat
         path = make_zip(tmp_path / "in" / f"{ztop}.zip",
                         {f"{ztop}/lib/a.dll": b"small", f"{ztop}/lib/big.dll": big})
     tree = Tree(root, dest=tmp_path / "stage" / "cuda")
-    monkeypatch.setattr(staging_mod.os, "write", _failing_write(code, root, after=(1 << 20) + 5))
+    monkeypatch.setattr(staging_mod.os, "write", _failing_write(code, root, monkeypatch, after=(1 << 20) + 5))
     with pytest.raises(LocalDiskError) as info:
         _extract(path, tree)
     err = info.value
@@ -185,6 +210,8 @@ def test_disk_errors_creating_directories_and_links(tmp_path: Path, root: Path,
     with pytest.raises(LocalDiskError, match="permission denied") as info:
         _extract(_tar(tmp_path, {"include/a.h": b"a"}), Tree(root))
     assert info.value.errno == errno.EACCES
+
+    skip_on_windows("a failed symlink() is a disk error (a Windows host copies the target instead)")
 
     def symlink(*_: Any, **__: Any) -> None:
         raise OSError(errno.ENOSYS, "Function not implemented")
@@ -240,6 +267,8 @@ def test_case_only_differences_collide(tmp_path: Path, root: Path, a: Members, b
         assert "case-insensitive" in str(info.value)
         assert (info.value.first, info.value.second) == ("comp_a", "comp_b")
     # the same archives side by side are fine where case matters
+    if is_case_insensitive(tmp_path):
+        skip_on_windows("a case-sensitive filesystem for the side-by-side half (the rest passed)")
     plain = tmp_path / "plain"
     plain.mkdir()
     case_sensitive = Tree(plain)
@@ -273,6 +302,7 @@ def test_case_variants_of_a_directory_are_one_directory(tmp_path: Path, root: Pa
     assert (root / "include/b.h").read_bytes() == b"b"
 
 
+@needs_symlinks
 def test_real_parent_is_checked_before_a_file_is_opened(tmp_path: Path, root: Path) -> None:
     """Whatever the names say, a file is only created in a directory that resolves inside the tree
     (here a link the archive did not make: the check does not rely on the claims)."""

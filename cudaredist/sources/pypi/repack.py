@@ -87,21 +87,22 @@ def wheel_members(zf: zipfile.ZipFile, *, component: str, version: str, platform
     seen: set[str] = set()
     members: dict[str, Member] = {}
     for info in zf.infolist():
-        clean = clean_member(info.filename, archive=archive, zip_entry=True)
+        name = info.orig_filename  # as the wheel spells it: on Windows .filename has "/" for "\\"
+        clean = clean_member(name, archive=archive, zip_entry=True)
         if clean.lower() in seen:
-            raise UnsafeArchiveError(f"{archive}: entry {info.filename!r} appears twice; refused",
-                                     archive=archive, member=info.filename)
+            raise UnsafeArchiveError(f"{archive}: entry {name!r} appears twice; refused",
+                                     archive=archive, member=name)
         seen.add(clean.lower())
         rel = mapper(clean) if clean else None
         if rel is None:
             continue
         unix_mode = (info.external_attr >> 16) & 0xFFFF if info.create_system == 3 else 0
         if stat.S_ISLNK(unix_mode):
-            raise UnsafeArchiveError(f"{archive}: entry {info.filename!r} is a symlink; zip archives with "
-                                     "links are refused", archive=archive, member=info.filename)
+            raise UnsafeArchiveError(f"{archive}: entry {name!r} is a symlink; zip archives with "
+                                     "links are refused", archive=archive, member=name)
         if rel in members:
             raise UnsafeArchiveError(f"{archive}: two entries become {rel!r} in the tree; refused",
-                                     archive=archive, member=info.filename)
+                                     archive=archive, member=name)
         if info.is_dir():
             members[rel] = Member(rel, "dir", mode=0o755)
         else:
