@@ -105,10 +105,11 @@ class UnpackedCache:
             raw = json.loads((entry.path / RECORD).read_text("utf-8"))
             stamps: dict[str, list[int]] = raw["stamps"]
             for rec in entry.records:
-                if rec.link:
-                    if os.readlink(entry.tree / rec.path) != rec.link:
+                path = entry.tree / rec.path
+                if rec.link and rec.path not in stamps:
+                    if os.readlink(path) != rec.link:
                         return False
-                elif _stamp(os.stat(entry.tree / rec.path)) != stamps[rec.path]:
+                elif _stamp(os.stat(path)) != stamps[rec.path]:
                     return False
         except (OSError, ValueError, KeyError):
             return False
@@ -140,7 +141,10 @@ class UnpackedCache:
         records = tree.finish()
         dirs = sorted(str(p.relative_to(tmp / "tree").as_posix())
                       for p in (tmp / "tree").rglob("*") if p.is_dir() and not p.is_symlink())
-        stamps = {r.path: _stamp(os.stat(tmp / "tree" / r.path)) for r in records if not r.link}
+        # a link is checked by its target; where the host made a copy instead (Windows without the
+        # symlink right), the copy is stamped as a file is (os.readlink would fail on it, always)
+        stamps = {r.path: _stamp(os.stat(tmp / "tree" / r.path)) for r in records
+                  if not r.link or not os.path.islink(tmp / "tree" / r.path)}
         body = {"version": UNPACKED_VERSION, "key": key, "archive_sha256": item.archive.sha256,
                 "name": item.archive.filename, "component": item.component, "layout": item.layout,
                 "platform": platform, "size": sum(r.size for r in records),
