@@ -11,8 +11,11 @@ from __future__ import annotations
 import functools
 import os
 import stat
+import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,6 +64,28 @@ def assert_link(path: Path, target: str) -> None:
             p.name for p in real.iterdir()), path
     else:
         assert path.is_file() and path.read_bytes() == real.read_bytes(), path
+
+
+def fd_paths(mp: pytest.MonkeyPatch) -> Callable[[int], str]:
+    """fd -> the path of the file it is open on, "/"-separated. Linux names it in /proc; elsewhere
+    (Windows has no /proc) the os.open calls made from now on are watched."""
+    if sys.platform == "linux":
+        return lambda fd: os.readlink(f"/proc/self/fd/{fd}")
+    real_open, real_close = os.open, os.close
+    paths: dict[int, str] = {}
+
+    def open_(path: Any, flags: int, mode: int = 0o777, **kw: Any) -> int:
+        fd = real_open(path, flags, mode, **kw)
+        paths[fd] = os.path.abspath(os.fspath(path)).replace(os.sep, "/")
+        return fd
+
+    def close(fd: int) -> None:
+        paths.pop(fd, None)
+        real_close(fd)
+
+    mp.setattr(os, "open", open_)
+    mp.setattr(os, "close", close)
+    return lambda fd: paths.get(fd, "")
 
 
 def assert_mode(path: Path, expected: int) -> None:

@@ -172,6 +172,8 @@ def nginx_serve(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-un
     """nginx_serve(directory) -> base URL of a real nginx on 127.0.0.1 serving it (skips without nginx)."""
     import time
 
+    if os.name == "nt":
+        pytest.skip("POSIX: the Debian nginx package (a Linux program, configured with POSIX paths)")
     binary = nginx_binary()
     if binary is None:
         if os.environ.get("CI"):  # CI installs it (.ci/run): a missing nginx there is a failure

@@ -40,14 +40,20 @@ from cudaredist.doctor.driver import (
     probe_driver,
 )
 from cudaredist.doctor.toolkit import check_environment, check_nvcc, check_toolkit
+from tests.hosts import posix_only, skip_on_windows
 from tests.realmirror import host_free_env, real_mirror_1302, real_wheel_cache, run_cudaredist  # noqa: F401
 
 runner = CliRunner()
+# Windows finds a program by its extension (PATHEXT) and cannot run #!/bin/sh scripts
+shell_fakes = posix_only("the fake nvcc and compilers are shell scripts (#!/bin/sh, an exec bit) on a "
+                         "':'-separated PATH")
+linux_tree = posix_only("the tiny linux-x86_64 tree's nvcc (a shell script) is run on this host")
 BRANCHES = {13: DriverBranch(13, 580, "580.65.06"), 12: DriverBranch(12, 525, "525.60.13", "527.41")}
 
 
 def need(tool: str) -> str:
     """The tool's path; a missing tool skips, except under CI where it fails."""
+    skip_on_windows(f"{tool} building Linux programs, wrapped in shell scripts")
     found = shutil.which(tool)
     if found is None:
         if os.environ.get("CI"):
@@ -136,6 +142,7 @@ def fake_nvcc(prefix: Path, release: str, full: str, code: int = 0) -> None:
            f'echo "Cuda compilation tools, release {release}, V{full}"\nexit {code}\n')
 
 
+@shell_fakes
 @pytest.mark.parametrize(("release", "full", "code", "status", "words"), [
     pytest.param("13.0", "13.0.88", 0, "ok", "as the record says (CUDA 13.0.2)", id="matches"),
     pytest.param("12.9", "12.9.86", 0, "fail", "names CUDA 13.0.2 (release 13.0, V13.0.88)",
@@ -152,6 +159,7 @@ def test_nvcc_version_against_the_record(tmp_path: Path, release: str, full: str
         assert reported == "13.0" and not check.fix
 
 
+@shell_fakes
 def test_nvcc_missing_and_no_record(tmp_path: Path) -> None:
     check, _ = check_nvcc(toolkit_at(tmp_path), {})
     assert check.status == "fail" and "missing" in check.detail and "--profile nvcc" in check.fix
@@ -169,6 +177,7 @@ def bindir(tmp_path: Path) -> Path:
     return d
 
 
+@shell_fakes
 @pytest.mark.parametrize(("env", "spec", "source", "allow"), [
     pytest.param({}, "gcc", "nvcc's default `gcc` on PATH", "", id="default"),
     pytest.param({"NVCC_CCBIN": "clang++"}, "clang++", "NVCC_CCBIN", "", id="NVCC_CCBIN"),
@@ -187,6 +196,7 @@ def test_select_host_compiler(bindir: Path, env: dict[str, str], spec: str, sour
     assert hc.allow_unsupported == bool(allow) and hc.flags_source == allow and not hc.msvc
 
 
+@shell_fakes
 def test_select_host_compiler_paths_and_directories(bindir: Path, tmp_path: Path) -> None:
     hc = select_host_compiler({"PATH": "/nonexistent", "NVCC_CCBIN": str(bindir)}, windows=False)
     assert hc.path == str(bindir / "gcc")  # -ccbin DIR: nvcc runs DIR/gcc
@@ -334,6 +344,7 @@ def test_explain_probe_failure(output: str, first: str, meaning: str) -> None:
     assert first in line and meaning in what, (line, what)
 
 
+@shell_fakes
 def test_probe_failure_from_a_fake_nvcc(tmp_path: Path) -> None:
     script(tmp_path / "bin" / "nvcc",
            'echo "nvcc fatal   : Cannot find compiler \'cl.exe\' in PATH" >&2\nexit 1\n')
@@ -490,6 +501,7 @@ def two_toolkits(tmp_path: Path) -> tuple[Path, Path]:
     return ours, other
 
 
+@shell_fakes
 def test_environment_shadowing(two_toolkits: tuple[Path, Path]) -> None:
     ours, other = two_toolkits
     tk = toolkit_at(ours)
@@ -504,6 +516,7 @@ def test_environment_shadowing(two_toolkits: tuple[Path, Path]) -> None:
     assert none.status == "warn" and "no nvcc on PATH" in none.detail
 
 
+@shell_fakes
 def test_environment_without_a_tree(two_toolkits: tuple[Path, Path], tmp_path: Path) -> None:
     ours, other = two_toolkits
     ok = check_environment({"PATH": str(ours / "bin"), "CUDA_PATH": str(ours), "CUDA_HOME": str(ours)}, None)
@@ -524,6 +537,7 @@ def test_run_without_a_prefix_checks_driver_gpu_environment(tmp_path: Path) -> N
     assert report.prefix is None and report.release is None and not report.failed
 
 
+@linux_tree
 def test_run_with_a_train(tiny_tree: Path, tmp_path: Path) -> None:
     inputs = Inputs(env={"PATH": "/nonexistent"}, driver_library=str(tmp_path / "none.so"))
     report = doctor.run(train="13.4", inputs=inputs)
@@ -537,6 +551,7 @@ def test_run_with_a_train(tiny_tree: Path, tmp_path: Path) -> None:
     assert by_name["nvcc"].status == "fail"  # the tiny tree's nvcc is a script that prints "nvcc"
 
 
+@linux_tree
 def test_cli_json_schema_and_exit_codes(tiny_tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     r = runner.invoke(app, ["doctor", "--json"])

@@ -27,6 +27,7 @@ from urllib.parse import unquote, urlsplit
 import pytest
 
 from tests.archives import Dir, Exe, MirrorArchive, build_mirror
+from tests.hosts import skip_on_windows
 from tests.realmirror import _free_port, _listening, nginx_binary, tree_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -152,6 +153,7 @@ http {{
 
 
 def require_nginx_with_slice() -> str:
+    skip_on_windows("the Debian nginx package (a Linux program, configured with POSIX paths)")
     binary = nginx_binary()
     problem = None
     if binary is None:

@@ -22,6 +22,7 @@ from cudaredist.fetch.transport import Transport
 from cudaredist.install import Installer
 from cudaredist.sources.nvidia.index import Index, normalize_base, resolve_plan
 from tests.archives import Exe, MirrorArchive, build_mirror, toolkit
+from tests.hosts import assert_mode, fd_paths
 from tests.invariants import assert_installed, cache_problems, leftovers, snapshot
 from tests.mounts import tmpfs
 
@@ -80,10 +81,11 @@ def test_disk_error_while_extracting_keeps_cache_and_prefix(tmp_path: Path, tran
     before = snapshot(prefix)
     import cudaredist.tree.staging as staging_mod
 
-    real_write, real_copy = os.write, os.copy_file_range
+    real_write, real_copy = os.write, getattr(os, "copy_file_range", None)
+    path_of = fd_paths(monkeypatch)
 
     def refuse(fd: int) -> None:
-        target = os.readlink(f"/proc/self/fd/{fd}")
+        target = path_of(fd)
         if ".cuda.cudaredist-stage-" in target and target.endswith("/lib/big"):
             raise OSError(code, os.strerror(code))
 
@@ -93,11 +95,13 @@ def test_disk_error_while_extracting_keeps_cache_and_prefix(tmp_path: Path, tran
 
     def copy_file_range(src: int, dst: int, count: int, *args: Any) -> int:
         refuse(dst)
+        assert real_copy is not None
         return real_copy(src, dst, count, *args)
 
     # the tree's writes: extraction (os.write) and placement from the unpacked cache (in the kernel)
     monkeypatch.setattr(staging_mod.os, "write", write)
-    monkeypatch.setattr(staging_mod.os, "copy_file_range", copy_file_range)
+    if real_copy is not None:  # Linux; elsewhere placement copies with os.write
+        monkeypatch.setattr(staging_mod.os, "copy_file_range", copy_file_range)
     with pytest.raises(LocalDiskError) as info:
         _install(transport, cache, base, "13.0", prefix)
     monkeypatch.undo()
@@ -207,5 +211,5 @@ def test_no_umask_calls_while_installing_or_mirroring(tmp_path: Path, transport:
     assert calls == []
     mask = real(0o022)
     real(mask)
-    assert (made.stat().st_mode & 0o777) == 0o644 & ~mask
-    assert (prefix.stat().st_mode & 0o777) == 0o777 & ~mask  # the staging dir's 0700 was widened
+    assert_mode(made, 0o644 & ~mask)
+    assert_mode(prefix, 0o777 & ~mask)  # the staging dir's 0700 was widened

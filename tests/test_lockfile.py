@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ from cudaredist.errors import LockFileError
 from cudaredist.lockfile import _digest, read_lock, select
 from cudaredist.sources.nvidia.manifest import parse_manifest
 from cudaredist.sources.nvidia.planner import make_plan
+from tests.hosts import WINDOWS, assert_link
 from tests.realmirror import tree_of
 from tests.sources.pypi.test_pypi_source import FILES, INDEX, FakeIndex, add_release_13_0
 
@@ -151,7 +151,8 @@ def test_install_from_lock_needs_no_manifest(mirror: Path, serve, tmp_path: Path
         rec = json.loads((prefix / ".cudaredist" / "record.json").read_text())
         assert rec["plan"]["components"] == got["plans"][platform]["components"]
     # the same lock again is a no-op; the default platform is the host's when the lock has it
-    r = cli("install", "--lock", str(tmp_path / "cuda.lock"), "--prefix", str(tmp_path / "cuda linux-x86_64"),
+    host = "windows-x86_64" if WINDOWS else "linux-x86_64"
+    r = cli("install", "--lock", str(tmp_path / "cuda.lock"), "--prefix", str(tmp_path / f"cuda {host}"),
             "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["noop"] is True
     # and a tree from a lock satisfies a later plain install of its train (nothing to resolve)
@@ -321,14 +322,15 @@ def test_json_outputs_match_the_documentation(mirror: Path, serve, tmp_path: Pat
 
     docs = _documented()
     assert set(docs) >= {"resolve", "trains", "info", "verify", "install", "env", "mirror", "lock"}
-    build_mirror(mirror, "13.4.2", toolkit("linux-x86_64"))  # the release the examples show
+    # the release the examples show; the installed tree is one `env` can export on this host
+    host = "windows-x86_64" if WINDOWS else "linux-x86_64"
+    build_mirror(mirror, "13.4.2", toolkit("linux-x86_64") + (toolkit(host) if WINDOWS else []))
     base = serve(mirror)
     prefix = str(tmp_path / "p")
     runs = {
         "resolve": ["resolve", "13.4", "-p", "linux-x86_64", "--base-url", base, "--json"],
         "trains": ["trains", "--base-url", base, "--json"],
-        "install": ["install", "13.4", "--prefix", prefix, "-p", "linux-x86_64", "--base-url", base,
-                    "--json"],
+        "install": ["install", "13.4", "--prefix", prefix, "-p", host, "--base-url", base, "--json"],
         "info": ["info", "--prefix", prefix, "--json"],
         "verify": ["verify", "--prefix", prefix, "--json"],
         "env": ["env", "--prefix", prefix, "--json"],
@@ -336,6 +338,8 @@ def test_json_outputs_match_the_documentation(mirror: Path, serve, tmp_path: Pat
                    str(tmp_path / "m"), "--json"],
         "lock": ["lock", "13.4", "-p", "linux-x86_64", "--base-url", base],
     }
+    if WINDOWS:  # the documented example is a Linux host's: a Windows one prepends PATH alone
+        docs["env"]["prepend"].pop("LD_LIBRARY_PATH")
     for name, args in runs.items():
         r = cli(*args)
         assert r.exit_code == 0, (name, r.output)
@@ -412,7 +416,7 @@ def test_install_from_a_pypi_lock_reads_no_index(wheels: FakeIndex, tmp_path: Pa
     assert out["plan"]["source"] == "pypi" and out["plan"]["components"] == \
         locked["plans"]["linux-x86_64"]["components"]
     # laid out as a wheel install: the .so chain, nvvm under nvvm/
-    assert os.readlink(prefix / "lib" / "libcudart.so") == "libcudart.so.13"
+    assert_link(prefix / "lib" / "libcudart.so", "libcudart.so.13")
     assert (prefix / "nvvm" / "bin" / "cicc").is_file()
     # the same tree as resolving on the index
     resolved = tmp_path / "resolved"

@@ -14,8 +14,11 @@ from typer.testing import CliRunner
 from cudaredist.cli import app
 from cudaredist.discover import release_of, system_toolkits
 from tests.archives import build_mirror, toolkit
+from tests.hosts import posix_only, wine_limit
 
 LINUX = "linux-x86_64"
+# a train link is a symlink, or a junction on Windows without the symlink right
+train_links = wine_limit("no symlinks and no junctions (CreateJunction fails): no train link can be made")
 runner = CliRunner()
 
 
@@ -47,6 +50,7 @@ def install(mirror: Path, *args: str) -> dict[str, object]:
     return got
 
 
+@train_links
 def test_two_trains_in_one_command_land_by_release_with_train_links(two_trains: Path, tk_dir: Path) -> None:
     got = install(two_trains, "13.0", "13.2")
     names = sorted(p.name for p in tk_dir.iterdir() if not p.name.startswith("."))
@@ -64,6 +68,7 @@ def test_two_trains_in_one_command_land_by_release_with_train_links(two_trains: 
     assert all(t["noop"] for t in json.loads(out)["toolkits"])
 
 
+@train_links
 def test_a_patch_upgrade_moves_the_train_link(two_trains: Path, tk_dir: Path) -> None:
     install(two_trains, "13.2")
     link = tk_dir / "cuda-13.2-linux-x86_64"
@@ -96,6 +101,17 @@ def test_list_find_env_run_and_uninstall_by_train(two_trains: Path, tk_dir: Path
     code, out, err = cli("find", "12.9", "--platform", LINUX)
     assert code == 1 and out == "" and "cudaredist install 12.9" in err
 
+    code, _, err = cli("uninstall", "13")
+    assert code == 2 and "--all" in err  # two toolkits match: ask
+    code, _, err = cli("uninstall", "13", "--all")
+    assert code == 0, err
+    assert cli("list", "--json")[1] and json.loads(cli("list", "--json")[1])["toolkits"] == []
+    assert not any(p.is_symlink() for p in tk_dir.iterdir())  # the train links went with them
+
+
+@posix_only("a Linux tree's environment and programs (its nvcc is a shell script, run through sh)")
+def test_env_and_run_by_train(two_trains: Path, tk_dir: Path) -> None:
+    install(two_trains, "13.0", "13.2")
     code, out, _ = cli("env", "13.0", "--json")
     assert code == 0 and json.loads(out)["set"]["CUDA_PATH"] == str(tk_dir / "cuda-13.0.1-linux-x86_64")
 
@@ -108,13 +124,6 @@ def test_list_find_env_run_and_uninstall_by_train(two_trains: Path, tk_dir: Path
                         'test "$CUDA_PATH" = "$1" && exit 7', "sh", str(tk_dir / "cuda-13.2.0-linux-x86_64")],
                        env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 7, r.stderr
-
-    code, _, err = cli("uninstall", "13")
-    assert code == 2 and "--all" in err  # two toolkits match: ask
-    code, _, err = cli("uninstall", "13", "--all")
-    assert code == 0, err
-    assert cli("list", "--json")[1] and json.loads(cli("list", "--json")[1])["toolkits"] == []
-    assert not any(p.is_symlink() for p in tk_dir.iterdir())  # the train links went with them
 
 
 def test_prefix_takes_one_train(two_trains: Path, tmp_path: Path) -> None:

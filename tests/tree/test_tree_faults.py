@@ -20,7 +20,7 @@ from cudaredist.tree import staging as staging_mod
 from cudaredist.tree.extract import extract, redist_mapper
 from cudaredist.tree.staging import Tree, WriterFailed
 from tests.archives import Dir, Link, Members, make_tar_xz, make_zip
-from tests.hosts import WINDOWS, needs_symlinks, skip_on_windows
+from tests.hosts import fd_paths, needs_symlinks, skip_on_windows
 from tests.mounts import exfat
 
 TOP = "comp-linux-x86_64-1.0-archive"
@@ -107,10 +107,10 @@ def _failing_write(errno_: int, under: Path, mp: pytest.MonkeyPatch, after: int 
     """os.write that fails with ``errno_`` for files under ``under`` once ``after`` bytes went in."""
     real = os.write
     done = [0]
-    opened = _opened_under(under, mp)
+    path_of = fd_paths(mp)
 
     def write(fd: int, data: Any) -> int:
-        if opened(fd):
+        if path_of(fd).startswith(under.as_posix()):
             if done[0] >= after:
                 raise OSError(errno_, os.strerror(errno_))
             n = real(fd, data)
@@ -119,29 +119,6 @@ def _failing_write(errno_: int, under: Path, mp: pytest.MonkeyPatch, after: int 
         return real(fd, data)
 
     return write
-
-
-def _opened_under(under: Path, mp: pytest.MonkeyPatch) -> Any:
-    """fd -> whether it is open on a file under ``under``: /proc names it on Linux; elsewhere the
-    tree's os.open calls are watched (Windows has no /proc)."""
-    if not WINDOWS:
-        return lambda fd: os.readlink(f"/proc/self/fd/{fd}").startswith(str(under))
-    real_open, real_close = os.open, os.close
-    fds: set[int] = set()
-
-    def open_(path: Any, flags: int, mode: int = 0o777, **kw: Any) -> int:
-        fd = real_open(path, flags, mode, **kw)
-        if str(path).startswith(str(under)):
-            fds.add(fd)
-        return fd
-
-    def close(fd: int) -> None:
-        fds.discard(fd)
-        real_close(fd)
-
-    mp.setattr(staging_mod.os, "open", open_)
-    mp.setattr(staging_mod.os, "close", close)
-    return fds.__contains__
 
 
 @pytest.mark.parametrize(("code", "says"), [

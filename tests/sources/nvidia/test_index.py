@@ -15,6 +15,7 @@ from cudaredist.fetch.cache import Cache
 from cudaredist.fetch.client import RetryPolicy
 from cudaredist.fetch.transport import Transport
 from cudaredist.sources.nvidia.index import LISTING, Index, default_bases, normalize_base, resolve_plan
+from tests.hosts import WINDOWS
 
 BASE = "https://developer.download.nvidia.com/compute/cuda/redist/"
 MIRROR = "https://mirror.example.org/cuda/redist/"
@@ -296,7 +297,8 @@ def test_offline_with_mirror_and_base_uncached_stays_offline_error(cache: Cache)
     pytest.param("http://h/redist/", "http://h/redist/", id="http-kept"),
     pytest.param("HTTPS://h/x", "HTTPS://h/x/", id="scheme-case"),
     pytest.param("file:///srv/mirror", "file:///srv/mirror/", id="file-url"),
-    pytest.param("/srv/mirror", "file:///srv/mirror/", id="directory"),
+    pytest.param(*(("C:\\srv\\mirror", "file:///C:/srv/mirror/") if WINDOWS else ("/srv/mirror", "file:///srv/mirror/")),
+                 id="directory"),
     pytest.param("  https://h/x  ", "https://h/x/", id="whitespace"),
 ])
 def test_normalize_base(url: str, expected: str) -> None:

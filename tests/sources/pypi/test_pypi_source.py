@@ -46,6 +46,7 @@ from cudaredist.sources.pypi.wheels import (
     wheel_data,
 )
 from cudaredist.tree.sonames import chain_links, read_soname, soname_links
+from tests.hosts import assert_link
 
 INDEX = "https://pypi.test/simple/"
 FILES = "https://files.test/packages/"
@@ -765,12 +766,12 @@ def test_install_linux_tree_from_wheels(fake_index: FakeIndex, tmp_path: Path) -
     prefix = tmp_path / "cuda 13.0"
     result = Installer(idx.transport, Cache(tmp_path / "cache")).install(plan, prefix)
     assert result.downloaded == len(plan.items)
-    assert os.readlink(prefix / "lib" / "libcudart.so") == "libcudart.so.13"
-    assert os.readlink(prefix / "lib" / "libcudart.so.13") == "libcudart.so.13.0.96"
+    assert_link(prefix / "lib" / "libcudart.so", "libcudart.so.13")
+    assert_link(prefix / "lib" / "libcudart.so.13", "libcudart.so.13.0.96")
     assert (prefix / "lib" / "libcudart.so.13.0.96").read_bytes()[:4] == b"\x7fELF"
-    assert os.readlink(prefix / "nvvm" / "lib64" / "libnvvm.so.4") == "libnvvm.so.4.0.0"
-    assert os.readlink(prefix / "nvvm" / "lib64" / "libnvvm.so") == "libnvvm.so.4"
-    assert os.readlink(prefix / "lib64") == "lib"
+    assert_link(prefix / "nvvm" / "lib64" / "libnvvm.so.4", "libnvvm.so.4.0.0")
+    assert_link(prefix / "nvvm" / "lib64" / "libnvvm.so", "libnvvm.so.4")
+    assert_link(prefix / "lib64", "lib")
     assert (prefix / "nvvm" / "include" / "nvvm.h").is_file()
     assert (prefix / "nvvm" / "bin" / "cicc").is_file()
     assert (prefix / "include" / "crt" / "host_config.h").read_bytes() == b"// hc"
@@ -883,4 +884,4 @@ def test_local_directory_index(tmp_path: Path) -> None:
     assert all(i.url.startswith((tmp_path / "files").as_uri()) for i in plan.items)
     prefix = tmp_path / "cuda"
     Installer(wi.transport, Cache(tmp_path / "cache")).install(plan, prefix)
-    assert os.readlink(prefix / "lib" / "libcudart.so") == "libcudart.so.13"
+    assert_link(prefix / "lib" / "libcudart.so", "libcudart.so.13")
