@@ -402,6 +402,9 @@ app.add_typer(cache.app, name="cache")
 
 
 def main() -> None:
+    from cudaredist import streams
+
+    streams.configure()  # a redirected stdout on Windows: the code page its reader decodes with
     # exit code 2 is click's for usage errors; ours are 1 (or the error's own code)
     app(prog_name="cudaredist")
 
