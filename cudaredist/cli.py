@@ -208,6 +208,8 @@ def install(
                             typer.echo(f"note: {note}", err=True)
                     result = installer.install(plan, target, reinstall=reinstall,
                                                replace_foreign=replace_foreign, requested=components)
+                    for warning in result.warnings:  # on stderr, whatever --quiet and --json say
+                        typer.echo(warning, err=True)
                     done.append(_result_row(result, plan))
                     if not quiet and not as_json:
                         typer.echo(done[-1]["message"], err=True)
