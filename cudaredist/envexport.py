@@ -19,6 +19,7 @@ from __future__ import annotations
 import ntpath
 import posixpath
 import re
+import shlex
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -184,6 +185,15 @@ def render(env: Environment, shell: str) -> str:
 
 def default_shell(host_windows: bool) -> str:
     return "pwsh" if host_windows else "sh"
+
+
+def load_hint(prefix: str, *, host_windows: bool) -> str:
+    """How a user puts a tree's environment into the current shell, in the host's shells."""
+    if not host_windows:
+        return f'eval "$(cudaredist env --prefix {shlex.quote(prefix)})"'
+    # PowerShell evaluates the whole output as one script; cmd runs each line (batch: %%i)
+    return (f"in PowerShell: cudaredist env --prefix {quote_pwsh(prefix)} | Out-String | Invoke-Expression; "
+            f"in cmd: for /f \"delims=\" %i in ('cudaredist env --shell cmd --prefix \"{prefix}\"') do %i")
 
 
 # -- GitHub Actions ------------------------------------------------------------------------------
