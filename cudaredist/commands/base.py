@@ -37,6 +37,13 @@ def errors() -> Iterator[None]:
         fail(str(exc), exc.exit_code)
     except KeyboardInterrupt:
         fail("interrupted; nothing was changed in the prefix", 130)
+    except UnicodeEncodeError as exc:
+        from cudaredist.streams import is_stdout_failure, unprintable
+
+        if not is_stdout_failure(exc):
+            raise
+        err = unprintable(exc)  # stdout's encoding cannot hold a path being printed
+        fail(str(err), err.exit_code)
     except OSError as exc:
         # a last resort: where it happens, an OSError is translated with more to say
         from cudaredist.localfs import local_error
