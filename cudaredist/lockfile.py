@@ -95,8 +95,8 @@ def build_lock(plans: Sequence[Plan], *, train: str, components: Sequence[str] =
 def _plain(plan: Plan) -> Plan:
     """The plan as recorded: no mirror fallbacks; redist archives on the plan's own base (a wheel's
     URL is wherever the index said it is, not under the index URL)."""
-    if plan.source != "nvidia":
-        return replace(plan, items=tuple(replace(i, fallback_urls=()) for i in plan.items))
+    if plan.source != "nvidia":  # the index's own URL: the last one (a mirror's comes first)
+        return replace(plan, items=tuple(replace(i, url=i.urls[-1], fallback_urls=()) for i in plan.items))
     return replace(plan, items=tuple(replace(i, url=join_url(plan.base_url, i.archive.relative_path),
                                              fallback_urls=()) for i in plan.items))
 
