@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +82,10 @@ class NvidiaSource:
 
     def resolve(self, train: str, platforms: Sequence[str], *, profile: str | None,
                 components: Sequence[str]) -> list[Plan]:
-        return plan_release(self.release(train), platforms, profile=profile, components=components)
+        release = self.release(train)
+        why = f"{release.base} ({self.trust.reason(release.base) or 'trusted by the caller'})"
+        return [replace(p, hashes_from=why)
+                for p in plan_release(release, platforms, profile=profile, components=components)]
 
     def relocate(self, plan: Plan) -> Plan:
         return with_bases(plan, self.bases(plan.base_url))

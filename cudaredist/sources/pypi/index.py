@@ -425,7 +425,8 @@ def resolve_plan(index: WheelIndex, train: str, *, platform: str, profile: str |
     notes.extend(dict.fromkeys(index.notes))
     served = index.served.get(canonicalize_name(data.metapackage), index.index_url)
     return Plan(release=label, release_date=release.date, platform=platform, base_url=served,
-                profile=profile or "custom", items=items, source="pypi", notes=tuple(notes))
+                profile=profile or "custom", items=items, source="pypi", notes=tuple(notes),
+                hashes_from=f"{served} ({index.trust.reason(served) or 'trusted by the caller'})")
 
 
 def resolve_plans(index: WheelIndex, train: str, platforms: Sequence[str], *, profile: str | None = "nvcc",

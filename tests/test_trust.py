@@ -1,0 +1,409 @@
+"""A mirror over plain HTTP never chooses what runs: hashes only from an authenticated origin.
+
+The trojan mirror is reached by a host name, ``cuda-cache.test``, never by a loopback literal
+(loopback counts as a secure origin, so it would prove nothing): a server on 127.0.0.1 is the
+process's HTTP proxy (``HTTP_PROXY``), so the client resolves no name and sends
+``GET http://cuda-cache.test:PORT/...`` to it, exactly as it would to a cache on the LAN. The
+server refuses any other host name, and logs every request, so a test can prove that the mirror
+was never asked for a manifest or an index page.
+
+The mirror serves the real archives except a ``crt`` that adds ``include/crt/TROJAN.h``, with the
+manifest (or index page) rewritten to match, both for NVIDIA's redist layout and for
+``--source pypi``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import http.server
+import json
+import re
+import shutil
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+from typer.testing import CliRunner
+
+from cudaredist.cli import app
+from cudaredist.errors import UsageError
+from cudaredist.trust import Trust
+from tests.archives import MirrorArchive, build_mirror, toolkit
+from tests.sources.pypi.test_pypi_source import LINUX_TAG, FakeIndex, add_release_13_0, make_wheel
+
+NAME = "cuda-cache.test"
+LABEL = "13.0.1"
+TROJAN = "include/crt/TROJAN.h"
+runner = CliRunner()
+
+
+# -- the rule itself ------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("url", "hosts", "why"), [
+    pytest.param("https://developer.download.nvidia.com/compute/cuda/redist/", (), "HTTPS", id="https"),
+    pytest.param("file:///srv/redist/", (), "a local directory", id="file-url"),
+    pytest.param("/srv/redist", (), "a local directory", id="path"),
+    pytest.param("http://127.0.0.1:8080/", (), "a loopback address", id="ipv4-loopback"),
+    pytest.param("http://127.9.8.7/", (), "a loopback address", id="loopback-net"),
+    pytest.param("http://[::1]:8080/", (), "a loopback address", id="ipv6-loopback"),
+    pytest.param("http://localhost:8080/", (), "a loopback address", id="localhost"),
+    pytest.param(f"http://{NAME}:8080/", (), None, id="lan-name"),
+    pytest.param("http://10.1.2.3:8080/", (), None, id="lan-address"),
+    pytest.param("http://127.0.0.1.evil.test/", (), None, id="loopback-lookalike"),
+    pytest.param(f"http://{NAME}:8080/", (NAME,), f"--trusted-host {NAME}", id="host-any-port"),
+    pytest.param(f"http://{NAME.upper()}:8080/", (f"{NAME}:8080",), f"--trusted-host {NAME}:8080",
+                 id="host-and-port"),
+    pytest.param(f"http://{NAME}:9090/", (f"{NAME}:8080",), None, id="other-port"),
+    pytest.param(f"http://{NAME}/", (f"{NAME}:80",), f"--trusted-host {NAME}:80", id="default-port"),
+    pytest.param(f"http://{NAME}:8080/", (f"http://{NAME}:8080/",), f"--trusted-host {NAME}:8080",
+                 id="pasted-url"),
+    pytest.param("http://other.test:8080/", (NAME,), None, id="other-host"),
+])
+def test_secure_origins(url: str, hosts: tuple[str, ...], why: str | None) -> None:
+    assert Trust.of(hosts).reason(url) == why
+
+
+def test_environment_is_space_separated_and_yields_to_the_option(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDAREDIST_TRUSTED_HOST", f"a.test  {NAME}:8080")
+    assert Trust.of().trusted(f"http://{NAME}:8080/") and Trust.of().trusted("http://a.test:1/")
+    assert not Trust.of(["b.test"]).trusted("http://a.test:1/")  # the option replaces the variable
+
+
+@pytest.mark.parametrize("bad", ["host/path", "host:port", ":8080", "user@host"])
+def test_bad_trusted_host(bad: str) -> None:
+    with pytest.raises(UsageError, match="trusted-host"):
+        Trust.of([bad])
+
+
+# -- a plain-HTTP host reached by name ------------------------------------------------------------------
+class _NamedHandler(http.server.SimpleHTTPRequestHandler):
+    server: _NamedServer
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def _as_host(self) -> bool:
+        parts = urlsplit(self.path)
+        self.server.log.append(parts.path)
+        if parts.hostname != NAME:  # only the name reaches it: not a loopback literal, not a CONNECT
+            self.send_error(502, f"only {NAME} is served here")
+            return False
+        self.path = parts.path
+        return True
+
+    def do_GET(self) -> None:
+        if self._as_host():
+            super().do_GET()
+
+    def do_HEAD(self) -> None:
+        if self._as_host():
+            super().do_HEAD()
+
+
+class _NamedServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    log: list[str]
+
+
+class NamedHost:
+    """``http://cuda-cache.test:PORT/`` serving ``root``: the process's HTTP proxy on 127.0.0.1."""
+
+    def __init__(self, root: Path) -> None:
+        self.srv = _NamedServer(("127.0.0.1", 0), functools.partial(_NamedHandler, directory=str(root)))
+        self.srv.log = []
+        self.url = f"http://{NAME}:{self.srv.server_address[1]}/"
+        self.proxy = f"http://127.0.0.1:{self.srv.server_address[1]}"
+        threading.Thread(target=self.srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+    @property
+    def log(self) -> list[str]:
+        return self.srv.log
+
+    @property
+    def host(self) -> str:
+        return f"{NAME}:{self.srv.server_address[1]}"
+
+    def close(self) -> None:
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+@pytest.fixture
+def named(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[NamedHost]]:
+    hosts: list[NamedHost] = []
+
+    def start(root: Path) -> NamedHost:
+        host = NamedHost(root)
+        hosts.append(host)
+        monkeypatch.setenv("HTTP_PROXY", host.proxy)
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")  # loopback bases are asked directly
+        return host
+
+    yield start  # type: ignore[misc]
+    for h in hosts:
+        h.close()
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def cli(*args: str) -> tuple[int, str]:
+    r = runner.invoke(app, list(args))
+    assert "Traceback" not in r.stderr, r.stderr
+    return r.exit_code, r.stderr
+
+
+def record(prefix: Path) -> dict[str, object]:
+    rec = json.loads((prefix / ".cudaredist" / "record.json").read_text())
+    assert isinstance(rec, dict)
+    return rec
+
+
+def cached_shas(cache: Path) -> set[str]:
+    return {p.name for p in (cache / "archives").glob("*") if re.fullmatch(r"[0-9a-f]{64}", p.name)}
+
+
+# -- the redist source ----------------------------------------------------------------------------------
+@pytest.fixture
+def trees(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """(the real tree, a trojan copy, an honest copy): the trojan's crt adds TROJAN.h, and its
+    manifest is rewritten to match."""
+    real = tmp_path / "real"
+    build_mirror(real, LABEL, toolkit("linux-x86_64"))
+    trojan = tmp_path / "trojan"
+    shutil.copytree(real, trojan)
+    build_mirror(trojan, LABEL, [MirrorArchive("cuda_crt", "linux-x86_64", "13.0.88", {
+        "include/crt/host_config.h": b"// hc", TROJAN: b"#error owned\n"})])
+    honest = tmp_path / "honest"
+    shutil.copytree(real, honest)
+    return real, trojan, honest
+
+
+def crt_sha(tree: Path) -> str:
+    return str(json.loads((tree / f"redistrib_{LABEL}.json").read_text())["cuda_crt"]["linux-x86_64"]["sha256"])
+
+
+def install(prefix: Path, *args: str) -> tuple[int, str]:
+    return cli("install", "13.0", "--platform", "linux-x86_64", "--prefix", str(prefix), *args)
+
+
+def test_trojan_mirror_in_front_of_an_authenticated_base(named: type[NamedHost], trees: tuple[Path, Path, Path],
+                                                         tmp_path: Path) -> None:
+    """The safe fleet mode: manifest from the base, archives from the mirror, each checked; the
+    mirror's wrong crt is refused and fetched from the base, and never enters the cache."""
+    real, trojan, _honest = trees
+    mirror = named(trojan)
+    prefix = tmp_path / "cuda"
+    code, err = install(prefix, "--mirror", mirror.url, "--base-url", str(real))
+    assert code == 0, err
+    assert not (prefix / TROJAN).exists() and (prefix / "include/crt/host_config.h").is_file()
+    assert not any(p.endswith((".json", "/")) for p in mirror.log), mirror.log  # no manifest, no listing
+    assert f"{mirror.url}cuda_crt/" in err and "trying" in err  # refused by sha256, fetched from the base
+    rec = record(prefix)
+    prov = rec["provenance"]
+    assert isinstance(prov, dict)
+    assert prov["manifest"] == real.as_uri() + "/"
+    assert prov["hashes_from"] == f"{real.as_uri()}/ (a local directory)"
+    served = prov["archives"]
+    assert served["cuda_crt"].startswith(real.as_uri())
+    assert all(url.startswith(mirror.url) for c, url in served.items() if c != "cuda_crt"), served
+    shas = cached_shas(tmp_path / "cache")
+    assert crt_sha(real) in shas and crt_sha(trojan) not in shas
+
+    shown = runner.invoke(app, ["info", "--prefix", str(prefix)])
+    assert shown.exit_code == 0 and f"hashes:    from {real.as_uri()}/ (a local directory)" in shown.stdout
+    assert f"from {mirror.url}cuda_nvcc/" in shown.stdout
+
+
+def test_trojan_mirror_with_no_fallback_fails_and_poisons_nothing(named: type[NamedHost],
+                                                                  trees: tuple[Path, Path, Path],
+                                                                  tmp_path: Path) -> None:
+    real, trojan, _honest = trees
+    mirror = named(trojan)
+    prefix = tmp_path / "cuda"
+    code, err = install(prefix, "--mirror", mirror.url, "--base-url", str(real), "--no-fallback")
+    assert code == 1, err
+    assert "cuda_crt" in err and ("sha256" in err or "the manifest declares" in err), err  # refused
+    assert not prefix.exists()
+    assert crt_sha(trojan) not in cached_shas(tmp_path / "cache")
+    assert not any(p.endswith((".json", "/")) for p in mirror.log), mirror.log
+
+
+def test_base_unreachable_and_an_untrusted_mirror_names_the_ways_out(named: type[NamedHost],
+                                                                     trees: tuple[Path, Path, Path],
+                                                                     tmp_path: Path) -> None:
+    _real, trojan, _honest = trees
+    mirror = named(trojan)
+    code, err = install(tmp_path / "cuda", "--mirror", mirror.url,
+                        "--base-url", f"http://127.0.0.1:{closed_port()}/")
+    assert code == 1 and err.count("\n") == 1, err
+    for words in ("is plain HTTP", "Three ways out", "https://", f"--trusted-host {mirror.host}",
+                  "install --lock"):
+        assert words in err, err
+    assert mirror.log == []  # not even asked: its manifest would not be believed
+    assert not (tmp_path / "cuda").exists()
+
+
+@pytest.mark.parametrize("command", ["install", "resolve", "lock", "mirror", "trains"])
+def test_plain_http_with_nothing_authenticated_is_refused_before_any_request(
+        named: type[NamedHost], trees: tuple[Path, Path, Path], tmp_path: Path, command: str) -> None:
+    _real, trojan, _honest = trees
+    mirror = named(trojan)
+    extra = {"install": ["--prefix", str(tmp_path / "cuda")], "mirror": ["--out", str(tmp_path / "m")]}
+    args = [command] + ([] if command == "trains" else ["13.0"]) + extra.get(command, [])
+    for how in (["--base-url", mirror.url], ["--mirror", mirror.url, "--base-url", mirror.url + "other/"],
+                ["--mirror", mirror.url, "--base-url", mirror.url + "b/", "--no-fallback"]):
+        code, err = cli(*args, *how)
+        assert code == 1 and err.count("\n") == 1, (how, err)
+        assert "refusing to read the manifest" in err and mirror.url in err, err
+        assert f"--trusted-host {mirror.host}" in err and "Nothing was downloaded" in err, err
+    assert mirror.log == []
+    assert not (tmp_path / "cuda").exists() and not (tmp_path / "m").exists()
+
+
+def test_trusted_host_is_believed(named: type[NamedHost], trees: tuple[Path, Path, Path], tmp_path: Path,
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """--trusted-host (or the variable) makes a plain-HTTP mirror an authenticated one: it serves
+    the manifest, so the fleet keeps working with the base down."""
+    _real, _trojan, honest = trees
+    mirror = named(honest)
+    down = f"http://127.0.0.1:{closed_port()}/"
+    code, err = install(tmp_path / "a", "--mirror", mirror.url, "--base-url", down,
+                        "--trusted-host", mirror.host)
+    assert code == 0, err
+    assert f"redistrib_{LABEL}.json" in "".join(mirror.log)
+    prov = record(tmp_path / "a")["provenance"]
+    assert isinstance(prov, dict) and prov["hashes_from"] == f"{mirror.url} (--trusted-host {mirror.host})"
+    monkeypatch.setenv("CUDAREDIST_TRUSTED_HOST", f"other.test {NAME}")
+    code, err = install(tmp_path / "b", "--mirror", mirror.url, "--base-url", down)
+    assert code == 0, err
+
+
+def test_a_lock_file_takes_archives_from_an_untrusted_mirror(named: type[NamedHost],
+                                                             trees: tuple[Path, Path, Path],
+                                                             tmp_path: Path) -> None:
+    """The lock is the authenticated source: its install reads no manifest, so the base may be
+    down; the trojan's crt is still refused against the lock's sha256."""
+    real, trojan, honest = trees
+    lock = tmp_path / "cuda.lock"
+    code, err = cli("lock", "13.0", "--platform", "linux-x86_64", "--base-url", str(real), "-o", str(lock))
+    assert code == 0, err
+    down = f"http://127.0.0.1:{closed_port()}/"
+    mirror = named(honest)
+    code, err = install(tmp_path / "ok", "--lock", str(lock), "--mirror", mirror.url, "--base-url", down)
+    assert code == 0, err
+    prov = record(tmp_path / "ok")["provenance"]
+    assert isinstance(prov, dict) and prov["hashes_from"] == f"the lock file {lock}"
+    mirror.close()
+    bad = named(trojan)
+    code, err = install(tmp_path / "bad", "--lock", str(lock), "--mirror", bad.url, "--base-url", down,
+                        "--cache-dir", str(tmp_path / "cache2"))
+    assert code == 1 and "cuda_crt" in err and ("sha256" in err or "declares" in err), err
+    assert not (tmp_path / "bad").exists() and crt_sha(trojan) not in cached_shas(tmp_path / "cache2")
+
+
+# -- the PyPI source ------------------------------------------------------------------------------------
+def write_simple(root: Path, index: FakeIndex) -> Path:
+    """A PEP 503 tree: <root>/simple/<project>/index.html, the files in <root>/files/."""
+    for name, files in index.projects.items():
+        (root / "simple" / name).mkdir(parents=True, exist_ok=True)
+        links = "".join(f'<a href="../../files/{f["filename"]}#sha256={f["hashes"]["sha256"]}">'
+                        f'{f["filename"]}</a>\n' for f in files)
+        (root / "simple" / name / "index.html").write_text(f"<html><body>{links}</body></html>")
+    (root / "files").mkdir(parents=True, exist_ok=True)
+    for fn, data in index.blobs.items():
+        (root / "files" / fn).write_bytes(data)
+    return root / "simple"
+
+
+CRT_WHEEL = f"nvidia_cuda_crt-13.0.88-{LINUX_TAG}.whl"
+
+
+@pytest.fixture
+def indexes(tmp_path: Path) -> tuple[Path, Path]:
+    """(the real index, a trojan copy whose crt wheel adds TROJAN.h and whose page matches it)."""
+    idx = FakeIndex()
+    add_release_13_0(idx, windows=False)
+    real = write_simple(tmp_path / "pypi-real", idx)
+    bad = FakeIndex()
+    add_release_13_0(bad, windows=False)
+    bad.projects["nvidia-cuda-crt"] = []
+    bad.add(CRT_WHEEL, make_wheel("nvidia_cuda_crt", "13.0.88", {
+        "nvidia/cu13/include/crt/host_config.h": b"// hc", f"nvidia/cu13/{TROJAN}": b"#error owned\n"}))
+    trojan = write_simple(tmp_path / "pypi-trojan", bad)
+    return real, trojan
+
+
+def pypi_install(prefix: Path, *args: str) -> tuple[int, str]:
+    return install(prefix, "--source", "pypi", *args)
+
+
+def test_pypi_trojan_mirror_in_front_of_an_authenticated_index(named: type[NamedHost],
+                                                               indexes: tuple[Path, Path],
+                                                               tmp_path: Path) -> None:
+    real, trojan = indexes
+    mirror = named(trojan.parent)
+    prefix = tmp_path / "cuda"
+    code, err = pypi_install(prefix, "--index-url", str(real), "--mirror", mirror.url + "simple/")
+    assert code == 0, err
+    assert not (prefix / TROJAN).exists() and (prefix / "include/crt/host_config.h").is_file()
+    assert "trying" in err and CRT_WHEEL in err
+    prov = record(prefix)["provenance"]
+    assert isinstance(prov, dict)
+    assert prov["hashes_from"] == f"{real.as_uri()}/ (a local directory)"
+    served = prov["archives"]
+    assert served["cuda_crt"].startswith(real.parent.as_uri()), served
+    assert all(u.startswith(mirror.url + "files/") for c, u in served.items() if c != "cuda_crt"), served
+    trojan_sha = hashlib.sha256((trojan.parent / "files" / CRT_WHEEL).read_bytes()).hexdigest()
+    assert trojan_sha not in cached_shas(tmp_path / "cache")
+
+    code, err = pypi_install(tmp_path / "nf", "--index-url", str(real), "--mirror", mirror.url + "simple/",
+                             "--no-fallback", "--cache-dir", str(tmp_path / "cache2"))
+    assert code == 1 and CRT_WHEEL in err and ("sha256" in err or "declares" in err), err
+    assert not (tmp_path / "nf").exists() and trojan_sha not in cached_shas(tmp_path / "cache2")
+
+
+def test_pypi_plain_http_index_is_refused_and_trusted_host_accepts_it(named: type[NamedHost],
+                                                                      indexes: tuple[Path, Path],
+                                                                      tmp_path: Path) -> None:
+    real, _trojan = indexes
+    host = named(real.parent)
+    for command in (["install", "13.0", "--prefix", str(tmp_path / "cuda")], ["resolve", "13.0"],
+                    ["lock", "13.0"], ["mirror", "13.0", "--out", str(tmp_path / "m")], ["trains"]):
+        code, err = cli(*command, "--source", "pypi", "--index-url", host.url + "simple/")
+        assert code == 1 and err.count("\n") == 1, err
+        assert "refusing to read the index pages" in err and f"--trusted-host {host.host}" in err, err
+    assert host.log == [] and not (tmp_path / "cuda").exists()
+
+    prefix = tmp_path / "cuda"
+    code, err = pypi_install(prefix, "--index-url", host.url + "simple/", "--trusted-host", host.host)
+    assert code == 0, err
+    prov = record(prefix)["provenance"]
+    assert isinstance(prov, dict) and prov["hashes_from"] == f"{host.url}simple/ (--trusted-host {host.host})"
+
+    # a lock written from the trusted index installs without --trusted-host: the lock is the source
+    lock = tmp_path / "cuda.lock"
+    code, err = cli("lock", "13.0", "--platform", "linux-x86_64", "--source", "pypi", "--index-url",
+                    host.url + "simple/", "--trusted-host", host.host, "-o", str(lock))
+    assert code == 0, err
+    code, err = install(tmp_path / "locked", "--lock", str(lock), "--cache-dir", str(tmp_path / "c3"))
+    assert code == 0, err
+
+
+def test_pypi_index_unreachable_and_an_untrusted_mirror_names_the_ways_out(named: type[NamedHost],
+                                                                           indexes: tuple[Path, Path],
+                                                                           tmp_path: Path) -> None:
+    _real, trojan = indexes
+    mirror = named(trojan.parent)
+    code, err = pypi_install(tmp_path / "cuda", "--index-url", f"http://127.0.0.1:{closed_port()}/simple/",
+                             "--mirror", mirror.url + "simple/")
+    assert code == 1 and err.count("\n") == 1, err
+    for words in ("is plain HTTP", "Three ways out", f"--trusted-host {mirror.host}", "install --lock"):
+        assert words in err, err
+    assert mirror.log == [] and not (tmp_path / "cuda").exists()
