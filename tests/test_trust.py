@@ -186,14 +186,18 @@ def trees(tmp_path: Path) -> tuple[Path, Path, Path]:
 
 
 def crt_sha(tree: Path) -> str:
-    return str(json.loads((tree / f"redistrib_{LABEL}.json").read_text())["cuda_crt"]["linux-x86_64"]["sha256"])
+    manifest = json.loads((tree / f"redistrib_{LABEL}.json").read_text())
+    return str(manifest["cuda_crt"]["linux-x86_64"]["sha256"])
 
 
 def install(prefix: Path, *args: str) -> tuple[int, str]:
     return cli("install", "13.0", "--platform", "linux-x86_64", "--prefix", str(prefix), *args)
 
 
-def test_trojan_mirror_in_front_of_an_authenticated_base(named: type[NamedHost], trees: tuple[Path, Path, Path],
+Trees = tuple[Path, Path, Path]
+
+
+def test_trojan_mirror_in_front_of_an_authenticated_base(named: type[NamedHost], trees: Trees,
                                                          tmp_path: Path) -> None:
     """The safe fleet mode: manifest from the base, archives from the mirror, each checked; the
     mirror's wrong crt is refused and fetched from the base, and never enters the cache."""
