@@ -109,7 +109,9 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 def _check_plan_json(doc: dict[str, object], base: str, platform: str) -> list[str]:
     assert set(doc) == {"release", "release_date", "platform", "base_url", "source", "profile",
-                        "total_size", "components", "notes"}
+                        "total_size", "components", "notes", "hashes_from"}
+    why = "a local directory" if base.startswith("file:") else "a loopback address"
+    assert doc["hashes_from"] == f"{base} ({why})"
     assert (doc["release"], doc["release_date"], doc["platform"]) == ("13.0.1", "2026-01-01", platform)
     assert (doc["base_url"], doc["source"], doc["profile"], doc["notes"]) == (base, "nvidia", "nvcc", [])
     comps = doc["components"]
