@@ -411,3 +411,26 @@ def test_pypi_index_unreachable_and_an_untrusted_mirror_names_the_ways_out(named
     for words in ("is plain HTTP", "Three ways out", f"--trusted-host {mirror.host}", "install --lock"):
         assert words in err, err
     assert mirror.log == [] and not (tmp_path / "cuda").exists()
+
+
+def test_an_https_document_redirected_to_plain_http_is_refused() -> None:
+    """TLS must hold to the last hop of a manifest or index page: a redirect to http:// would hand
+    the hashes to whoever is on that path."""
+    import httpx
+    import respx
+
+    from cudaredist.errors import FetchError
+    from cudaredist.fetch.client import RetryPolicy
+    from cudaredist.fetch.transport import Transport
+
+    listing = b"<a href='redistrib_13.0.1.json'>redistrib_13.0.1.json</a>"
+    with respx.mock() as router, Transport(retry=RetryPolicy(attempts=1)) as t:
+        router.get("https://redist.test/a/").mock(
+            return_value=httpx.Response(302, headers={"Location": "http://redist.test/a/"}))
+        router.get("http://redist.test/a/").mock(return_value=httpx.Response(200, content=listing))
+        router.get("https://redist.test/b/").mock(
+            return_value=httpx.Response(302, headers={"Location": "https://cdn.test/b/"}))
+        router.get("https://cdn.test/b/").mock(return_value=httpx.Response(200, content=listing))
+        with pytest.raises(FetchError, match=r"redirects to plain HTTP \(http://redist\.test/a/\)"):
+            t.get_bytes("https://redist.test/a/")
+        assert t.get_bytes("https://redist.test/b/") == listing  # https to https is fine
