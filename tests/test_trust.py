@@ -21,6 +21,7 @@ import json
 import re
 import shutil
 import socket
+import ssl
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -87,12 +88,37 @@ class _NamedHandler(http.server.SimpleHTTPRequestHandler):
 
     def _as_host(self) -> bool:
         parts = urlsplit(self.path)
+        # proxied plain HTTP names the host in the request line; inside a TLS tunnel, in Host
+        host = parts.hostname or urlsplit("//" + self.headers.get("Host", "")).hostname
         self.server.log.append(parts.path)
-        if parts.hostname != NAME:  # only the name reaches it: not a loopback literal, not a CONNECT
+        if host != NAME:  # only the name reaches it, never a loopback literal
             self.send_error(502, f"only {NAME} is served here")
             return False
         self.path = parts.path
         return True
+
+    def do_CONNECT(self) -> None:
+        """HTTPS through the proxy: the tunnel ends here, in TLS with a certificate for the name."""
+        ctx = self.server.tls
+        if ctx is None or urlsplit("//" + self.path).hostname != NAME:
+            self.send_error(502, f"no TLS for {self.path}")
+            return
+        self.send_response(200, "Connection established")
+        self.end_headers()
+        self.wfile.flush()
+        try:
+            self.connection = ctx.wrap_socket(self.connection, server_side=True)
+        except (ssl.SSLError, OSError):  # the client refused the certificate: that is its answer
+            self.close_connection = True
+            return
+        self.rfile = self.connection.makefile("rb")
+        self.wfile = self.connection.makefile("wb")
+        self.close_connection = False  # the requests inside the tunnel follow on this socket
+
+    def finish(self) -> None:
+        super().finish()
+        if isinstance(self.connection, ssl.SSLSocket):  # it took over the accepted socket
+            self.connection.close()
 
     def do_GET(self) -> None:
         if self._as_host():
@@ -106,15 +132,17 @@ class _NamedHandler(http.server.SimpleHTTPRequestHandler):
 class _NamedServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
     log: list[str]
+    tls: ssl.SSLContext | None
 
 
 class NamedHost:
-    """``http://cuda-cache.test:PORT/`` serving ``root``: the process's HTTP proxy on 127.0.0.1."""
+    """``http://cuda-cache.test:PORT/`` serving ``root``: the process's HTTP proxy on 127.0.0.1
+    (with ``tls``, ``https://cuda-cache.test:PORT/`` through CONNECT, the process's HTTPS proxy)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, tls: ssl.SSLContext | None = None) -> None:
         self.srv = _NamedServer(("127.0.0.1", 0), functools.partial(_NamedHandler, directory=str(root)))
-        self.srv.log = []
-        self.url = f"http://{NAME}:{self.srv.server_address[1]}/"
+        self.srv.log, self.srv.tls = [], tls
+        self.url = f"{'https' if tls else 'http'}://{NAME}:{self.srv.server_address[1]}/"
         self.proxy = f"http://127.0.0.1:{self.srv.server_address[1]}"
         threading.Thread(target=self.srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
@@ -135,10 +163,10 @@ class NamedHost:
 def named(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[NamedHost]]:
     hosts: list[NamedHost] = []
 
-    def start(root: Path) -> NamedHost:
-        host = NamedHost(root)
+    def start(root: Path, tls: ssl.SSLContext | None = None) -> NamedHost:
+        host = NamedHost(root, tls)
         hosts.append(host)
-        monkeypatch.setenv("HTTP_PROXY", host.proxy)
+        monkeypatch.setenv("HTTPS_PROXY" if tls else "HTTP_PROXY", host.proxy)
         monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")  # loopback bases are asked directly
         return host
 
@@ -287,6 +315,73 @@ def test_trusted_host_is_believed(named: type[NamedHost], trees: tuple[Path, Pat
     monkeypatch.setenv("CUDAREDIST_TRUSTED_HOST", f"other.test {NAME}")
     code, err = install(tmp_path / "b", "--mirror", mirror.url, "--base-url", down)
     assert code == 0, err
+
+
+@pytest.fixture(scope="module")
+def tls_for_name(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ssl.SSLContext]:
+    """(ca.pem, a server context): a throwaway CA and a certificate for cuda-cache.test."""
+    import datetime as dt
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    d = tmp_path_factory.mktemp("tls")
+    now = dt.datetime.now(dt.timezone.utc)
+
+    def cert(subject: str, key: ec.EllipticCurvePrivateKey, issuer: str, signer: ec.EllipticCurvePrivateKey,
+             ca: bool) -> x509.Certificate:
+        b = (x509.CertificateBuilder()
+             .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+             .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
+             .public_key(key.public_key()).serial_number(x509.random_serial_number())
+             .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=1))
+             .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+             .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(signer.public_key()),
+                            critical=False))
+        if ca:
+            b = b.add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                              content_commitment=False, key_encipherment=False,
+                                              data_encipherment=False, key_agreement=False,
+                                              encipher_only=False, decipher_only=False), critical=True)
+        else:
+            b = b.add_extension(x509.SubjectAlternativeName([x509.DNSName(NAME)]), critical=False)
+        return b.sign(signer, hashes.SHA256())
+
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca = cert("cudaredist trust test CA", ca_key, "cudaredist trust test CA", ca_key, True)
+    leaf = cert(NAME, key, "cudaredist trust test CA", ca_key, False)
+    pem = serialization.Encoding.PEM
+    (d / "ca.pem").write_bytes(ca.public_bytes(pem))
+    (d / "server.pem").write_bytes(leaf.public_bytes(pem) + ca.public_bytes(pem))
+    (d / "server.key").write_bytes(key.private_bytes(pem, serialization.PrivateFormat.PKCS8,
+                                                     serialization.NoEncryption()))
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(d / "server.pem", d / "server.key")
+    return d / "ca.pem", ctx
+
+
+def test_an_https_mirror_by_name_is_authenticated(named: type[NamedHost], trees: Trees, tmp_path: Path,
+                                                  tls_for_name: tuple[Path, ssl.SSLContext],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """HTTPS to a name, its certificate checked (SSL_CERT_FILE here): the mirror serves the
+    manifest, alone with --no-fallback; without the CA the certificate is refused, not believed."""
+    _real, _trojan, honest = trees
+    ca, ctx = tls_for_name
+    mirror = named(honest, ctx)
+    down = f"http://127.0.0.1:{closed_port()}/"
+    code, err = install(tmp_path / "untrusted-ca", "--mirror", mirror.url, "--base-url", down,
+                        "--no-fallback")
+    assert code == 1 and "certificate" in err and "SSL_CERT_FILE" in err, err
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca))
+    code, err = install(tmp_path / "cuda", "--mirror", mirror.url, "--base-url", down, "--no-fallback")
+    assert code == 0, err
+    prov = record(tmp_path / "cuda")["provenance"]
+    assert isinstance(prov, dict) and prov["hashes_from"] == f"{mirror.url} (HTTPS)"
+    assert all(u.startswith(mirror.url) for u in prov["archives"].values()), prov
+    assert f"/redistrib_{LABEL}.json" in mirror.log
 
 
 def test_a_lock_file_takes_archives_from_an_untrusted_mirror(named: type[NamedHost],
