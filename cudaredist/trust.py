@@ -121,16 +121,19 @@ def refuse(untrusted: Sequence[tuple[str, str]], *, what: str) -> TrustError:
         + _ways_out(urls) + ".", url=urls[0], host=host_label(urls[0]))
 
 
-def unreachable(mirror: str, trusted: Sequence[str], cause: Exception, *, what: str) -> TrustError:
-    """The trusted places gave no answer, and the mirror that did is plain HTTP."""
-    where = ", ".join(trusted)
+def unreachable(untrusted: tuple[str, str], trusted: Sequence[str], cause: Exception, *,
+                what: str) -> TrustError:
+    """The authenticated places gave no answer, and the one left (``(role, url)``) is plain HTTP."""
+    role, url = untrusted
+    host = host_label(url)
+    flag = "--mirror" if role == "the mirror" else ("--index-url" if "index" in role else "--base-url")
     return TrustError(
-        f"cannot read {what} from an authenticated place: {where} failed ({cause}). The mirror "
-        f"{mirror} is plain HTTP, so {what} is not read from it (whoever can answer for "
-        f"{host_label(mirror)} could choose what runs here); its archives are used only when checked "
-        f"against hashes from an authenticated place. Three ways out: serve the mirror over HTTPS "
-        f"(--mirror https://...); trust it with --trusted-host {host_label(mirror)} (or "
-        "CUDAREDIST_TRUSTED_HOST) if the host and the network to it are yours; or install from a lock "
-        "file written where the base is reachable (`cudaredist lock TRAIN -o cuda.lock`, then "
-        "`install --lock cuda.lock --mirror ...`: archives from the mirror, hashes from the lock).",
-        url=mirror, host=host_label(mirror))
+        f"cannot read {what} from an authenticated place: {', '.join(trusted)} failed ({cause}). "
+        f"{role[0].upper()}{role[1:]} {url} is plain HTTP, so {what} is not read from it (whoever can "
+        f"answer for {host} could choose what runs here); its archives are used only when checked "
+        f"against hashes from an authenticated place. Three ways out: serve it over HTTPS ({flag} "
+        f"https://...); trust it with --trusted-host {host} (or CUDAREDIST_TRUSTED_HOST) if the host and "
+        "the network to it are yours; or install from a lock file written where an authenticated place "
+        f"is reachable (`cudaredist lock TRAIN -o cuda.lock`, then `install --lock cuda.lock {flag} "
+        f"{url}`: archives from there, hashes from the lock).",
+        url=url, host=host)

@@ -79,6 +79,45 @@ def test_bad_trusted_host(bad: str) -> None:
         Trust.of([bad])
 
 
+NV = "https://developer.download.nvidia.com/compute/cuda/redist/"
+LAN = f"http://{NAME}:8080/redist/"
+LOOP = "http://127.0.0.1:8080/redist/"
+
+
+@pytest.mark.parametrize(("base", "mirror", "fallback", "manifests", "archives", "untrusted"), [
+    pytest.param(NV, None, True, [NV], [NV], [], id="nvidia"),
+    pytest.param(NV, LAN, True, [NV], [LAN, NV], [("the mirror", LAN)], id="fleet-mode"),
+    pytest.param(NV, LAN, False, [NV], [LAN], [("the mirror", LAN)], id="fleet-mode-no-fallback"),
+    pytest.param(NV, LOOP, True, [LOOP, NV], [LOOP, NV], [], id="loopback-mirror"),
+    pytest.param(NV, LOOP, False, [LOOP], [LOOP], [], id="loopback-mirror-only"),
+    pytest.param(LAN, LOOP, True, [LOOP], [LOOP, LAN], [("the base URL", LAN)], id="plain-http-base"),
+])
+def test_trusted_bases(base: str, mirror: str | None, fallback: bool, manifests: list[str],
+                       archives: list[str], untrusted: list[tuple[str, str]]) -> None:
+    from cudaredist.sources.nvidia.index import trusted_bases
+
+    got = trusted_bases(base, mirror, fallback=fallback, trust=Trust())
+    assert (list(got.manifests), list(got.archives), list(got.untrusted)) == (manifests, archives, untrusted)
+
+
+@pytest.mark.parametrize(("base", "mirror", "fallback"), [
+    pytest.param(LAN, None, True, id="plain-http-base"),
+    pytest.param(LAN, LAN.replace("8080", "9090"), True, id="both"),
+    pytest.param(NV, LAN, False, id="no-fallback-keeps-the-base-for-manifests"),
+])
+def test_nothing_authenticated(base: str, mirror: str | None, fallback: bool) -> None:
+    from cudaredist.errors import TrustError
+    from cudaredist.sources.nvidia.index import trusted_bases
+
+    if base == NV:  # the authenticated base still reads manifests: not refused
+        assert trusted_bases(base, mirror, fallback=fallback, trust=Trust()).manifests == (NV,)
+        return
+    with pytest.raises(TrustError) as info:
+        trusted_bases(base, mirror, fallback=fallback, trust=Trust())
+    assert info.value.host.startswith(NAME) and f"--trusted-host {NAME}:8080" in str(info.value)
+    assert trusted_bases(base, mirror, fallback=fallback, trust=Trust.of([NAME])).manifests
+
+
 # -- a plain-HTTP host reached by name ------------------------------------------------------------------
 class _NamedHandler(http.server.SimpleHTTPRequestHandler):
     server: _NamedServer

@@ -62,11 +62,8 @@ class Bases:
 
     manifests: tuple[str, ...]   # trusted bases, mirror first
     archives: tuple[str, ...]    # every base, mirror first (its bytes are checked against the manifest)
-    untrusted: tuple[str, ...]   # plain-HTTP bases that give archives only
-
-    @property
-    def mirror(self) -> str | None:
-        return self.untrusted[0] if self.untrusted else None
+    # plain-HTTP bases that give archives only, with their role ("the mirror", "the base URL")
+    untrusted: tuple[tuple[str, str], ...] = ()
 
 
 def trusted_bases(base_url: str | None, mirror: str | None, *, fallback: bool, trust: Trust) -> Bases:
@@ -84,7 +81,7 @@ def trusted_bases(base_url: str | None, mirror: str | None, *, fallback: bool, t
     readers = tuple(u for _r, u in named if trust.trusted(u))
     if not readers:
         raise refuse(named, what="the manifest")
-    return Bases(readers, tuple(archives), tuple(u for _r, u in named if not trust.trusted(u)))
+    return Bases(readers, tuple(archives), tuple((r, u) for r, u in named if not trust.trusted(u)))
 
 
 class Index:
@@ -171,10 +168,10 @@ class Index:
             failed = set(readers[:i])
             return Release(label, base, tuple(b for b in bases.archives if b not in failed), manifest, data)
         fetches = [e for e in errors if isinstance(e, FetchError)]
-        if bases.mirror is not None and fetches and not all(isinstance(e, OfflineError) for e in fetches):
-            # no authenticated answer, and the one place left is plain HTTP: say how to get out
+        if bases.untrusted and fetches and not all(isinstance(e, OfflineError) for e in fetches):
+            # no authenticated answer, and the place left is plain HTTP: say how to get out
             cause = fetches[0] if len(errors) == 1 else FetchError("; ".join(str(e) for e in errors))
-            raise unreachable(bases.mirror, readers, cause, what="the manifest") from fetches[0]
+            raise unreachable(bases.untrusted[0], readers, cause, what="the manifest") from fetches[0]
         if len(errors) == 1:
             raise errors[0]
         detail = "; ".join(str(e) for e in errors)

@@ -153,7 +153,8 @@ class WheelIndex:
                 if mirror is not None and not all(e.status == 404 or isinstance(e, OfflineError)
                                                   for e in errors):
                     cause = errors[0] if len(errors) == 1 else FetchError("; ".join(map(str, errors)))
-                    raise unreachable(mirror, readers, cause, what="the index pages") from errors[0]
+                    raise unreachable(("the mirror", mirror), readers, cause,
+                                      what="the index pages") from errors[0]
                 if len(errors) == 1:
                     raise errors[0]
                 raise FetchError("; ".join(map(str, errors)), url=errors[0].url,
