@@ -101,11 +101,11 @@ def host_label(url: str) -> str:
 
 def _ways_out(urls: Sequence[str]) -> str:
     flags = " ".join(f"--trusted-host {h}" for h in dict.fromkeys(host_label(u) for u in urls))
-    return (f"an https:// URL for it (certificates are checked against the OS trust store or "
+    return (f"an https:// URL instead (certificates are checked against the OS trust store or "
             f"SSL_CERT_FILE); {flags} (or CUDAREDIST_TRUSTED_HOST) if you trust the host and every "
-            "network between you and it; or a lock file written where the index is trusted "
-            "(`cudaredist lock TRAIN -o cuda.lock`, then `install --lock cuda.lock`, which reads no "
-            "manifest and takes only archives from that host)")
+            "network between you and it; or a lock file written where an authenticated place is "
+            "reachable (`cudaredist lock TRAIN -o cuda.lock`, then `install --lock cuda.lock`: no "
+            "manifest is read, and archives from that host are checked against the lock)")
 
 
 def refuse(untrusted: Sequence[tuple[str, str]], *, what: str) -> TrustError:
@@ -121,14 +121,14 @@ def refuse(untrusted: Sequence[tuple[str, str]], *, what: str) -> TrustError:
         + _ways_out(urls) + ".", url=urls[0], host=host_label(urls[0]))
 
 
-def unreachable(untrusted: tuple[str, str], trusted: Sequence[str], cause: Exception, *,
+def unreachable(untrusted: tuple[str, str], trusted: Sequence[str], cause: str, *,
                 what: str) -> TrustError:
     """The authenticated places gave no answer, and the one left (``(role, url)``) is plain HTTP."""
     role, url = untrusted
     host = host_label(url)
     flag = "--mirror" if role == "the mirror" else ("--index-url" if "index" in role else "--base-url")
     return TrustError(
-        f"cannot read {what} from an authenticated place: {', '.join(trusted)} failed ({cause}). "
+        f"cannot read {what} from an authenticated place: {', '.join(trusted)} failed ({cause.rstrip('.')}). "
         f"{role[0].upper()}{role[1:]} {url} is plain HTTP, so {what} is not read from it (whoever can "
         f"answer for {host} could choose what runs here); its archives are used only when checked "
         f"against hashes from an authenticated place. Three ways out: serve it over HTTPS ({flag} "

@@ -10,7 +10,7 @@ from urllib.parse import urlparse
 
 from cudaredist.errors import CudaRedistError, FetchError, OfflineError, ResolveError
 from cudaredist.fetch.cache import Cache
-from cudaredist.fetch.client import is_local, local_path
+from cudaredist.fetch.client import UNREACHABLE_HINT, is_local, local_path
 from cudaredist.fetch.transport import Transport
 from cudaredist.plan import Plan, join_url, version_key
 from cudaredist.sources.nvidia.manifest import Manifest, parse_manifest
@@ -170,7 +170,7 @@ class Index:
         fetches = [e for e in errors if isinstance(e, FetchError)]
         if bases.untrusted and fetches and not all(isinstance(e, OfflineError) for e in fetches):
             # no authenticated answer, and the place left is plain HTTP: say how to get out
-            cause = fetches[0] if len(errors) == 1 else FetchError("; ".join(str(e) for e in errors))
+            cause = "; ".join(str(e).replace(" " + UNREACHABLE_HINT, "") for e in errors)
             raise unreachable(bases.untrusted[0], readers, cause, what="the manifest") from fetches[0]
         if len(errors) == 1:
             raise errors[0]

@@ -30,7 +30,7 @@ from cudaredist.errors import (
     ResolveError,
 )
 from cudaredist.fetch.cache import Cache, sha256_file
-from cudaredist.fetch.client import is_local, local_path
+from cudaredist.fetch.client import UNREACHABLE_HINT, is_local, local_path
 from cudaredist.fetch.transport import Transport
 from cudaredist.plan import Archive, Plan, PlannedArchive
 from cudaredist.sources.nvidia.releases import check_train, pick_release, train_of
@@ -152,7 +152,7 @@ class WheelIndex:
                 mirror = self.untrusted_mirror
                 if mirror is not None and not all(e.status == 404 or isinstance(e, OfflineError)
                                                   for e in errors):
-                    cause = errors[0] if len(errors) == 1 else FetchError("; ".join(map(str, errors)))
+                    cause = "; ".join(str(e).replace(" " + UNREACHABLE_HINT, "") for e in errors)
                     raise unreachable(("the mirror", mirror), readers, cause,
                                       what="the index pages") from errors[0]
                 if len(errors) == 1:
