@@ -105,7 +105,7 @@ def _ways_out(urls: Sequence[str]) -> str:
             f"SSL_CERT_FILE); {flags} (or CUDAREDIST_TRUSTED_HOST) if you trust the host and every "
             "network between you and it; or a lock file written where an authenticated place is "
             "reachable (`cudaredist lock TRAIN -o cuda.lock`, then `install --lock cuda.lock`: no "
-            "manifest is read, and archives from that host are checked against the lock)")
+            "manifest or index page is read, and archives from that host are checked against the lock)")
 
 
 def refuse(untrusted: Sequence[tuple[str, str]], *, what: str) -> TrustError:
@@ -116,7 +116,8 @@ def refuse(untrusted: Sequence[tuple[str, str]], *, what: str) -> TrustError:
     hosts, verb = " and ".join(labels), "is" if len(labels) == 1 else "are"
     return TrustError(
         f"refusing to read {what} from {names}: {hosts} {verb} plain HTTP (not a loopback address, not "
-        f"named by --trusted-host), and {what} lists the sha256 every archive is checked against, so "
+        f"named by --trusted-host), and {what} {'list' if what.endswith('s') else 'lists'} the sha256 "
+        f"every archive is checked against, so "
         f"whoever can answer for {hosts} could choose what runs here. Nothing was downloaded. Use "
         + _ways_out(urls) + ".", url=urls[0], host=host_label(urls[0]))
 
