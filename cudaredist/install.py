@@ -264,7 +264,7 @@ class Installer:
                                                              stream=False)
                 links = self._complete(plan, staging)
                 stamp = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
-                rec = build_record(plan, files, stamp)
+                rec = build_record(plan, files, stamp, served=self.fetcher.served)
                 rec["links"] = links
                 rec["request"] = {"components": list(requested)}
                 write_record(staging, rec)

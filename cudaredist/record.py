@@ -68,13 +68,23 @@ def record_path(prefix: Path) -> Path:
     return prefix / RECORD_DIR / RECORD_FILE
 
 
-def build_record(plan: Plan, files: list[FileRecord], installed_at: str) -> dict[str, Any]:
+def build_record(plan: Plan, files: list[FileRecord], installed_at: str, *,
+                 served: dict[str, str] | None = None) -> dict[str, Any]:
+    """``served``: sha256 -> the URL this run downloaded it from (an archive not in it came from
+    the cache)."""
+    served = served or {}
     return {
         "schema": SCHEMA,
         "tool": f"cudaredist {__version__}",
         "installed_at": installed_at,
         "content_key": plan.content_key(),
         "plan": plan.to_json(),
+        # where the hashes came from, and where each archive's (verified) bytes came from
+        "provenance": {
+            "manifest": plan.base_url,
+            "hashes_from": plan.hashes_from,
+            "archives": {i.component: served.get(i.archive.sha256, "cache") for i in plan.items},
+        },
         "files": [
             {"path": f.path, "size": f.size, "sha256": f.sha256, "mode": oct(f.mode),
              **({"link": f.link} if f.link else {}), "component": f.component}

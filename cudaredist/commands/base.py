@@ -69,6 +69,7 @@ class Ctx:
     jobs: int = 8
     source: str | None = "nvidia"  # None: not given (install --lock takes the lock's)
     index_url: str | None = None
+    trusted_hosts: list[str] | None = None
 
     def cache(self) -> Any:
         from cudaredist.fetch.cache import Cache
@@ -82,7 +83,8 @@ class Ctx:
         from cudaredist.sources import Where, open_source
 
         transport = Transport(connections=self.jobs)
-        where = Where(self.base_url, self.mirror, self.no_fallback, self.index_url, self.offline)
+        where = Where(self.base_url, self.mirror, self.no_fallback, self.index_url, self.offline,
+                      tuple(self.trusted_hosts) if self.trusted_hosts else None)
         try:
             yield open_source(source or self.source, transport, self.cache(), where)
         finally:
