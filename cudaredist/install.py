@@ -86,7 +86,7 @@ def prefix_lock(prefix: Path, timeout: float) -> Iterator[None]:
         raise BusyError(
             f"{prefix} is busy: another cudaredist process has held its lock for {timeout:g}s. "
             f"Retry later, or wait longer with --lock-timeout / {ENV_LOCK_TIMEOUT}.",
-            prefix=str(prefix)) from exc
+            path=str(prefix), lock=lock.lock_file) from exc
     except OSError as exc:
         raise local_error(exc, doing="create the lock file of the prefix in", path=prefix.parent,
                           option="--prefix") from exc
