@@ -212,6 +212,8 @@ def install(
                             typer.echo(f"note: {note}", err=True)
                     result = installer.install(plan, target, reinstall=reinstall,
                                                replace_foreign=replace_foreign, requested=components)
+                    for warning in result.warnings:  # on stderr, whatever --quiet and --json say
+                        typer.echo(warning, err=True)
                     done.append(_result_row(result, plan))
                     if not quiet and not as_json:
                         typer.echo(done[-1]["message"], err=True)
@@ -411,6 +413,9 @@ app.add_typer(cache.app, name="cache")
 
 
 def main() -> None:
+    from cudaredist import streams
+
+    streams.configure()  # a redirected stdout on Windows: the code page its reader decodes with
     # exit code 2 is click's for usage errors; ours are 1 (or the error's own code)
     app(prog_name="cudaredist")
 

@@ -74,7 +74,7 @@ def winpy() -> Path:
 
 
 def _pytest(py: Path, args: list[str], env: dict[str, str], timeout: float) -> tuple[str, dict[str, int]]:
-    cmd = [str(py), "-m", "pytest", "-p", "no:cacheprovider", "--import-mode=append", "-rs",
+    cmd = [str(py), "-m", "pytest", "-p", "no:cacheprovider", "--import-mode=append", "-rfEs",
            "--durations=0", "--durations-min=0.5", *args]
     r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     out = r.stdout + r.stderr

@@ -15,8 +15,8 @@ from cudaredist.fetch import ranges, transport
 from cudaredist.fetch.client import RetryPolicy, make_client
 from cudaredist.fetch.ranges import Marker, discard_partial, marker_path, resume_point
 from cudaredist.fetch.transport import Transport
-from tests.fetch.test_transport import BLOB, SIZE, Blob, blob, srv  # noqa: F401 - fixtures
 from tests.faultserver import FaultServer
+from tests.fetch.test_transport import BLOB, SIZE, Blob, blob, srv  # noqa: F401 - fixtures
 
 
 def test_marker_is_rewritten_in_place(tmp_path: Path) -> None:
