@@ -236,11 +236,12 @@ def _extract_zip(path: Path, tree: Tree, *, component: str, archive: str, mapper
             # the name as the archive spells it: on Windows zipfile turns backslashes into "/" in
             # .filename, which would let a Windows host accept what every other host refuses
             clean = clean_member(info.orig_filename, archive=archive, zip_entry=True)
-            key = clean.lower()  # Windows file systems do not tell case apart
-            if key in seen:
+            # one name twice is ambiguous in any zip; names differing only in case are the tree's to judge
+            # (one path where the target folds case, as for a tar)
+            if clean in seen:
                 raise UnsafeArchiveError(f"{archive}: entry {info.orig_filename!r} appears twice; refused",
                                          archive=archive, member=info.orig_filename)
-            seen.add(key)
+            seen.add(clean)
         try:
             for info in infos:
                 clean = clean_member(info.orig_filename, archive=archive, zip_entry=True)
