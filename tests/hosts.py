@@ -66,6 +66,16 @@ def assert_link(path: Path, target: str) -> None:
         assert path.is_file() and path.read_bytes() == real.read_bytes(), path
 
 
+def need_cryptography() -> None:
+    """Skip under Wine when the cryptography wheel cannot load its Rust extension (its DLL does not
+    load there); anywhere else an import error stays an error."""
+    if UNDER_WINE:
+        try:
+            import cryptography.hazmat.bindings._rust  # noqa: F401
+        except ImportError as exc:
+            pytest.skip(f"Wine: the cryptography wheel's Rust extension does not load ({exc})")
+
+
 def fd_paths(mp: pytest.MonkeyPatch) -> Callable[[int], str]:
     """fd -> the path of the file it is open on, "/"-separated. Linux names it in /proc; elsewhere
     (Windows has no /proc) the os.open calls made from now on are watched."""

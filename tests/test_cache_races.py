@@ -19,6 +19,7 @@ from cudaredist.fetch.transport import Transport
 from cudaredist.install import Installer
 from cudaredist.plan import Plan, PlannedArchive
 from cudaredist.sources.nvidia.index import Index, normalize_base, resolve_plan
+from tests.hosts import WINDOWS, posix_only
 from tests.invariants import assert_installed
 
 
@@ -75,6 +76,8 @@ def test_an_unpacked_entry_removed_before_its_lock_is_taken(
     assert_installed(tmp_path / "second", "13.0.1", cache)
 
 
+@posix_only("a clear deleting archives that other threads of the install are reading (Windows refuses "
+            "to delete an open file: the clear says which one is held instead)")
 def test_a_cached_archive_removed_between_its_fetch_and_its_read(
         mirror: Path, transport: Transport, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An archive read whole (a wheel, or any archive on a Windows host) is cached, then a clear
@@ -108,7 +111,10 @@ def test_clear_and_prune_remove_lock_files_no_one_holds(mirror: Path, transport:
     plan = _plan(transport, cache, mirror)
     _install(transport, cache, plan, tmp_path / "cuda")
     locks = cache.root / "locks"
-    assert len(list(locks.glob("*.lock"))) >= len(plan.items)  # one per archive and entry written
+    if WINDOWS:  # filelock's Windows lock deletes its file when it is released: none is left over
+        assert list(locks.glob("*.lock")) == []
+    else:
+        assert len(list(locks.glob("*.lock"))) >= len(plan.items)  # one per archive and entry written
     held = filelock.FileLock(str(locks / f"{plan.items[0].archive.sha256}.lock"))
     with held:
         maintenance.prune(cache, older_than_days=365)

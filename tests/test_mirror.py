@@ -521,6 +521,8 @@ def _wheel_file(tmp_path: Path, files: dict[str, bytes], *, links: tuple[str, ..
     pytest.param("linux-x86_64", {"nvidia/cu13/include/a.h": b"1"}, ("nvidia/cu13/include/b.h",),
                  "is a symlink", id="zip-symlink"),
     pytest.param("linux-x86_64", {"/etc/passwd": b"x"}, (), "is an absolute path", id="absolute"),
+    pytest.param("windows-x86_64", {"nvidia\\cu13\\bin\\x64\\a.dll": b"1"}, (), "uses backslashes",
+                 id="backslashes"),
 ])
 def test_repack_refuses_what_the_installer_refuses(platform: str, files: dict[str, bytes],
                                                    links: tuple[str, ...], message: str,

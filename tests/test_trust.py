@@ -34,6 +34,7 @@ from cudaredist.cli import app
 from cudaredist.errors import UsageError
 from cudaredist.trust import Trust
 from tests.archives import MirrorArchive, build_mirror, toolkit
+from tests.hosts import need_cryptography
 from tests.sources.pypi.test_pypi_source import LINUX_TAG, FakeIndex, add_release_13_0, make_wheel
 
 NAME = "cuda-cache.test"
@@ -364,6 +365,7 @@ def tls_for_name(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ssl.SS
     """(ca.pem, a server context): a throwaway CA and a certificate for cuda-cache.test."""
     import datetime as dt
 
+    need_cryptography()
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec

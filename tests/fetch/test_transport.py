@@ -17,7 +17,7 @@ from cudaredist.errors import FetchError, IntegrityError
 from cudaredist.fetch.client import RetryPolicy, make_client, retry_after_seconds
 from cudaredist.fetch.transport import Transport
 from tests.faultserver import FaultServer, ForwardProxy
-from tests.hosts import UNDER_WINE
+from tests.hosts import need_cryptography
 
 SIZE = 300_000
 BLOB = "/files/blob.bin"
@@ -388,11 +388,7 @@ def tls_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Pat
     """(ca.pem, server cert chain, server key): a throwaway CA and a cert for 127.0.0.1."""
     import ipaddress
 
-    if UNDER_WINE:
-        try:
-            import cryptography.hazmat.bindings._rust  # noqa: F401
-        except ImportError as exc:
-            pytest.skip(f"Wine: the cryptography wheel's Rust extension does not load ({exc})")
+    need_cryptography()
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec

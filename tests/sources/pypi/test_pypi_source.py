@@ -54,6 +54,7 @@ from cudaredist.sources.pypi.wheels import (
     wheel_data,
 )
 from cudaredist.tree.sonames import chain_links, read_soname, soname_links
+from tests.archives import zip_info
 from tests.hosts import assert_link
 
 INDEX = "https://pypi.test/simple/"
@@ -101,7 +102,7 @@ def make_wheel(dist: str, version: str, files: dict[str, bytes], *, metadata: st
                            f"{info}/METADATA": (metadata or f"Metadata-Version: 2.4\nName: {dist}\n"
                                                              f"Version: {version}\n").encode(),
                            f"{info}/RECORD": b""}.items():
-            zi = zipfile.ZipInfo(name, date_time=(2025, 10, 9, 0, 0, 0))
+            zi = zip_info(name, date_time=(2025, 10, 9, 0, 0, 0))  # the name as given, on Windows too
             zi.create_system = 3
             zi.external_attr = (0o100755 if "/bin/" in name and "." not in name.rsplit("/", 1)[-1]
                                 else 0o100644) << 16
