@@ -153,6 +153,19 @@ def is_junction(path: str | os.PathLike[str]) -> bool:
         getattr(st, "st_reparse_tag", 0) == 0xA0000003  # IO_REPARSE_TAG_MOUNT_POINT
 
 
+def is_link(path: str | os.PathLike[str]) -> bool:
+    """A symbolic link or a junction: an entry whose target is not ours to walk into or delete."""
+    return os.path.islink(path) or is_junction(path)
+
+
+def remove_link(path: str | os.PathLike[str]) -> None:
+    """Remove a symlink or junction itself, never what it points at."""
+    if is_junction(path):
+        retrying(os.rmdir, long_path(path))  # how a junction is removed; its target stays
+    else:
+        unlink(path)
+
+
 def holder_hint(exc: BaseException) -> str:
     """For a sharing or lock violation (WinError 32/33): which file, and that a process holds it."""
     if getattr(exc, "winerror", None) in (32, 33) and isinstance(exc, OSError):
