@@ -65,6 +65,15 @@ def long_path(path: str | os.PathLike[str], *, nt: bool | None = None) -> str:
     return p  # relative: the prefix would change its meaning
 
 
+def short_path(path: str) -> str:
+    """``path`` without the extended-length prefix (for comparing with plain paths)."""
+    if path.startswith("\\\\?\\UNC\\"):
+        return "\\\\" + path[8:]
+    if path.startswith("\\\\?\\"):
+        return path[4:]
+    return path
+
+
 def rename(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
     retrying(os.rename, long_path(src), long_path(dst))
 
