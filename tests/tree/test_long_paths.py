@@ -67,12 +67,13 @@ def deep_mirror(tmp_path: Path) -> Path:
     if os.environ.get("UNDER_WINE"):
         pytest.skip("Wine's GetFinalPathNameByHandleW fails over 260 characters (wine-python.sh), so "
                     "realpath does; Windows' MAX_PATH rule is put in place on Linux instead")
-    archives = [a if a.component != "cuda_cccl" else
-                MirrorArchive(a.component, a.platform, a.version,
-                              {**a.members, DEEP: b"// deep",  # a hard link names the archive's path
-                               DEEP + ".copy": Link(f"{archive_name(a.component, LINUX, a.version)[:-7]}/{DEEP}",
-                                                    hard=True)})
-                for a in toolkit(LINUX)]
+    def deep(a: MirrorArchive) -> MirrorArchive:
+        top = archive_name(a.component, LINUX, a.version).removesuffix(".tar.xz")
+        # a hard link names the archive's own path of its target
+        return MirrorArchive(a.component, a.platform, a.version,
+                             {**a.members, DEEP: b"// deep", DEEP + ".copy": Link(f"{top}/{DEEP}", hard=True)})
+
+    archives = [deep(a) if a.component == "cuda_cccl" else a for a in toolkit(LINUX)]
     build_mirror(tmp_path / "mirror", "13.0.1", archives)
     return tmp_path / "mirror"
 
@@ -135,4 +136,5 @@ def test_the_unpacked_entry_rename_waits_out_a_scanner(mirror: Path, tmp_path: P
     code, _, err = install(mirror, tmp_path / "p", tmp_path / "cache")
     assert code == 0, err
     assert len(failures) == 3
-    assert json.loads((tmp_path / "p" / ".cudaredist" / "record.json").read_text())["plan"]["release"] == "13.0.1"
+    record = json.loads((tmp_path / "p" / ".cudaredist" / "record.json").read_text())
+    assert record["plan"]["release"] == "13.0.1"
