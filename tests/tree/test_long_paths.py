@@ -70,8 +70,8 @@ def deep_mirror(tmp_path: Path) -> Path:
     def deep(a: MirrorArchive) -> MirrorArchive:
         top = archive_name(a.component, LINUX, a.version).removesuffix(".tar.xz")
         # a hard link names the archive's own path of its target
-        return MirrorArchive(a.component, a.platform, a.version,
-                             {**a.members, DEEP: b"// deep", DEEP + ".copy": Link(f"{top}/{DEEP}", hard=True)})
+        members = {**a.members, DEEP: b"// deep", DEEP + ".copy": Link(f"{top}/{DEEP}", hard=True)}
+        return MirrorArchive(a.component, a.platform, a.version, members)
 
     archives = [deep(a) if a.component == "cuda_cccl" else a for a in toolkit(LINUX)]
     build_mirror(tmp_path / "mirror", "13.0.1", archives)
