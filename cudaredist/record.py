@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cudaredist import __version__, fsops
-from cudaredist.errors import PrefixError
+from cudaredist.errors import PrefixError, RecordError
 from cudaredist.fetch.cache import sha256_file
 from cudaredist.plan import Plan, version_key
 
@@ -68,13 +68,23 @@ def record_path(prefix: Path) -> Path:
     return prefix / RECORD_DIR / RECORD_FILE
 
 
-def build_record(plan: Plan, files: list[FileRecord], installed_at: str) -> dict[str, Any]:
+def build_record(plan: Plan, files: list[FileRecord], installed_at: str, *,
+                 served: dict[str, str] | None = None) -> dict[str, Any]:
+    """``served``: sha256 -> the URL this run downloaded it from (an archive not in it came from
+    the cache)."""
+    served = served or {}
     return {
         "schema": SCHEMA,
         "tool": f"cudaredist {__version__}",
         "installed_at": installed_at,
         "content_key": plan.content_key(),
         "plan": plan.to_json(),
+        # where the hashes came from, and where each archive's (verified) bytes came from
+        "provenance": {
+            "manifest": plan.base_url,
+            "hashes_from": plan.hashes_from,
+            "archives": {i.component: served.get(i.archive.sha256, "cache") for i in plan.items},
+        },
         "files": [
             {"path": f.path, "size": f.size, "sha256": f.sha256, "mode": oct(f.mode),
              **({"link": f.link} if f.link else {}), "component": f.component}
@@ -91,19 +101,74 @@ def write_record(prefix: Path, record: dict[str, Any]) -> None:
     fsops.replace(tmp, p)
 
 
+@dataclass(frozen=True)
+class _Shape:
+    """What a record holds at one place: an object with ``fields`` (name, shape or types,
+    required), or with ``each`` a list of such objects."""
+
+    fields: tuple[tuple[str, _Shape | tuple[type, ...], bool], ...]
+    each: bool = False
+
+
+_STR, _INT = (str,), (int,)
+_COMPONENT = _Shape((("name", _STR, True), ("version", _STR, True), ("sha256", _STR, True)), each=True)
+_FILE = _Shape((("path", _STR, True), ("size", _INT, True), ("sha256", _STR, True), ("mode", _STR, False),
+                ("link", _STR, False), ("component", _STR, False)), each=True)
+_LINK = _Shape((("path", _STR, True), ("link", _STR, True), ("copy", _STR, False)), each=True)
+_PLAN = _Shape((("release", _STR, True), ("platform", _STR, True), ("profile", _STR, True),
+                ("base_url", _STR, True), ("source", _STR, False),
+                ("release_date", (str, type(None)), False), ("components", _COMPONENT, True)))
+_REQUEST = _Shape((("components", (list,), False),))
+_RECORD = _Shape((("plan", _PLAN, True), ("files", _FILE, True), ("links", _LINK, False),
+                  ("request", _REQUEST, False), ("tool", _STR, True), ("installed_at", _STR, True),
+                  ("content_key", _STR, False)))
+_TYPE_NAMES = {str: "string", int: "number", list: "list", type(None): "null"}
+
+
+def _problem(obj: object, shape: _Shape, where: str) -> str:
+    """The first way ``obj`` does not have ``shape`` (``"plan.platform is missing"``), or ""."""
+    if shape.each:
+        if not isinstance(obj, list):
+            return f"{where} is not a list"
+        items = _Shape(shape.fields)
+        return next((why for k, item in enumerate(obj) if (why := _problem(item, items, f"{where}[{k}]"))),
+                    "")
+    if not isinstance(obj, dict):
+        return f"{where or 'the record'} is not an object"
+    for name, kind, required in shape.fields:
+        at = f"{where}.{name}" if where else name
+        if name not in obj:
+            if required:
+                return f"{at} is missing"
+        elif isinstance(kind, _Shape):
+            if why := _problem(obj[name], kind, at):
+                return why
+        elif isinstance(obj[name], bool) or not isinstance(obj[name], kind):
+            return f"{at} is not a {' or '.join(_TYPE_NAMES[t] for t in kind)}"
+    return ""
+
+
 def read_record(prefix: Path) -> dict[str, Any] | None:
-    """The record, or None when the prefix holds no cudaredist install."""
+    """The record, or None when the prefix holds no cudaredist install; a record that cannot be
+    read, or lacks a field the commands use, is a :class:`RecordError` naming it."""
     p = record_path(prefix)
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
-        raise PrefixError(f"the install record {p} is unreadable ({exc}); reinstall with --reinstall",
-                          prefix=str(prefix)) from exc
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA or "plan" not in data:
-        raise PrefixError(f"the install record {p} has an unknown format; reinstall with --reinstall",
-                          prefix=str(prefix))
+        raise RecordError(f"the install record {p} is unreadable ({exc}); reinstall over it with "
+                          f"--reinstall, or delete {prefix}", prefix=str(prefix), record=str(p),
+                          problem=str(exc)) from exc
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise RecordError(f"the install record {p} has an unknown format (not schema {SCHEMA}: written "
+                          f"by another cudaredist?); reinstall over it with --reinstall, or delete "
+                          f"{prefix}", prefix=str(prefix), record=str(p), problem="schema")
+    problem = _problem(data, _RECORD, "")
+    if problem:
+        raise RecordError(f"the install record {p} is damaged ({problem}); reinstall over it with "
+                          f"--reinstall, or delete {prefix}", prefix=str(prefix), record=str(p),
+                          problem=problem)
     return data
 
 

@@ -27,10 +27,13 @@ def list_cmd(
     set_verbose(verbose)
     with errors():
         from cudaredist.managed import install_dir as managed_dir
-        from cudaredist.managed import installed
+        from cudaredist.managed import scan
 
         root = managed_dir(install_dir)
-        toolkits = installed(root)
+        found_here = scan(root)
+        toolkits = found_here.toolkits
+        for _path, err in found_here.damaged:
+            typer.echo(f"warning: skipped: {err}", err=True)
         found = []
         if show_all:
             from cudaredist.discover import system_toolkits
@@ -41,7 +44,7 @@ def list_cmd(
             emit_json({"install_dir": str(root), "toolkits": [t.to_json() for t in toolkits]}
                       | ({"system": [f.to_json() for f in found]} if show_all else {}))
             return
-        if not toolkits:
+        if not toolkits and not found_here.damaged:
             typer.echo(f"no managed toolkits in {root} (`cudaredist install 13.4` puts one there)", err=True)
         for t in toolkits:
             typer.echo(f"{t.release:<9} {t.platform:<15} {t.profile:<8} {human(t.size):>10}  {t.path}")
@@ -58,13 +61,18 @@ def find_cmd(
     """Print the path of the newest installed managed toolkit of TRAIN (exit 1 when there is none)."""
     set_verbose(verbose)
     with errors():
-        from cudaredist.managed import find
+        from cudaredist.managed import find, scan
         from cudaredist.managed import install_dir as managed_dir
 
         root = managed_dir(install_dir)
         hits = find(root, train, platform or host())
+        damaged = scan(root).damaged_of(train, platform or host())
         if not hits:
+            if damaged is not None:
+                raise damaged
             fail(f"no managed CUDA {train} toolkit in {root}; `cudaredist install {train}` installs one", 1)
+        if damaged is not None:
+            typer.echo(f"warning: skipped: {damaged}", err=True)
         typer.echo(str(hits[0].path))
 
 
