@@ -175,6 +175,35 @@ def remove_link(path: str | os.PathLike[str]) -> None:
         unlink(path)
 
 
+def find_held(tree: str | os.PathLike[str], limit: int = 20000) -> str | None:
+    """The first file under ``tree`` that another process holds open without sharing delete (so
+    the tree cannot be renamed or deleted), or None. Windows only: each file is opened for DELETE
+    access with every share mode, which fails with a sharing violation exactly when some other
+    handle refuses to share it. Bounded by ``limit`` files."""
+    if not WINDOWS:
+        return None
+    import _winapi
+
+    delete, share_all, open_existing, backup_semantics = 0x00010000, 0x7, 3, 0x02000000
+    seen = 0
+    for dirpath, dirnames, filenames in os.walk(long_path(tree)):
+        dirnames[:] = [d for d in dirnames if not is_link(os.path.join(dirpath, d))]
+        for name in filenames:
+            seen += 1
+            if seen > limit:
+                return None
+            path = os.path.join(dirpath, name)
+            try:
+                handle = _winapi.CreateFile(  # type: ignore[attr-defined]
+                    path, delete, share_all, 0, open_existing, backup_semantics, 0)
+            except OSError as exc:
+                if getattr(exc, "winerror", None) in (32, 33):
+                    return short_path(path)
+                continue
+            _winapi.CloseHandle(handle)  # type: ignore[attr-defined]
+    return None
+
+
 def holder_hint(exc: BaseException) -> str:
     """For a sharing or lock violation (WinError 32/33): which file, and that a process holds it."""
     if getattr(exc, "winerror", None) in (32, 33) and isinstance(exc, OSError):
