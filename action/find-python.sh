@@ -22,7 +22,7 @@ try_python() {  # try_python LABEL CMD...: the interpreter's own path when it is
   try_python python3 python3 || try_python python python || try_python "py -3" py -3 || true
 if [ -z "$found" ]; then
   list=$(printf '%s, ' "${tried[@]}")
-  echo "::error title=cudaredist: no Python 3.10 or newer::The cudaredist action runs on Python 3.10 or newer and found none on this runner (tried ${list%, }). Add a step 'uses: actions/setup-python@v5' with 'python-version: \"3.12\"' before this one, install Python 3.10+ on the runner, or set CUDAREDIST_PYTHON to one."
+  echo "::error title=cudaredist found no Python 3.10+::The cudaredist action runs on Python 3.10 or newer and found none on this runner (tried ${list%, }). Add a step 'uses: actions/setup-python@v5' with 'python-version: \"3.12\"' before this one, install Python 3.10+ on the runner, or set CUDAREDIST_PYTHON to one."
   exit 1
 fi
 echo "Python for cudaredist: $found"

@@ -119,10 +119,9 @@ def problems() -> list[str]:
 def check() -> None:
     found = problems()
     for p in found:
-        annotate("error", p, "cudaredist: bad input")
+        annotate("error", f"{p} (nothing was installed)", "cudaredist input")
     if found:
-        raise StepError(f"{len(found)} input(s) of the action need fixing (above); nothing was installed",
-                        "cudaredist: bad input", 2)
+        raise StepError("", code=2)  # said above, one annotation per input
     output("trains", " ".join(inp("trains").split() or [inp("train")]))
 
 
@@ -182,7 +181,7 @@ def _pip_failed(what: str, r: subprocess.CompletedProcess[str], where: Path) -> 
     return StepError(f"{what} failed (exit {r.returncode}) in {where} with {sys.executable}:\n{tail}\n"
                      "The first run on a runner installs cudaredist's dependencies with pip: check that "
                      "the runner reaches a Python package index (PIP_INDEX_URL for a mirror). Later runs "
-                     "reuse it from the tool cache.", "cudaredist: could not install the tool")
+                     "reuse it from the tool cache.", "cudaredist could not install itself")
 
 
 def _build(key: str, directory: Path) -> None:
@@ -268,13 +267,13 @@ def _common() -> list[str]:
 
 
 def cache_key() -> None:
-    hashes = [cudaredist("lock", t, *_common(), "--hash", title="cudaredist: cannot resolve the train").strip()
+    hashes = [cudaredist("lock", t, *_common(), "--hash", title="cudaredist lock failed").strip()
               for t in inp("trains").split()]
     digest = hashlib.sha256("\n".join(hashes).encode()).hexdigest()
     flavour = "archives+unpacked" if inp("cache-unpacked") == "true" else "archives"
     runner = f"{os.environ.get('RUNNER_OS', sys.platform)}-{os.environ.get('RUNNER_ARCH', '')}"
     output("key", f"cudaredist-{runner}-{inp('source') or 'default'}-{flavour}-{digest}")
-    cache_dir = Path(cudaredist("cache", "dir", title="cudaredist: no cache directory").strip())
+    cache_dir = Path(cudaredist("cache", "dir", title="cudaredist cache failed").strip())
     export("CUDAREDIST_CACHE_DIR", str(cache_dir))  # the install that follows fills exactly this one
     # actions/cache puts the literal path into the entry's version: under $HOME, say it with `~`,
     # so the entry matches on every runner whatever its home, temp or work directory
@@ -291,9 +290,9 @@ def cache_key() -> None:
 def _set_env_for(prefix: str, *, first: bool) -> dict[str, Any]:
     """CUDA_PATH_V<major>_<minor> for every toolkit; the whole environment for the first."""
     if first:
-        cudaredist("env", "--prefix", prefix, "--github", title="cudaredist: cannot export the environment")
+        cudaredist("env", "--prefix", prefix, "--github", title="cudaredist env failed")
     found: dict[str, Any] = json.loads(cudaredist("env", "--prefix", prefix, "--json",
-                                                     title="cudaredist: cannot export the environment"))
+                                                     title="cudaredist env failed"))
     if not first:
         for name, value in found["set"].items():
             if name.startswith("CUDA_PATH_V"):
@@ -349,7 +348,8 @@ def main(argv: list[str]) -> int:
     try:
         COMMANDS[argv[0]]()
     except StepError as exc:
-        annotate("error", str(exc), exc.title)
+        if str(exc):
+            annotate("error", str(exc), exc.title)
         return exc.code
     except OSError as exc:
         annotate("error", f"{exc} (while running the action's '{argv[0]}' step)", "cudaredist action")
