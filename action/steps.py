@@ -85,20 +85,22 @@ def problems() -> list[str]:
     found: list[str] = []
     train, trains = inp("train"), inp("trains").split()
     if train and trains:
-        found.append(f"give either 'train' or 'trains', not both (train: '{train}', trains: '{' '.join(trains)}')")
+        found.append(f"give either 'train' or 'trains', not both "
+                     f"(train: '{train}', trains: '{' '.join(trains)}')")
     elif not train and not trains:
         found.append("give 'train' (e.g. '13.4': the newest 13.4.x) or 'trains' (e.g. '13.0 13.4')")
     if len(train.split()) > 1:
         found.append(f"'train' takes one train, got '{train}'; for several use 'trains: \"{train}\"'")
     for t in train.split() + trains:
         if not TRAIN_RE.fullmatch(t):
-            found.append(f"'{t}' is not a CUDA train: give a major (13), a train (13.4) or a release (13.4.1)")
+            found.append(f"'{t}' is not a CUDA train: give a major (13), a train (13.4) "
+                         "or a release (13.4.1)")
     dupes = sorted({t for t in trains if trains.count(t) > 1})
     if dupes:
         found.append(f"'trains' names {', '.join(dupes)} more than once")
     if trains and inp("prefix"):
-        found.append("'prefix' goes with 'train'; with 'trains' each toolkit goes into CUDAREDIST_INSTALL_DIR "
-                     "(set it in the job's env to choose the directory)")
+        found.append("'prefix' goes with 'train'; with 'trains' each toolkit goes into "
+                     "CUDAREDIST_INSTALL_DIR (set it in the job's env to choose the directory)")
     platform = inp("platform")
     if platform and not PLATFORM_RE.fullmatch(platform):
         found.append(f"'platform: {platform}' is not a platform: give linux-x86_64, linux-sbsa, "
@@ -191,8 +193,8 @@ def _build(key: str, directory: Path) -> None:
         r = subprocess.run([sys.executable, "-m", "venv", str(tmp / "venv")], capture_output=True, text=True)
         if r.returncode != 0:
             raise _pip_failed("python -m venv", r, tmp)
-        pip = [str(_venv_python(tmp / "venv")), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-               "--no-warn-script-location", str(ROOT)]
+        pip = [str(_venv_python(tmp / "venv")), "-m", "pip", "install", "--quiet",
+               "--disable-pip-version-check", "--no-warn-script-location", str(ROOT)]
         r = subprocess.run(pip, capture_output=True, text=True)
         if r.returncode != 0:
             raise _pip_failed("pip install of the action's cudaredist", r, tmp)
@@ -307,7 +309,8 @@ def install() -> None:
         temp = os.environ.get("RUNNER_TEMP") or os.getcwd()
         platform = f"-{inp('platform')}" if inp("platform") else ""
         prefix = inp("prefix") or os.path.join(temp, f"cuda-{trains[0]}{platform}")
-        done = json.loads(cudaredist("install", trains[0], "--prefix", prefix, *_common(), "--json", title=title))
+        done = json.loads(cudaredist("install", trains[0], "--prefix", prefix, *_common(), "--json",
+                                     title=title))
         prefixes = [str(done["prefix"])]
     else:
         install_dir = os.environ.get("CUDAREDIST_INSTALL_DIR") or os.path.join(
@@ -321,7 +324,7 @@ def install() -> None:
     envs = [_set_env_for(p, first=i == 0) for i, p in enumerate(prefixes)]
     output("cuda-path", str(envs[0]["prefix"]))
     output("release", str(envs[0]["release"]))
-    output("cuda-paths", json.dumps({t: str(e["prefix"]) for t, e in zip(trains, envs)}))
+    output("cuda-paths", json.dumps({t: str(e["prefix"]) for t, e in zip(trains, envs, strict=True)}))
     output("cudaredist", os.environ.get("CR_CUDAREDIST", ""))
 
 
@@ -330,8 +333,8 @@ def doctor() -> None:
     if r.returncode == 0:
         return
     if inp("doctor") == "fail":
-        raise StepError(f"a check of the CUDA toolkit in {inp('prefix')} failed (the report above says which and "
-                        "how to fix it); 'doctor: report' only warns, 'doctor: off' skips it",
+        raise StepError(f"a check of the CUDA toolkit in {inp('prefix')} failed (the report above says "
+                        "which and how to fix it); 'doctor: report' only warns, 'doctor: off' skips it",
                         "cudaredist doctor", r.returncode)
     annotate("warning", "a check failed (see its report above); the job goes on (doctor: fail stops it)",
              "cudaredist doctor")
