@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import errno
 import os
 import shutil
 import tempfile
@@ -409,6 +410,8 @@ class Installer:
             if (staging / target).is_dir() and not os.path.lexists(staging / name):
                 try:
                     os.symlink(target, staging / name, target_is_directory=True)
+                    if not os.path.lexists(staging / name):  # a host that says yes and makes nothing
+                        raise OSError(errno.ENOSYS, "symlink made nothing", str(staging / name))
                     made.append({"path": name, "link": target})
                 except OSError:
                     shutil.copytree(staging / target, staging / name, symlinks=True)

@@ -295,6 +295,9 @@ class Tree:
             self._ensure_dir(rel.rpartition("/")[0], archive)
             try:
                 os.symlink(target, dest)
+                if os.name == "nt" and not os.path.lexists(dest):
+                    # a host that reports success and makes nothing (Wine): as without the right
+                    raise OSError(errno.ENOSYS, "symlink made nothing", str(dest))
             except FileExistsError as exc:
                 raise ConflictError(f"{archive}: {rel} already exists in the tree", path=rel,
                                     second=component) from exc
@@ -375,16 +378,27 @@ class Tree:
         return rec.component if rec is not None else None
 
     def finish(self) -> list[FileRecord]:
-        for rel, target, _component in self._deferred_links:
-            src = (self.root / rel).parent / target
-            dest = self.root / rel
-            try:
-                if src.is_dir():
-                    shutil.copytree(src, dest)
-                elif src.exists():
-                    shutil.copy2(src, dest)
-            except OSError as exc:
-                raise self._local(exc, dest) from exc
+        # Links copied in place of symlinks, each once its target exists: a chain
+        # (libx.so -> libx.so.13 -> libx.so.13.0.1) is copied from its end, whatever the arrival order.
+        pending = list(self._deferred_links)
+        while pending:
+            waiting = []
+            for rel, target, component in pending:
+                src = (self.root / rel).parent / target
+                if not src.exists():
+                    waiting.append((rel, target, component))
+                    continue
+                dest = self.root / rel
+                try:
+                    if src.is_dir():
+                        shutil.copytree(src, dest)
+                    else:
+                        shutil.copy2(src, dest)
+                except OSError as exc:
+                    raise self._local(exc, dest) from exc
+            if len(waiting) == len(pending):
+                break  # links to nothing the tree holds (link_target_inside checked where they point)
+            pending = waiting
         return sorted(self._records.values(), key=lambda r: r.path)
 
 
