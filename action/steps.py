@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]  # the action's checkout: pyproject.t
 TRAIN_RE = re.compile(r"\d+(\.\d+){0,2}")
 PLATFORM_RE = re.compile(r"[a-z]+-[a-z0-9_]+")
 WINDOWS = os.name == "nt"
+BUILD_TIMEOUT = 600  # seconds: a tool build older than this was abandoned
 
 
 class StepError(Exception):
@@ -210,16 +212,48 @@ def _build(key: str, directory: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def tool() -> None:
-    key, directory = tool_location()
-    warm = _usable(directory)
-    if not warm:
+def _build_once(key: str, directory: Path) -> None:
+    """Build the venv unless a parallel job on this runner is building it: then wait for that one."""
+    lock = directory.parent / f".{key}.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    waited = 0
+    while True:
+        try:
+            os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            break
+        except FileExistsError:
+            if _usable(directory):
+                return
+            try:
+                stale = time.time() - lock.stat().st_mtime > BUILD_TIMEOUT  # its builder died
+            except FileNotFoundError:
+                continue
+            if stale or waited > BUILD_TIMEOUT:
+                lock.unlink(missing_ok=True)
+                continue
+            if waited == 0:
+                print(f"another job on this runner is installing cudaredist into {directory}; waiting",
+                      flush=True)
+            time.sleep(1)
+            waited += 1
+    try:
+        if _usable(directory):
+            return
         if directory.exists():
             shutil.rmtree(directory)  # half there or broken (its Python was replaced): build it again
         print(f"installing cudaredist from {ROOT} into {directory} (once per runner and version)", flush=True)
         _build(key, directory)
-    else:
+    finally:
+        lock.unlink(missing_ok=True)
+
+
+def tool() -> None:
+    key, directory = tool_location()
+    warm = _usable(directory)
+    if warm:
         print(f"cudaredist from the tool cache: {directory}", flush=True)
+    else:
+        _build_once(key, directory)
     launcher = directory / "bin" / ("cudaredist.cmd" if WINDOWS else "cudaredist")
     add_path(directory / "bin")
     output("python", str(_venv_python(directory / "venv")))

@@ -211,6 +211,8 @@ def test_the_tool_is_built_once_and_reused(act_runs: tuple[ActRun, ActRun]) -> N
     cold, warm = act_runs
     tools = sorted(p.name for p in (cold.tool_cache / "cudaredist").iterdir())
     assert len(tools) == 1 and tools[0].startswith("cudaredist-tool-Linux-"), tools  # no .tmp-* left over
+    builders = [j for j in JOBS if "installing cudaredist from" in cold.job_text(j)]
+    assert len(builders) == 1, builders  # the jobs running beside the first one waited for it
     assert "cudaredist from the tool cache" in cold.job_text("cache-second")  # it ran after cache-first
     _expect(warm, "single", "cudaredist from the tool cache")
     assert "installing cudaredist from" not in warm.job_text("single")
