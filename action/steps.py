@@ -336,6 +336,20 @@ def _set_env_for(prefix: str, *, first: bool) -> dict[str, Any]:
     return found
 
 
+def _toolkit_of(train: str, rows: list[dict[str, Any]]) -> str:
+    """The prefix of TRAIN among `install --json`'s toolkits (listed no-ops first, not in the order
+    asked): the newest release of the train, as TRAIN resolves and as `cudaredist find` answers."""
+    def release(row: dict[str, Any]) -> tuple[int, ...]:
+        return tuple(int(p) for p in str(row["release"]).split(".") if p.isdigit())
+
+    fits = [r for r in rows if str(r["release"]) == train or str(r["release"]).startswith(train + ".")]
+    if not fits:
+        raise StepError(f"cudaredist installed no toolkit for train {train} (it installed "
+                        f"{', '.join(str(r['release']) for r in rows) or 'none'})",
+                        "cudaredist install failed")
+    return str(max(fits, key=release)["prefix"])
+
+
 def install() -> None:
     trains = inp("trains").split()
     title = "cudaredist install failed"
@@ -346,15 +360,16 @@ def install() -> None:
         done = json.loads(cudaredist("install", trains[0], "--prefix", prefix, *_common(), "--json",
                                      title=title))
         prefixes = [str(done["prefix"])]
+        print(done.get("message", ""), flush=True)
     else:
         install_dir = os.environ.get("CUDAREDIST_INSTALL_DIR") or os.path.join(
             os.environ.get("RUNNER_TEMP") or os.getcwd(), "cudaredist-toolkits")
         export("CUDAREDIST_INSTALL_DIR", install_dir)
         done = json.loads(cudaredist("install", *trains, *_common(), "--json", title=title))
-        prefixes = [str(t["prefix"]) for t in done["toolkits"]]
-        if len(prefixes) != len(trains):
-            raise StepError(f"cudaredist installed {len(prefixes)} toolkits for {len(trains)} trains "
-                            f"({' '.join(trains)}): {', '.join(prefixes)}", title)
+        rows = done["toolkits"]
+        for row in rows:
+            print(row.get("message", ""), flush=True)
+        prefixes = [_toolkit_of(t, rows) for t in trains]
     envs = [_set_env_for(p, first=i == 0) for i, p in enumerate(prefixes)]
     output("cuda-path", str(envs[0]["prefix"]))
     output("release", str(envs[0]["release"]))

@@ -112,6 +112,24 @@ def test_install_of_several_trains(tmp_path: Path) -> None:
     assert exported["CUDAREDIST_INSTALL_DIR"] == str(toolkits)
 
 
+def test_several_trains_when_one_is_there_already(tmp_path: Path) -> None:
+    """install --json lists the no-op first: the outputs still follow the trains as asked."""
+    mirror = tmp_path / "mirror"
+    build_mirror(mirror, "13.0.1", toolkit("linux-x86_64"))
+    build_mirror(mirror, "13.2.0", toolkit("linux-x86_64", "13.2.0"))
+    (tmp_path / "first").mkdir()
+    r, _files = step("install", tmp_path / "first", **install_env(tmp_path, mirror, CR_TRAINS="13.2"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    r, files = step("install", tmp_path, **install_env(tmp_path, mirror, CR_TRAINS="13.0 13.2"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "already installed" in r.stdout  # the tool's summary lines are in the log
+    toolkits = tmp_path / "runner temp" / "cudaredist-toolkits"
+    out = outputs(files)
+    assert json.loads(out["cuda-paths"]) == {t: str(toolkits / f"cuda-{v}-linux-x86_64")
+                                             for t, v in (("13.0", "13.0.1"), ("13.2", "13.2.0"))}
+    assert out["release"] == "13.0.1"
+
+
 def test_cudaredist_errors_become_annotations(mirror: Path, tmp_path: Path) -> None:
     r, files = step("install", tmp_path, **install_env(tmp_path, mirror, CR_TRAIN="13.5"))
     assert r.returncode == 1
