@@ -156,6 +156,13 @@ def test_cache_key_and_paths_do_not_depend_on_the_runner_dirs(mirror: Path, tmp_
         assert out["cache-dir"] == str(home / ".cache" / "cudaredist")
     assert len(keys) == 1 and keys.pop().startswith("cudaredist-Linux-X64-default-archives-")
     assert paths == {"~/.cache/cudaredist/archives"}
+    # the unpacked entries only when asked for, and then under their own key
+    env = install_env(tmp_path / "t1", mirror, CR_TRAINS="13.0", CR_CACHE_UNPACKED="true")
+    r, files = step("cache-key", tmp_path / "t1", **env, HOME=str(home), XDG_CACHE_HOME=None,
+                    CUDAREDIST_CACHE_DIR=None)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert outputs(files)["path"] == "~/.cache/cudaredist/archives\n~/.cache/cudaredist/unpacked"
+    assert "-archives+unpacked-" in outputs(files)["key"]
 
 
 def test_both_actions_take_the_same_inputs_and_only_the_cache_one_uses_actions() -> None:
@@ -179,6 +186,9 @@ def test_workflows_parse_and_use_both_actions() -> None:
     oses = {os_ for job in ci["jobs"].values()
             for os_ in job.get("strategy", {}).get("matrix", {}).get("os", [])}
     assert {"ubuntu-latest", "windows-latest", "macos-latest"} <= oses
+    # the Linux leg installs and runs exactly what .ci/run does (the same Debian packages, as root)
+    assert any(s.get("if") == "runner.os == 'Linux'" and "bash .ci/run" in s.get("run", "")
+               for s in ci["jobs"]["test"]["steps"])
     for path in ("./", "./cache"):
         action = yaml.safe_load((ROOT / path / "action.yml").read_text())
         used = [s for job in ci["jobs"].values() for s in job["steps"] if s.get("uses") == path]
