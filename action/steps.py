@@ -194,7 +194,12 @@ def _build(key: str, directory: Path) -> None:
     try:
         r = subprocess.run([sys.executable, "-m", "venv", str(tmp / "venv")], capture_output=True, text=True)
         if r.returncode != 0:
-            raise _pip_failed("python -m venv", r, tmp)
+            tail = "\n".join((r.stderr or r.stdout).strip().splitlines()[-8:])
+            raise StepError(f"{sys.executable} cannot make a venv (python -m venv exited {r.returncode}):\n"
+                            f"{tail}\nOn Debian and Ubuntu install python3-venv (apt-get install "
+                            "python3-venv), or put 'uses: actions/setup-python@v5' before this action, or "
+                            "set CUDAREDIST_PYTHON to a Python 3.10+ that has venv.",
+                            "cudaredist could not install itself")
         pip = [str(_venv_python(tmp / "venv")), "-m", "pip", "install", "--quiet",
                "--disable-pip-version-check", "--no-warn-script-location", str(ROOT)]
         r = subprocess.run(pip, capture_output=True, text=True)

@@ -195,3 +195,31 @@ def test_workflows_parse_and_use_both_actions() -> None:
         assert used, f"the workflow should exercise {path}"
         for s in used:
             assert set(s.get("with", {})) <= set(action["inputs"]), s
+
+
+def _tool_cache_left(root: Path) -> list[str]:
+    return sorted(p.name for p in (root / "cudaredist").iterdir()) if (root / "cudaredist").exists() else []
+
+
+def test_a_python_without_venv_is_an_error_that_says_what_to_install(tmp_path: Path) -> None:
+    fake = tmp_path / "fake"
+    (fake / "venv").mkdir(parents=True)
+    (fake / "venv" / "__init__.py").write_text("")
+    (fake / "venv" / "__main__.py").write_text(
+        "import sys\nprint('The virtual environment was not created successfully because ensurepip is not "
+        "available.', file=sys.stderr)\nsys.exit(1)\n")
+    r, files = step("tool", tmp_path, RUNNER_TOOL_CACHE=str(tmp_path / "tools"), PYTHONPATH=str(fake))
+    assert r.returncode == 1
+    assert "::error title=cudaredist could not install itself::" in r.stdout
+    assert "ensurepip is not available" in r.stdout and "apt-get install python3-venv" in r.stdout
+    assert _tool_cache_left(tmp_path / "tools") == [] and outputs(files) == {}
+
+
+def test_a_failed_pip_install_leaves_nothing_in_the_tool_cache(tmp_path: Path) -> None:
+    r, files = step("tool", tmp_path, RUNNER_TOOL_CACHE=str(tmp_path / "tools"), PIP_CONFIG_FILE=os.devnull,
+                    PIP_NO_INDEX="1", PIP_FIND_LINKS=None, PIP_INDEX_URL=None)
+    assert r.returncode == 1
+    said = "::error title=cudaredist could not install itself::pip install of the action's cudaredist"
+    assert said in r.stdout
+    assert "PIP_INDEX_URL" in r.stdout
+    assert _tool_cache_left(tmp_path / "tools") == [] and outputs(files) == {}
