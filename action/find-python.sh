@@ -8,8 +8,10 @@ try_python() {  # try_python LABEL CMD...: the interpreter's own path when it is
   local label=$1 out
   shift
   if ! command -v "$1" >/dev/null 2>&1; then tried+=("$label (not found)"); return 1; fi
-  if out=$("$@" -c 'import sys; print(sys.executable if sys.version_info >= (3, 10) else "old " + sys.version.split()[0])' 2>/dev/null) &&
-     [ -n "$out" ] && [ "${out#old }" = "$out" ]; then
+  out=$("$@" -c 'import sys; print(sys.executable if sys.version_info >= (3, 10) else "old " + sys.version.split()[0])' 2>/dev/null) ||
+    out=""
+  out=${out%$'\r'}  # a Windows Python ends its line with CR LF
+  if [ -n "$out" ] && [ "${out#old }" = "$out" ]; then
     found=$out
     return 0
   fi

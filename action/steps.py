@@ -208,11 +208,17 @@ def _build(key: str, directory: Path) -> None:
         # the venv works under its final name too: nothing of it is started through pip's scripts
         _write_launchers(tmp / "bin", _venv_python(directory / "venv"))
         (tmp / "ready").write_text(key + "\n", encoding="utf-8")
-        try:
-            os.rename(tmp, directory)
-        except OSError:
-            if not _usable(directory):  # not a parallel job that got there first
-                raise
+        for attempt in range(5):
+            try:
+                os.rename(tmp, directory)
+                break
+            except OSError as exc:
+                if _usable(directory):  # a parallel job got there first
+                    break
+                # Windows: a virus scanner may still hold a file it just saw written
+                if not isinstance(exc, PermissionError) or attempt == 4:
+                    raise
+                time.sleep(1)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
