@@ -41,6 +41,7 @@ from cudaredist.commands.options import (
     QuietOpt,
     SourceOpt,
     Train,
+    TrustedHostOpt,
     VerboseOpt,
 )
 from cudaredist.errors import CudaRedistError
@@ -68,6 +69,7 @@ def resolve(
     base_url: BaseUrlOpt = None,
     mirror: MirrorOpt = None,
     no_fallback: NoFallbackOpt = False,
+    trusted_host: TrustedHostOpt = None,
     cache_dir: CacheDirOpt = None,
     offline: OfflineOpt = False,
     source: SourceOpt = "nvidia",
@@ -78,7 +80,8 @@ def resolve(
     """Show the install plan without installing: release, and per component version, URL, size, sha256."""
     set_verbose(verbose)
     with errors():
-        ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, source=source, index_url=index_url)
+        ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, source=source, index_url=index_url,
+                  trusted_hosts=trusted_host)
         with ctx.open() as src:
             plan = src.resolve(train, [platform_or_host(platform)], profile=None if only else profile,
                                components=component or [])[0]
@@ -105,6 +108,7 @@ def install(
     base_url: BaseUrlOpt = None,
     mirror: MirrorOpt = None,
     no_fallback: NoFallbackOpt = False,
+    trusted_host: TrustedHostOpt = None,
     cache_dir: CacheDirOpt = None,
     offline: OfflineOpt = False,
     jobs: JobsOpt = 8,
@@ -175,7 +179,7 @@ def install(
         from cudaredist.progress import pick
 
         ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, jobs, source=source,
-                  index_url=index_url)
+                  index_url=index_url, trusted_hosts=trusted_host)
         reporter = pick(quiet=quiet or as_json, verbose=verbose)
         plans: list[Any] = []
         if lock is not None:
@@ -208,6 +212,8 @@ def install(
                             typer.echo(f"note: {note}", err=True)
                     result = installer.install(plan, target, reinstall=reinstall,
                                                replace_foreign=replace_foreign, requested=components)
+                    for warning in result.warnings:  # on stderr, whatever --quiet and --json say
+                        typer.echo(warning, err=True)
                     done.append(_result_row(result, plan))
                     if not quiet and not as_json:
                         typer.echo(done[-1]["message"], err=True)
@@ -254,6 +260,7 @@ def trains(
     base_url: BaseUrlOpt = None,
     mirror: MirrorOpt = None,
     no_fallback: NoFallbackOpt = False,
+    trusted_host: TrustedHostOpt = None,
     cache_dir: CacheDirOpt = None,
     offline: OfflineOpt = False,
     source: SourceOpt = "nvidia",
@@ -264,7 +271,8 @@ def trains(
     """List the published trains, each with its newest release and date."""
     set_verbose(verbose)
     with errors():
-        ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, source=source, index_url=index_url)
+        ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, source=source, index_url=index_url,
+                  trusted_hosts=trusted_host)
         with ctx.open() as src:
             rows, where, name = src.trains(), src.location(), src.name
         if as_json:
@@ -287,6 +295,7 @@ def mirror_cmd(
     base_url: BaseUrlOpt = None,
     mirror: MirrorOpt = None,
     no_fallback: NoFallbackOpt = False,
+    trusted_host: TrustedHostOpt = None,
     cache_dir: CacheDirOpt = None,
     offline: OfflineOpt = False,
     jobs: JobsOpt = 8,
@@ -310,7 +319,7 @@ def mirror_cmd(
 
         platforms = platforms_or_host(platform)
         ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, jobs, source=source,
-                  index_url=index_url)
+                  index_url=index_url, trusted_hosts=trusted_host)
         reporter = pick(quiet=quiet or as_json, verbose=verbose)
         with ctx.open() as src:
             try:
@@ -350,6 +359,7 @@ def lock_cmd(
     base_url: BaseUrlOpt = None,
     mirror: MirrorOpt = None,
     no_fallback: NoFallbackOpt = False,
+    trusted_host: TrustedHostOpt = None,
     cache_dir: CacheDirOpt = None,
     offline: OfflineOpt = False,
     verbose: VerboseOpt = False,
@@ -363,7 +373,8 @@ def lock_cmd(
         from cudaredist.lockfile import build_lock, dumps, write_lock
 
         platforms = platforms_or_host(platform)
-        ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, source=source, index_url=index_url)
+        ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, source=source, index_url=index_url,
+                  trusted_hosts=trusted_host)
         with ctx.open() as src:
             plans = src.resolve(train, platforms, profile=None if only else profile,
                                 components=component or [])
@@ -402,6 +413,9 @@ app.add_typer(cache.app, name="cache")
 
 
 def main() -> None:
+    from cudaredist import streams
+
+    streams.configure()  # a redirected stdout on Windows: the code page its reader decodes with
     # exit code 2 is click's for usage errors; ours are 1 (or the error's own code)
     app(prog_name="cudaredist")
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cudaredist.errors import PrefixError, ResolveError
+from cudaredist.errors import PrefixError, RecordError, ResolveError
 from cudaredist.plan import version_key
 from cudaredist.record import read_record, satisfying_record
 
@@ -67,28 +67,53 @@ class Toolkit:
                 "source": self.source}
 
 
-def installed(root: Path) -> list[Toolkit]:
-    """Managed toolkits in ``root``, newest release first (directories with a readable record)."""
+@dataclass(frozen=True)
+class Scan:
+    """What the install dir holds: the toolkits, newest release first, and the directories named
+    like one whose install record is damaged (each error names the record and the fix)."""
+
+    toolkits: list[Toolkit]
+    damaged: list[tuple[Path, RecordError]]
+
+    def damaged_of(self, train: str, platform: str | None) -> RecordError | None:
+        """The error of a damaged toolkit that, by its directory name, is of ``train``."""
+        return next((err for path, err in self.damaged if scan_matches(path, train, platform)), None)
+
+
+def scan_matches(path: Path, train: str, platform: str | None) -> bool:
+    """Is ``path`` named like a toolkit of ``train`` (and ``platform`` when given)?"""
+    m = _NAME.match(path.name)
+    return m is not None and matches(train, m["release"]) and platform in (None, m["platform"])
+
+
+def scan(root: Path) -> Scan:
+    """Managed toolkits in ``root`` (directories named cuda-<release>-<platform> with a record)."""
     found: list[Toolkit] = []
+    damaged: list[tuple[Path, RecordError]] = []
     if not root.is_dir():
-        return found
+        return Scan(found, damaged)
     for entry in sorted(root.iterdir()):
         m = _NAME.match(entry.name)
         if m is None or entry.is_symlink() or not entry.is_dir():
             continue
         try:
             rec = read_record(entry)
-        except PrefixError:
-            continue  # a damaged record: `verify --prefix` says what is wrong
+        except RecordError as exc:
+            damaged.append((entry, exc))
+            continue
         if rec is None:
             continue
         plan = rec["plan"]
-        found.append(Toolkit(entry, str(plan["release"]), str(plan["platform"]), str(plan["profile"]),
+        found.append(Toolkit(entry, plan["release"], plan["platform"], plan["profile"],
                              tuple(c["name"] for c in plan["components"]),
-                             sum(int(f.get("size", 0)) for f in rec["files"]),
-                             str(plan.get("source", "nvidia"))))
+                             sum(f["size"] for f in rec["files"]), plan.get("source", "nvidia")))
     found.sort(key=lambda t: (version_key(t.release), t.platform), reverse=True)
-    return found
+    return Scan(found, damaged)
+
+
+def installed(root: Path) -> list[Toolkit]:
+    """Managed toolkits in ``root``, newest release first (damaged ones left out: see :func:`scan`)."""
+    return scan(root).toolkits
 
 
 def matches(train: str, release: str) -> bool:
@@ -115,10 +140,13 @@ def find_one(root: Path, train: str, platform: str | None) -> Toolkit:
     :class:`ResolveError` that says how to install one."""
     best_match = best(root, train, platform)
     if best_match is None:
+        damaged = scan(root).damaged_of(train, platform)
+        if damaged is not None:
+            raise damaged
         on = f" for {platform}" if platform else ""
         raise ResolveError(
             f"no managed CUDA {train} toolkit{on} is installed in {root}; install one with "
-            f"`cudaredist install {train}`" + (f" --platform {platform}" if platform else ""),
+            f"`cudaredist install {train}" + (f" --platform {platform}`" if platform else "`"),
             requested=train, where=str(root))
     return best_match
 

@@ -129,7 +129,7 @@ def mirror_lock(out: Path, timeout: float) -> Any:
             yield
     except filelock.Timeout as exc:
         raise BusyError(f"another cudaredist process is writing the mirror {out}; retry later",
-                        prefix=str(out)) from exc
+                        path=str(out), lock=lock.lock_file) from exc
 
 
 def write_mirror(

@@ -7,13 +7,14 @@ import glob
 import json
 import os
 import stat
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cudaredist import __version__, fsops
-from cudaredist.errors import PrefixError
+from cudaredist.errors import PrefixError, RecordError
 from cudaredist.fetch.cache import sha256_file
 from cudaredist.plan import Plan, version_key
 
@@ -67,13 +68,23 @@ def record_path(prefix: Path) -> Path:
     return prefix / RECORD_DIR / RECORD_FILE
 
 
-def build_record(plan: Plan, files: list[FileRecord], installed_at: str) -> dict[str, Any]:
+def build_record(plan: Plan, files: list[FileRecord], installed_at: str, *,
+                 served: dict[str, str] | None = None) -> dict[str, Any]:
+    """``served``: sha256 -> the URL this run downloaded it from (an archive not in it came from
+    the cache)."""
+    served = served or {}
     return {
         "schema": SCHEMA,
         "tool": f"cudaredist {__version__}",
         "installed_at": installed_at,
         "content_key": plan.content_key(),
         "plan": plan.to_json(),
+        # where the hashes came from, and where each archive's (verified) bytes came from
+        "provenance": {
+            "manifest": plan.base_url,
+            "hashes_from": plan.hashes_from,
+            "archives": {i.component: served.get(i.archive.sha256, "cache") for i in plan.items},
+        },
         "files": [
             {"path": f.path, "size": f.size, "sha256": f.sha256, "mode": oct(f.mode),
              **({"link": f.link} if f.link else {}), "component": f.component}
@@ -90,19 +101,74 @@ def write_record(prefix: Path, record: dict[str, Any]) -> None:
     fsops.replace(tmp, p)
 
 
+@dataclass(frozen=True)
+class _Shape:
+    """What a record holds at one place: an object with ``fields`` (name, shape or types,
+    required), or with ``each`` a list of such objects."""
+
+    fields: tuple[tuple[str, _Shape | tuple[type, ...], bool], ...]
+    each: bool = False
+
+
+_STR, _INT = (str,), (int,)
+_COMPONENT = _Shape((("name", _STR, True), ("version", _STR, True), ("sha256", _STR, True)), each=True)
+_FILE = _Shape((("path", _STR, True), ("size", _INT, True), ("sha256", _STR, True), ("mode", _STR, False),
+                ("link", _STR, False), ("component", _STR, False)), each=True)
+_LINK = _Shape((("path", _STR, True), ("link", _STR, True), ("copy", _STR, False)), each=True)
+_PLAN = _Shape((("release", _STR, True), ("platform", _STR, True), ("profile", _STR, True),
+                ("base_url", _STR, True), ("source", _STR, False),
+                ("release_date", (str, type(None)), False), ("components", _COMPONENT, True)))
+_REQUEST = _Shape((("components", (list,), False),))
+_RECORD = _Shape((("plan", _PLAN, True), ("files", _FILE, True), ("links", _LINK, False),
+                  ("request", _REQUEST, False), ("tool", _STR, True), ("installed_at", _STR, True),
+                  ("content_key", _STR, False)))
+_TYPE_NAMES = {str: "string", int: "number", list: "list", type(None): "null"}
+
+
+def _problem(obj: object, shape: _Shape, where: str) -> str:
+    """The first way ``obj`` does not have ``shape`` (``"plan.platform is missing"``), or ""."""
+    if shape.each:
+        if not isinstance(obj, list):
+            return f"{where} is not a list"
+        items = _Shape(shape.fields)
+        return next((why for k, item in enumerate(obj) if (why := _problem(item, items, f"{where}[{k}]"))),
+                    "")
+    if not isinstance(obj, dict):
+        return f"{where or 'the record'} is not an object"
+    for name, kind, required in shape.fields:
+        at = f"{where}.{name}" if where else name
+        if name not in obj:
+            if required:
+                return f"{at} is missing"
+        elif isinstance(kind, _Shape):
+            if why := _problem(obj[name], kind, at):
+                return why
+        elif isinstance(obj[name], bool) or not isinstance(obj[name], kind):
+            return f"{at} is not a {' or '.join(_TYPE_NAMES[t] for t in kind)}"
+    return ""
+
+
 def read_record(prefix: Path) -> dict[str, Any] | None:
-    """The record, or None when the prefix holds no cudaredist install."""
+    """The record, or None when the prefix holds no cudaredist install; a record that cannot be
+    read, or lacks a field the commands use, is a :class:`RecordError` naming it."""
     p = record_path(prefix)
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
-        raise PrefixError(f"the install record {p} is unreadable ({exc}); reinstall with --reinstall",
-                          prefix=str(prefix)) from exc
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA or "plan" not in data:
-        raise PrefixError(f"the install record {p} has an unknown format; reinstall with --reinstall",
-                          prefix=str(prefix))
+        raise RecordError(f"the install record {p} is unreadable ({exc}); reinstall over it with "
+                          f"--reinstall, or delete {prefix}", prefix=str(prefix), record=str(p),
+                          problem=str(exc)) from exc
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise RecordError(f"the install record {p} has an unknown format (not schema {SCHEMA}: written "
+                          f"by another cudaredist?); reinstall over it with --reinstall, or delete "
+                          f"{prefix}", prefix=str(prefix), record=str(p), problem="schema")
+    problem = _problem(data, _RECORD, "")
+    if problem:
+        raise RecordError(f"the install record {p} is damaged ({problem}); reinstall over it with "
+                          f"--reinstall, or delete {prefix}", prefix=str(prefix), record=str(p),
+                          problem=problem)
     return data
 
 
@@ -273,33 +339,56 @@ def _installed_path(prefix: Path, rel: str) -> Path | None:
 def uninstall(prefix: Path) -> int:
     """Remove exactly what the record lists (and then empty directories); returns files removed.
 
-    Files the user added stay; recorded paths under a directory that has become a symlink
-    are left alone rather than deleted through it, and a real directory stands where a link
-    was recorded unless the install made that directory itself (a link it had to copy).
+    All or nothing: every recorded path is first moved into ``.cudaredist/removing-*`` in the
+    prefix (a rename, which fails where a delete would: a file another process holds open on
+    Windows); if one cannot move, the ones moved go back and nothing is removed. Files the user
+    added stay; recorded paths under a directory that has become a symlink are left alone rather
+    than deleted through it, and a real directory stands where a link was recorded unless the
+    install made that directory itself (a link it had to copy).
     """
     rec = require_record(prefix)
-    removed = 0
     # (path, what was installed there: "file", "link" or "directory" for a link made as a copy)
     entries = [(f["path"], "link" if "link" in f else "file") for f in rec["files"]]
     entries += [(x["path"], "directory" if x.get("copy") == "directory" else "link")
                 for x in rec.get("links", [])]
-    for rel, kind in entries:
-        p = _installed_path(prefix, rel)
-        if p is None:
-            continue
-        with contextlib.suppress(FileNotFoundError):
-            if p.is_symlink() or p.is_file():  # never followed: a link is removed, not its target
-                fsops.unlink(p)
-                removed += 1
-            elif kind == "directory" and p.is_dir():  # a link the install had to make as a copy
-                fsops.rmtree(p)
-                removed += 1
+    for old in (prefix / RECORD_DIR).glob("removing-*"):  # what a killed uninstall left
+        fsops.rmtree(old)
+    trash = prefix / RECORD_DIR / f"removing-{uuid.uuid4().hex[:8]}"
+    trash.mkdir()
+    moved: list[tuple[Path, Path]] = []
+    try:
+        for rel, kind in entries:
+            p = _installed_path(prefix, rel)
+            if p is None:
+                continue
+            # never followed: a link (or a junction) is moved, not its target
+            if p.is_symlink() or fsops.is_junction(p) or p.is_file() or (kind == "directory" and p.is_dir()):
+                to = trash / str(len(moved))
+                try:
+                    fsops.rename(p, to)
+                except FileNotFoundError:
+                    continue
+                moved.append((p, to))
             # a real directory where the record says a link or a file was is the user's: it stays
+    except OSError as exc:
+        for back, there in reversed(moved):
+            with contextlib.suppress(OSError):
+                fsops.rename(there, back)
+        with contextlib.suppress(OSError):
+            trash.rmdir()
+        held = fsops.holder_hint(exc)
+        raise PrefixError(
+            f"cannot uninstall {prefix}: "
+            + (f"{held}; close it and run the uninstall again" if held
+               else f"cannot remove {exc.filename or prefix} ({exc.strerror or exc})")
+            + ". Nothing was removed.", prefix=str(prefix)) from exc
     rp = record_path(prefix)
     fsops.unlink(rp)
+    with contextlib.suppress(OSError):  # moved out of the tree already; a scanner's late open
+        fsops.rmtree(trash)
     with contextlib.suppress(OSError):
         rp.parent.rmdir()
     for dirpath, _dirs, _files in sorted(os.walk(prefix, topdown=False), key=lambda t: -len(t[0])):
         with contextlib.suppress(OSError):
             os.rmdir(dirpath)  # only succeeds when empty: user files stay
-    return removed
+    return len(moved)

@@ -109,7 +109,9 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 def _check_plan_json(doc: dict[str, object], base: str, platform: str) -> list[str]:
     assert set(doc) == {"release", "release_date", "platform", "base_url", "source", "profile",
-                        "total_size", "components", "notes"}
+                        "total_size", "components", "notes", "hashes_from"}
+    why = "a local directory" if base.startswith("file:") else "a loopback address"
+    assert doc["hashes_from"] == f"{base} ({why})"
     assert (doc["release"], doc["release_date"], doc["platform"]) == ("13.0.1", "2026-01-01", platform)
     assert (doc["base_url"], doc["source"], doc["profile"], doc["notes"]) == (base, "nvidia", "nvcc", [])
     comps = doc["components"]
@@ -204,6 +206,9 @@ class Case:
     how: str = "process"  # "process", "unprivileged", or "runner" (with ``inject``)
     inject: Callable[[pytest.MonkeyPatch, Path], None] | None = None
     env: tuple[tuple[str, str], ...] = ()
+    stream: str = "stderr"  # where the paragraph is ("stdout" for doctor's report)
+    lead: str = "error: "   # how it starts
+    lines: int | None = 1   # how many lines that stream holds (None: a report of several)
 
 
 def _file(rel: str, text: str = "x") -> Callable[[Path], None]:
@@ -240,13 +245,34 @@ def _old_cache(rel: str, mode: int | None = None) -> Callable[[Path], None]:
     return make
 
 
-def _installed(rel: str) -> Callable[[Path], None]:
-    """A prefix with a minimal install record (what `env` reads)."""
+_RECORD = {"schema": 1, "tool": "cudaredist 0", "installed_at": "2026-01-01T00:00:00+00:00",
+           "plan": {"release": "13.0.1", "platform": "linux-x86_64", "profile": "nvcc",
+                    "base_url": "http://127.0.0.1:9/", "components": []}, "files": []}
+
+
+def _installed(rel: str, record: dict[str, Any] = _RECORD) -> Callable[[Path], None]:
+    """A prefix with an install record (a complete one unless ``record`` says otherwise)."""
     def make(tmp: Path) -> None:
-        rec = {"schema": 1, "plan": {"release": "13.0.1", "platform": "linux-x86_64"}, "files": []}
         (tmp / rel / ".cudaredist").mkdir(parents=True)
-        (tmp / rel / ".cudaredist" / "record.json").write_text(json.dumps(rec))
+        (tmp / rel / ".cudaredist" / "record.json").write_text(json.dumps(record))
     return make
+
+
+# the damaged record of a managed toolkit: every command on it names it in one paragraph
+_DAMAGED = _installed("tk/cuda-13.0.1-linux-x86_64", {"schema": 1, "plan": {"release": "13.0.1"}})
+_DAMAGE_WORDS = ("{tmp}/tk/cuda-13.0.1-linux-x86_64/.cudaredist/record.json is damaged",
+                 "plan.platform is missing", "--reinstall")
+_TK = ("--install-dir", "{tmp}/tk")
+
+
+def _failing_link_tool(mp: pytest.MonkeyPatch, tmp: Path) -> None:
+    """Making a train link runs a program that fails (as `mklink /J` does on Windows)."""
+    from cudaredist import managed
+
+    def point(link: Path, target: str) -> None:
+        subprocess.run([sys.executable, "-c", "import sys; sys.stderr.write('Access is denied.'); "
+                        "sys.exit(5)"], check=True, capture_output=True)
+    mp.setattr(managed, "_point", point)
 
 
 _HELD: list[object] = []
@@ -365,15 +391,76 @@ CASES = [
                  id="disk-full-copying-from-a-directory-mirror"),
     pytest.param(Case(("resolve", "13.0", "--base-url", "{loop}"), 1,
                       ("{loop}", "redirects too often (a redirect loop?)")), id="redirect-loop"),
-    pytest.param(Case(("resolve", "13.0", "--base-url", "http://cudaredist-test.invalid/"), 1,
+    pytest.param(Case(("resolve", "13.0", "--base-url", "https://cudaredist-test.invalid/"), 1,
                       ("cudaredist-test.invalid", "--mirror", "--source pypi", "--offline"),
                       how="runner", inject=_no_backoff), id="network-down-no-dns"),
+    pytest.param(Case(("install", "13.0", "--prefix", "{tmp}/cuda", "--base-url",
+                       "http://cuda-cache.test:8080/redist/"), 1,
+                      ("http://cuda-cache.test:8080/redist/", "plain HTTP", "Nothing was downloaded",
+                       "--trusted-host cuda-cache.test:8080", "https://", "lock")),
+                 id="plain-http-base-refused"),
     pytest.param(Case(("resolve", "13.0", "--base-url", "http://127.0.0.1:{closed}/"), 1,
                       ("Connection refused", "CUDAREDIST_MIRROR", "--offline with a filled cache"),
                       how="runner", inject=_no_backoff), id="network-down-refused"),
-    pytest.param(Case(("resolve", "13.0", "--base-url", "ftp://example.org/redist/"), 1,
-                      ("ftp://example.org/redist/", "use http://, https://, file:// or a directory")),
-                 id="unsupported-scheme"),
+    pytest.param(Case(("resolve", "13.0", "--base-url", "ftp://example.org/redist/"), 2,
+                      ("--base-url", "ftp://example.org/redist/", "use http://, https://, file:// or a "
+                       "directory")), id="unsupported-scheme"),
+    pytest.param(Case(("resolve", "13.0", "--base-url", "http://[::1"), 2,
+                      ("--base-url", "'http://[::1' is not a valid URL", "Invalid IPv6 URL")),
+                 id="resolve-malformed-base-url"),
+    pytest.param(Case(("trains", "--mirror", "http://[::1"), 2, ("--mirror", "is not a valid URL")),
+                 id="trains-malformed-mirror"),
+    pytest.param(Case(("lock", "13.0", "--base-url", "http://host:port/"), 2,
+                      ("--base-url", "'http://host:port/' is not a valid URL")), id="lock-malformed-port"),
+    pytest.param(Case(("mirror", "13.0", "--out", "{tmp}/m", "--base-url", "http://[::1"), 2,
+                      ("--base-url", "is not a valid URL")), id="mirror-malformed-base-url"),
+    pytest.param(Case((*_INSTALL[:2], "--source", "pypi", "--index-url", "http://[::1/simple",
+                       "--prefix", "{tmp}/cuda"), 2, ("--index-url", "is not a valid URL")),
+                 id="install-malformed-index-url"),
+    pytest.param(Case(("resolve", "13.0", "--base-url", "https://127.0.0.1:{closed}/"), 2,
+                      ("SSL_CERT_FILE={tmp}/ca.pem", "no PEM certificate", "unset it"),
+                      prepare=_file("ca.pem", "not a certificate\n"),
+                      env=(("SSL_CERT_FILE", "{tmp}/ca.pem"),)), id="ssl-cert-file-not-pem"),
+    pytest.param(Case(("resolve", "13.0", "--base-url", "https://127.0.0.1:{closed}/"), 2,
+                      ("SSL_CERT_FILE={tmp}/none.pem", "No such file or directory"),
+                      env=(("SSL_CERT_FILE", "{tmp}/none.pem"),)), id="ssl-cert-file-missing"),
+    pytest.param(Case((*_INSTALL, "--prefix", "{tmp}/cuda", "--source", "conda"), 2,
+                      ("unknown source 'conda'", "nvidia, pypi")), id="install-unknown-source"),
+    pytest.param(Case(("trains", "--source", "conda"), 2, ("unknown source 'conda'",)),
+                 id="trains-unknown-source"),
+    pytest.param(Case((*_INSTALL, "--prefix", "{tmp}/cuda", "--link-mode", "symlink"), 2,
+                      ("unknown link mode 'symlink'", "clone, hardlink, copy")),
+                 id="install-unknown-link-mode"),
+    pytest.param(Case(("env", "--prefix", "{tmp}/cuda", "--shell", "tcsh"), 2, ("unknown --shell 'tcsh'",),
+                      prepare=_installed("cuda")), id="env-unknown-shell"),
+    pytest.param(Case(("cache", "prune", "--max-size", "lots"), 2, ("--max-size 'lots' is not a size",)),
+                 id="cache-prune-bad-size"),
+    pytest.param(Case(("list", *_TK), 0, _DAMAGE_WORDS, prepare=_DAMAGED, lead="warning: skipped: "),
+                 id="list-skips-a-damaged-record"),
+    pytest.param(Case(("find", "13.0", *_TK, "-p", "linux-x86_64"), 1, _DAMAGE_WORDS, prepare=_DAMAGED),
+                 id="find-damaged-record"),
+    pytest.param(Case(("info", "13.0", *_TK, "-p", "linux-x86_64"), 1, _DAMAGE_WORDS, prepare=_DAMAGED),
+                 id="info-damaged-record"),
+    pytest.param(Case(("env", "13.0", *_TK, "-p", "linux-x86_64"), 1, _DAMAGE_WORDS, prepare=_DAMAGED),
+                 id="env-damaged-record"),
+    pytest.param(Case(("verify", "13.0", *_TK, "-p", "linux-x86_64"), 1, _DAMAGE_WORDS, prepare=_DAMAGED),
+                 id="verify-damaged-record"),
+    pytest.param(Case(("run", *_TK, "-p", "linux-x86_64", "13.0", "--", "true"), 1, _DAMAGE_WORDS,
+                      prepare=_DAMAGED), id="run-damaged-record"),
+    pytest.param(Case(("uninstall", "13.0", *_TK, "-p", "linux-x86_64"), 1, _DAMAGE_WORDS,
+                      prepare=_DAMAGED), id="uninstall-damaged-record"),
+    pytest.param(Case(("doctor", "13.0", *_TK, "-p", "linux-x86_64"), 1, _DAMAGE_WORDS, prepare=_DAMAGED,
+                      stream="stdout", lead="fail  toolkit", lines=None), id="doctor-damaged-record"),
+    pytest.param(Case((*_INSTALL, *_TK), 1, _DAMAGE_WORDS, prepare=_DAMAGED),
+                 id="managed-install-over-a-damaged-record"),
+    pytest.param(Case(("info", "--prefix", "{tmp}/cuda"), 1, ("{tmp}/cuda/.cudaredist/record.json is damaged",
+                                                              "files[0].size is not a number"),
+                      prepare=_installed("cuda", {**_RECORD, "files": [{"path": "a", "size": "1",
+                                                                         "sha256": "0"}]})),
+                 id="info-record-with-a-wrong-type"),
+    pytest.param(Case((*_INSTALL, "--install-dir", "{tmp}/tk2"), 1,
+                      ("failed with exit status 5", "Access is denied."), how="runner",
+                      inject=_failing_link_tool), id="train-link-tool-fails"),
     pytest.param(Case(("install", "--prefix", "{tmp}/cuda", "--lock", "{tmp}/bad.lock"), 1,
                       ("{tmp}/bad.lock", "not readable JSON"), prepare=_file("bad.lock", "{\"lock_")),
                  id="lock-not-json"),
@@ -486,11 +573,13 @@ def test_one_paragraph_and_an_exit_code(case: Case, base: str, mirror: Path, red
             _HELD.pop().release()  # type: ignore[attr-defined]
         for d, _dirs, _files in os.walk(work):
             os.chmod(d, 0o755)
-    assert "Traceback" not in out + err
-    assert (code, err.count("\n")) == (case.code, 1), err
-    assert err.startswith("error: ") and err.endswith("\n"), err
+    assert "Traceback" not in out + err and "internal error" not in out + err, out + err
+    said = err if case.stream == "stderr" else out
+    assert code == case.code, out + err
+    assert case.lines is None or said.count("\n") == case.lines, said
+    assert said.startswith(case.lead) and said.endswith("\n"), said
     for word in case.words:
-        assert word.format(**fill) in err, err
+        assert word.format(**fill) in said, said
 
 
 def test_reinstall_replace_foreign_and_the_deprecated_force(mirror: Path, tmp_path: Path) -> None:

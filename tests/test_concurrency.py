@@ -173,11 +173,14 @@ def test_kill_while_swapping(srv: FaultServer, tmp_path: Path) -> None:
     install_here("13.0", prefix, cache, srv.base)
 
     proc = start(*install_cmd("12.9", prefix, cache, srv.base))
-    wait_for(lambda: any("-old-" in name for name in leftovers(prefix)), proc, "the swap")
+    def moved_aside() -> bool:  # -old- until the swap finished, then -gone- while it is deleted
+        return any("-old-" in name or "-gone-" in name for name in leftovers(prefix))
+
+    wait_for(moved_aside, proc, "the swap")
     kill(proc)
 
     # Between the two renames the prefix is briefly absent; otherwise it is the new tree.
-    assert any("-old-" in name for name in leftovers(prefix))
+    assert moved_aside()
     if os.path.lexists(prefix):
         rec = read_record(prefix)
         assert rec is not None and rec["plan"]["release"] == "12.9.1"

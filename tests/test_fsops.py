@@ -58,7 +58,8 @@ def test_swap_waits_out_a_scanner_holding_the_new_tree(tmp_path: Path, monkeypat
     calls = flaky(monkeypatch, "rename", 3)
     swap_into_place(staging, prefix)
     assert (prefix / "new.dll").read_text() == "new" and not staging.exists()
-    assert len(calls) == 3 + 2 and len(no_sleep) == 3
+    # 3 failures, then prefix -> old, staging -> prefix, old -> gone (out of recover()'s reach)
+    assert len(calls) == 3 + 3 and len(no_sleep) == 3
     assert [p.name for p in tmp_path.iterdir()] == ["cuda"]  # the old tree is gone too
 
 
@@ -87,7 +88,9 @@ def test_uninstall_retries_deletes(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     (prefix / "bin").mkdir()
     (prefix / "bin" / "a.dll").write_text("a")
     (prefix / ".cudaredist" / "record.json").write_text(
-        '{"schema": 1, "plan": {}, "files": [{"path": "bin/a.dll", "size": 1, "sha256": "x"}]}')
+        '{"schema": 1, "tool": "cudaredist", "installed_at": "2026-12-01T00:00:00Z",'
+        ' "plan": {"release": "13.0.2", "platform": "windows-x86_64", "profile": "nvcc", "base_url": "x",'
+        ' "components": []}, "files": [{"path": "bin/a.dll", "size": 1, "sha256": "x"}]}')
     flaky(monkeypatch, "unlink", 2)
     assert uninstall(prefix) == 1
     assert not prefix.exists()

@@ -146,3 +146,22 @@ def test_system_toolkits_are_found_with_how(tmp_path: Path) -> None:
     assert [(f.path, f.release, f.how) for f in mine] == [
         (tree, "12.4", "CUDA_HOME"), (wheels, "13.0.2", f"pip wheels ({sys.executable})")]
     assert release_of(tmp_path) == ""
+
+
+@pytest.mark.parametrize("form", [["--install-dir", "{d}"], ["--install-dir={d}"]], ids=["split", "equals"])
+def test_run_takes_its_options_after_the_train(mirror: Path, tmp_path: Path, form: list[str],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """`run TRAIN --install-dir DIR -- CMD` uses DIR, not the default install dir (nor the
+    environment's): options after TRAIN were taken for the command before."""
+    plat = "windows-x86_64" if os.name == "nt" else LINUX
+    mine, other = tmp_path / "mine", tmp_path / "other"
+    for d in (mine, other):
+        monkeypatch.setenv("CUDAREDIST_INSTALL_DIR", str(d))
+        assert cli("install", "13.0", "--base-url", str(mirror), "--platform", plat)[0] == 0
+    env = {**os.environ, "CUDAREDIST_INSTALL_DIR": str(other)}
+    opts = [a.format(d=mine) for a in form]
+    r = subprocess.run([sys.executable, "-m", "cudaredist", "run", "13.0", *opts, "--platform", plat, "--",
+                        sys.executable, "-c", "import os; print(os.environ['CUDA_PATH'])"],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(mine / f"cuda-13.0.1-{plat}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,7 +13,7 @@ from typing import Any
 
 import typer
 
-from cudaredist.errors import CudaRedistError
+from cudaredist.errors import CudaRedistError, ToolError
 
 _VERBOSE = False
 
@@ -29,21 +30,43 @@ def fail(message: str, code: int = 1) -> None:
 
 @contextmanager
 def errors() -> Iterator[None]:
+    """The one error boundary: a :class:`CudaRedistError` becomes its paragraph and exit code; what
+    escaped translation where it happened is translated here as a last resort."""
     try:
         yield
-    except CudaRedistError as exc:
-        if _VERBOSE:
-            traceback.print_exc()
-        fail(str(exc), exc.exit_code)
+    except (typer.Exit, typer.Abort):  # an exit code already decided
+        raise
     except KeyboardInterrupt:
         fail("interrupted; nothing was changed in the prefix", 130)
-    except OSError as exc:
-        # a last resort: where it happens, an OSError is translated with more to say
-        from cudaredist.localfs import local_error
-
+    except Exception as exc:  # noqa: BLE001 - the boundary: every failure is one paragraph
         if _VERBOSE:
             traceback.print_exc()
-        fail(str(local_error(exc, doing="use")))
+        err = translate(exc)
+        fail(str(err), err.exit_code)
+
+
+def translate(exc: Exception) -> CudaRedistError:
+    """``exc`` as the error a user reads (where it happens, an error is translated with more to say)."""
+    if isinstance(exc, CudaRedistError):
+        return exc
+    if isinstance(exc, UnicodeEncodeError):
+        from cudaredist.streams import is_stdout_failure, unprintable
+
+        if is_stdout_failure(exc):
+            return unprintable(exc)  # stdout's encoding cannot hold a path being printed
+    if isinstance(exc, OSError):
+        from cudaredist.localfs import local_error
+
+        return local_error(exc, doing="use")
+    if isinstance(exc, subprocess.CalledProcessError):
+        argv = tuple(str(a) for a in exc.cmd) if isinstance(exc.cmd, (list, tuple)) else (str(exc.cmd),)
+        out = exc.stderr or exc.stdout or b""
+        text = (out.decode(errors="replace") if isinstance(out, bytes) else str(out)).strip()
+        return ToolError(f"`{' '.join(argv)}` failed with exit status {exc.returncode}"
+                         + (f": {' '.join(text.split())}" if text else ""),
+                         command=argv, status=exc.returncode, output=text)
+    return CudaRedistError(f"internal error (a bug in cudaredist): {type(exc).__name__}: {exc}; "
+                           "run it again with --verbose and report the traceback")
 
 
 def emit_json(obj: Any) -> None:
@@ -62,6 +85,7 @@ class Ctx:
     jobs: int = 8
     source: str | None = "nvidia"  # None: not given (install --lock takes the lock's)
     index_url: str | None = None
+    trusted_hosts: list[str] | None = None
 
     def cache(self) -> Any:
         from cudaredist.fetch.cache import Cache
@@ -75,7 +99,8 @@ class Ctx:
         from cudaredist.sources import Where, open_source
 
         transport = Transport(connections=self.jobs)
-        where = Where(self.base_url, self.mirror, self.no_fallback, self.index_url, self.offline)
+        where = Where(self.base_url, self.mirror, self.no_fallback, self.index_url, self.offline,
+                      tuple(self.trusted_hosts) if self.trusted_hosts else None)
         try:
             yield open_source(source or self.source, transport, self.cache(), where)
         finally:

@@ -28,7 +28,7 @@ def doctor(
     with errors():
         from cudaredist import doctor as doc
         from cudaredist.doctor.checks import ORDER
-        from cudaredist.managed import best
+        from cudaredist.managed import best, scan, scan_matches
         from cudaredist.managed import install_dir as managed_dir
         from cudaredist.record import canonical_prefix
 
@@ -38,7 +38,10 @@ def doctor(
 
         def managed(t: str) -> Path | None:
             found = best(root, t, platform)
-            return found.path if found is not None else None
+            if found is None:  # a toolkit of the train whose record is damaged: the check says so
+                damaged = next((p for p, _e in scan(root).damaged if scan_matches(p, t, platform)), None)
+                return damaged
+            return found.path
 
         report = doc.run(canonical_prefix(prefix) if prefix is not None else None, train=train,
                          find=managed)

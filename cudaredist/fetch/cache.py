@@ -233,7 +233,7 @@ class Cache:
             raise BusyError(
                 f"the cache entry {name} in {self.root} is locked by another cudaredist process "
                 f"for more than {wait:g}s; retry, or raise --lock-timeout",
-                prefix=str(self.root)) from exc
+                path=str(self.root), lock=lock.lock_file) from exc
         except OSError as exc:
             raise local_error(exc, doing="lock", path=lock.lock_file, option=_OPTION,
                               cls=CacheError) from exc

@@ -15,7 +15,7 @@ from urllib.parse import urlparse
 from urllib.request import url2pathname
 
 from cudaredist import __version__
-from cudaredist.errors import FetchError
+from cudaredist.errors import FetchError, UsageError
 
 if TYPE_CHECKING:
     import httpx
@@ -62,7 +62,14 @@ def make_client(*, timeout: float = 30.0, connections: int = 16) -> httpx.Client
     ctx = truststore.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     cafile = os.environ.get("SSL_CERT_FILE")
     if cafile:
-        ctx.load_verify_locations(cafile=cafile)
+        try:
+            ctx.load_verify_locations(cafile=cafile)
+        except (ssl.SSLError, OSError) as exc:
+            why = (f"no PEM certificate could be read from it: {exc.reason or exc}"
+                   if isinstance(exc, ssl.SSLError) else exc.strerror or str(exc))
+            raise UsageError(f"SSL_CERT_FILE={cafile} cannot be used as a CA bundle ({why}); point "
+                             "SSL_CERT_FILE at a PEM file of CA certificates, or unset it to use the "
+                             "system's trust store only") from exc
     return httpx.Client(
         verify=ctx,
         trust_env=True,  # HTTPS_PROXY, HTTP_PROXY, ALL_PROXY, NO_PROXY

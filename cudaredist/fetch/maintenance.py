@@ -94,6 +94,24 @@ def _drop_unpacked(cache: Cache, e: UnpackedInfo) -> bool:
         fsops.rmtree(gone)
         return True
 
+def _drop_lock_files(cache: Cache) -> int:
+    """Remove the lock files no process holds (one is left behind by every entry ever written).
+
+    Each is unlinked while held: a process that opened it before and waits for it finds its inode
+    gone once it gets the lock and takes the new file instead (filelock >= 4 checks the link count)."""
+    count = 0
+    locks = cache.root / "locks"
+    for p in sorted(locks.glob("*.lock")) if locks.is_dir() else []:
+        if p.is_symlink() or not p.is_file():
+            continue
+        with cache.try_lock(p.name[:-len(".lock")]) as got:
+            if got:
+                with contextlib.suppress(OSError):  # Windows: another process has it open
+                    p.unlink()
+                    count += 1
+    return count
+
+
 def _clean(cache: Cache, doing: str, *, archive_cutoff: float, partial_cutoff: float, index: bool,
            max_size: int | None = None) -> Cleaned:
     if not cache.maintainable(doing):
@@ -171,6 +189,7 @@ def _clean(cache: Cache, doing: str, *, archive_cutoff: float, partial_cutoff: f
                     total, files, freed = total - size, files + 1, freed + size
                 else:
                     busy += 1
+        _drop_lock_files(cache)  # bookkeeping, not counted as what was freed
         foreign = tuple(sorted(n for n in os.listdir(cache.root) if n not in _OURS))
     except OSError as exc:
         raise local_error(exc, doing=f"{doing} the cache in", path=exc.filename or cache.root,

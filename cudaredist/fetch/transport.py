@@ -168,6 +168,11 @@ class Transport:
         try:
             with self.client.stream("GET", url, headers=headers, **self._request_options(url, quick)) as r:
                 answered = True
+                if url.lower().startswith("https:") and r.url.scheme != "https":
+                    # a manifest or index page carries the hashes: TLS must hold to the last hop
+                    raise FetchError(f"{url} redirects to plain HTTP ({r.url}); refusing a manifest or "
+                                     "index page that loses TLS on the way. Use the redirect's https:// "
+                                     "form as the URL, or fix the server.", url=url)
                 self._check_status(r, url)
                 buf = bytearray()
                 for chunk in r.iter_bytes():

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from cudaredist.errors import PlanError
+from cudaredist.errors import PlanError, UsageError
 
 if TYPE_CHECKING:
     from cudaredist.fetch.cache import Cache
@@ -33,8 +33,35 @@ def check_source(source: str | None) -> str:
     """``--source`` > ``CUDAREDIST_SOURCE`` > nvidia."""
     value = (source or os.environ.get(ENV_SOURCE) or "nvidia").strip().lower()
     if value not in SOURCES:
-        raise PlanError(f"unknown source {value!r}: use one of {', '.join(SOURCES)}")
+        raise UsageError(f"unknown source {value!r}: use one of {', '.join(SOURCES)} (--source or "
+                         f"{ENV_SOURCE})")
     return value
+
+
+_URL_OPTIONS = (("base_url", "--base-url (or CUDAREDIST_BASE_URL)"),
+                ("mirror", "--mirror (or CUDAREDIST_MIRROR)"),
+                ("index_url", "--index-url (or PIP_INDEX_URL)"))
+
+
+def check_where(where: Where) -> Where:
+    """``where`` if each URL in it parses and has a scheme cudaredist speaks (a directory needs no
+    scheme); else a :class:`UsageError` naming the option."""
+    from urllib.parse import urlsplit
+
+    for field, option in _URL_OPTIONS:
+        value = getattr(where, field)
+        if not value or "://" not in value:
+            continue
+        try:
+            parts = urlsplit(value.strip())
+            parts.port  # noqa: B018 - parsing the port is what rejects "http://host:x/"
+        except ValueError as exc:
+            raise UsageError(f"{option} {value!r} is not a valid URL ({exc}); write it like "
+                             "https://host/path/, file:///path/ or a directory") from exc
+        if parts.scheme.lower() not in ("http", "https", "file"):
+            raise UsageError(f"{option} {value!r}: unsupported URL scheme {parts.scheme!r}; use http://, "
+                             "https://, file:// or a directory")
+    return where
 
 
 @dataclass(frozen=True)
@@ -46,6 +73,8 @@ class Where:
     no_fallback: bool = False       # nvidia: the mirror only
     index_url: str | None = None    # pypi: the package index
     offline: bool = False           # only what the cache holds
+    # --trusted-host HOST[:PORT] values (None: CUDAREDIST_TRUSTED_HOST); see cudaredist.trust
+    trusted_hosts: tuple[str, ...] | None = None
 
 
 class Source(Protocol):
@@ -79,6 +108,7 @@ class Source(Protocol):
 
 def open_source(name: str | None, transport: Transport, cache: Cache, where: Where) -> Source:
     """The source ``name`` (``--source`` / ``CUDAREDIST_SOURCE`` / nvidia)."""
+    where = check_where(where)
     if check_source(name) == "pypi":
         from cudaredist.sources.pypi.source import PypiSource
 

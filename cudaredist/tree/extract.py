@@ -234,11 +234,12 @@ def _extract_zip(path: Path, tree: Tree, *, component: str, archive: str, mapper
         seen: set[str] = set()
         for info in infos:
             clean = clean_member(info.filename, archive=archive, zip_entry=True)
-            key = clean.lower()  # Windows file systems do not tell case apart
-            if key in seen:
+            # one name twice is ambiguous in any zip; names differing only in case are the tree's to judge
+            # (one path where the target folds case, as for a tar)
+            if clean in seen:
                 raise UnsafeArchiveError(f"{archive}: entry {info.filename!r} appears twice; refused",
                                          archive=archive, member=info.filename)
-            seen.add(key)
+            seen.add(clean)
         try:
             for info in infos:
                 clean = clean_member(info.filename, archive=archive, zip_entry=True)

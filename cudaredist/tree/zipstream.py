@@ -354,11 +354,12 @@ def _member(stream: _Stream, tree: Tree, seen: set[str], *, component: str, arch
             archive=archive, member=name)
     (size, compressed), zip64 = _zip64(extra, size, compressed)
     clean = clean_member(name, archive=archive, zip_entry=True)
-    key = clean.lower()  # Windows file systems do not tell case apart
-    if key in seen:
+    # one name twice is ambiguous in any zip; names differing only in case are the tree's to judge
+    # (one path where the target folds case, as for a tar)
+    if clean in seen:
         raise UnsafeArchiveError(f"{archive}: entry {name!r} appears twice; refused", archive=archive,
                                  member=name)
-    seen.add(key)
+    seen.add(clean)
     rel = mapper(clean) if clean else None
 
     described = bool(flags & _DESCRIPTOR)

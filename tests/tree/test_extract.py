@@ -225,7 +225,6 @@ def test_hostile_zip_is_refused(tmp_path: Path, tree: Tree, members: Members, me
 
 @pytest.mark.parametrize(("first", "second"), [
     pytest.param(f"{ZTOP}/include/a.h", f"{ZTOP}/include/a.h", id="same-name"),
-    pytest.param(f"{ZTOP}/include/a.h", f"{ZTOP}/INCLUDE/A.H", id="case-only"),
     pytest.param(f"{ZTOP}/include/a.h", f"{ZTOP}/./include//a.h", id="same-after-cleaning"),
 ])
 def test_zip_duplicate_names(tmp_path: Path, tree: Tree, first: str, second: str) -> None:
@@ -239,6 +238,36 @@ def test_zip_duplicate_names(tmp_path: Path, tree: Tree, first: str, second: str
         _extract(path, tree)
     assert info.value.member == second
     assert list(tree.root.iterdir()) == []
+
+
+@pytest.mark.parametrize("kind", ["tar", "zip", "zip-streamed", "wheel"])
+@pytest.mark.parametrize("folds", [False, True], ids=["case-sensitive-target", "case-folding-target"])
+def test_case_variants_are_judged_by_the_target(tmp_path: Path, kind: str, folds: bool) -> None:
+    """include/Foo.h beside include/foo.h: two files for a Linux target, one path (a conflict) where
+    the target folds case; a tar, a zip (read whole or while it downloads) and a wheel alike."""
+    top = {"tar": TOP, "zip": ZTOP, "zip-streamed": ZTOP, "wheel": ZTOP}[kind]
+    members: Members = {f"{top}/include/Foo.h": b"// upper", f"{top}/include/foo.h": b"// lower"}
+    name = {"tar": f"{TOP}.tar.xz", "wheel": "comp-1.0-py3-none-manylinux_2_28_x86_64.whl"}.get(
+        kind, f"{ZTOP}.zip")
+    path = _tar(tmp_path, members, name) if kind == "tar" else _zip(tmp_path, members, name)
+    root = tmp_path / "stage"
+    root.mkdir()
+    tree = Tree(root, case_insensitive=folds)
+
+    def run() -> None:
+        with open(path, "rb") as fh:
+            extract(None if kind == "zip-streamed" else path, tree, component="comp", archive=name,
+                    mapper=lambda clean: clean.split("/", 1)[1] if "/" in clean else None,
+                    fileobj=fh if kind == "zip-streamed" else None)
+
+    if folds:
+        with pytest.raises(ConflictError, match="case-insensitive"):
+            run()
+    else:
+        run()
+        assert {r.path for r in tree.finish()} == {"include/Foo.h", "include/foo.h"}
+        assert (root / "include/Foo.h").read_bytes() == b"// upper"
+        assert (root / "include/foo.h").read_bytes() == b"// lower"
 
 
 def test_zip_symlink_entry_is_refused(tmp_path: Path, tree: Tree) -> None:

@@ -22,7 +22,15 @@ from typer.testing import CliRunner
 
 from cudaredist import sources as source
 from cudaredist.cli import app
-from cudaredist.errors import FetchError, IntegrityError, ManifestError, OfflineError, PlanError, ResolveError
+from cudaredist.errors import (
+    FetchError,
+    IntegrityError,
+    ManifestError,
+    OfflineError,
+    PlanError,
+    ResolveError,
+    UsageError,
+)
 from cudaredist.fetch.cache import Cache
 from cudaredist.fetch.client import RetryPolicy
 from cudaredist.fetch.transport import Transport
@@ -572,7 +580,7 @@ def test_source_and_index_url_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path
     monkeypatch.setenv("CUDAREDIST_SOURCE", "PyPI")
     assert source.check_source(None) == "pypi"
     assert source.check_source("nvidia") == "nvidia"
-    with pytest.raises(PlanError, match="unknown source 'conda'"):
+    with pytest.raises(UsageError, match="unknown source 'conda'"):
         source.check_source("conda")
     assert pypi.default_index_url() == "https://pypi.org/simple/"
     monkeypatch.setenv("PIP_INDEX_URL", "https://proxy.test/pypi/simple")
@@ -861,7 +869,7 @@ def test_cli_resolve_and_install_with_source_pypi(fake_index: FakeIndex, tmp_pat
     assert re.search(r"error: CUDA train 13\.7 has no release at https://pypi\.test/simple/ "
                      r"\(cuda-toolkit\); published trains: 12\.9, 13\.0", r.stderr)
     r = runner.invoke(app, ["resolve", "13.0", "--source", "conda"])
-    assert r.exit_code == 1 and "unknown source 'conda'" in r.stderr
+    assert r.exit_code == 2 and "unknown source 'conda'" in r.stderr
 
 
 def test_local_directory_index(tmp_path: Path) -> None:
