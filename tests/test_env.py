@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import ntpath
 import os
+import re
 import shutil
 import subprocess
 import sys
