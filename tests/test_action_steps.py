@@ -4,6 +4,7 @@ the two action.yml files agreeing. tests/e2e/test_action.py runs the same throug
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from cudaredist.profiles import host_platform
 from tests.archives import build_mirror, toolkit
 from tests.test_env import parse_github_env
 
@@ -19,6 +21,11 @@ ROOT = Path(__file__).resolve().parents[1]
 STEPS = ROOT / "action" / "steps.py"
 yaml = pytest.importorskip("yaml")
 DEFAULTS = {"CR_PROFILE": "nvcc", "CR_DOCTOR": "report"}
+HOST = host_platform()
+WINDOWS = sys.platform == "win32"
+needs_venv = pytest.mark.skipif(importlib.util.find_spec("venv") is None,
+                                reason="this Python has no venv module (the embeddable Windows CPython "
+                                       "under Wine); ci.yml's action job builds the tool on Windows")
 
 
 Files = dict[str, Path]
@@ -79,9 +86,9 @@ def install_env(tmp_path: Path, mirror: Path, **env: str) -> dict[str, str | Non
 
 
 def test_install_outputs_are_json_from_resolved_paths(mirror: Path, tmp_path: Path) -> None:
-    """A Windows-style prefix (backslashes, quotes) relative to the workspace: cuda-paths is JSON of
-    the absolute path, the same one CUDA_PATH and cuda-path have."""
-    given = r'D:\a\_temp\cuda "13.0"'
+    """A prefix with backslashes (and quotes, where a file name may have them) relative to the
+    workspace: cuda-paths is JSON of the absolute path, the same one CUDA_PATH and cuda-path have."""
+    given = r"a\_temp\cuda 13.0" if WINDOWS else r'D:\a\_temp\cuda "13.0"'
     r, files = step("install", tmp_path, **install_env(tmp_path, mirror, CR_TRAIN="13.0", CR_PREFIX=given))
     assert r.returncode == 0, r.stdout + r.stderr
     prefix = str(tmp_path / given)
@@ -91,18 +98,18 @@ def test_install_outputs_are_json_from_resolved_paths(mirror: Path, tmp_path: Pa
     assert out["cudaredist"] == "/tool/bin/cudaredist"
     exported = parse_github_env(files["GITHUB_ENV"].read_text())
     assert exported["CUDA_PATH"] == exported["CUDA_PATH_V13_0"] == prefix
-    assert files["GITHUB_PATH"].read_text() == f"{prefix}/bin\n"
+    assert os.path.join(prefix, "bin") in files["GITHUB_PATH"].read_text().splitlines()
 
 
 def test_install_of_several_trains(tmp_path: Path) -> None:
     mirror = tmp_path / "mirror"
-    build_mirror(mirror, "13.0.1", toolkit("linux-x86_64"))
-    build_mirror(mirror, "13.2.0", toolkit("linux-x86_64", "13.2.0"))
-    env = install_env(tmp_path, mirror, CR_TRAINS="13.2 13.0", CR_PLATFORM="linux-x86_64")
+    build_mirror(mirror, "13.0.1", toolkit(HOST))
+    build_mirror(mirror, "13.2.0", toolkit(HOST, "13.2.0"))
+    env = install_env(tmp_path, mirror, CR_TRAINS="13.2 13.0")
     r, files = step("install", tmp_path, **env)
     assert r.returncode == 0, r.stdout + r.stderr
     toolkits = Path(env["RUNNER_TEMP"]) / "cudaredist-toolkits"
-    p132, p130 = (str(toolkits / f"cuda-{v}-linux-x86_64") for v in ("13.2.0", "13.0.1"))
+    p132, p130 = (str(toolkits / f"cuda-{v}-{HOST}") for v in ("13.2.0", "13.0.1"))
     out = outputs(files)
     assert json.loads(out["cuda-paths"]) == {"13.2": p132, "13.0": p130}
     assert out["cuda-path"] == p132 and out["release"] == "13.2.0"  # the first one asked for
@@ -115,8 +122,8 @@ def test_install_of_several_trains(tmp_path: Path) -> None:
 def test_several_trains_when_one_is_there_already(tmp_path: Path) -> None:
     """install --json lists the no-op first: the outputs still follow the trains as asked."""
     mirror = tmp_path / "mirror"
-    build_mirror(mirror, "13.0.1", toolkit("linux-x86_64"))
-    build_mirror(mirror, "13.2.0", toolkit("linux-x86_64", "13.2.0"))
+    build_mirror(mirror, "13.0.1", toolkit(HOST))
+    build_mirror(mirror, "13.2.0", toolkit(HOST, "13.2.0"))
     (tmp_path / "first").mkdir()
     r, _files = step("install", tmp_path / "first", **install_env(tmp_path, mirror, CR_TRAINS="13.2"))
     assert r.returncode == 0, r.stdout + r.stderr
@@ -125,7 +132,7 @@ def test_several_trains_when_one_is_there_already(tmp_path: Path) -> None:
     assert "already installed" in r.stdout  # the tool's summary lines are in the log
     toolkits = tmp_path / "runner temp" / "cudaredist-toolkits"
     out = outputs(files)
-    assert json.loads(out["cuda-paths"]) == {t: str(toolkits / f"cuda-{v}-linux-x86_64")
+    assert json.loads(out["cuda-paths"]) == {t: str(toolkits / f"cuda-{v}-{HOST}")
                                              for t, v in (("13.0", "13.0.1"), ("13.2", "13.2.0"))}
     assert out["release"] == "13.0.1"
 
@@ -141,27 +148,31 @@ def test_cudaredist_errors_become_annotations(mirror: Path, tmp_path: Path) -> N
 
 
 def test_cache_key_and_paths_do_not_depend_on_the_runner_dirs(mirror: Path, tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    keys, paths = set(), set()
+    # POSIX: a home of the test's own; Windows: the user's (platformdirs asks the shell for it)
+    home = Path.home() if WINDOWS else tmp_path / "home"
+    home_env: dict[str, str | None] = {} if WINDOWS else {"HOME": str(home), "XDG_CACHE_HOME": None}
+    keys, paths, dirs = set(), set(), set()
     for temp in ("t1", "t2"):
         work = tmp_path / temp
         work.mkdir()
         env = install_env(work, mirror, CR_TRAINS="13.0", RUNNER_OS="Linux", RUNNER_ARCH="X64")
-        r, files = step("cache-key", work, **env, HOME=str(home), XDG_CACHE_HOME=None,
-                        CUDAREDIST_CACHE_DIR=None)
+        r, files = step("cache-key", work, **env, **home_env, CUDAREDIST_CACHE_DIR=None)
         assert r.returncode == 0, r.stdout + r.stderr
         out = outputs(files)
         keys.add(out["key"])
         paths.add(out["path"])
-        assert out["cache-dir"] == str(home / ".cache" / "cudaredist")
+        dirs.add(out["cache-dir"])
     assert len(keys) == 1 and keys.pop().startswith("cudaredist-Linux-X64-default-archives-")
-    assert paths == {"~/.cache/cudaredist/archives"}
+    (cache_dir,) = dirs
+    literal = "~/" + Path(cache_dir).relative_to(home).as_posix()
+    if not WINDOWS:
+        assert literal == "~/.cache/cudaredist"
+    assert paths == {f"{literal}/archives"}
     # the unpacked entries only when asked for, and then under their own key
     env = install_env(tmp_path / "t1", mirror, CR_TRAINS="13.0", CR_CACHE_UNPACKED="true")
-    r, files = step("cache-key", tmp_path / "t1", **env, HOME=str(home), XDG_CACHE_HOME=None,
-                    CUDAREDIST_CACHE_DIR=None)
+    r, files = step("cache-key", tmp_path / "t1", **env, **home_env, CUDAREDIST_CACHE_DIR=None)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert outputs(files)["path"] == "~/.cache/cudaredist/archives\n~/.cache/cudaredist/unpacked"
+    assert outputs(files)["path"] == f"{literal}/archives\n{literal}/unpacked"
     assert "-archives+unpacked-" in outputs(files)["key"]
 
 
@@ -201,6 +212,7 @@ def _tool_cache_left(root: Path) -> list[str]:
     return sorted(p.name for p in (root / "cudaredist").iterdir()) if (root / "cudaredist").exists() else []
 
 
+@needs_venv
 def test_a_python_without_venv_is_an_error_that_says_what_to_install(tmp_path: Path) -> None:
     fake = tmp_path / "fake"
     (fake / "venv").mkdir(parents=True)
@@ -215,6 +227,7 @@ def test_a_python_without_venv_is_an_error_that_says_what_to_install(tmp_path: P
     assert _tool_cache_left(tmp_path / "tools") == [] and outputs(files) == {}
 
 
+@needs_venv
 def test_a_failed_pip_install_leaves_nothing_in_the_tool_cache(tmp_path: Path) -> None:
     r, files = step("tool", tmp_path, RUNNER_TOOL_CACHE=str(tmp_path / "tools"), PIP_CONFIG_FILE=os.devnull,
                     PIP_NO_INDEX="1", PIP_FIND_LINKS=None, PIP_INDEX_URL=None)
