@@ -709,6 +709,8 @@ def test_json_matches_the_documented_schema(tiny_tree: Path) -> None:
     assert all((c["fix"] == "") == (c["status"] == "ok") for c in actual["checks"])
 
 
+@pytest.mark.skipif(os.name == "nt", reason="the tiny Linux tree fails doctor on a POSIX host only (on "
+                                           "Windows it is a cross tree, and doctor passes)")
 @pytest.mark.parametrize(("mode", "code"), [pytest.param("report", 0, id="report"),
                                             pytest.param("fail", 1, id="fail")])
 def test_action_doctor_step_fails_the_job_only_when_asked(tiny_tree: Path, mode: str, code: int) -> None:
