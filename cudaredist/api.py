@@ -92,6 +92,7 @@ class InstallOutcome:
     done: list[Installed] = field(default_factory=list)
     failed: list[Failed] = field(default_factory=list)
     links: list[tuple[str, str]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # for stderr even when quiet
 
     @property
     def exit_code(self) -> int:
@@ -221,6 +222,7 @@ def _run(request: InstallRequest, wanted: list[str], fixed: Path | None, outcome
                 installer.install, plan, target, reinstall=request.reinstall,
                 replace_foreign=request.replace_foreign, requested=components))
             if result is not None:
+                outcome.warnings += result.warnings
                 outcome.done.append(_row(result, plan))
                 say(outcome.done[-1].message)
     finally:

@@ -40,6 +40,7 @@ from cudaredist.commands.options import (
     QuietOpt,
     SourceOpt,
     Train,
+    TrustedHostOpt,
     VerboseOpt,
 )
 from cudaredist.profiles import DEFAULT_PROFILE
@@ -66,6 +67,7 @@ def resolve(
     base_url: BaseUrlOpt = None,
     mirror: MirrorOpt = None,
     no_fallback: NoFallbackOpt = False,
+    trusted_host: TrustedHostOpt = None,
     cache_dir: CacheDirOpt = None,
     offline: OfflineOpt = False,
     source: SourceOpt = "nvidia",
@@ -76,7 +78,8 @@ def resolve(
     """Show the install plan without installing: release, and per component version, URL, size, sha256."""
     set_verbose(verbose)
     with errors():
-        ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, source=source, index_url=index_url)
+        ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, source=source, index_url=index_url,
+                  trusted_hosts=trusted_host)
         with ctx.open() as src:
             plan = src.resolve(train, [platform_or_host(platform)], profile=None if only else profile,
                                components=component or [])[0]
@@ -103,6 +106,7 @@ def install(
     base_url: BaseUrlOpt = None,
     mirror: MirrorOpt = None,
     no_fallback: NoFallbackOpt = False,
+    trusted_host: TrustedHostOpt = None,
     cache_dir: CacheDirOpt = None,
     offline: OfflineOpt = False,
     jobs: JobsOpt = 8,
@@ -148,12 +152,15 @@ def install(
             profile=profile, components=tuple(component or ()), only=only, lock=lock, source=source,
             reinstall=reinstall or force, replace_foreign=replace_foreign, refresh=refresh,
             link_mode=link_mode, lock_timeout=lock_timeout, jobs=jobs, cache_dir=cache_dir,
-            where=Where(base_url, mirror, no_fallback, index_url, offline))
+            where=Where(base_url, mirror, no_fallback, index_url, offline,
+                        tuple(trusted_host) if trusted_host else None))
         talk = not (quiet or as_json)
         outcome = do_install(request, reporter=pick(quiet=quiet or as_json, verbose=verbose),
                              say=lambda text: typer.echo(text, err=True) if talk else None)
         if as_json:
             emit_json(outcome.to_json())
+        for warning in outcome.warnings:  # on stderr, whatever --quiet and --json say
+            typer.echo(warning, err=True)
         for failed in outcome.failed:  # a train of several: named, so the user knows which
             lead = f"CUDA {failed.train}: " if len(request.trains) > 1 else ""
             typer.echo(f"error: {lead}{failed.error}", err=True)
@@ -166,6 +173,7 @@ def trains(
     base_url: BaseUrlOpt = None,
     mirror: MirrorOpt = None,
     no_fallback: NoFallbackOpt = False,
+    trusted_host: TrustedHostOpt = None,
     cache_dir: CacheDirOpt = None,
     offline: OfflineOpt = False,
     source: SourceOpt = "nvidia",
@@ -176,7 +184,8 @@ def trains(
     """List the published trains, each with its newest release and date."""
     set_verbose(verbose)
     with errors():
-        ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, source=source, index_url=index_url)
+        ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, source=source, index_url=index_url,
+                  trusted_hosts=trusted_host)
         with ctx.open() as src:
             rows, where, name = src.trains(), src.location(), src.name
         if as_json:
@@ -199,6 +208,7 @@ def mirror_cmd(
     base_url: BaseUrlOpt = None,
     mirror: MirrorOpt = None,
     no_fallback: NoFallbackOpt = False,
+    trusted_host: TrustedHostOpt = None,
     cache_dir: CacheDirOpt = None,
     offline: OfflineOpt = False,
     jobs: JobsOpt = 8,
@@ -222,7 +232,7 @@ def mirror_cmd(
 
         platforms = platforms_or_host(platform)
         ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, jobs, source=source,
-                  index_url=index_url)
+                  index_url=index_url, trusted_hosts=trusted_host)
         reporter = pick(quiet=quiet or as_json, verbose=verbose)
         with ctx.open() as src:
             try:
@@ -262,6 +272,7 @@ def lock_cmd(
     base_url: BaseUrlOpt = None,
     mirror: MirrorOpt = None,
     no_fallback: NoFallbackOpt = False,
+    trusted_host: TrustedHostOpt = None,
     cache_dir: CacheDirOpt = None,
     offline: OfflineOpt = False,
     verbose: VerboseOpt = False,
@@ -275,7 +286,8 @@ def lock_cmd(
         from cudaredist.lockfile import build_lock, dumps, write_lock
 
         platforms = platforms_or_host(platform)
-        ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, source=source, index_url=index_url)
+        ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, source=source, index_url=index_url,
+                  trusted_hosts=trusted_host)
         with ctx.open() as src:
             plans = src.resolve(train, platforms, profile=None if only else profile,
                                 components=component or [])
@@ -314,6 +326,9 @@ app.add_typer(cache.app, name="cache")
 
 
 def main() -> None:
+    from cudaredist import streams
+
+    streams.configure()  # a redirected stdout on Windows: the code page its reader decodes with
     # exit code 2 is click's for usage errors; ours are 1 (or the error's own code)
     app(prog_name="cudaredist")
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ntpath
 import posixpath
 import re
+import shlex
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -89,8 +90,28 @@ def quote_fish(value: str) -> str:
 
 
 def quote_pwsh(value: str) -> str:
-    """PowerShell verbatim string: every single-quote character (also ‘ ’ ‚ ‛) is doubled."""
-    return "'" + "".join(c + c if c in _PWSH_QUOTES else c for c in value) + "'"
+    """PowerShell verbatim string: every single-quote character (also ‘ ’ ‚ ‛) is doubled.
+
+    A value with characters outside ASCII is spelled in ASCII, ``('C:\\' + [char]0x43F + ...)``
+    (UTF-16 code units, as PowerShell's strings are): ``cudaredist env | Invoke-Expression`` reads
+    the pipe in the console's code page, which may not hold them; ASCII reads right in every one
+    (Windows PowerShell 5.1 and pwsh 7 alike)."""
+    if value.isascii():
+        return "'" + "".join(c + c if c in _PWSH_QUOTES else c for c in value) + "'"
+    parts = ["''"]  # a string first: [char] + [string] would be a char sum, not a concatenation
+    run = ""
+    for c in value:
+        if c.isascii():
+            run += c + c if c in _PWSH_QUOTES else c
+            continue
+        if run:
+            parts.append(f"'{run}'")
+            run = ""
+        units = c.encode("utf-16-le")
+        parts += [f"[char]0x{int.from_bytes(units[i:i + 2], 'little'):04X}" for i in range(0, len(units), 2)]
+    if run:
+        parts.append(f"'{run}'")
+    return "(" + " + ".join(parts) + ")"
 
 
 def quote_cmd(value: str, *, name: str) -> str:
@@ -164,6 +185,15 @@ def render(env: Environment, shell: str) -> str:
 
 def default_shell(host_windows: bool) -> str:
     return "pwsh" if host_windows else "sh"
+
+
+def load_hint(prefix: str, *, host_windows: bool) -> str:
+    """How a user puts a tree's environment into the current shell, in the host's shells."""
+    if not host_windows:
+        return f'eval "$(cudaredist env --prefix {shlex.quote(prefix)})"'
+    # PowerShell evaluates the whole output as one script; cmd runs each line (batch: %%i)
+    return (f"in PowerShell: cudaredist env --prefix {quote_pwsh(prefix)} | Out-String | Invoke-Expression; "
+            f"in cmd: for /f \"delims=\" %i in ('cudaredist env --shell cmd --prefix \"{prefix}\"') do %i")
 
 
 # -- GitHub Actions ------------------------------------------------------------------------------

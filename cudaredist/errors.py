@@ -7,6 +7,7 @@
     ├── PlanError              a component/platform/profile cannot be planned
     ├── FetchError             network or file access failed (after retries)
     │   └── OfflineError       --offline and something is not in the cache
+    ├── TrustError             hashes would come from an origin nothing authenticates (plain HTTP)
     ├── IntegrityError         size or sha256 of a download or cache entry is wrong
     ├── UnsafeArchiveError     an archive member would escape the prefix or is a device
     ├── ConflictError          two archives write one path with different content
@@ -72,6 +73,15 @@ class FetchError(CudaRedistError):
 
 class OfflineError(FetchError):
     pass
+
+
+class TrustError(CudaRedistError):
+    """A manifest or index page (the hashes) would come from plain HTTP that nothing authenticates."""
+
+    def __init__(self, message: str, *, url: str = "", host: str = "") -> None:
+        super().__init__(message)
+        self.url = url
+        self.host = host
 
 
 class IntegrityError(CudaRedistError):

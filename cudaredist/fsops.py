@@ -109,8 +109,14 @@ def _readonly(p: str) -> bool:
 
 
 def rmtree(path: str | os.PathLike[str]) -> None:
-    """Delete a file, a link or a tree: read-only entries made writable, transient errors retried."""
+    """Delete a file, a link or a tree: read-only entries made writable, transient errors retried.
+
+    Each entry gets one bounded wait (:func:`retrying`, about 5 s), not the whole walk again
+    around it: a file another process keeps open costs seconds, then its error is raised."""
     p = long_path(path)
+    if is_junction(p):
+        retrying(os.rmdir, p)  # the junction goes, never its target's contents
+        return
     if os.path.islink(p) or os.path.isfile(p):
         unlink(p)
         return
@@ -126,6 +132,31 @@ def rmtree(path: str | os.PathLike[str]) -> None:
         retrying(func, name)
 
     if sys.version_info >= (3, 12):
-        retrying(lambda: shutil.rmtree(p, onexc=again))
+        shutil.rmtree(p, onexc=again)
     else:
-        retrying(lambda: shutil.rmtree(p, onerror=again))
+        shutil.rmtree(p, onerror=again)
+
+
+def is_junction(path: str | os.PathLike[str]) -> bool:
+    """A directory junction (Windows' mount-point reparse point, what ``mklink /J`` makes).
+    Python's ``islink`` says no to it; ``os.path.isjunction`` exists from 3.12."""
+    if not WINDOWS:
+        return False
+    isjunction = getattr(os.path, "isjunction", None)
+    if isjunction is not None:
+        return bool(isjunction(path))
+    try:  # pragma: no cover - Windows before 3.12
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return bool(getattr(st, "st_file_attributes", 0) & stat.FILE_ATTRIBUTE_REPARSE_POINT) and \
+        getattr(st, "st_reparse_tag", 0) == 0xA0000003  # IO_REPARSE_TAG_MOUNT_POINT
+
+
+def holder_hint(exc: BaseException) -> str:
+    """For a sharing or lock violation (WinError 32/33): which file, and that a process holds it."""
+    if getattr(exc, "winerror", None) in (32, 33) and isinstance(exc, OSError):
+        name = exc.filename or ""
+        return (f"another process has {name or 'a file in it'} open (an editor, a shell whose "
+                "current directory is in it, a running program, an antivirus scan)")
+    return ""

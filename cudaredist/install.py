@@ -64,6 +64,7 @@ class InstallResult:
     cached: int = 0
     files: int = 0
     seconds: float = 0.0
+    warnings: tuple[str, ...] = ()  # for stderr even when quiet: e.g. an old tree left behind
 
 
 def lock_timeout_default() -> float:
@@ -101,28 +102,51 @@ def _rmtree(path: Path) -> None:
 
 
 def recover(prefix: Path) -> list[str]:
-    """Clean what a killed run left beside ``prefix`` (call with the prefix lock held)."""
+    """Clean what a killed run left beside ``prefix`` (call with the prefix lock held).
+
+    A moved-aside tree is put back when the prefix is missing (a swap cut short). One that
+    cannot be deleted yet (a process still holds a file in it) is left for a later run, with
+    a note: it is not in the way of anything."""
     actions: list[str] = []
     for p in leftovers(prefix):
         kind = p.name[len(prefix.name) + 1:].split("-")[1]
         if kind == "old" and not os.path.lexists(prefix):
             fsops.rename(p, prefix)
             actions.append(f"restored {prefix} from an interrupted swap")
-        else:
+            continue
+        try:
             _rmtree(p)
             actions.append(f"removed leftover {p.name}")
+        except OSError as exc:
+            actions.append(f"warning: {_not_removed(p, exc)}")
     return actions
 
 
-def swap_into_place(staging: Path, prefix: Path) -> None:
+def _not_removed(tree: Path, exc: OSError) -> str:
+    held = fsops.holder_hint(exc)
+    why = held or f"{exc.strerror or exc}: {exc.filename or tree}"
+    return (f"the previous tree {tree} could not be removed yet ({why}); the next cudaredist run on "
+            f"this prefix removes it, or delete it yourself once nothing uses it")
+
+
+def swap_into_place(staging: Path, prefix: Path, warn: Callable[[str], None] | None = None) -> None:
+    """Rename ``staging`` over ``prefix``, keeping the previous tree until the new one is in place.
+
+    Once it is, the install has succeeded: the previous tree is renamed out of the way of
+    :func:`recover`'s restore (``-gone-``) and deleted; a file in it that another process holds
+    leaves it behind, with ``warn`` told, for the next run to remove."""
     old: Path | None = None
     if os.path.lexists(prefix):
         old = prefix.parent / f".{prefix.name}.cudaredist-old-{uuid.uuid4().hex[:8]}"
         try:
             fsops.rename(prefix, old)
         except OSError as exc:
-            raise PrefixError(f"cannot move the existing {prefix} aside ({exc.strerror}); is a file in "
-                              "it open, or is it a mount point?", prefix=str(prefix)) from exc
+            held = fsops.holder_hint(exc)
+            raise PrefixError(
+                f"cannot move the existing {prefix} aside: "
+                + (f"{held}. Close it and run the install again"
+                   if held else f"{exc.strerror}; is a file in it open, or is it a mount point?")
+                + "; the prefix was left as it was", prefix=str(prefix)) from exc
     try:
         fsops.rename(staging, prefix)
     except OSError as exc:
@@ -130,8 +154,18 @@ def swap_into_place(staging: Path, prefix: Path) -> None:
             fsops.rename(old, prefix)
         raise PrefixError(f"cannot move the new tree into {prefix} ({exc.strerror}); the previous "
                           "tree was restored", prefix=str(prefix)) from exc
-    if old is not None:
-        _rmtree(old)
+    if old is None:
+        return
+    gone = old.with_name(old.name.replace("-old-", "-gone-"))
+    try:
+        os.rename(old, gone)  # once: a swap that finished is never undone by recover()
+    except OSError:
+        gone = old
+    try:
+        _rmtree(gone)
+    except OSError as exc:
+        if warn is not None:
+            warn(f"warning: {_not_removed(gone, exc)}")
 
 
 def _root_cause(futures: Sequence[Future[Any]]) -> BaseException | None:
@@ -187,9 +221,10 @@ class Installer:
         t0 = time.monotonic()
         prefix = canonical_prefix(prefix)
         self.cache.prepare()  # a --cache-dir that is not a cache is refused before anything is written
+        warnings: list[str] = []
         with prefix_lock(prefix, self.lock_timeout):
             for action in recover(prefix):
-                self.reporter.message(action)
+                (warnings.append if action.startswith("warning: ") else self.reporter.message)(action)
             record = None
             if prefix.is_dir():
                 try:
@@ -198,7 +233,8 @@ class Installer:
                     if not reinstall:  # its message says to reinstall with --reinstall
                         raise
             if record is not None and record.get("content_key") == plan.content_key() and not reinstall:
-                return InstallResult(prefix, plan, noop=True, seconds=time.monotonic() - t0)
+                return InstallResult(prefix, plan, noop=True, seconds=time.monotonic() - t0,
+                                     warnings=tuple(warnings))
             ours = record is not None or (prefix / RECORD_DIR).is_dir()
             if (not ours and prefix.exists() and not replace_foreign
                     and (not prefix.is_dir() or any(prefix.iterdir()))):
@@ -228,16 +264,16 @@ class Installer:
                                                              stream=False)
                 links = self._complete(plan, staging)
                 stamp = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
-                rec = build_record(plan, files, stamp)
+                rec = build_record(plan, files, stamp, served=self.fetcher.served)
                 rec["links"] = links
                 rec["request"] = {"components": list(requested)}
                 write_record(staging, rec)
-                swap_into_place(staging, prefix)
+                swap_into_place(staging, prefix, warn=warnings.append)
             except BaseException:
                 _rmtree(staging)
                 raise
         return InstallResult(prefix, plan, noop=False, downloaded=downloaded, cached=cached,
-                             files=len(files), seconds=time.monotonic() - t0)
+                             files=len(files), seconds=time.monotonic() - t0, warnings=tuple(warnings))
 
     def _check_space(self, plan: Plan, staging: Path) -> None:
         """Refuse before downloading when the disk clearly cannot hold the tree.
@@ -282,6 +318,8 @@ class Installer:
             if (staging / target).is_dir() and not os.path.lexists(staging / name):
                 try:
                     os.symlink(target, staging / name, target_is_directory=True)
+                    if not os.path.lexists(staging / name):  # "made" and nothing there (Wine does that)
+                        raise FileNotFoundError(staging / name)
                     made.append({"path": name, "link": target})
                 except OSError:
                     shutil.copytree(staging / target, staging / name, symlinks=True)

@@ -10,6 +10,10 @@ import unicodedata
 from pathlib import Path
 
 from cudaredist.errors import LocalDiskError
+from cudaredist.fsops import holder_hint
+
+_WAIT = ("close it (or wait for the scan or build to finish) and run the command again; nothing about "
+         "permissions needs changing")
 
 
 def _read_umask() -> int:
@@ -79,7 +83,10 @@ def disk_error(exc: OSError, *, path: Path | str, where: Path | str, cache: bool
     option = "--cache-dir (or CUDAREDIST_CACHE_DIR)" if cache else "--prefix"
     kept = (f"the partial {cached} was removed" if cache else
             "the prefix was left as it was and verified downloads stay in the cache")
-    if code in _NO_SPACE:
+    held = holder_hint(exc)
+    if held:
+        message = f"cannot write {path}: {held}. Close it, or wait for it to finish, and run again; {kept}."
+    elif code in _NO_SPACE:
         free = free_bytes(Path(where))
         need = []
         if written:
@@ -152,6 +159,10 @@ def local_error(exc: OSError, *, doing: str, path: Path | str | None = None, opt
     reason = exc.strerror or (os.strerror(exc.errno) if exc.errno else str(exc) or type(exc).__name__)
     if exc.errno == _errno.EEXIST and where and os.path.lexists(where) and not os.path.isdir(where):
         reason = "it is a file, not a directory"  # mkdir(parents=True) says only "File exists"
+    held = holder_hint(exc)
+    if held:
+        return cls(f"cannot {doing} {where or exc.filename}: {held}; {_WAIT}",
+                   path=where, where=where, errno=exc.errno or 0)
     if not where:
         return cls(f"a file operation failed: {reason}; --verbose shows where it happened",
                    errno=exc.errno or 0)

@@ -95,8 +95,9 @@ def build_lock(plans: Sequence[Plan], *, train: str, components: Sequence[str] =
 def _plain(plan: Plan) -> Plan:
     """The plan as recorded: no mirror fallbacks; redist archives on the plan's own base (a wheel's
     URL is wherever the index said it is, not under the index URL)."""
-    if plan.source != "nvidia":
-        return replace(plan, items=tuple(replace(i, fallback_urls=()) for i in plan.items))
+    plan = replace(plan, hashes_from="")  # an install from the lock believes the lock
+    if plan.source != "nvidia":  # the index's own URL: the last one (a mirror's comes first)
+        return replace(plan, items=tuple(replace(i, url=i.urls[-1], fallback_urls=()) for i in plan.items))
     return replace(plan, items=tuple(replace(i, url=join_url(plan.base_url, i.archive.relative_path),
                                              fallback_urls=()) for i in plan.items))
 
@@ -239,5 +240,6 @@ def plan_for(path: Path, *, train: str | None, platform: str | None, host: str |
              source: str | None) -> tuple[Lock, Plan]:
     """Read the lock at ``path`` and pick the plan this request means (drift is an error)."""
     locked = read_lock(path)
-    return locked, select(locked, train=train, platform=platform, host=host, profile=profile,
-                          components=components, source=source)
+    plan = select(locked, train=train, platform=platform, host=host, profile=profile,
+                  components=components, source=source)
+    return locked, replace(plan, hashes_from=f"the lock file {path.absolute()}")

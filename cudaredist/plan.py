@@ -55,6 +55,8 @@ class Plan:
     items: tuple[PlannedArchive, ...]
     source: str = "nvidia"
     notes: tuple[str, ...] = field(default=())
+    # why the archives' hashes are believed: "<url> (HTTPS)", "the lock file <path>" (cudaredist.trust)
+    hashes_from: str = ""
 
     @property
     def total_size(self) -> int:
@@ -86,7 +88,7 @@ class Plan:
                 for i in self.items
             ],
             "notes": list(self.notes),
-        }
+        } | ({"hashes_from": self.hashes_from} if self.hashes_from else {})
 
 
 def join_url(base: str, relative: str) -> str:
@@ -103,7 +105,7 @@ def plan_from_json(obj: dict[str, Any]) -> Plan:
         for c in obj["components"])
     return Plan(obj["release"], obj.get("release_date", ""), obj["platform"], obj["base_url"],
                 obj.get("profile", "custom"), items, obj.get("source", "nvidia"),
-                tuple(obj.get("notes", ())))
+                tuple(obj.get("notes", ())), str(obj.get("hashes_from", "")))
 
 
 

@@ -7,6 +7,7 @@ import glob
 import json
 import os
 import stat
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,13 +68,23 @@ def record_path(prefix: Path) -> Path:
     return prefix / RECORD_DIR / RECORD_FILE
 
 
-def build_record(plan: Plan, files: list[FileRecord], installed_at: str) -> dict[str, Any]:
+def build_record(plan: Plan, files: list[FileRecord], installed_at: str, *,
+                 served: dict[str, str] | None = None) -> dict[str, Any]:
+    """``served``: sha256 -> the URL this run downloaded it from (an archive not in it came from
+    the cache)."""
+    served = served or {}
     return {
         "schema": SCHEMA,
         "tool": f"cudaredist {__version__}",
         "installed_at": installed_at,
         "content_key": plan.content_key(),
         "plan": plan.to_json(),
+        # where the hashes came from, and where each archive's (verified) bytes came from
+        "provenance": {
+            "manifest": plan.base_url,
+            "hashes_from": plan.hashes_from,
+            "archives": {i.component: served.get(i.archive.sha256, "cache") for i in plan.items},
+        },
         "files": [
             {"path": f.path, "size": f.size, "sha256": f.sha256, "mode": oct(f.mode),
              **({"link": f.link} if f.link else {}), "component": f.component}
@@ -328,33 +339,56 @@ def _installed_path(prefix: Path, rel: str) -> Path | None:
 def uninstall(prefix: Path) -> int:
     """Remove exactly what the record lists (and then empty directories); returns files removed.
 
-    Files the user added stay; recorded paths under a directory that has become a symlink
-    are left alone rather than deleted through it, and a real directory stands where a link
-    was recorded unless the install made that directory itself (a link it had to copy).
+    All or nothing: every recorded path is first moved into ``.cudaredist/removing-*`` in the
+    prefix (a rename, which fails where a delete would: a file another process holds open on
+    Windows); if one cannot move, the ones moved go back and nothing is removed. Files the user
+    added stay; recorded paths under a directory that has become a symlink are left alone rather
+    than deleted through it, and a real directory stands where a link was recorded unless the
+    install made that directory itself (a link it had to copy).
     """
     rec = require_record(prefix)
-    removed = 0
     # (path, what was installed there: "file", "link" or "directory" for a link made as a copy)
     entries = [(f["path"], "link" if "link" in f else "file") for f in rec["files"]]
     entries += [(x["path"], "directory" if x.get("copy") == "directory" else "link")
                 for x in rec.get("links", [])]
-    for rel, kind in entries:
-        p = _installed_path(prefix, rel)
-        if p is None:
-            continue
-        with contextlib.suppress(FileNotFoundError):
-            if p.is_symlink() or p.is_file():  # never followed: a link is removed, not its target
-                fsops.unlink(p)
-                removed += 1
-            elif kind == "directory" and p.is_dir():  # a link the install had to make as a copy
-                fsops.rmtree(p)
-                removed += 1
+    for old in (prefix / RECORD_DIR).glob("removing-*"):  # what a killed uninstall left
+        fsops.rmtree(old)
+    trash = prefix / RECORD_DIR / f"removing-{uuid.uuid4().hex[:8]}"
+    trash.mkdir()
+    moved: list[tuple[Path, Path]] = []
+    try:
+        for rel, kind in entries:
+            p = _installed_path(prefix, rel)
+            if p is None:
+                continue
+            # never followed: a link (or a junction) is moved, not its target
+            if p.is_symlink() or fsops.is_junction(p) or p.is_file() or (kind == "directory" and p.is_dir()):
+                to = trash / str(len(moved))
+                try:
+                    fsops.rename(p, to)
+                except FileNotFoundError:
+                    continue
+                moved.append((p, to))
             # a real directory where the record says a link or a file was is the user's: it stays
+    except OSError as exc:
+        for back, there in reversed(moved):
+            with contextlib.suppress(OSError):
+                fsops.rename(there, back)
+        with contextlib.suppress(OSError):
+            trash.rmdir()
+        held = fsops.holder_hint(exc)
+        raise PrefixError(
+            f"cannot uninstall {prefix}: "
+            + (f"{held}; close it and run the uninstall again" if held
+               else f"cannot remove {exc.filename or prefix} ({exc.strerror or exc})")
+            + ". Nothing was removed.", prefix=str(prefix)) from exc
     rp = record_path(prefix)
     fsops.unlink(rp)
+    with contextlib.suppress(OSError):  # moved out of the tree already; a scanner's late open
+        fsops.rmtree(trash)
     with contextlib.suppress(OSError):
         rp.parent.rmdir()
     for dirpath, _dirs, _files in sorted(os.walk(prefix, topdown=False), key=lambda t: -len(t[0])):
         with contextlib.suppress(OSError):
             os.rmdir(dirpath)  # only succeeds when empty: user files stay
-    return removed
+    return len(moved)

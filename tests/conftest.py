@@ -18,7 +18,7 @@ SHARED_MANIFESTS = SHARED / "redist" / "manifests"
 _SCRUB = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy",
           "all_proxy", "no_proxy", "SSL_CERT_FILE", "SSL_CERT_DIR", "CUDAREDIST_BASE_URL",
           "CUDAREDIST_MIRROR", "CUDAREDIST_CACHE_DIR", "CUDAREDIST_LOCK_TIMEOUT", "CUDAREDIST_SOURCE",
-          "CUDA_PATH", "CUDA_HOME", "GITHUB_ENV", "GITHUB_PATH", "PIP_INDEX_URL")
+          "CUDA_PATH", "CUDA_HOME", "GITHUB_ENV", "GITHUB_PATH", "PIP_INDEX_URL", "CUDAREDIST_TRUSTED_HOST")
 
 
 @pytest.fixture(autouse=True)

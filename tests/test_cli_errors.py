@@ -109,7 +109,9 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 def _check_plan_json(doc: dict[str, object], base: str, platform: str) -> list[str]:
     assert set(doc) == {"release", "release_date", "platform", "base_url", "source", "profile",
-                        "total_size", "components", "notes"}
+                        "total_size", "components", "notes", "hashes_from"}
+    why = "a local directory" if base.startswith("file:") else "a loopback address"
+    assert doc["hashes_from"] == f"{base} ({why})"
     assert (doc["release"], doc["release_date"], doc["platform"]) == ("13.0.1", "2026-01-01", platform)
     assert (doc["base_url"], doc["source"], doc["profile"], doc["notes"]) == (base, "nvidia", "nvcc", [])
     comps = doc["components"]
@@ -389,9 +391,14 @@ CASES = [
                  id="disk-full-copying-from-a-directory-mirror"),
     pytest.param(Case(("resolve", "13.0", "--base-url", "{loop}"), 1,
                       ("{loop}", "redirects too often (a redirect loop?)")), id="redirect-loop"),
-    pytest.param(Case(("resolve", "13.0", "--base-url", "http://cudaredist-test.invalid/"), 1,
+    pytest.param(Case(("resolve", "13.0", "--base-url", "https://cudaredist-test.invalid/"), 1,
                       ("cudaredist-test.invalid", "--mirror", "--source pypi", "--offline"),
                       how="runner", inject=_no_backoff), id="network-down-no-dns"),
+    pytest.param(Case(("install", "13.0", "--prefix", "{tmp}/cuda", "--base-url",
+                       "http://cuda-cache.test:8080/redist/"), 1,
+                      ("http://cuda-cache.test:8080/redist/", "plain HTTP", "Nothing was downloaded",
+                       "--trusted-host cuda-cache.test:8080", "https://", "lock")),
+                 id="plain-http-base-refused"),
     pytest.param(Case(("resolve", "13.0", "--base-url", "http://127.0.0.1:{closed}/"), 1,
                       ("Connection refused", "CUDAREDIST_MIRROR", "--offline with a filled cache"),
                       how="runner", inject=_no_backoff), id="network-down-refused"),

@@ -493,7 +493,7 @@ def two_toolkits(tmp_path: Path) -> tuple[Path, Path]:
 def test_environment_shadowing(two_toolkits: tuple[Path, Path]) -> None:
     ours, other = two_toolkits
     tk = toolkit_at(ours)
-    shadowed = check_environment({"PATH": f"{other / 'bin'}:{ours / 'bin'}"}, tk)
+    shadowed = check_environment({"PATH": f"{other / 'bin'}:{ours / 'bin'}"}, tk, host_windows=False)
     assert shadowed.status == "warn" and f"a plain `nvcc` runs {other / 'bin' / 'nvcc'}" in shadowed.detail
     assert f'eval "$(cudaredist env --prefix {ours})"' in shadowed.fix
     first = check_environment({"PATH": f"{ours / 'bin'}:{other / 'bin'}", "CUDA_PATH": str(ours)}, tk)
@@ -732,3 +732,19 @@ def test_kernel_module_version_from_proc(tmp_path: Path) -> None:
                     "(dvs-builder@U22-I3-AM02-24-3)  Thu Oct 30 2025\nGCC version:  gcc version 12.3.0\n")
     assert doctor_driver._kernel_module_version(str(proc)) == "580.159.04"
     assert doctor_driver._kernel_module_version(str(tmp_path / "absent")) == ""
+
+
+@pytest.mark.parametrize("tree", ["native", "cross", "none"])
+def test_the_environment_fix_on_windows_is_for_pwsh_and_cmd(tree: str, tmp_path: Path) -> None:
+    """Not a POSIX ``eval "$(...)"`` line: what PowerShell and cmd users type."""
+    prefix = tmp_path / "my cuda"
+    script(prefix / "bin" / "nvcc", "exit 0\n")
+    tk = {"native": toolkit_at(prefix), "none": None,
+          "cross": toolkit_at(prefix, native=False, windows=True)}[tree]
+    check = check_environment({"PATH": "", "CUDA_PATH": str(tmp_path / "elsewhere"),
+                               "CUDA_HOME": str(tmp_path)}, tk, host_windows=True)
+    assert check.status == "warn"
+    assert "eval" not in check.fix
+    shown = str(prefix) if tk is not None else "DIR"
+    assert f"cudaredist env --prefix '{shown}' | Out-String | Invoke-Expression" in check.fix
+    assert f"for /f \"delims=\" %i in ('cudaredist env --shell cmd --prefix \"{shown}\"') do %i" in check.fix

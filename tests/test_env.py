@@ -104,7 +104,12 @@ def test_default_shell() -> None:
     pytest.param(quote_fish, "a\\b", "'a\\\\b'", id="fish-backslash"),
     pytest.param(quote_fish, "$x (y)", "'$x (y)'", id="fish-literal"),
     pytest.param(quote_pwsh, "it's", "'it''s'", id="pwsh-quote"),
-    pytest.param(quote_pwsh, "a\u2019b\u2018c", "'a\u2019\u2019b\u2018\u2018c'", id="pwsh-typographic"),
+    pytest.param(quote_pwsh, "a\u2019b\u2018c", "('' + 'a' + [char]0x2019 + 'b' + [char]0x2018 + 'c')",
+                 id="pwsh-typographic-as-ascii"),
+    pytest.param(quote_pwsh, "C:\\\u042e\u043b\u044f's",
+                 "('' + 'C:\\' + [char]0x042E + [char]0x043B + [char]0x044F + '''s')",
+                 id="pwsh-cyrillic-as-ascii"),
+    pytest.param(quote_pwsh, "x\U0001F600", "('' + 'x' + [char]0xD83D + [char]0xDE00)", id="pwsh-astral"),
     pytest.param(quote_pwsh, "$env:X `n \"q\"", "'$env:X `n \"q\"'", id="pwsh-literal"),
 ])
 def test_quote(quote, value: str, expected: str) -> None:  # type: ignore[no-untyped-def]
@@ -124,26 +129,29 @@ def test_msys_path() -> None:
     assert msys_path("\\\\server\\share") == "//server/share"
 
 
+_QUOTES = "'\u2018\u2019\u201a\u201b"
+_PWSH_TOKEN = re.compile("'(?:[^" + _QUOTES + "]|[" + _QUOTES + "]{2})*'"
+                         r"|\[char\]0x[0-9A-F]{4}|[()+]|\s+|.", re.S)
+
+
 def _pwsh_single_quoted(text: str) -> list[str]:
-    """The values of PowerShell verbatim strings in ``text`` (doubled quote chars -> one)."""
-    out, i, quotes = [], 0, "'\u2018\u2019\u201a\u201b"
-    while i < len(text):
-        if text[i] in quotes:
-            i += 1
-            buf = ""
-            while True:
-                if text[i] in quotes and i + 1 < len(text) and text[i + 1] in quotes:
-                    buf += text[i]
-                    i += 2
-                elif text[i] in quotes:
-                    i += 1
-                    break
-                else:
-                    buf += text[i]
-                    i += 1
-            out.append(buf)
-        else:
-            i += 1
+    """The string values ``text`` spells: verbatim strings (doubled quote chars -> one), and
+    ``('' + [char]0xNNNN + '...')`` groups joined as PowerShell joins them (UTF-16 code units)."""
+    out: list[str] = []
+    group: list[str] | None = None
+    for m in _PWSH_TOKEN.finditer(text):
+        tok = m.group()
+        if tok[0] in _QUOTES and len(tok) > 1:
+            value = re.sub(f"([{_QUOTES}])[{_QUOTES}]", r"\1", tok[1:-1])
+            (out if group is None else group).append(value)
+        elif tok.startswith("[char]0x"):
+            assert group is not None, "a [char] outside a ( ... + ... ) group"
+            group.append(chr(int(tok[8:], 16)))
+        elif tok == "(" and text[m.end():m.end() + 2] == "''":
+            group = []
+        elif tok == ")" and group is not None:
+            out.append("".join(group).encode("utf-16-le", "surrogatepass").decode("utf-16-le"))
+            group = None
     return out
 
 
@@ -154,6 +162,7 @@ def test_pwsh_and_cmd_render(name: str) -> None:
     text = render(env, "pwsh")
     bins = [ntpath.join(prefix, "bin"), ntpath.join(prefix, "bin", "x64")]
     assert _pwsh_single_quoted(text) == [prefix] * 3 + bins
+    assert text.isascii()  # read right whatever code page the console decodes a pipe with
     assert "\n$env:PATH = (@(" in text and text.endswith("[IO.Path]::PathSeparator\n")
     if '"' in name or "\n" in name:
         with pytest.raises(PrefixError):

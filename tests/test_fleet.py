@@ -246,19 +246,29 @@ def build_origin_tree(root: Path) -> Path:
 
 
 # -- the runners ---------------------------------------------------------------------------------------
-def cudaredist_env(mirror: str) -> dict[str, str]:
+CACHE_HOST = "cuda-cache.test"  # the proxy by name: plain HTTP that nothing authenticates
+
+
+def cudaredist_env(mirror: str, proxy: str) -> dict[str, str]:
+    """A runner of the fleet (docs/fleet.md): CUDAREDIST_MIRROR names the cache by host name, which
+    this machine cannot resolve, so the cache is also the HTTP proxy for that name (loopback stays
+    direct): the runner sends nginx `GET http://cuda-cache.test:PORT/...` as it would on a LAN."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith("CUDAREDIST_") and k.lower() not in ("http_proxy", "https_proxy", "all_proxy")}
-    env["CUDAREDIST_MIRROR"] = mirror  # how a runner of the fleet is set up (docs/fleet.md)
+           if not k.startswith("CUDAREDIST_") and k.lower() not in ("http_proxy", "https_proxy", "all_proxy",
+                                                                     "no_proxy")}
+    env["CUDAREDIST_MIRROR"] = mirror
+    env["HTTP_PROXY"], env["NO_PROXY"] = proxy, "127.0.0.1,localhost"
     return env
 
 
-def install_wave(tmp: Path, name: str, *, mirror: str, base: str) -> list[Path]:
+def install_wave(tmp: Path, name: str, *, mirror: str, base: str, proxy: str,
+                 lock: Path | None = None) -> list[Path]:
     """RUNNERS installs at once, each with its own download cache and prefix."""
-    env = cudaredist_env(mirror)
+    env = cudaredist_env(mirror, proxy)
     prefixes = [tmp / f"{name}-{i}" / "cuda" for i in range(RUNNERS)]
+    what = ["--lock", str(lock)] if lock is not None else ["13.0", "--platform", "linux-x86_64"]
     procs = [subprocess.Popen(
-        [sys.executable, "-m", "cudaredist", "install", "13.0", "--platform", "linux-x86_64",
+        [sys.executable, "-m", "cudaredist", "install", *what,
          "--prefix", str(p), "--cache-dir", str(p.parent / "cache"), "--base-url", base],
         env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for p in prefixes]
     outs = [p.communicate(timeout=300) for p in procs]
@@ -271,7 +281,11 @@ def install_wave(tmp: Path, name: str, *, mirror: str, base: str) -> list[Path]:
                                 env=env, text=True, capture_output=True, timeout=120)
         assert verify.returncode == 0, verify.stdout + verify.stderr
         record = json.loads((p / ".cudaredist" / "record.json").read_text())
-        assert record["plan"]["base_url"] == mirror
+        # the safe mode: hashes from the authenticated base (or the lock), every archive from the cache
+        assert record["plan"]["base_url"] == base
+        assert all(url.startswith(mirror) for url in record["provenance"]["archives"].values()), record
+        if lock is not None:
+            assert record["provenance"]["hashes_from"] == f"the lock file {lock}"
     return prefixes
 
 
@@ -301,8 +315,15 @@ def test_fleet_of_runners_behind_one_nginx_cache(tmp_path: Path) -> None:
     run.mkdir()
     proxy = Proxy(binary, run, origin.base)
     try:
-        mirror = proxy.base + REDIST
-        first = install_wave(tmp_path, "wave1", mirror=mirror, base=origin.base + REDIST)
+        mirror = f"http://{CACHE_HOST}:{proxy.base.rsplit(':', 1)[1]}{REDIST}"
+        base = origin.base + REDIST
+        first = install_wave(tmp_path, "wave1", mirror=mirror, base=base, proxy=proxy.base)
+        lock = tmp_path / "cuda.lock"
+        locked = subprocess.run([sys.executable, "-m", "cudaredist", "lock", "13.0", "--platform",
+                                 "linux-x86_64", "--base-url", base, "-o", str(lock)],
+                                env=cudaredist_env(mirror, proxy.base), text=True, capture_output=True,
+                                timeout=120)
+        assert locked.returncode == 0, locked.stderr
 
         # the origin sent each archive's bytes about once, in aligned slices
         report = {path: (origin.sent[path], size) for path, size in sorted(sizes.items())}
@@ -326,10 +347,15 @@ def test_fleet_of_runners_behind_one_nginx_cache(tmp_path: Path) -> None:
               f"({sum(n for _s, (n, _z) in report.items())} bytes)")
         assert len(first) == RUNNERS
 
-        # second wave: fresh caches, and no origin at all
+        # second wave: fresh caches, and no origin at all. The cache is plain HTTP, so its manifest
+        # is not believed: without the base, a runner needs the lock (or --trusted-host)
         origin.stop()
-        before = len(log)
-        second = install_wave(tmp_path, "wave2", mirror=mirror, base=origin.base + REDIST)
+        alone = subprocess.run([sys.executable, "-m", "cudaredist", "resolve", "13.0", "--base-url", base],
+                               env=cudaredist_env(mirror, proxy.base), text=True, capture_output=True,
+                               timeout=120)
+        assert alone.returncode == 1 and "Three ways out" in alone.stderr, alone.stderr
+        before = len(proxy.log())
+        second = install_wave(tmp_path, "wave2", mirror=mirror, base=base, proxy=proxy.base, lock=lock)
         wave2 = [row for row in proxy.log()[before:] if row[0] in sizes]
         assert {row[0] for row in wave2} == set(sizes)
         assert all(status in (200, 206) and cache == "HIT" for _u, _r, status, cache, _n in wave2), wave2

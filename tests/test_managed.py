@@ -201,3 +201,22 @@ def test_train_links_are_updated_under_the_install_dir_lock(tmp_path: Path,
     managed.link_trains(root, timeout=30)
     second[0].join()
     assert os.readlink(root / f"cuda-13.0-{LINUX}") == f"cuda-13.0.2-{LINUX}"
+
+
+@pytest.mark.parametrize("form", [["--install-dir", "{d}"], ["--install-dir={d}"]], ids=["split", "equals"])
+def test_run_takes_its_options_after_the_train(mirror: Path, tmp_path: Path, form: list[str],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """`run TRAIN --install-dir DIR -- CMD` uses DIR, not the default install dir (nor the
+    environment's): options after TRAIN were taken for the command before."""
+    plat = "windows-x86_64" if os.name == "nt" else LINUX
+    mine, other = tmp_path / "mine", tmp_path / "other"
+    for d in (mine, other):
+        monkeypatch.setenv("CUDAREDIST_INSTALL_DIR", str(d))
+        assert cli("install", "13.0", "--base-url", str(mirror), "--platform", plat)[0] == 0
+    env = {**os.environ, "CUDAREDIST_INSTALL_DIR": str(other)}
+    opts = [a.format(d=mine) for a in form]
+    r = subprocess.run([sys.executable, "-m", "cudaredist", "run", "13.0", *opts, "--platform", plat, "--",
+                        sys.executable, "-c", "import os; print(os.environ['CUDA_PATH'])"],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(mine / f"cuda-13.0.1-{plat}")

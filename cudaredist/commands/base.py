@@ -49,6 +49,11 @@ def translate(exc: Exception) -> CudaRedistError:
     """``exc`` as the error a user reads (where it happens, an error is translated with more to say)."""
     if isinstance(exc, CudaRedistError):
         return exc
+    if isinstance(exc, UnicodeEncodeError):
+        from cudaredist.streams import is_stdout_failure, unprintable
+
+        if is_stdout_failure(exc):
+            return unprintable(exc)  # stdout's encoding cannot hold a path being printed
     if isinstance(exc, OSError):
         from cudaredist.localfs import local_error
 
@@ -80,6 +85,7 @@ class Ctx:
     jobs: int = 8
     source: str | None = "nvidia"  # None: not given (install --lock takes the lock's)
     index_url: str | None = None
+    trusted_hosts: list[str] | None = None
 
     def cache(self) -> Any:
         from cudaredist.fetch.cache import Cache
@@ -93,7 +99,8 @@ class Ctx:
         from cudaredist.sources import Where, open_source
 
         transport = Transport(connections=self.jobs)
-        where = Where(self.base_url, self.mirror, self.no_fallback, self.index_url, self.offline)
+        where = Where(self.base_url, self.mirror, self.no_fallback, self.index_url, self.offline,
+                      tuple(self.trusted_hosts) if self.trusted_hosts else None)
         try:
             yield open_source(source or self.source, transport, self.cache(), where)
         finally:

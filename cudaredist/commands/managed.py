@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -93,12 +94,14 @@ def run_cmd(
         from cudaredist.managed import install_dir as managed_dir
         from cudaredist.record import require_record
 
+        # options stop at TRAIN (so the command keeps its own): ours between TRAIN and -- are read here
+        given, command = _own_options(command)
+        install_dir = Path(given["--install-dir"]) if "--install-dir" in given else install_dir
+        platform = given.get("--platform", platform)
         toolkit = find_one(managed_dir(install_dir), train, platform or host())
         plan = require_record(toolkit.path)["plan"]
         env = applied(environment(str(toolkit.path), platform=plan["platform"], release=plan["release"],
                                   host_windows=os.name == "nt"), os.environ)
-        if command[:1] == ["--"]:  # kept by click when options stop at TRAIN
-            command = command[1:]
         if not command:
             fail("give the command to run after --, e.g. cudaredist run 13.4 -- nvcc --version", 2)
         program = command[0]
@@ -111,3 +114,32 @@ def run_cmd(
         except OSError as exc:
             fail(f"cannot run {program}: {exc.strerror}", 126)
         raise typer.Exit(code)
+
+
+_RUN_OPTIONS = {"--install-dir": "--install-dir", "--platform": "--platform", "-p": "--platform"}
+
+
+def _own_options(args: list[str]) -> tuple[dict[str, str], list[str]]:
+    """``run``'s own options given after TRAIN (``run 13.4 --install-dir D -- nvcc``), and the
+    command after them. They end at ``--`` or at the first word that is not one of them."""
+    given: dict[str, str] = {}
+    i = 0
+    while i < len(args):
+        word = args[i]
+        if word == "--":
+            return given, args[i + 1:]
+        name, eq, value = word.partition("=")
+        if name in ("--verbose", "-v") and not eq:
+            set_verbose(True)
+            i += 1
+            continue
+        if name not in _RUN_OPTIONS:
+            break
+        if not eq:
+            if i + 1 >= len(args):
+                fail(f"{name} needs a value", 2)
+            value = args[i + 1]
+            i += 1
+        given[_RUN_OPTIONS[name]] = value
+        i += 1
+    return given, args[i:]

@@ -22,6 +22,11 @@ BaseUrlOpt = Annotated[str | None, typer.Option(
 MirrorOpt = Annotated[str | None, typer.Option(
     "--mirror", envvar="CUDAREDIST_MIRROR", show_envvar=True,
     help="A mirror tried before the base URL (http(s)://, file:// or a directory).")]
+TrustedHostOpt = Annotated[list[str] | None, typer.Option(
+    "--trusted-host", envvar="CUDAREDIST_TRUSTED_HOST", show_envvar=True, metavar="HOST[:PORT]",
+    help="Believe manifests and index pages (the hashes) from this plain-HTTP host (repeatable; the "
+         "variable is space-separated). Without it only https://, local directories and loopback "
+         "addresses are; a plain-HTTP mirror then serves archives only.")]
 NoFallbackOpt = Annotated[bool, typer.Option("--no-fallback",
                                              help="Use only the mirror, never the base URL.")]
 CacheDirOpt = Annotated[Path | None, typer.Option(

@@ -75,9 +75,15 @@ def info(
         typer.echo(f"profile:   {plan['profile']}")
         typer.echo(f"source:    {plan.get('source', 'nvidia')} {plan['base_url']}")
         typer.echo(f"installed: {rec['installed_at']} by {rec['tool']}")
+        prov = rec.get("provenance", {})
+        if prov.get("hashes_from"):
+            typer.echo(f"hashes:    from {prov['hashes_from']}")
         typer.echo(f"files:     {len(rec['files'])}")
+        served = prov.get("archives", {})
         for c in plan["components"]:
             typer.echo(f"  {c['name']:<20} {c['version']:<14} sha256 {c['sha256']}")
+            if c["name"] in served:
+                typer.echo(f"  {'':<20} from {served[c['name']]}")
 
 
 def uninstall(

@@ -133,8 +133,13 @@ def _inside(path: str, root: str | Path) -> bool:
     return p == r or p.startswith(r.rstrip(os.sep) + os.sep)
 
 
-def check_environment(env: Mapping[str, str], tk: Toolkit | None, *, which: Which = _which) -> Check:
-    """CUDA_PATH / CUDA_HOME / PATH against the tree (or each other), and what a plain nvcc runs."""
+def check_environment(env: Mapping[str, str], tk: Toolkit | None, *, which: Which = _which,
+                      host_windows: bool | None = None) -> Check:
+    """CUDA_PATH / CUDA_HOME / PATH against the tree (or each other), and what a plain nvcc runs.
+    Its fixes are spelled for the host's shells (``host_windows``: default this host)."""
+    from cudaredist.envexport import load_hint
+
+    windows = os.name == "nt" if host_windows is None else host_windows
     plain = which("nvcc", env.get("PATH"))
     if plain is None:
         runs = "a plain `nvcc` runs nothing: no nvcc on PATH"
@@ -147,7 +152,7 @@ def check_environment(env: Mapping[str, str], tk: Toolkit | None, *, which: Whic
         if tk.windows and (not home or not _same(home, tk.prefix)):
             return Check("environment", "warn",
                          f"WINDOWS_CUDA_HOME is {home or 'unset'}, not this tree ({tk.prefix})",
-                         f'eval "$(cudaredist env --prefix {tk.prefix})"')
+                         load_hint(str(tk.prefix), host_windows=windows))
         return Check("environment", "ok", f"WINDOWS_CUDA_HOME names this tree; {runs}")
     if tk is not None:
         for var in ("CUDA_PATH", "CUDA_HOME"):
@@ -162,7 +167,7 @@ def check_environment(env: Mapping[str, str], tk: Toolkit | None, *, which: Whic
                 problems.append(f"a plain `nvcc` runs {plain}, another toolkit's, not {tk.nvcc()}")
         if problems:
             return Check("environment", "warn", "; ".join(problems),
-                         f'put this tree first: eval "$(cudaredist env --prefix {tk.prefix})" (GitHub '
+                         f"put this tree first: {load_hint(str(tk.prefix), host_windows=windows)} (GitHub "
                          f"Actions: cudaredist env --prefix {tk.prefix} --github), or unset the variables "
                          "that name the other toolkit")
         return Check("environment", "ok", f"CUDA_PATH/CUDA_HOME are unset or name {tk.prefix}; {runs}")
@@ -178,8 +183,8 @@ def check_environment(env: Mapping[str, str], tk: Toolkit | None, *, which: Whic
     said = ", ".join(f"{k}={v}" for k, v in named.items()) or "CUDA_PATH and CUDA_HOME unset"
     if problems:
         return Check("environment", "warn", "; ".join(problems),
-                     'make them name one toolkit: eval "$(cudaredist env --prefix DIR)" for the tree '
-                     "you build with")
+                     f"make them name one toolkit: {load_hint('DIR', host_windows=windows)} for the "
+                     "tree you build with")
     return Check("environment", "ok", f"{said}; {runs}")
 
 

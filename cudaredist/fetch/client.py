@@ -11,7 +11,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import unquote, urlparse
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 from cudaredist import __version__
 from cudaredist.errors import FetchError, UsageError
@@ -42,9 +43,12 @@ def is_local(url: str) -> bool:
 
 
 def local_path(url: str) -> Path:
+    """The file a ``file://`` URL (or a plain path) names, by this OS's rules: ``file:///C:/x/`` is
+    ``C:\\x\\`` on Windows, ``file://server/share/x`` a UNC path; the reverse of ``Path.as_uri``."""
     if url.startswith("file:"):
         p = urlparse(url)
-        return Path(unquote(p.path if not p.netloc else f"//{p.netloc}{p.path}"))
+        local = not p.netloc or p.netloc.lower() == "localhost"
+        return Path(url2pathname(p.path if local else f"//{p.netloc}{p.path}"))
     return Path(url)
 
 

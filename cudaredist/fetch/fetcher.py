@@ -49,6 +49,7 @@ class Fetcher:
         self.lock_timeout = lock_timeout
         self.abort = transport.cancelled  # set by cancel(); checked between chunks and attempts
         self._bad_urls: dict[str, FetchError | IntegrityError] = {}  # failed in this run: not asked again
+        self.served: dict[str, str] = {}  # sha256 -> the URL whose bytes verified (this run's downloads)
 
     def cancel(self) -> None:
         """Stop every download now (stalled reads are cut); their workers raise :class:`Aborted`."""
@@ -110,7 +111,8 @@ class Fetcher:
                 raise disk_error(exc, path=part, where=self.cache.root, cache=True) from exc
             try:
                 self._download_any(item, part, follow.publish if follow is not None else None, offset)
-                committed = self.cache.commit(part, sha, url=item.url, name=item.archive.filename)
+                committed = self.cache.commit(part, sha, url=self.served.get(sha, item.url),
+                                              name=item.archive.filename)
                 discard_partial(part)  # its marker
                 return committed, False
             except (Aborted, KeyboardInterrupt, IntegrityError):
@@ -212,6 +214,7 @@ class Fetcher:
                 self.transport.download(url, tmp, size=item.archive.size, sha256=item.archive.sha256,
                                         progress=progress, watch=publish if watch is not None else None,
                                         offset=offset, quick=bool(attempts))
+                self.served[item.archive.sha256] = url
                 return
             except IntegrityError as exc:
                 if offset and exc.what == "sha256":

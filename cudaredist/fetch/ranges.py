@@ -17,6 +17,7 @@ from pathlib import Path
 
 Progress = Callable[[int], None]
 CHUNK = 1 << 20
+_BINARY = getattr(os, "O_BINARY", 0)
 
 
 class OrderedHasher:
@@ -117,23 +118,41 @@ def marker_path(dest: Path) -> Path:
 
 class Marker:
     """Beside a segmented download (whose file is pre-sized, holes and all), the length of the
-    prefix that is in place, rewritten in place as it grows: what a killed run can resume from."""
+    prefix that is in place, rewritten in place as it grows: what a killed run can resume from.
+
+    A context manager: its handle is closed however the download ends, since on Windows an open
+    handle keeps the marker from being deleted (and the cleanup's error would hide the real one).
+    """
 
     def __init__(self, dest: Path, start: int) -> None:
-        self._fd: int | None = os.open(marker_path(dest), os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        self._fd: int | None = os.open(marker_path(dest),
+                                       os.O_RDWR | os.O_CREAT | os.O_TRUNC | _BINARY, 0o644)
         self._lock = threading.Lock()
-        self.update(start)
+        try:
+            self.update(start)
+        except BaseException:
+            self.close()
+            raise
 
     def update(self, n: int) -> None:
         with self._lock:
             if self._fd is not None:
-                os.pwrite(self._fd, b"%020d" % n, 0)  # one write: a kill never tears it
+                # one write of the whole value: a kill never tears it. Seek and write under the
+                # lock rather than os.pwrite, which Windows lacks.
+                os.lseek(self._fd, 0, os.SEEK_SET)
+                os.write(self._fd, b"%020d" % n)
 
     def close(self) -> None:
         with self._lock:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+
+    def __enter__(self) -> Marker:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
 
 
 def resume_point(dest: Path, size: int) -> int:
@@ -153,9 +172,11 @@ def resume_point(dest: Path, size: int) -> int:
 
 
 def discard_partial(dest: Path) -> None:
-    """Delete a partial download and its marker."""
+    """Delete a partial download and its marker, as far as the OS lets it: this runs while another
+    error is being reported, and a file another process holds (a scanner, on Windows) must not
+    replace that error. What stays is dropped by a later run (stale, or it fails its hash)."""
     for p in (dest, marker_path(dest)):
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):
             p.unlink()
 
 

@@ -168,6 +168,11 @@ class Transport:
         try:
             with self.client.stream("GET", url, headers=headers, **self._request_options(url, quick)) as r:
                 answered = True
+                if url.lower().startswith("https:") and r.url.scheme != "https":
+                    # a manifest or index page carries the hashes: TLS must hold to the last hop
+                    raise FetchError(f"{url} redirects to plain HTTP ({r.url}); refusing a manifest or "
+                                     "index page that loses TLS on the way. Use the redirect's https:// "
+                                     "form as the URL, or fix the server.", url=url)
                 self._check_status(r, url)
                 buf = bytearray()
                 for chunk in r.iter_bytes():
@@ -287,39 +292,38 @@ class Transport:
         n = min(self.connections, max(2, (size - start) // self.segment_size))
         bounds = [(start + i * (size - start) // n, start + (i + 1) * (size - start) // n)
                   for i in range(n)]
-        mark = Marker(dest, start)
-        with open(dest, "r+b" if start else "wb") as fh:
-            fh.truncate(size)
-        hasher = OrderedHasher(dest, bounds, either(watch, mark.update), seed)
-        errors: list[BaseException] = []
+        with Marker(dest, start) as mark:  # closed however this ends: see Marker
+            with open(dest, "r+b" if start else "wb") as fh:
+                fh.truncate(size)
+            hasher = OrderedHasher(dest, bounds, either(watch, mark.update), seed)
+            errors: list[BaseException] = []
 
-        def run(idx: int) -> None:
-            start, end = bounds[idx]
-            try:
-                with open(dest, "r+b") as fh:
-                    fh.seek(start)
-                    self._stream_range(url, fh, start, end, size, progress, None,
-                                       on_write=functools.partial(hasher.advance, idx),
-                                       ranged=True, quick=quick)
-            except BaseException as exc:  # re-raised in the caller's thread
-                errors.append(exc)
-            finally:
-                hasher.finish(idx)
+            def run(idx: int) -> None:
+                start, end = bounds[idx]
+                try:
+                    with open(dest, "r+b") as fh:
+                        fh.seek(start)
+                        self._stream_range(url, fh, start, end, size, progress, None,
+                                           on_write=functools.partial(hasher.advance, idx),
+                                           ranged=True, quick=quick)
+                except BaseException as exc:  # re-raised in the caller's thread
+                    errors.append(exc)
+                finally:
+                    hasher.finish(idx)
 
-        # The first range tells whether the server honours Range at all.
-        first = threading.Thread(target=run, args=(0,), daemon=True)
-        first.start()
-        if not hasher.wait_for_first_response(timeout=self.client.timeout.read or 60):
+            # The first range tells whether the server honours Range at all.
+            first = threading.Thread(target=run, args=(0,), daemon=True)
+            first.start()
+            if not hasher.wait_for_first_response(timeout=self.client.timeout.read or 60):
+                first.join()
+            if hasher.range_ok():
+                threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(1, n)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
             first.join()
-        if hasher.range_ok():
-            threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(1, n)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-        first.join()
-        hashing = hasher.result()
-        mark.close()
+            hashing = hasher.result()
         real = [e for e in errors if not isinstance(e, _RangeIgnored)]
         if real:
             raise next((e for e in real if not isinstance(e, Aborted)), real[0])

@@ -73,6 +73,8 @@ class Where:
     no_fallback: bool = False       # nvidia: the mirror only
     index_url: str | None = None    # pypi: the package index
     offline: bool = False           # only what the cache holds
+    # --trusted-host HOST[:PORT] values (None: CUDAREDIST_TRUSTED_HOST); see cudaredist.trust
+    trusted_hosts: tuple[str, ...] | None = None
 
 
 class Source(Protocol):

@@ -10,6 +10,7 @@ import dataclasses
 import errno
 import hashlib
 import os
+import posixpath
 import shutil
 import threading
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from cudaredist.localfs import disk_error, fold
 from cudaredist.tree.paths import link_target_inside
 
 CHUNK = 1 << 20
+WINDOWS = os.name == "nt"  # tests flip it to check the Windows rules on any host
 _OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
 
 # (clean member path) -> tree path, or None to skip the member
@@ -295,11 +297,13 @@ class Tree:
             self._ensure_dir(rel.rpartition("/")[0], archive)
             try:
                 os.symlink(target, dest)
+                if WINDOWS and not os.path.lexists(dest):  # "made" and nothing there (Wine does that)
+                    raise OSError(errno.EPERM, "the symbolic link was not created", str(dest))
             except FileExistsError as exc:
                 raise ConflictError(f"{archive}: {rel} already exists in the tree", path=rel,
                                     second=component) from exc
             except OSError as exc:
-                if os.name != "nt":
+                if not WINDOWS:
                     # POSIX has symlinks: a failure here is real, not a missing right
                     raise self._local(exc, dest, symlink=True) from exc
                 # Windows without symlink rights: materialise the target once all files exist.
@@ -375,7 +379,28 @@ class Tree:
         return rec.component if rec is not None else None
 
     def finish(self) -> list[FileRecord]:
-        for rel, target, _component in self._deferred_links:
+        self._copy_deferred_links()
+        return sorted(self._records.values(), key=lambda r: r.path)
+
+    def _copy_deferred_links(self) -> None:
+        """Links that could not be made (Windows without symlink rights) become copies of their
+        targets, each after the deferred links it points at or through: ``libx.so -> libx.so.13
+        -> libx.so.13.0.1`` arrives in any order and every name ends up with the bytes."""
+        pending = {self._key(rel): (rel, target) for rel, target, _c in self._deferred_links}
+        done: set[str] = set()
+
+        def resolved(rel: str, target: str) -> str:
+            return posixpath.normpath(posixpath.join(posixpath.dirname(rel), target))
+
+        def copy(key: str, seen: tuple[str, ...] = ()) -> None:
+            if key in done or key in seen:  # a loop of links: nothing to copy, as POSIX would fail
+                return
+            rel, target = pending[key]
+            aim = self._key(resolved(rel, target))
+            for other in pending:  # the target, or a directory on its way, is a deferred link
+                if aim == other or aim.startswith(other + "/"):
+                    copy(other, (*seen, key))
+            done.add(key)
             src = (self.root / rel).parent / target
             dest = self.root / rel
             try:
@@ -385,6 +410,6 @@ class Tree:
                     shutil.copy2(src, dest)
             except OSError as exc:
                 raise self._local(exc, dest) from exc
-        return sorted(self._records.values(), key=lambda r: r.path)
 
-
+        for key in sorted(pending):
+            copy(key)

@@ -10,7 +10,7 @@ from urllib.parse import urlparse
 
 from cudaredist.errors import CudaRedistError, FetchError, OfflineError, ResolveError
 from cudaredist.fetch.cache import Cache
-from cudaredist.fetch.client import is_local, local_path
+from cudaredist.fetch.client import UNREACHABLE_HINT, is_local, local_path
 from cudaredist.fetch.transport import Transport
 from cudaredist.plan import Plan, join_url, version_key
 from cudaredist.sources.nvidia.manifest import Manifest, parse_manifest
@@ -22,6 +22,7 @@ from cudaredist.sources.nvidia.releases import (
     pick_release,
     sort_labels,
 )
+from cudaredist.trust import Trust, refuse, unreachable
 
 NVIDIA_BASE_URL = "https://developer.download.nvidia.com/compute/cuda/redist/"
 ENV_BASE_URL = "CUDAREDIST_BASE_URL"
@@ -53,6 +54,34 @@ def default_bases(base_url: str | None = None, mirror: str | None = None, *,
     if not bases or fallback:
         bases.append(base)
     return list(dict.fromkeys(bases))
+
+
+@dataclass(frozen=True)
+class Bases:
+    """Where a run reads the listing and manifests (authenticated bases only) and fetches archives."""
+
+    manifests: tuple[str, ...]   # trusted bases, mirror first
+    archives: tuple[str, ...]    # every base, mirror first (its bytes are checked against the manifest)
+    # plain-HTTP bases that give archives only, with their role ("the mirror", "the base URL")
+    untrusted: tuple[tuple[str, str], ...] = ()
+
+
+def trusted_bases(base_url: str | None, mirror: str | None, *, fallback: bool, trust: Trust) -> Bases:
+    """The mirror and the base URL split by :mod:`cudaredist.trust`: a plain-HTTP mirror serves
+    archives, never the manifest; with ``fallback`` off it still serves archives alone, and the
+    manifest comes from the base. Nothing authenticated at all is refused here, before any request."""
+    base = normalize_base(base_url or os.environ.get(ENV_BASE_URL) or NVIDIA_BASE_URL)
+    mirror = mirror or os.environ.get(ENV_MIRROR) or None
+    mirror_url = normalize_base(mirror) if mirror else None
+    archives = default_bases(base, mirror_url, fallback=fallback)
+    named = [("the mirror", mirror_url)] if mirror_url else []
+    if not mirror_url or fallback or not trust.trusted(mirror_url):
+        named.append(("the base URL", base))
+    named = list({u: (r, u) for r, u in reversed(named)}.values())[::-1]  # once each, mirror first
+    readers = tuple(u for _r, u in named if trust.trusted(u))
+    if not readers:
+        raise refuse(named, what="the manifest")
+    return Bases(readers, tuple(archives), tuple((r, u) for r, u in named if not trust.trusted(u)))
 
 
 class Index:
@@ -118,30 +147,38 @@ class Index:
         return parse_manifest(self.manifest_bytes(base, label), label=label,
                               source=join_url(base, f"redistrib_{label}.json"))
 
-    def release(self, train: str, bases: Sequence[str]) -> Release:
-        """Resolve ``train`` against the first base that has it; the others become fallbacks."""
+    def release(self, train: str, bases: Sequence[str] | Bases) -> Release:
+        """Resolve ``train`` against the first authenticated base that has it; archives come from
+        every base in order (a plain-HTTP mirror first), less the trusted ones that failed."""
+        if not isinstance(bases, Bases):
+            bases = Bases(tuple(bases), tuple(bases), ())
+        readers = bases.manifests
         errors: list[CudaRedistError] = []
-        for i, base in enumerate(bases):
-            quick = i < len(bases) - 1
+        for i, base in enumerate(readers):
+            quick = i < len(readers) - 1
             try:
                 label = pick_release(check_train(train), self.labels(base, quick=quick), base)
                 data = self.manifest_bytes(base, label, quick=quick)
             except (FetchError, ResolveError) as exc:
-                if isinstance(exc, OfflineError) and len(bases) == 1:
+                if isinstance(exc, OfflineError) and len(readers) == 1 and not bases.untrusted:
                     raise
                 errors.append(exc)
                 continue
             manifest = parse_manifest(data, label=label, source=join_url(base, f"redistrib_{label}.json"))
-            others = tuple(b for b in bases if b != base) if i == 0 else ()
-            return Release(label, base, others, manifest, data)
+            failed = set(readers[:i])
+            return Release(label, base, tuple(b for b in bases.archives if b not in failed), manifest, data)
+        fetches = [e for e in errors if isinstance(e, FetchError)]
+        if bases.untrusted and fetches and not all(isinstance(e, OfflineError) for e in fetches):
+            # no authenticated answer, and the place left is plain HTTP: say how to get out
+            cause = "; ".join(str(e).replace(" " + UNREACHABLE_HINT, "") for e in errors)
+            raise unreachable(bases.untrusted[0], readers, cause, what="the manifest") from fetches[0]
         if len(errors) == 1:
             raise errors[0]
         detail = "; ".join(str(e) for e in errors)
         resolves = [e for e in errors if isinstance(e, ResolveError)]
-        fetches = [e for e in errors if isinstance(e, FetchError)]
         if not fetches:  # every base answered, none has the train: keep what they publish
             available = sorted({t for e in resolves for t in e.available}, key=version_key)
-            raise ResolveError(detail, requested=train, where=", ".join(bases), available=tuple(available))
+            raise ResolveError(detail, requested=train, where=", ".join(readers), available=tuple(available))
         if len(fetches) == len(errors) and all(isinstance(e, OfflineError) for e in fetches):
             raise OfflineError(detail, url=fetches[0].url)
         raise FetchError(detail, url=fetches[0].url)
@@ -149,33 +186,38 @@ class Index:
 
 @dataclass(frozen=True)
 class Release:
-    """One resolved release: where its manifest was read, the other bases, and the manifest bytes."""
+    """One resolved release: the base its manifest was read from (an authenticated one), the bases
+    its archives are fetched from in order, and the manifest bytes."""
 
     label: str
     base: str
-    fallbacks: tuple[str, ...]
+    archive_bases: tuple[str, ...]
     manifest: Manifest
     data: bytes
+
+    @property
+    def fallbacks(self) -> tuple[str, ...]:
+        return tuple(b for b in self.archive_bases if b != self.base)
 
 
 def plan_release(release: Release, platforms: Sequence[str], *, profile: str | None,
                  components: Sequence[str]) -> list[Plan]:
-    """One plan per platform, the other bases as fallback URLs; every plan is checked before
-    anything is fetched."""
+    """One plan per platform: its ``base_url`` is the manifest's base, its archives' URLs the
+    archive bases in order; every plan is checked before anything is fetched."""
     plans = []
+    bases = release.archive_bases or (release.base,)
     for platform in platforms:
         plan = make_plan(release.manifest, platform=platform, base_url=release.base, profile=profile,
                          components=components)
-        if release.fallbacks:
-            plan = replace(plan, items=tuple(
-                replace(i, fallback_urls=tuple(join_url(b, i.archive.relative_path)
-                                               for b in release.fallbacks))
-                for i in plan.items))
+        plan = replace(plan, items=tuple(
+            replace(i, url=join_url(bases[0], i.archive.relative_path),
+                    fallback_urls=tuple(join_url(b, i.archive.relative_path) for b in bases[1:]))
+            for i in plan.items))
         plans.append(plan)
     return plans
 
 
-def resolve_plan(index: Index, train: str, *, bases: Sequence[str], platform: str, profile: str | None,
-                 components: Sequence[str] = ()) -> Plan:
+def resolve_plan(index: Index, train: str, *, bases: Sequence[str] | Bases, platform: str,
+                 profile: str | None, components: Sequence[str] = ()) -> Plan:
     """The plan of ``train`` for one platform, from the first base that has it."""
     return plan_release(index.release(train, bases), [platform], profile=profile, components=components)[0]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +17,17 @@ from cudaredist.mirror import MirrorReport, write_mirror
 from cudaredist.plan import Plan, version_key
 from cudaredist.progress import Reporter
 from cudaredist.sources import Layout, Where
-from cudaredist.sources.nvidia.index import Index, Release, default_bases, plan_release
+from cudaredist.sources.nvidia.index import (
+    Bases,
+    Index,
+    Release,
+    default_bases,
+    plan_release,
+    trusted_bases,
+)
 from cudaredist.sources.nvidia.releases import train_of
 from cudaredist.tree.extract import redist_mapper
+from cudaredist.trust import Trust
 
 LAYOUT = Layout(mapper=lambda item, platform: redist_mapper(item.component, item.archive.filename))
 
@@ -31,16 +40,23 @@ class NvidiaSource:
         self.transport = transport
         self.where = where
         self.index = Index(transport, cache, offline=where.offline)
+        self.trust = Trust.of(where.trusted_hosts)
 
     def bases(self, base_url: str | None = None) -> list[str]:
-        """Mirror first (unless none), then the base URL."""
+        """Where archives come from: mirror first (unless none), then the base URL."""
         if self.where.no_fallback and not self.where.mirror:
             raise UsageError("--no-fallback needs --mirror (or CUDAREDIST_MIRROR)")
         return default_bases(self.where.base_url or base_url, self.where.mirror,
                              fallback=not self.where.no_fallback)
 
+    def trusted(self) -> Bases:
+        """The bases split by trust: manifests only from authenticated ones (refused if none)."""
+        self.bases()  # the usage checks
+        return trusted_bases(self.where.base_url, self.where.mirror, fallback=not self.where.no_fallback,
+                             trust=self.trust)
+
     def location(self) -> str:
-        return self.bases()[0]
+        return self.trusted().manifests[0]
 
     def trains(self) -> list[dict[str, Any]]:
         base = self.location()
@@ -62,11 +78,14 @@ class NvidiaSource:
                 for t, r in sorted(newest.items(), key=lambda kv: version_key(kv[0]))]
 
     def release(self, train: str) -> Release:
-        return self.index.release(train, self.bases())
+        return self.index.release(train, self.trusted())
 
     def resolve(self, train: str, platforms: Sequence[str], *, profile: str | None,
                 components: Sequence[str]) -> list[Plan]:
-        return plan_release(self.release(train), platforms, profile=profile, components=components)
+        release = self.release(train)
+        why = f"{release.base} ({self.trust.reason(release.base) or 'trusted by the caller'})"
+        return [replace(p, hashes_from=why)
+                for p in plan_release(release, platforms, profile=profile, components=components)]
 
     def relocate(self, plan: Plan) -> Plan:
         return with_bases(plan, self.bases(plan.base_url))

@@ -21,9 +21,16 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from cudaredist.errors import FetchError, IntegrityError, OfflineError, PlanError, ResolveError
+from cudaredist.errors import (
+    FetchError,
+    IntegrityError,
+    ManifestError,
+    OfflineError,
+    PlanError,
+    ResolveError,
+)
 from cudaredist.fetch.cache import Cache, sha256_file
-from cudaredist.fetch.client import is_local, local_path
+from cudaredist.fetch.client import UNREACHABLE_HINT, is_local, local_path
 from cudaredist.fetch.transport import Transport
 from cudaredist.plan import Archive, Plan, PlannedArchive
 from cudaredist.sources.nvidia.releases import check_train, pick_release, train_of
@@ -44,6 +51,7 @@ from cudaredist.sources.pypi.wheels import (
     wheel_data,
     wheel_platforms,
 )
+from cudaredist.trust import Trust, refuse, unreachable
 
 DEFAULT_INDEX_URL = "https://pypi.org/simple/"
 ENV_INDEX_URL = "PIP_INDEX_URL"
@@ -56,7 +64,10 @@ PAGE_LIMIT = 32 << 20
 
 def default_index_url(url: str | None = None) -> str:
     """``--index-url`` > ``PIP_INDEX_URL`` > PyPI; always with a trailing slash."""
-    url = (url or os.environ.get(ENV_INDEX_URL) or DEFAULT_INDEX_URL).strip()
+    return _normalize((url or os.environ.get(ENV_INDEX_URL) or DEFAULT_INDEX_URL).strip())
+
+
+def _normalize(url: str) -> str:
     if "://" not in url:
         url = Path(url).expanduser().absolute().as_uri()
     return url if url.endswith("/") else url + "/"
@@ -79,47 +90,122 @@ class Release:
 
 
 class WheelIndex:
-    """Project pages and small files of one package index, cached for ``--offline``."""
+    """Project pages and small files of one package index, cached for ``--offline``.
+
+    The pages carry the sha256 every wheel is checked against, so they are read only from an
+    authenticated index (:mod:`cudaredist.trust`). A ``mirror`` is another Simple-API index with the
+    same wheels (a PyPI proxy, a cache): when it is plain HTTP its pages only say where each wheel
+    is, fetched from there first and checked against the index's hashes; an authenticated mirror
+    also answers for the pages when the index does not (``no_fallback``: instead of it).
+    """
 
     def __init__(self, transport: Transport, cache: Cache, *, index_url: str | None = None,
-                 offline: bool = False, data: WheelData | None = None) -> None:
+                 offline: bool = False, data: WheelData | None = None, mirror: str | None = None,
+                 no_fallback: bool = False, trust: Trust | None = None) -> None:
         self.transport = transport
         self.cache = cache
         self.index_url = default_index_url(index_url)
+        self.mirror_url = _normalize(mirror.strip()) if mirror and mirror.strip() else None
+        self.no_fallback = no_fallback and self.mirror_url is not None
+        self.trust = trust or Trust.of()
         self.offline = offline
         self.data = data or wheel_data()
         self._pages: dict[str, list[IndexFile]] = {}
+        self.served: dict[str, str] = {}  # project -> the index whose page (hashes) was used
+        self._mirror_pages: dict[str, dict[str, str]] = {}
+        self.notes: list[str] = []
 
     # -- project pages -----------------------------------------------------------------------------
+    def readers(self) -> list[str]:
+        """The indexes whose pages (hashes) are believed, in order; refused when there is none."""
+        mirror = self.mirror_url
+        if mirror is not None and self.no_fallback and self.trust.trusted(mirror):
+            return [mirror]
+        out = [u for u in (self.index_url, mirror) if u is not None and self.trust.trusted(u)]
+        if not out:
+            named = [("the package index", self.index_url)]
+            if mirror is not None and mirror != self.index_url:
+                named.append(("the mirror", mirror))
+            raise refuse(named, what="the index pages")
+        return list(dict.fromkeys(out))
+
+    @property
+    def untrusted_mirror(self) -> str | None:
+        m = self.mirror_url
+        return m if m is not None and not self.trust.trusted(m) else None
+
     def files(self, project: str) -> list[IndexFile]:
         name = canonicalize_name(project)
         if name not in self._pages:
-            page_url = f"{self.index_url}{name}/"
-            key = f"simple-{name}"
-            if self.offline:
-                data = self.cache.load_index(self.index_url, key)
-                if data is None and is_local(page_url):
-                    data = self.transport.get_bytes(page_url + "index.html")
-                if data is None:
-                    raise OfflineError(
-                        f"--offline: the index page of {name} ({page_url}) is not in the cache "
-                        f"{self.cache.root}; run the same command online once", url=page_url)
-            elif is_local(page_url):
-                data = self.transport.get_bytes(page_url + "index.html")
+            readers = self.readers()
+            errors: list[FetchError] = []
+            for i, root in enumerate(readers):
+                try:
+                    data = self._page(root, name, quick=i < len(readers) - 1)
+                except FetchError as exc:
+                    errors.append(exc)
+                    continue
+                self._pages[name] = parse_simple_page(data, f"{root}{name}/")
+                self.served[name] = root
+                break
             else:
-                data = self._get_page(page_url, name)
-                self.cache.store_index(self.index_url, key, data)
-            self._pages[name] = parse_simple_page(data, page_url)
+                mirror = self.untrusted_mirror
+                if mirror is not None and not all(e.status == 404 or isinstance(e, OfflineError)
+                                                  for e in errors):
+                    cause = "; ".join(str(e).replace(" " + UNREACHABLE_HINT, "") for e in errors)
+                    raise unreachable(("the mirror", mirror), readers, cause,
+                                      what="the index pages") from errors[0]
+                if len(errors) == 1:
+                    raise errors[0]
+                raise FetchError("; ".join(map(str, errors)), url=errors[0].url,
+                                 status=errors[-1].status)
         return self._pages[name]
 
-    def _get_page(self, url: str, name: str) -> bytes:
+    def _page(self, root: str, name: str, *, quick: bool = False) -> bytes:
+        page_url = f"{root}{name}/"
+        key = f"simple-{name}"
+        if self.offline:
+            data = self.cache.load_index(root, key)
+            if data is None and is_local(page_url):
+                data = self.transport.get_bytes(page_url + "index.html")
+            if data is None:
+                raise OfflineError(
+                    f"--offline: the index page of {name} ({page_url}) is not in the cache "
+                    f"{self.cache.root}; run the same command online once", url=page_url)
+            return data
+        if is_local(page_url):
+            return self.transport.get_bytes(page_url + "index.html")
+        data = self._get_page(root, page_url, name, quick=quick)
+        self.cache.store_index(root, key, data)
+        return data
+
+    def _get_page(self, root: str, url: str, name: str, *, quick: bool = False) -> bytes:
         try:
-            return self.transport.get_bytes(url, limit=PAGE_LIMIT, headers={"Accept": ACCEPT})
+            return self.transport.get_bytes(url, limit=PAGE_LIMIT, headers={"Accept": ACCEPT}, quick=quick)
         except FetchError as exc:
             if exc.status != 404:
                 raise
-            raise FetchError(f"the index {self.index_url} has no project {name} (HTTP 404 for {url})",
+            raise FetchError(f"the index {root} has no project {name} (HTTP 404 for {url})",
                              url=url, status=404) from exc
+
+    def mirror_file(self, project: str, filename: str) -> str | None:
+        """Where the plain-HTTP mirror serves ``filename`` (its page gives URLs only), or None."""
+        mirror = self.mirror_url
+        name = canonicalize_name(project)
+        if mirror is None or self.offline or self.served.get(name) == mirror:
+            return None
+        if name not in self._mirror_pages:
+            page_url = f"{mirror}{name}/"
+            try:
+                data = (self.transport.get_bytes(page_url + "index.html") if is_local(page_url) else
+                        self._get_page(mirror, page_url, name, quick=not self.no_fallback))
+                found = {f.filename: f.url for f in parse_simple_page(data, page_url)}
+            except (FetchError, ManifestError) as exc:
+                found = {}
+                self.notes.append(f"the mirror {mirror} gave no page for {name} ({exc}); its wheels "
+                                  f"come from {self.index_url}")
+            self._mirror_pages[name] = found
+        return self._mirror_pages[name].get(filename)
 
     def size(self, f: IndexFile) -> int:
         """A file's size: from the JSON page, the file system, or a HEAD request (HTML pages)."""
@@ -281,8 +367,16 @@ def _plan_item(index: WheelIndex, name: str, specs: list[str], release: Release,
             platform=platform)
     _require_digest(chosen)
     comp = component_for(name, release.label, data)
+    url, fallbacks = chosen.url, tuple[str, ...]()
+    at_mirror = index.mirror_file(name, chosen.filename)
+    if at_mirror is not None:  # the mirror's bytes, checked against the index's sha256
+        url, fallbacks = at_mirror, (() if index.no_fallback else (chosen.url,))
+    elif index.no_fallback and index.served.get(name) != index.mirror_url:
+        raise PlanError(f"the mirror {index.mirror_url} does not list {chosen.filename} (needed by "
+                        f"{data.metapackage} {release.label}), and --no-fallback forbids {chosen.url}",
+                        component=name, release=release.label, platform=platform)
     item = PlannedArchive(comp, version, Archive(chosen.filename, chosen.sha256, index.size(chosen)),
-                          chosen.url, layout=LAYOUT)
+                          url, layout=LAYOUT, fallback_urls=fallbacks)
     return item, notes
 
 
@@ -329,8 +423,11 @@ def resolve_plan(index: WheelIndex, train: str, *, platform: str, profile: str |
         notes.extend(extra_notes)
     present = {i.component for i in items}
     notes.extend(n.text for n in data.notes if n.component in present and platform in n.platforms)
-    return Plan(release=label, release_date=release.date, platform=platform, base_url=index.index_url,
-                profile=profile or "custom", items=items, source="pypi", notes=tuple(notes))
+    notes.extend(dict.fromkeys(index.notes))
+    served = index.served.get(canonicalize_name(data.metapackage), index.index_url)
+    return Plan(release=label, release_date=release.date, platform=platform, base_url=served,
+                profile=profile or "custom", items=items, source="pypi", notes=tuple(notes),
+                hashes_from=f"{served} ({index.trust.reason(served) or 'trusted by the caller'})")
 
 
 def resolve_plans(index: WheelIndex, train: str, platforms: Sequence[str], *, profile: str | None = "nvcc",

@@ -17,6 +17,7 @@ from cudaredist.sources.pypi.index import WheelIndex, list_trains, resolve_plans
 from cudaredist.sources.pypi.mirror import write_wheel_mirror
 from cudaredist.sources.pypi.wheels import member_mapper
 from cudaredist.tree.sonames import add_soname_links
+from cudaredist.trust import Trust
 
 LAYOUT = Layout(
     mapper=lambda item, platform: member_mapper(item.component, item.version, platform),
@@ -31,7 +32,9 @@ class PypiSource:
     builds_archives = True
 
     def __init__(self, transport: Transport, cache: Cache, where: Where) -> None:
-        self.index = WheelIndex(transport, cache, index_url=where.index_url, offline=where.offline)
+        self.index = WheelIndex(transport, cache, index_url=where.index_url, offline=where.offline,
+                                mirror=where.mirror, no_fallback=where.no_fallback,
+                                trust=Trust.of(where.trusted_hosts))
 
     def location(self) -> str:
         return self.index.index_url

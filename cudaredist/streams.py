@@ -1,0 +1,90 @@
+"""What stdout and stderr encode with, so a path outside the ANSI code page prints right or says why.
+
+A Windows console gets text through WriteConsoleW and shows any path. A pipe or file gets bytes,
+and Python's default for them is the ANSI code page (cp1252 and the like): a path such as
+``C:\\Users\\<Cyrillic name>\\...`` (the managed default) cannot be encoded, and even a Latin one
+comes out wrong, since ``for /f`` in cmd and PowerShell decode a program's output with the
+console's *output* code page (OEM: 437, 850, 866, or 65001 after ``chcp 65001``). So a pipe or
+file is written in that code page, or in UTF-8 with no console at all (a service, a CI agent);
+``PYTHONIOENCODING`` and UTF-8 mode (``-X utf8``) still win. Text that code page cannot hold is
+refused with one paragraph (:func:`unprintable`), never printed wrong: a path with ``?`` in it is
+a different path. stderr, read by people, replaces instead of failing.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import sys
+from typing import Any
+
+from cudaredist.errors import UsageError
+
+WINDOWS = os.name == "nt"  # tests flip it to check the Windows rules on any host
+
+
+def console_output_cp() -> int:  # pragma: no cover - Windows only (tests replace it)
+    """The console's output code page; 0 when the process has no console."""
+    import ctypes
+
+    return int(ctypes.windll.kernel32.GetConsoleOutputCP())  # type: ignore[attr-defined]
+
+
+def pipe_encoding(cp: int) -> str:
+    """The encoding for a pipe or file when the console's output code page is ``cp``."""
+    if cp in (0, 65001):
+        return "utf-8"
+    try:
+        return codecs.lookup(f"cp{cp}").name
+    except LookupError:
+        return "utf-8"
+
+
+def configure(stdout: Any = None, stderr: Any = None) -> None:
+    """Set the encodings of a Windows process's redirected std streams (see the module doc)."""
+    if not WINDOWS or os.environ.get("PYTHONIOENCODING") or sys.flags.utf8_mode:
+        return
+    encoding: str | None = None
+    for stream, errors in ((stdout or sys.stdout, "strict"), (stderr or sys.stderr, "backslashreplace")):
+        if stream is None or not hasattr(stream, "reconfigure"):
+            continue
+        try:
+            if stream.isatty():
+                continue  # the console itself: WriteConsoleW, any character
+        except (OSError, ValueError):
+            continue
+        if encoding is None:
+            encoding = pipe_encoding(console_output_cp())
+        stream.reconfigure(encoding=encoding, errors=errors)
+
+
+def is_stdout_failure(exc: UnicodeEncodeError) -> bool:
+    """Whether ``exc`` is stdout failing to encode what was printed (its codec may call itself
+    "charmap", so the text is tried, not the name)."""
+    if not isinstance(exc.object, str):
+        return False
+    try:
+        exc.object[exc.start:exc.end].encode(sys.stdout.encoding or "utf-8", sys.stdout.errors or "strict")
+    except UnicodeEncodeError:
+        return True
+    except (LookupError, AttributeError):
+        return False
+    return False
+
+
+def unprintable(exc: UnicodeEncodeError) -> UsageError:
+    """The message for text that this output's encoding cannot hold."""
+    text = str(exc.object)
+    line = text[text.rfind("\n", 0, exc.start) + 1:].split("\n", 1)[0]
+    bad = text[exc.start:exc.end]
+    encoding = sys.stdout.encoding or exc.encoding
+    if WINDOWS:
+        fix = ("switch the console to UTF-8 first (cmd: `chcp 65001`; PowerShell: "
+               "`[Console]::OutputEncoding = [Text.UTF8Encoding]::new()`), or set PYTHONIOENCODING=utf-8 "
+               "for a file that is read as UTF-8")
+    else:
+        fix = "use a UTF-8 locale (LANG=C.UTF-8) or set PYTHONIOENCODING=utf-8"
+    return UsageError(
+        f"cannot print {line.strip()!r}: {bad!r} does not exist in {encoding}, the encoding of "
+        f"this output (a pipe or file), and a path printed with a stand-in character would name "
+        f"another file. To read it, {fix}; or use --json, whose output is ASCII. Nothing was changed.")

@@ -1,0 +1,109 @@
+"""A Windows host in the suite: the official Windows CPython 3.13 under Wine, with this project's
+wheel installed for win_amd64 (``.ci/windows-python.sh`` builds it in ``.winpy/``; ``.ci/run`` runs
+that first). From Linux, this module runs under it
+
+- the rest of the test suite (a test that cannot run on Windows or under Wine skips with the reason),
+- ``tests/windows/test_windows_e2e.py``: the CLI as a Windows runner drives it, against a loopback
+  mirror of real windows-x86_64 archives (built here, from NVIDIA's PyPI wheels).
+
+Both run the installed wheel (``--import-mode=append``: this checkout's ``cudaredist`` is not on
+their path), and this module first checks that the wheel is this checkout's code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.realmirror import real_mirror_1302, real_wheel_cache  # noqa: F401  (fixtures)
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(sys.platform == "win32",
+                       reason="this is the driver; on Windows the suite runs itself"),
+]
+
+
+def windows_python() -> Path:
+    given = os.environ.get("CUDAREDIST_WINDOWS_PYTHON")
+    path = Path(given) if given else ROOT / ".winpy" / "python"
+    if not path.is_file():
+        why = (f"no Windows CPython at {path} (build it with .ci/windows-python.sh: the official "
+               "Windows CPython 3.13 under Wine, with this project's wheel)")
+        if os.environ.get("CI"):
+            pytest.fail(why + "; CI is set and .ci/run should have built it")
+        pytest.skip(why)
+    return path
+
+
+def winpath(path: Path) -> str:
+    """The path a Wine process sees for a Linux path (Wine maps Z: to /)."""
+    return "Z:" + str(path.absolute()).replace("/", "\\")
+
+
+def _digests(files: list[tuple[str, Path]]) -> dict[str, str]:
+    return {rel: hashlib.sha256(p.read_bytes()).hexdigest() for rel, p in files}
+
+
+def _host_env() -> dict[str, str]:
+    """The Linux environment minus what would steer the Windows side (its own conftest isolates the rest)."""
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith(("CUDAREDIST_", "CUDA_", "PYTEST_", "GITHUB_")) and k != "CUDA_HOME"}
+
+
+@pytest.fixture(scope="module")
+def winpy() -> Path:
+    py = windows_python()
+    # The wheel in it must be this checkout: a stale .winpy would test old code.
+    site = py.parent / "prefix" / "drive_c" / "py313" / "Lib" / "site-packages" / "cudaredist"
+    ours = _digests([(p.relative_to(ROOT / "cudaredist").as_posix(), p)
+                     for p in (ROOT / "cudaredist").rglob("*.py")])
+    theirs = (_digests([(p.relative_to(site).as_posix(), p) for p in site.rglob("*.py")])
+              if site.is_dir() else {})
+    stale = sorted(k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k))
+    assert not stale, (f"the wheel in {py.parent} is not this checkout's code "
+                       f"({', '.join(stale[:5])} differ): rebuild it with .ci/windows-python.sh")
+    return py
+
+
+def _pytest(py: Path, args: list[str], env: dict[str, str], timeout: float) -> tuple[str, dict[str, int]]:
+    cmd = [str(py), "-m", "pytest", "-p", "no:cacheprovider", "--import-mode=append", "-rfEs",
+           "--durations=0", "--durations-min=0.5", *args]
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    out = r.stdout + r.stderr
+    summary = out.strip().splitlines()[-1] if out.strip() else ""
+    words = r"(\d+) (passed|failed|skipped|error|errors|xfailed|deselected)"
+    counts = {k: int(n) for n, k in re.findall(words, summary)}
+    print(out[-20000:])
+    assert r.returncode == 0, f"under the Windows CPython: {summary}\n{out[-12000:]}"
+    return out, counts
+
+
+def test_the_suite_under_the_windows_cpython(winpy: Path) -> None:
+    """Every module except the end-to-end ones (tests/windows runs next; tests/e2e need Linux
+    toolchains or build mirrors this driver already builds)."""
+    out, counts = _pytest(winpy, ["-q", "-m", "not e2e", "tests", "--ignore=tests/windows",
+                                  "--ignore=tests/e2e", "--ignore=tests/test_windows_host.py"],
+                          _host_env(), timeout=1500)
+    assert counts.get("passed", 0) > 500, counts
+    # a skip always says why
+    for line in out.splitlines():
+        if line.startswith("SKIPPED"):
+            assert re.search(r"\): \S|: \S", line), line
+
+
+def test_the_windows_end_to_end_matrix(winpy: Path, real_mirror_1302: Path,  # noqa: F811
+                                       real_wheel_cache: Path) -> None:  # noqa: F811
+    env = _host_env() | {"CUDAREDIST_WINDOWS_E2E_MIRROR": winpath(real_mirror_1302),
+                         "CUDAREDIST_WINDOWS_E2E_CACHE": winpath(real_wheel_cache)}
+    if os.environ.get("CI"):
+        env["CI"] = os.environ["CI"]
+    out, counts = _pytest(winpy, ["-v", "tests/windows"], env, timeout=1500)
+    assert counts.get("failed", 0) == 0 and counts.get("passed", 0) >= 7, counts
