@@ -25,9 +25,9 @@ _T = TypeVar("_T")
 
 if TYPE_CHECKING:
     from cudaredist.install import Installer, InstallResult
-    from cudaredist.lockfile import Lock
     from cudaredist.plan import Plan
     from cudaredist.progress import Reporter
+    from cudaredist.publish.lockfile import Lock
 
 
 @dataclass(frozen=True)
@@ -182,7 +182,7 @@ def _satisfied(request: InstallRequest, train: str, fixed: Path | None,
 def _run(request: InstallRequest, wanted: list[str], fixed: Path | None, outcome: InstallOutcome,
          reporter: Reporter | None, say: Callable[[str], None]) -> None:
     """Resolve (or read the lock), fetch and install: the part that needs the source."""
-    from cudaredist.fetch.cache import Cache
+    from cudaredist.cache.store import Cache
     from cudaredist.fetch.transport import Transport
     from cudaredist.install import Installer
     from cudaredist.progress import Silent
@@ -263,8 +263,8 @@ def _platform(request: InstallRequest) -> str:
 
 
 def _read_lock(request: InstallRequest, wanted: list[str]) -> tuple[Lock, Plan]:
-    from cudaredist.lockfile import plan_for
     from cudaredist.managed import host
+    from cudaredist.publish.lockfile import plan_for
 
     assert request.lock is not None
     return plan_for(request.lock, train=wanted[0] if wanted else None, platform=request.platform,

@@ -283,7 +283,7 @@ def lock_cmd(
     components, URLs, sha256 and sizes. `install --lock FILE` installs exactly that."""
     set_verbose(verbose)
     with errors():
-        from cudaredist.lockfile import build_lock, dumps, write_lock
+        from cudaredist.publish.lockfile import build_lock, dumps, write_lock
 
         platforms = platforms_or_host(platform)
         ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, source=source, index_url=index_url,

@@ -31,7 +31,7 @@ from cudaredist.errors import (
     FetchError,
     ManifestError,
 )
-from cudaredist.fetch.cache import sha256_file
+from cudaredist.hashing import sha256_file
 from cudaredist.localfs import UMASK
 from cudaredist.plan import Plan, PlannedArchive, join_url
 from cudaredist.progress import Reporter, Silent

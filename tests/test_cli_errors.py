@@ -290,7 +290,7 @@ def _busy(mp: pytest.MonkeyPatch, tmp: Path) -> None:
 def _lock_with(mutate: Callable[[dict[str, Any]], None]) -> Callable[[Path], None]:
     """A lock file whose content was changed and its digest recomputed (so only the content is wrong)."""
     def make(tmp: Path) -> None:
-        from cudaredist.lockfile import _digest
+        from cudaredist.publish.lockfile import _digest
 
         archive = {"name": "cuda_cudart", "version": "13.0.96", "url": "http://127.0.0.1:9/cuda_cudart/a.tar.xz",
                    "relative_path": "cuda_cudart/a.tar.xz", "sha256": "0" * 64, "size": 1, "layout": "redist"}
@@ -327,7 +327,7 @@ def _readonly_fs(under: str) -> Callable[[pytest.MonkeyPatch, Path], None]:
 
 def _disk_full(mp: pytest.MonkeyPatch, tmp: Path) -> None:
     """Downloads land on /dev/full: the kernel's own ENOSPC on the first write."""
-    from cudaredist.fetch.cache import Cache
+    from cudaredist.cache.store import Cache
     from cudaredist.fetch.fetcher import Fetcher
 
     def partial(self: Cache, sha256: str) -> Path:

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cudaredist import fsops
+from cudaredist.cache.store import _ARCHIVE, _INDEX_KEY, _OPTION, _OURS, _PARTIAL, Cache
 from cudaredist.errors import CacheError, UsageError
-from cudaredist.fetch.cache import _ARCHIVE, _INDEX_KEY, _OPTION, _OURS, _PARTIAL, Cache
 from cudaredist.localfs import local_error
 
 
@@ -41,7 +41,7 @@ class Cleaned:
 
 @dataclass(frozen=True)
 class UnpackedInfo:
-    """An entry of ``unpacked/`` (see :mod:`cudaredist.tree.unpacked`), as maintenance sees it."""
+    """An entry of ``unpacked/`` (see :mod:`cudaredist.cache.unpacked`), as maintenance sees it."""
 
     key: str
     path: Path

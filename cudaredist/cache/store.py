@@ -1,4 +1,4 @@
-"""The download cache: content-addressed archives, cached index pages and manifests.
+"""The cache root and its archives: content-addressed archives, index pages and manifests, locks.
 
 Layout under the cache root (``--cache-dir`` > ``CUDAREDIST_CACHE_DIR`` > the user cache dir):
 
@@ -38,8 +38,9 @@ from cudaredist.localfs import local_error
 if TYPE_CHECKING:
     import filelock
 
+    from cudaredist.cache.unpacked import UnpackedCache
+
 ENV_CACHE_DIR = "CUDAREDIST_CACHE_DIR"
-CHUNK = 1 << 20
 MARKER = ".cudaredist-cache"
 FORMAT = 1
 CACHEDIR_TAG = "CACHEDIR.TAG"
@@ -62,14 +63,6 @@ def default_cache_dir() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_cache_dir("cudaredist", appauthor=False))
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -96,6 +89,13 @@ class Cache:
     @property
     def tmp(self) -> Path:
         return self.root / "tmp"
+
+    @property
+    def unpacked(self) -> UnpackedCache:
+        """The bucket of archives unpacked once (``unpacked/``)."""
+        from cudaredist.cache.unpacked import UnpackedCache  # loads the tree: not for the no-op path
+
+        return UnpackedCache(self.root)
 
     def archive_path(self, sha256: str) -> Path:
         return self.archives / sha256.lower()

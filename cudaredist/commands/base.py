@@ -88,7 +88,7 @@ class Ctx:
     trusted_hosts: list[str] | None = None
 
     def cache(self) -> Any:
-        from cudaredist.fetch.cache import Cache
+        from cudaredist.cache.store import Cache
 
         return Cache(self.cache_dir)
 

@@ -21,11 +21,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
+from cudaredist.cache.store import Cache
 from cudaredist.errors import FetchError, IntegrityError, OfflineError
-from cudaredist.fetch.cache import CHUNK, Cache, sha256_file
 from cudaredist.fetch.growing import GrowingFile
 from cudaredist.fetch.ranges import discard_partial, resume_point
 from cudaredist.fetch.transport import Aborted, Transport
+from cudaredist.hashing import CHUNK, sha256_file
 from cudaredist.localfs import disk_error
 from cudaredist.plan import PlannedArchive
 from cudaredist.progress import Reporter, Silent

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from cudaredist.errors import PlanError, UsageError
 
 if TYPE_CHECKING:
-    from cudaredist.fetch.cache import Cache
+    from cudaredist.cache.store import Cache
     from cudaredist.fetch.fetcher import Fetcher
     from cudaredist.fetch.transport import Transport
     from cudaredist.mirror import MirrorReport

@@ -12,8 +12,8 @@ from typing import Any
 import filelock
 import pytest
 
-from cudaredist.fetch import maintenance
-from cudaredist.fetch.cache import Cache
+from cudaredist.cache import maintenance
+from cudaredist.cache.store import Cache
 from cudaredist.fetch.fetcher import Fetcher
 from cudaredist.fetch.transport import Transport
 from cudaredist.install import Installer
@@ -81,7 +81,7 @@ def test_a_cached_archive_removed_between_its_fetch_and_its_read(
     removes it before the extraction opens it: it is fetched again."""
     cache = Cache(tmp_path / "cache")
     plan = _plan(transport, cache, mirror)
-    monkeypatch.setattr("cudaredist.install.is_streamable", lambda name: False)
+    monkeypatch.setattr("cudaredist.install.build.is_streamable", lambda name: False)
     clear = _another_process(cache.root, maintenance.clear)
     real_fetch = Fetcher.fetch
     removed: list[str] = []

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cudaredist.errors import ConflictError, ManifestError
-from cudaredist.fetch.cache import sha256_file
+from cudaredist.hashing import sha256_file
 from cudaredist.mirror import (
     INDEX_PAGE,
     MirrorReport,

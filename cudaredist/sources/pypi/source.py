@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from cudaredist.fetch.cache import Cache
+from cudaredist.cache.store import Cache
 from cudaredist.fetch.fetcher import Fetcher
 from cudaredist.fetch.transport import Transport
 from cudaredist.mirror import MirrorReport
