@@ -182,7 +182,7 @@ def _satisfied(request: InstallRequest, train: str, fixed: Path | None,
 def _run(request: InstallRequest, wanted: list[str], fixed: Path | None, outcome: InstallOutcome,
          reporter: Reporter | None, say: Callable[[str], None]) -> None:
     """Resolve (or read the lock), fetch and install: the part that needs the source."""
-    from cudaredist.cache.store import Cache
+    from cudaredist.cache import Cache
     from cudaredist.fetch.transport import Transport
     from cudaredist.install import Installer
     from cudaredist.progress import Silent

@@ -236,7 +236,7 @@ def mirror_cmd(
         reporter = pick(quiet=quiet or as_json, verbose=verbose)
         with ctx.open() as src:
             try:
-                fetcher = Fetcher(src.index.transport, ctx.cache(), reporter=reporter, offline=offline)
+                fetcher = Fetcher(src.transport, ctx.cache(), reporter=reporter, offline=offline)
                 report = src.write_mirror(out, train_list, platforms, profile=None if only else profile,
                                           components=component or [], fetcher=fetcher, reporter=reporter,
                                           jobs=jobs, xz_preset=xz_preset)

@@ -17,7 +17,7 @@ from typing import Any
 import filelock
 import pytest
 
-from cudaredist.cache.store import Cache
+from cudaredist.cache import Cache
 from cudaredist.errors import BusyError, IntegrityError, LocalDiskError, PrefixError, UnsafeArchiveError
 from cudaredist.fetch.transport import Transport
 from cudaredist.install import Installer, InstallResult

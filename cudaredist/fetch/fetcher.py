@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
-from cudaredist.cache.store import Cache
+from cudaredist.cache import Cache
 from cudaredist.errors import FetchError, IntegrityError, OfflineError
 from cudaredist.fetch.growing import GrowingFile
 from cudaredist.fetch.ranges import discard_partial, resume_point

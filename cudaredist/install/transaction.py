@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cudaredist import fsops
-from cudaredist.cache.store import Cache
+from cudaredist.cache import Cache
 from cudaredist.errors import (
     BusyError,
     PrefixError,

@@ -12,8 +12,7 @@ from typing import Any
 import filelock
 import pytest
 
-from cudaredist.cache import maintenance
-from cudaredist.cache.store import Cache
+from cudaredist.cache import Cache, maintenance
 from cudaredist.fetch.fetcher import Fetcher
 from cudaredist.fetch.transport import Transport
 from cudaredist.install import Installer

@@ -21,7 +21,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from cudaredist.cache.store import Cache
+from cudaredist.cache import Cache
 from cudaredist.errors import (
     FetchError,
     IntegrityError,
