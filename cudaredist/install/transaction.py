@@ -90,10 +90,6 @@ def prefix_lock(prefix: Path, timeout: float) -> Iterator[None]:
         lock.release()
 
 
-def _rmtree(path: Path) -> None:
-    fsops.rmtree(path)
-
-
 def recover(prefix: Path) -> list[str]:
     """Clean what a killed run left beside ``prefix`` (call with the prefix lock held).
 
@@ -108,7 +104,7 @@ def recover(prefix: Path) -> list[str]:
             actions.append(f"restored {prefix} from an interrupted swap")
             continue
         try:
-            _rmtree(p)
+            fsops.rmtree(p)
             actions.append(f"removed leftover {p.name}")
         except OSError as exc:
             actions.append(f"warning: {_not_removed(p, exc)}")
@@ -155,7 +151,7 @@ def swap_into_place(staging: Path, prefix: Path, warn: Callable[[str], None] | N
     except OSError:
         gone = old
     try:
-        _rmtree(gone)
+        fsops.rmtree(gone)
     except OSError as exc:
         if warn is not None:
             warn(f"warning: {_not_removed(gone, exc)}")
@@ -239,7 +235,7 @@ class Installer:
                     files, downloaded, cached = self._build(plan, staging, prefix=prefix)
                 except StreamBroken as broken:
                     self.reporter.message(f"{broken.__cause__}; trying the next URL")
-                    _rmtree(staging)
+                    fsops.rmtree(staging)
                     staging.mkdir()
                     files, downloaded, cached = self._build(plan, staging, prefix=prefix,
                                                              stream=False)
@@ -251,7 +247,7 @@ class Installer:
                 write_record(staging, rec)
                 swap_into_place(staging, prefix, warn=warnings.append)
             except BaseException:
-                _rmtree(staging)
+                fsops.rmtree(staging)
                 raise
         return InstallResult(prefix, plan, noop=False, downloaded=downloaded, cached=cached,
                              files=len(files), seconds=time.monotonic() - t0, warnings=tuple(warnings))
