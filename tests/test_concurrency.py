@@ -17,7 +17,7 @@ from pathlib import Path
 import filelock
 import pytest
 
-from cudaredist.cache import Cache
+from cudaredist.fetch.cache import Cache
 from cudaredist.fetch.transport import Transport
 from cudaredist.install import Installer
 from cudaredist.record import read_record
@@ -173,13 +173,14 @@ def test_kill_while_swapping(srv: FaultServer, tmp_path: Path) -> None:
     install_here("13.0", prefix, cache, srv.base)
 
     proc = start(*install_cmd("12.9", prefix, cache, srv.base))
-    # the replaced tree is renamed -old- by the swap, then -gone- while it is deleted
-    aside = lambda: any(("-old-" in n or "-gone-" in n) for n in leftovers(prefix))  # noqa: E731
-    wait_for(aside, proc, "the swap")
+    def moved_aside() -> bool:  # -old- until the swap finished, then -gone- while it is deleted
+        return any("-old-" in name or "-gone-" in name for name in leftovers(prefix))
+
+    wait_for(moved_aside, proc, "the swap")
     kill(proc)
 
     # Between the two renames the prefix is briefly absent; otherwise it is the new tree.
-    assert aside()
+    assert moved_aside()
     if os.path.lexists(prefix):
         rec = read_record(prefix)
         assert rec is not None and rec["plan"]["release"] == "12.9.1"

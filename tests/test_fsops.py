@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from cudaredist import fsops
-from cudaredist.cache import Cache
+from cudaredist.fetch.cache import Cache
 from cudaredist.install import recover, swap_into_place
 from cudaredist.record import uninstall
 
@@ -88,9 +88,9 @@ def test_uninstall_retries_deletes(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     (prefix / "bin").mkdir()
     (prefix / "bin" / "a.dll").write_text("a")
     (prefix / ".cudaredist" / "record.json").write_text(
-        '{"schema": 1, "tool": "cudaredist 0", "installed_at": "2026-01-01T00:00:00+00:00", "plan": '
-        '{"release": "13.0.1", "platform": "windows-x86_64", "profile": "nvcc", "base_url": "x", '
-        '"components": []}, "files": [{"path": "bin/a.dll", "size": 1, "sha256": "x"}]}')
+        '{"schema": 1, "tool": "cudaredist", "installed_at": "2026-12-01T00:00:00Z",'
+        ' "plan": {"release": "13.0.2", "platform": "windows-x86_64", "profile": "nvcc", "base_url": "x",'
+        ' "components": []}, "files": [{"path": "bin/a.dll", "size": 1, "sha256": "x"}]}')
     flaky(monkeypatch, "unlink", 2)
     assert uninstall(prefix) == 1
     assert not prefix.exists()
