@@ -117,3 +117,44 @@ def test_clear_and_prune_remove_lock_files_no_one_holds(mirror: Path, transport:
     # a lock taken after its file was removed works as before
     _install(transport, cache, plan, tmp_path / "again")
     assert_installed(tmp_path / "again", "13.0.1", cache)
+
+
+@pytest.mark.parametrize("streamed", [True, False], ids=["read-along", "read-whole"])
+def test_a_cached_archive_removed_between_its_lookup_and_its_hash(
+        mirror: Path, transport: Transport, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        streamed: bool) -> None:
+    """The fetcher found the archive in the cache, then a clear removed it right before the fetcher
+    opened it to hash it (or to feed an extraction reading along): it is downloaded instead."""
+    import cudaredist.fetch.fetcher as fetcher_mod
+    from cudaredist.fetch.growing import GrowingFile
+
+    cache = Cache(tmp_path / "cache")
+    plan = _plan(transport, cache, mirror)
+    Installer(transport, cache, jobs=4).prefetch([plan])  # every archive cached, none unpacked
+    clear = _another_process(cache.root, maintenance.clear)
+    raced: list[Path] = []
+
+    def first_clears(path: Path) -> None:
+        if not raced and path.name == plan.items[0].archive.sha256:
+            raced.append(path)
+            clear()
+            assert not path.exists(), "the clear removed the archive"
+
+    if streamed:
+        real_attach = GrowingFile.attach
+
+        def attach(self: GrowingFile, path: Path) -> None:
+            first_clears(path)
+            real_attach(self, path)
+        monkeypatch.setattr(GrowingFile, "attach", attach)
+    else:
+        monkeypatch.setattr("cudaredist.install.build.is_streamable", lambda name: False)
+        real_hash = fetcher_mod.sha256_file
+
+        def sha256_file(path: Path) -> str:
+            first_clears(path)
+            return real_hash(path)
+        monkeypatch.setattr(fetcher_mod, "sha256_file", sha256_file)
+    _install(transport, cache, plan, tmp_path / "cuda")
+    assert raced
+    assert_installed(tmp_path / "cuda", "13.0.1", cache)
