@@ -540,14 +540,22 @@ def test_pypi_plain_http_index_is_refused_and_trusted_host_accepts_it(named: typ
 def test_pypi_index_unreachable_and_an_untrusted_mirror_names_the_ways_out(named: type[NamedHost],
                                                                            indexes: tuple[Path, Path],
                                                                            tmp_path: Path) -> None:
-    _real, trojan = indexes
-    mirror = named(trojan.parent)
-    code, err = pypi_install(tmp_path / "cuda", "--index-url", f"http://127.0.0.1:{closed_port()}/simple/",
-                             "--mirror", mirror.url + "simple/")
+    real, _trojan = indexes
+    mirror = named(real.parent)
+    down = f"http://127.0.0.1:{closed_port()}/simple/"
+    code, err = pypi_install(tmp_path / "cuda", "--index-url", down, "--mirror", mirror.url + "simple/")
     assert code == 1 and err.count("\n") == 1, err
     for words in ("is plain HTTP", "Three ways out", f"--trusted-host {mirror.host}", "install --lock"):
         assert words in err, err
     assert mirror.log == [] and not (tmp_path / "cuda").exists()
+    # vouched for, the mirror answers for the pages while the index is down
+    code, err = pypi_install(tmp_path / "cuda", "--index-url", down, "--mirror", mirror.url + "simple/",
+                             "--trusted-host", mirror.host)
+    assert code == 0, err
+    prov = record(tmp_path / "cuda")["provenance"]
+    assert isinstance(prov, dict)
+    assert prov["hashes_from"] == f"{mirror.url}simple/ (--trusted-host {mirror.host})"
+    assert all(u.startswith(mirror.url) for u in prov["archives"].values()), prov
 
 
 def test_an_https_document_redirected_to_plain_http_is_refused() -> None:
