@@ -604,3 +604,21 @@ def test_reinstall_replace_foreign_and_the_deprecated_force(mirror: Path, tmp_pa
     r = _run("install", "13.0", "--prefix", str(theirs), *common, "-q", "--replace-foreign")
     assert r.exit_code == 0, r.stderr
     assert not (theirs / "thesis.tex").exists() and (theirs / "bin" / "nvcc").is_file()
+
+
+def test_an_untranslated_error_is_one_paragraph_that_says_it_is_a_bug(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The boundary's last resort: what no layer translated still reaches the user as one paragraph
+    (with the traceback behind --verbose), never as a traceback."""
+    from cudaredist import managed
+
+    def broken(root: Path) -> object:
+        raise ValueError("an unforeseen value")
+
+    monkeypatch.setattr(managed, "scan", broken)
+    r = CliRunner().invoke(app, ["list"])
+    assert (r.exit_code, r.stdout) == (1, "")
+    assert r.stderr == ("error: internal error (a bug in cudaredist): ValueError: an unforeseen value; run "
+                        "it again with --verbose and report the traceback\n")
+    verbose = CliRunner().invoke(app, ["list", "--verbose"])
+    assert verbose.exit_code == 1 and "Traceback" in verbose.stderr
