@@ -57,9 +57,7 @@ def clear(cache: Cache) -> Cleaned:
 
 def _drop_archive(cache: Cache, sha256: str) -> bool:
     with cache.try_lock(sha256) as got:
-        if got:
-            cache.evict(sha256)
-        return got
+        return got and cache.evict(sha256)
 
 def _drop_unpacked(cache: Cache, e: UnpackedEntry) -> bool:
     """Remove an unpacked entry unless an install is making or placing it (its lock is held)."""
@@ -111,10 +109,12 @@ def _clean(cache: Cache, doing: str, *, archive_cutoff: float, partial_cutoff: f
                 if not got:
                     busy += 1
                     continue
-                if cache.lookup(e.sha256, e.size) is not None:
+                there = cache.lookup(e.sha256, e.size) is not None
+                if not cache.evict(e.sha256):  # open in another process (Windows): in use
+                    busy += 1
+                elif there:
                     freed += e.size
                     files += 1
-                cache.evict(e.sha256)
         if cache.archives.is_dir():  # metadata whose archive is gone
             for n in os.listdir(cache.archives):
                 if n.endswith(".json") and ARCHIVE_NAME.fullmatch(n) \

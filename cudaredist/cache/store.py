@@ -252,10 +252,19 @@ class Cache:
             return None
         return p if st.st_size == size else None
 
-    def evict(self, sha256: str) -> None:
+    def evict(self, sha256: str) -> bool:
+        """Remove the archive and its sidecar; False when Windows says a process has it open
+        (a sharing violation: in use, so left for the next clean)."""
         for p in (self.archive_path(sha256), self.archive_path(sha256).with_suffix(".json")):
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 p.unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                if getattr(exc, "winerror", None) in (32, 33):
+                    return False
+                raise
+        return True
 
     def touch(self, sha256: str) -> None:
         with contextlib.suppress(OSError):

@@ -5,6 +5,7 @@ lock files behind."""
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -107,7 +108,8 @@ def test_clear_and_prune_remove_lock_files_no_one_holds(mirror: Path, transport:
     plan = _plan(transport, cache, mirror)
     _install(transport, cache, plan, tmp_path / "cuda")
     locks = cache.root / "locks"
-    assert len(list(locks.glob("*.lock"))) >= len(plan.items)  # one per archive and entry written
+    for k in range(3):  # what killed runs leave (filelock keeps a POSIX lock file after release)
+        (locks / f"{k:064x}.lock").write_bytes(b"")
     held = filelock.FileLock(str(locks / f"{plan.items[0].archive.sha256}.lock"))
     with held:
         maintenance.prune(cache, older_than_days=365)
@@ -141,6 +143,8 @@ def test_a_cached_archive_removed_between_its_lookup_and_its_hash(
             assert not path.exists(), "the clear removed the archive"
 
     if streamed:
+        if os.name == "nt":
+            pytest.skip("a Windows host extracts no archive while it downloads (no read-along there)")
         real_attach = GrowingFile.attach
 
         def attach(self: GrowingFile, path: Path) -> None:
