@@ -141,7 +141,8 @@ def install(request: InstallRequest, *, reporter: Reporter | None = None,
         from cudaredist.managed import link_trains
 
         # even when a train failed: those that installed get their links
-        outcome.links = link_trains(outcome.install_dir, timeout=_lock_timeout(request))
+        outcome.links = link_trains(outcome.install_dir, timeout=_lock_timeout(request),
+                                    warn=outcome.warnings.append)
     return outcome
 
 

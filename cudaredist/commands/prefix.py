@@ -123,7 +123,7 @@ def uninstall(
                 n = do_uninstall(target)
             typer.echo(f"removed {n} files from {target}")
         if root is not None:
-            link_trains(root, timeout=timeout)
+            link_trains(root, timeout=timeout, warn=lambda w: typer.echo(w, err=True))
 
 
 def env_cmd(

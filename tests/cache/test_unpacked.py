@@ -1,4 +1,4 @@
-"""The unpacked cache (tree/unpacked.py) and the ways a cached file lands in a tree (tree/links.py)."""
+"""The unpacked cache (cache/unpacked.py) and the ways a cached file lands in a tree (tree/links.py)."""
 
 from __future__ import annotations
 
