@@ -1,4 +1,4 @@
-"""The unpacked cache (tree/unpacked.py) and the ways a cached file lands in a tree (tree/links.py)."""
+"""The unpacked cache (cache/unpacked.py) and the ways a cached file lands in a tree (tree/links.py)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from cudaredist.cache.unpacked import UnpackedCache, entry_key, materialize
 from cudaredist.errors import ConflictError, LocalDiskError, UsageError
 from cudaredist.plan import Archive, PlannedArchive
 from cudaredist.tree import links
 from cudaredist.tree.extract import extract, redist_mapper
 from cudaredist.tree.links import link_mode, place
 from cudaredist.tree.staging import Tree
-from cudaredist.tree.unpacked import UnpackedCache, entry_key, materialize
 from tests.archives import Exe, Link, make_tar_xz
 
 TOP = "comp-linux-x86_64-1.0-archive"
@@ -146,7 +146,7 @@ def test_a_big_entry_is_placed_by_several_threads_and_a_conflict_still_stops_it(
     import dataclasses
     import threading
 
-    from cudaredist.tree import unpacked
+    from cudaredist.cache import unpacked
 
     monkeypatch.setattr(unpacked, "PARALLEL_FILES", 8)
     monkeypatch.setattr(unpacked.os, "cpu_count", lambda: 4)
