@@ -158,9 +158,19 @@ def test_a_big_entry_is_placed_by_several_threads_and_a_conflict_still_stops_it(
     entry = UnpackedCache(tmp_path / "cache").build(item, "linux-x86_64", _fill(path, item))
     placers: set[str] = set()
     real = Tree.add_placed
+    seen = threading.Lock()
+    # the first two threads meet before placing anything: a placement done by one thread alone
+    # breaks the barrier (and fails the test) whatever the machine's load
+    meet = threading.Barrier(2, timeout=20)
 
     def spy(self: Tree, *args: object, **kwargs: object) -> None:
-        placers.add(threading.current_thread().name)
+        name = threading.current_thread().name
+        with seen:
+            first = name not in placers
+            placers.add(name)
+            count = len(placers)
+        if first and count <= 2:
+            meet.wait()
         real(self, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(Tree, "add_placed", spy)
