@@ -12,7 +12,7 @@ import os
 import re
 from pathlib import Path
 
-from cudaredist.fetch.cache import Cache
+from cudaredist.cache import Cache
 from cudaredist.record import read_record, verify
 
 
