@@ -157,6 +157,7 @@ def test_system_toolkits_are_found_with_how(tmp_path: Path) -> None:
     assert release_of(tmp_path) == ""
 
 
+@train_links
 def test_a_train_that_fails_to_install_leaves_the_others_installed_and_linked(
         two_trains: Path, tk_dir: Path) -> None:
     tk_dir.mkdir()
@@ -175,6 +176,7 @@ def test_a_train_that_fails_to_install_leaves_the_others_installed_and_linked(
     assert got["links"] == {"cuda-13.0-linux-x86_64": "cuda-13.0.1-linux-x86_64"}
 
 
+@train_links
 def test_train_links_are_updated_under_the_install_dir_lock(tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """Two installs finish at once: the one that installed 13.0.1 read the install dir before the
