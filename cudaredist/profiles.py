@@ -132,3 +132,12 @@ def host_platform(system: str | None = None, machine: str | None = None) -> str:
     raise PlanError(
         f"this host ({system} {machine}) has no CUDA redist platform of its own; "
         f"pass --platform (one of {', '.join(known_platforms())})")
+
+
+def component_title(component: str) -> str:
+    """NVIDIA's display name of a component (``[names]`` in profiles.toml), else its key."""
+    return str(_data().get("names", {}).get(component, component))
+
+
+def profile_names() -> list[str]:
+    return sorted(_data().get("profiles", {}))

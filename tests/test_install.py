@@ -83,12 +83,12 @@ def sha_of(transport: Transport, cache: Cache, mirror: Path, train: str, compone
 def test_upgrade_replaces_the_tree_and_noop_when_satisfied(mirror: Path, transport: Transport, cache: Cache,
                                                            prefix: Path) -> None:
     first = install(transport, cache, mirror, "12.9", prefix)
-    assert not first.noop and first.downloaded == 3
+    assert not first.noop and first.downloaded == 5
     assert_installed(prefix, "12.9.1", cache)
     (prefix / "include" / "crt").mkdir(parents=True, exist_ok=True)
     second = install(transport, cache, mirror, "13.0", prefix)
     assert_installed(prefix, "13.0.1", cache)
-    assert second.cached == 3 and second.downloaded == 2  # 12.9.1 and 13.0.1 share three archives
+    assert second.cached == 5 and second.downloaded == 2  # 12.9.1 and 13.0.1 share five archives
     assert install(transport, cache, mirror, "13.0", prefix).noop
 
 
@@ -263,7 +263,7 @@ def test_corrupted_cache_entry_is_dropped_and_fetched_again(mirror: Path, transp
     entry.write_bytes(bytes(len(entry.read_bytes())))  # same size, wrong bytes
     shutil.rmtree(cache.root / "unpacked")  # else the archive is not read at all
     result = install(transport, cache, mirror, "13.0", tmp_path / "b")
-    assert (result.downloaded, result.cached) == (1, 4)
+    assert (result.downloaded, result.cached) == (1, 6)
     assert_installed(tmp_path / "b", "13.0.1", cache)
 
 
@@ -273,7 +273,7 @@ def test_an_edited_unpacked_entry_is_unpacked_again(mirror: Path, transport: Tra
     with open(tmp_path / "a" / "include" / "cuda_runtime.h", "ab") as fh:  # edits the shared inode
         fh.write(b"// patched in place")
     result = install(transport, cache, mirror, "13.0", tmp_path / "b")
-    assert (result.downloaded, result.cached) == (0, 5)
+    assert (result.downloaded, result.cached) == (0, 7)
     assert (tmp_path / "b" / "include" / "cuda_runtime.h").read_bytes() == b"// rt"  # from the archive
     assert_installed(tmp_path / "b", "13.0.1", cache)
 
@@ -289,7 +289,7 @@ def test_warm_installs_come_from_the_unpacked_cache_in_every_link_mode(
         p.unlink()
     monkeypatch.setattr(inst, "extract", lambda *a, **k: pytest.fail("an archive was extracted"))
     result = install(transport, cache, mirror, "13.0", tmp_path / mode, link_mode=mode)
-    assert (result.downloaded, result.cached) == (0, 5)
+    assert (result.downloaded, result.cached) == (0, 7)
     assert_installed(tmp_path / mode, "13.0.1", cache)
     nvcc, cached = tmp_path / mode / "bin" / "nvcc", list((cache.root / "unpacked").glob("*/tree/bin/nvcc"))
     assert len(cached) == 1 and (nvcc.stat().st_ino == cached[0].stat().st_ino) == (mode == "hardlink")
