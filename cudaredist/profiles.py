@@ -39,6 +39,7 @@ class Profile:
     name: str
     description: str
     specs: tuple[Spec, ...]
+    extends: str = ""
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ def get_profile(name: str) -> Profile:
         return str(body.get("description", ""))
 
     description = walk(name)
-    return Profile(name, description, tuple(specs))
+    return Profile(name, description, tuple(specs), str(profiles[name].get("extends", "")))
 
 
 def platform_rule(name: str) -> PlatformRule:
