@@ -448,3 +448,29 @@ def test_manifest_that_lies_about_an_archive_is_refused(
     assert "cuda_nvcc-linux-x86_64-13.0.88-archive.tar.xz" in str(exc.value)
     assert_intact(prefix, before, cache, entry["sha256"])
     assert read_record(prefix)["plan"]["release"] == "12.9.1"  # type: ignore[index]
+
+
+# -- version.json -------------------------------------------------------------------------------------
+def test_version_json_is_nvidias_format_and_an_installed_file(mirror: Path, transport: Transport,
+                                                               cache: Cache, prefix: Path) -> None:
+    """A runtime-only tree (no nvcc to ask) carries its version too; verify and uninstall treat it
+    like any other file of the tree."""
+    install(transport, cache, mirror, "13.0", prefix, components=["cuda_cudart", "cuda_crt"])
+    text = (prefix / "version.json").read_text()
+    body = json.loads(text)
+    assert body == {"cuda": {"name": "CUDA SDK", "version": "13.0.1"},
+                    "cuda_crt": {"name": "CUDA CRT", "version": "13.0.88"},
+                    "cuda_cudart": {"name": "CUDA Runtime (cudart)", "version": "13.0.96"}}
+    assert text == json.dumps(body, indent=3) + "\n"  # NVIDIA's installer: 3-space indent
+    assert_installed(prefix, "13.0.1", cache)
+    from cudaredist.record import uninstall, verify
+
+    (prefix / "version.json").write_text(text.replace("13.0.1", "13.9.9"))
+    report = verify(prefix)
+    assert report.changed == ["version.json"] and not report.missing
+    (prefix / "version.json").unlink()
+    assert verify(prefix).missing == ["version.json"]
+    install(transport, cache, mirror, "13.0", prefix, components=["cuda_cudart", "cuda_crt"], reinstall=True)
+    assert verify(prefix).ok
+    uninstall(prefix)
+    assert not (prefix / "version.json").exists()
