@@ -176,3 +176,7 @@ def _headers(platform: str) -> list[MirrorArchive]:
         MirrorArchive("cuda_profiler_api", platform, "13.0.85", {"include/cuda_profiler_api.h": b"// prof"}),
         MirrorArchive("cuda_nvtx", platform, "13.0.85", {"include/nvtx3/nvToolsExt.h": b"// nvtx"}),
     ]
+
+
+# The components of the nvcc profile before 13.0 (no crt, no nvvm of their own): a 12.9.1 release
+NVCC_12 = ("cuda_nvcc", "cuda_cudart", "cuda_cccl", "cuda_profiler_api", "cuda_nvtx")
