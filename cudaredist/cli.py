@@ -219,7 +219,7 @@ def install(
                         typer.echo(done[-1]["message"], err=True)
             finally:
                 reporter.close()
-        links = update_train_links(root) if root is not None else []
+        links = update_train_links(root, warn=lambda w: typer.echo(w, err=True)) if root is not None else []
         if as_json:
             emit_json(done[0] if root is None else
                       {"install_dir": str(root), "toolkits": done, "links": dict(links)})

@@ -192,7 +192,9 @@ def load_hint(prefix: str, *, host_windows: bool) -> str:
     if not host_windows:
         return f'eval "$(cudaredist env --prefix {shlex.quote(prefix)})"'
     # PowerShell evaluates the whole output as one script; cmd runs each line (batch: %%i)
-    return (f"in PowerShell: cudaredist env --prefix {quote_pwsh(prefix)} | Out-String | Invoke-Expression; "
+    # for people to read and type: the path as it is (quote_pwsh spells non-ASCII for a pipe)
+    literal = "'" + "".join(c + c if c in _PWSH_QUOTES else c for c in prefix) + "'"
+    return (f"in PowerShell: cudaredist env --prefix {literal} | Out-String | Invoke-Expression; "
             f"in cmd: for /f \"delims=\" %i in ('cudaredist env --shell cmd --prefix \"{prefix}\"') do %i")
 
 

@@ -65,6 +65,15 @@ def long_path(path: str | os.PathLike[str], *, nt: bool | None = None) -> str:
     return p  # relative: the prefix would change its meaning
 
 
+def short_path(path: str) -> str:
+    """``path`` without the extended-length prefix (for comparing with plain paths)."""
+    if path.startswith("\\\\?\\UNC\\"):
+        return "\\\\" + path[8:]
+    if path.startswith("\\\\?\\"):
+        return path[4:]
+    return path
+
+
 def rename(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
     retrying(os.rename, long_path(src), long_path(dst))
 
@@ -151,6 +160,48 @@ def is_junction(path: str | os.PathLike[str]) -> bool:
         return False
     return bool(getattr(st, "st_file_attributes", 0) & stat.FILE_ATTRIBUTE_REPARSE_POINT) and \
         getattr(st, "st_reparse_tag", 0) == 0xA0000003  # IO_REPARSE_TAG_MOUNT_POINT
+
+
+def is_link(path: str | os.PathLike[str]) -> bool:
+    """A symbolic link or a junction: an entry whose target is not ours to walk into or delete."""
+    return os.path.islink(path) or is_junction(path)
+
+
+def remove_link(path: str | os.PathLike[str]) -> None:
+    """Remove a symlink or junction itself, never what it points at."""
+    if is_junction(path):
+        retrying(os.rmdir, long_path(path))  # how a junction is removed; its target stays
+    else:
+        unlink(path)
+
+
+def find_held(tree: str | os.PathLike[str], limit: int = 20000) -> str | None:
+    """The first file under ``tree`` that another process holds open without sharing delete (so
+    the tree cannot be renamed or deleted), or None. Windows only: each file is opened for DELETE
+    access with every share mode, which fails with a sharing violation exactly when some other
+    handle refuses to share it. Bounded by ``limit`` files."""
+    if not WINDOWS:
+        return None
+    import _winapi
+
+    delete, share_all, open_existing, backup_semantics = 0x00010000, 0x7, 3, 0x02000000
+    seen = 0
+    for dirpath, dirnames, filenames in os.walk(long_path(tree)):
+        dirnames[:] = [d for d in dirnames if not is_link(os.path.join(dirpath, d))]
+        for name in filenames:
+            seen += 1
+            if seen > limit:
+                return None
+            path = os.path.join(dirpath, name)
+            try:
+                handle = _winapi.CreateFile(  # type: ignore[attr-defined]
+                    path, delete, share_all, 0, open_existing, backup_semantics, 0)
+            except OSError as exc:
+                if getattr(exc, "winerror", None) in (32, 33):
+                    return short_path(path)
+                continue
+            _winapi.CloseHandle(handle)  # type: ignore[attr-defined]
+    return None
 
 
 def holder_hint(exc: BaseException) -> str:

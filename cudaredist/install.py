@@ -144,6 +144,10 @@ def swap_into_place(staging: Path, prefix: Path, warn: Callable[[str], None] | N
             fsops.rename(prefix, old)
         except OSError as exc:
             held = fsops.holder_hint(exc)
+            if not held and getattr(exc, "winerror", None) == 5:
+                # Windows refuses to rename a directory while a file in it is open: which one?
+                inside = fsops.find_held(prefix)
+                held = f"another process has {inside} open" if inside else ""
             raise PrefixError(
                 f"cannot move the existing {prefix} aside: "
                 + (f"{held}. Close it and run the install again"

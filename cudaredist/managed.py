@@ -12,15 +12,18 @@ module only names them, finds them and keeps the train links pointing at the new
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import ntpath
 import os
 import re
-import subprocess
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cudaredist import fsops
 from cudaredist.errors import PrefixError, RecordError, ResolveError
 from cudaredist.plan import version_key
 from cudaredist.record import read_record, satisfying_record
@@ -94,7 +97,7 @@ def scan(root: Path) -> Scan:
         return Scan(found, damaged)
     for entry in sorted(root.iterdir()):
         m = _NAME.match(entry.name)
-        if m is None or entry.is_symlink() or not entry.is_dir():
+        if m is None or fsops.is_link(entry) or not entry.is_dir():
             continue
         try:
             rec = read_record(entry)
@@ -151,15 +154,45 @@ def find_one(root: Path, train: str, platform: str | None) -> Toolkit:
     return best_match
 
 
+WINDOWS = os.name == "nt"  # tests flip it to check the Windows rules on any host
+
+
+def _make_junction(target: Path, link: Path) -> None:  # pragma: no cover - Windows only
+    """A directory junction: needs no privilege, unlike a symlink (tests replace it)."""
+    import _winapi
+
+    _winapi.CreateJunction(str(target), str(link))  # type: ignore[attr-defined]
+
+
+def _points_at(link: Path) -> str | None:
+    """The name of the sibling ``link`` points at (a symlink's relative target, a junction's
+    absolute one), or None when it is not a link."""
+    if not fsops.is_link(link):
+        return None
+    try:
+        return ntpath.basename(os.readlink(link).rstrip("\\/")) if WINDOWS else os.readlink(link)
+    except OSError:
+        return None
+
+
 def _point(link: Path, target_name: str) -> None:
-    """Make ``link`` point at the sibling ``target_name``, replacing what is there atomically."""
-    tmp = link.parent / f".{link.name}.{uuid.uuid4().hex[:8]}.tmp"
-    if os.name == "nt":  # a junction needs no privilege, unlike a symlink
-        if os.path.lexists(link):
-            os.rmdir(link)  # removes the junction, never its target's contents
-        subprocess.run(["cmd", "/c", "mklink", "/J", str(link), str(link.parent / target_name)],
-                       check=True, capture_output=True)
+    """Make ``link`` point at the sibling ``target_name``, replacing what is there (atomically
+    on POSIX); raises OSError when the link is not there afterwards."""
+    if WINDOWS:
+        if fsops.is_link(link):
+            fsops.remove_link(link)  # the junction, never its target's contents
+        try:
+            _make_junction(link.parent / target_name, link)
+            if _points_at(link) != target_name:  # verify: a call that "worked" and made nothing failed
+                raise OSError(errno.ENOENT, f"the junction was not created (it should point at "
+                                            f"{target_name})", str(link))
+        except OSError:
+            if os.path.isdir(link) and not fsops.is_link(link):
+                with contextlib.suppress(OSError):
+                    os.rmdir(link)  # the empty directory a failed CreateJunction leaves (Wine does)
+            raise
         return
+    tmp = link.parent / f".{link.name}.{uuid.uuid4().hex[:8]}.tmp"
     os.symlink(target_name, tmp, target_is_directory=True)
     try:
         os.replace(tmp, link)
@@ -168,31 +201,43 @@ def _point(link: Path, target_name: str) -> None:
             os.unlink(tmp)
 
 
-def update_train_links(root: Path) -> list[tuple[str, str]]:
+def update_train_links(root: Path, warn: Callable[[str], None] | None = None) -> list[tuple[str, str]]:
     """Point every ``cuda-X.Y-<platform>`` link at the newest installed X.Y.z; drop links whose train
-    has none left. Returns the (link, target) pairs now in place."""
+    has none left. Returns the (link, target) pairs now in place, each checked to be there; a link
+    that cannot be made is left out and ``warn`` told (the toolkit itself is installed)."""
     best: dict[str, str] = {}
     for t in installed(root):  # newest first
         best.setdefault(train_link_name(t.release, t.platform), t.path.name)
+    made: dict[str, str] = {}
     for link_name, target in best.items():
         link = root / link_name
-        if os.path.islink(link) and os.readlink(link) == target:
+        if _points_at(link) == target:
+            made[link_name] = target
             continue
-        if os.path.lexists(link) and not os.path.islink(link) and os.name != "nt":
+        if os.path.lexists(link) and not fsops.is_link(link):
             raise PrefixError(f"{link} exists and is not a link cudaredist made; move it away",
                               prefix=str(link))
-        _point(link, target)
+        try:
+            _point(link, target)
+        except OSError as exc:
+            if warn is not None:
+                kind = "junction" if WINDOWS else "symbolic link"
+                warn(f"warning: could not make the train link {link} -> {target} ({exc.strerror or exc}); "
+                     f"the toolkit is installed: use its full name, or `cudaredist find` (it needs no "
+                     f"link). Is {root} on a filesystem without {kind}s?")
+            continue
+        made[link_name] = target
     for link in _links(root):
         if link.name not in best:
-            link.unlink()
-    return sorted(best.items())
+            fsops.remove_link(link)
+    return sorted(made.items())
 
 
 def _links(root: Path) -> Iterator[Path]:
     if not root.is_dir():
         return
     for entry in root.iterdir():
-        if entry.is_symlink() and re.match(r"^cuda-\d+\.\d+-", entry.name) and not _NAME.match(entry.name):
+        if fsops.is_link(entry) and re.match(r"^cuda-\d+\.\d+-", entry.name) and not _NAME.match(entry.name):
             yield entry
 
 

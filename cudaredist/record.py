@@ -215,9 +215,10 @@ def _walk(prefix: Path, skip: set[str]) -> set[str]:
         if rel_dir == ".":
             dirnames[:] = [d for d in dirnames if d != RECORD_DIR]
         found.update(rel(n) for n in filenames)
-        found.update(rel(d) for d in dirnames if os.path.islink(os.path.join(dirpath, d)) or rel(d) in skip)
+        # a link or a junction is one entry, never walked into (its target is not the tree's)
+        found.update(rel(d) for d in dirnames if fsops.is_link(os.path.join(dirpath, d)) or rel(d) in skip)
         dirnames[:] = [d for d in dirnames
-                       if not os.path.islink(os.path.join(dirpath, d)) and rel(d) not in skip]
+                       if not fsops.is_link(os.path.join(dirpath, d)) and rel(d) not in skip]
     return found
 
 
@@ -331,7 +332,7 @@ def _installed_path(prefix: Path, rel: str) -> Path | None:
     here = prefix
     for part in parts[:-1]:
         here = here / part
-        if here.is_symlink():
+        if fsops.is_link(here):  # a symlink or a junction: not followed
             return None
     return here / parts[-1]
 
@@ -362,7 +363,7 @@ def uninstall(prefix: Path) -> int:
             if p is None:
                 continue
             # never followed: a link (or a junction) is moved, not its target
-            if p.is_symlink() or fsops.is_junction(p) or p.is_file() or (kind == "directory" and p.is_dir()):
+            if fsops.is_link(p) or p.is_file() or (kind == "directory" and p.is_dir()):
                 to = trash / str(len(moved))
                 try:
                     fsops.rename(p, to)
@@ -388,7 +389,12 @@ def uninstall(prefix: Path) -> int:
         fsops.rmtree(trash)
     with contextlib.suppress(OSError):
         rp.parent.rmdir()
-    for dirpath, _dirs, _files in sorted(os.walk(prefix, topdown=False), key=lambda t: -len(t[0])):
+    dirs: list[str] = []
+    for dirpath, dirnames, _files in os.walk(prefix):
+        # never into a link or a junction (os.walk follows junctions: they are not islink)
+        dirnames[:] = [d for d in dirnames if not fsops.is_link(os.path.join(dirpath, d))]
+        dirs.append(dirpath)
+    for dirpath in sorted(dirs, key=len, reverse=True):
         with contextlib.suppress(OSError):
             os.rmdir(dirpath)  # only succeeds when empty: user files stay
     return len(moved)

@@ -85,6 +85,7 @@ def unprintable(exc: UnicodeEncodeError) -> UsageError:
     else:
         fix = "use a UTF-8 locale (LANG=C.UTF-8) or set PYTHONIOENCODING=utf-8"
     return UsageError(
-        f"cannot print {line.strip()!r}: {bad!r} does not exist in {encoding}, the encoding of "
+        f"cannot print this line: {line.strip()} -- the characters {bad} do not exist in {encoding}, "
+        f"the encoding of "
         f"this output (a pipe or file), and a path printed with a stand-in character would name "
         f"another file. To read it, {fix}; or use --json, whose output is ASCII. Nothing was changed.")

@@ -15,8 +15,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -50,31 +52,53 @@ def run_cudaredist(*args: str, env: dict[str, str], timeout: float = 900) -> sub
                           capture_output=True, timeout=timeout)
 
 
+def _shared(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory every pytest-xdist worker of this run shares (the run's own temp dir when serial)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def _once(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], Path]) -> Path:
+    """``make(dir)`` once per run, whatever the number of workers: the first builds under a lock,
+    the others wait for it and use what it built."""
+    import filelock
+
+    if name not in _made:
+        root = _shared(tmp_path_factory)
+        done = root / f"{name}.done"
+        with filelock.FileLock(str(root / f"{name}.lock")):
+            if not done.is_file():
+                target = root / name
+                if target.exists():  # a worker that failed half-way: start again
+                    shutil.rmtree(target)
+                target.mkdir()
+                done.write_text(str(make(target)))
+        _made[name] = Path(done.read_text())
+    return _made[name]
+
+
 @pytest.fixture(scope="session")
 def real_wheel_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """cudaredist's download cache for NVIDIA's wheels: $CUDAREDIST_TEST_CACHE or a session dir."""
+    """cudaredist's download cache for NVIDIA's wheels: $CUDAREDIST_TEST_CACHE or a dir of this run."""
     if "cache" not in _made:
         given = os.environ.get(ENV_CACHE)
-        _made["cache"] = Path(given).absolute() if given else tmp_path_factory.mktemp("pypi-wheel-cache")
+        _made["cache"] = (Path(given).absolute() if given
+                          else _once(tmp_path_factory, "pypi-wheel-cache", lambda d: d))
     return _made["cache"]
 
 
 @pytest.fixture(scope="session")
 def real_mirror_1302(tmp_path_factory: pytest.TempPathFactory, real_wheel_cache: Path) -> Path:
     """The mirror root (index.html, redistrib_13.0.2.json, archives) for both platforms."""
-    if "mirror" not in _made:
-        _made["mirror"] = _build_mirror(tmp_path_factory.mktemp("real-mirror-1302"), real_wheel_cache)
-    return _made["mirror"]
+    return _once(tmp_path_factory, "real-mirror-1302", lambda d: _build_mirror(d, real_wheel_cache))
 
 
 @pytest.fixture(scope="session")
 def real_mirror_1343_windows_runtime(tmp_path_factory: pytest.TempPathFactory,
                                      real_wheel_cache: Path) -> Path:
     """A mirror of CUDA 13.4.3's Windows ``runtime`` profile (cudart, crt: about 3 MB of wheels)."""
-    if "mirror-1343" not in _made:
-        _made["mirror-1343"] = _build_mirror(tmp_path_factory.mktemp("real-mirror-1343"), real_wheel_cache,
-                                             LABEL_134, ("windows-x86_64",), "runtime")
-    return _made["mirror-1343"]
+    return _once(tmp_path_factory, "real-mirror-1343", lambda d: _build_mirror(
+        d, real_wheel_cache, LABEL_134, ("windows-x86_64",), "runtime"))
 
 
 LABEL_134 = "13.4.3"

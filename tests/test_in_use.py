@@ -9,6 +9,7 @@ sharing violation (WinError 32) is injected into the os calls that meet it.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -112,3 +113,43 @@ def test_a_file_another_process_holds_is_not_a_permissions_problem(winerror: int
         assert "another process has C:\\cuda\\bin\\cudart64_13.dll open" in text
         assert "fix the permissions" not in text and "permission denied" not in text
         assert "close it" in text.lower()
+
+
+@pytest.mark.skipif(os.name != "nt", reason="Windows: opens each file for DELETE access")
+def test_find_held_names_the_file_a_process_holds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tree = tmp_path / "t"
+    (tree / "bin" / "x64").mkdir(parents=True)
+    for name in ("a.dll", "b.dll"):
+        (tree / "bin" / "x64" / name).write_bytes(b"MZ")
+    assert fsops.find_held(tree) is None
+    with held(tree / "bin" / "x64" / "b.dll", monkeypatch):
+        assert fsops.find_held(tree) == str(tree / "bin" / "x64" / "b.dll")
+
+
+def test_a_prefix_windows_will_not_move_aside_names_the_held_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real Windows refuses to rename a directory while a file in it is open (WinError 5, not 32):
+    the message still names the file a process holds, and nothing changed."""
+    from cudaredist import install as install_mod
+    from cudaredist.errors import PrefixError
+
+    prefix, staging = tmp_path / "cuda", tmp_path / ".cuda.cudaredist-stage-x"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "bin" / "nvcc.exe").write_bytes(b"MZ old")
+    staging.mkdir()
+    real_rename = fsops.rename
+
+    def refuse(src: object, dst: object) -> None:
+        if Path(str(src)) == prefix:
+            exc = PermissionError(13, "Access is denied", str(src))
+            exc.winerror = 5  # type: ignore[attr-defined]
+            raise exc
+        real_rename(src, dst)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(fsops, "rename", refuse)
+    monkeypatch.setattr(fsops, "find_held", lambda tree: str(Path(tree) / "bin" / "nvcc.exe"))
+    with pytest.raises(PrefixError) as caught:
+        install_mod.swap_into_place(staging, prefix)
+    text = str(caught.value)
+    assert f"another process has {prefix / 'bin' / 'nvcc.exe'} open" in text and "left as it was" in text
+    assert (prefix / "bin" / "nvcc.exe").read_bytes() == b"MZ old" and staging.is_dir()

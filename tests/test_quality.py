@@ -15,12 +15,12 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_mypy_strict_passes() -> None:
-    r = run("mypy", "cudaredist")
+    r = run("mypy", "cudaredist", "action/steps.py")  # the actions' steps too (stdlib only)
     assert r.returncode == 0, r.stdout + r.stderr
 
 
 def test_ruff_passes() -> None:
-    r = run("ruff", "check", "cudaredist", "tests", "benchmarks")
+    r = run("ruff", "check", "cudaredist", "tests", "benchmarks", "action")
     assert r.returncode == 0, r.stdout + r.stderr
 
 

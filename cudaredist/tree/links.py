@@ -17,6 +17,7 @@ import os
 import sys
 from pathlib import Path
 
+from cudaredist import fsops
 from cudaredist.errors import UsageError
 
 ENV_LINK_MODE = "CUDAREDIST_LINK_MODE"
@@ -42,21 +43,23 @@ def place(src: Path, dest: Path, mode: str, perm: int) -> str:
 
     ``perm`` is applied to clones and copies; a hard link shares the cache file's own mode, which
     the unpacked cache keeps equal to the recorded one."""
+    # the cache adds unpacked/<64 hex>/tree/ to every path: Windows needs \\?\ past MAX_PATH
+    src_os, dest_os = fsops.long_path(src), fsops.long_path(dest)
     if mode == "hardlink":
         try:
-            os.link(src, dest)
+            os.link(src_os, dest_os)
             return "hardlink"
         except OSError as exc:
             if exc.errno not in _UNSUPPORTED:
                 raise
-    if mode == "clone" and sys.platform == "darwin" and _clonefile(src, dest):  # pragma: no cover
-        os.chmod(dest, perm)
+    if mode == "clone" and sys.platform == "darwin" and _clonefile(src_os, dest_os):  # pragma: no cover
+        os.chmod(dest_os, perm)
         return "clone"
     # One open of each side: the clone is tried on the new file and, where the filesystem cannot
     # (ext4, tmpfs, NTFS), the copy goes on into that same file; no second create, no unlink.
-    fd_in = os.open(src, os.O_RDONLY | _BINARY)
+    fd_in = os.open(src_os, os.O_RDONLY | _BINARY)
     try:
-        fd_out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _BINARY, 0o600)
+        fd_out = os.open(dest_os, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _BINARY, 0o600)
         try:
             how = "clone" if mode == "clone" and _clone_fd(fd_in, fd_out) else "copy"
             if how == "copy":
@@ -68,7 +71,7 @@ def place(src: Path, dest: Path, mode: str, perm: int) -> str:
     finally:
         os.close(fd_in)
     if not hasattr(os, "fchmod"):  # pragma: no cover - Windows: only the read-only bit
-        os.chmod(dest, perm)
+        os.chmod(dest_os, perm)
     return how
 
 
@@ -87,7 +90,7 @@ def _clone_fd(fd_in: int, fd_out: int) -> bool:
     return False
 
 
-def _clonefile(src: Path, dest: Path) -> bool:  # pragma: no cover - macOS only
+def _clonefile(src: str, dest: str) -> bool:  # pragma: no cover - macOS only
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from cudaredist import fsops
 from cudaredist.errors import ConflictError, CudaRedistError, LocalDiskError, UnsafeArchiveError
 from cudaredist.localfs import disk_error, fold
 from cudaredist.tree.paths import link_target_inside
@@ -86,7 +87,7 @@ class Tree:
         self._cache_root = cache_root
         self._where = cache_root or self._dest.parent
         self._size_hint = size_hint
-        self._real_root = os.path.realpath(root)
+        self._real_root = fsops.short_path(os.path.realpath(fsops.long_path(root)))
         self._cond = threading.Condition()
         self._claims: dict[str, _Claim] = {}
         self._links: set[str] = set()
@@ -203,18 +204,21 @@ class Tree:
         self._ensure_dir(parent, archive)  # resolves inside: so what mkdir creates below does too
         path = os.path.join(self.root, *rel_dir.split("/"))
         try:
-            os.mkdir(path)
+            os.mkdir(fsops.long_path(path))
         except FileExistsError:
             pass
         except OSError as exc:
             raise self._local(exc, path) from exc
-        real = os.path.realpath(path)
+        try:
+            real = fsops.short_path(os.path.realpath(fsops.long_path(path)))
+        except OSError as exc:
+            raise self._local(exc, path) from exc
         if real != self._real_root and not real.startswith(self._real_root + os.sep):
             raise UnsafeArchiveError(
                 f"{archive}: the directory {rel_dir!r} resolves to {real}, outside the tree (through "
                 "a symlink, or names that differ only in case); refused", archive=archive,
                 member=rel_dir)
-        if not os.path.isdir(real):
+        if not os.path.isdir(fsops.long_path(real)):
             raise self._local(NotADirectoryError(errno.ENOTDIR, "Not a directory"), path)
         with self._cond:
             self._dirs.add(rel_dir)
@@ -246,7 +250,7 @@ class Tree:
         try:
             self._ensure_dir(rel.rpartition("/")[0], archive)
             try:
-                fd = os.open(dest, _OPEN_FLAGS, mode)
+                fd = os.open(fsops.long_path(dest), _OPEN_FLAGS, mode)
             except FileExistsError as exc:
                 raise ConflictError(f"{archive}: {rel} already exists in the tree", path=rel,
                                     second=component) from exc
@@ -296,8 +300,9 @@ class Tree:
         try:
             self._ensure_dir(rel.rpartition("/")[0], archive)
             try:
-                os.symlink(target, dest)
-                if WINDOWS and not os.path.lexists(dest):  # "made" and nothing there (Wine does that)
+                os.symlink(target, fsops.long_path(dest))
+                # "made" and nothing there (Wine does that): as if refused
+                if WINDOWS and not os.path.lexists(fsops.long_path(dest)):
                     raise OSError(errno.EPERM, "the symbolic link was not created", str(dest))
             except FileExistsError as exc:
                 raise ConflictError(f"{archive}: {rel} already exists in the tree", path=rel,
@@ -337,8 +342,14 @@ class Tree:
             raise UnsafeArchiveError(
                 f"{archive}: hard link {rel!r} -> {target_rel!r} does not point to a file extracted "
                 "earlier from the archive; refused", archive=archive, member=rel)
-        with open(self.root / target_rel, "rb") as src:
-            self.add_file(rel, src, rec.mode, component, archive)
+        # the tree's own file, on this machine's disk: its errors are the disk's, never the archive's
+        # (an "corrupt archive" would evict a verified download)
+        source = self.root / target_rel
+        try:
+            with open(fsops.long_path(source), "rb") as src:
+                self.add_file(rel, src, rec.mode, component, archive)
+        except OSError as exc:
+            raise self._local(exc, source) from exc
 
     def add_placed(self, rec: FileRecord, src: Path, how: str, component: str, archive: str) -> None:
         """A file or link of the unpacked cache (already checked and hashed) into this tree:
@@ -357,7 +368,7 @@ class Tree:
         try:
             self._ensure_dir(rel.rpartition("/")[0], archive)
             try:
-                place(src, dest, how, rec.mode)
+                place(src, dest, how, rec.mode)  # long paths: place() takes care
             except FileExistsError as exc:
                 raise ConflictError(f"{archive}: {rel} already exists in the tree", path=rel,
                                     second=component) from exc
@@ -401,13 +412,13 @@ class Tree:
                 if aim == other or aim.startswith(other + "/"):
                     copy(other, (*seen, key))
             done.add(key)
-            src = (self.root / rel).parent / target
+            src = fsops.long_path((self.root / rel).parent / target)
             dest = self.root / rel
             try:
-                if src.is_dir():
-                    shutil.copytree(src, dest)
-                elif src.exists():
-                    shutil.copy2(src, dest)
+                if os.path.isdir(src):
+                    shutil.copytree(src, fsops.long_path(dest))
+                elif os.path.exists(src):
+                    shutil.copy2(src, fsops.long_path(dest))
             except OSError as exc:
                 raise self._local(exc, dest) from exc
 

@@ -106,9 +106,9 @@ class UnpackedCache:
             stamps: dict[str, list[int]] = raw["stamps"]
             for rec in entry.records:
                 if rec.link:
-                    if os.readlink(entry.tree / rec.path) != rec.link:
+                    if os.readlink(fsops.long_path(entry.tree / rec.path)) != rec.link:
                         return False
-                elif _stamp(os.stat(entry.tree / rec.path)) != stamps[rec.path]:
+                elif _stamp(os.stat(fsops.long_path(entry.tree / rec.path))) != stamps[rec.path]:
                     return False
         except (OSError, ValueError, KeyError):
             return False
@@ -138,9 +138,9 @@ class UnpackedCache:
                     or is_case_insensitive(tmp / "tree"), cache_root=self.root.parent)
         fill(tree)
         records = tree.finish()
-        dirs = sorted(str(p.relative_to(tmp / "tree").as_posix())
-                      for p in (tmp / "tree").rglob("*") if p.is_dir() and not p.is_symlink())
-        stamps = {r.path: _stamp(os.stat(tmp / "tree" / r.path)) for r in records if not r.link}
+        dirs = _dirs(tmp / "tree")
+        stamps = {r.path: _stamp(os.stat(fsops.long_path(tmp / "tree" / r.path)))
+                  for r in records if not r.link}
         body = {"version": UNPACKED_VERSION, "key": key, "archive_sha256": item.archive.sha256,
                 "name": item.archive.filename, "component": item.component, "layout": item.layout,
                 "platform": platform, "size": sum(r.size for r in records),
@@ -149,7 +149,8 @@ class UnpackedCache:
                 "dirs": dirs, "stamps": stamps}
         (tmp / RECORD).write_text(json.dumps(body), "utf-8")
         try:
-            os.rename(tmp, self._dir(key))
+            # retried: a scanner opens the fresh DLLs in ``tmp`` for a moment (Windows)
+            fsops.rename(tmp, self._dir(key))
         except OSError:
             if self._read(key) is None:  # not a finished entry in the way: a real failure
                 raise
@@ -159,7 +160,7 @@ class UnpackedCache:
         if d.exists():
             gone = self.root / f".gone-{key[:16]}-{uuid.uuid4().hex[:8]}"
             with contextlib.suppress(OSError):
-                os.rename(d, gone)  # atomically not an entry any more, then removed at leisure
+                fsops.rename(d, gone)  # atomically not an entry any more, then removed at leisure
                 fsops.rmtree(gone)
 
     def entries(self) -> list[UnpackedEntry]:
@@ -176,6 +177,18 @@ class UnpackedCache:
         """Temporary directories of builds that did not finish (a killed run)."""
         if self.root.is_dir():
             yield from (d for d in self.root.iterdir() if d.name.startswith((".tmp-", ".gone-")))
+
+
+def _dirs(tree: Path) -> list[str]:
+    """Every real directory under ``tree`` (POSIX, relative), through long paths on Windows: the
+    cache adds ``unpacked/<64 hex>/tree/`` to every member's path."""
+    top = fsops.long_path(tree)
+    found: list[str] = []
+    for dirpath, dirnames, _files in os.walk(top):
+        dirnames[:] = [d for d in dirnames if not fsops.is_link(os.path.join(dirpath, d))]
+        rel = os.path.relpath(dirpath, top).replace(os.sep, "/")
+        found += [d if rel == "." else f"{rel}/{d}" for d in dirnames]
+    return sorted(found)
 
 
 # An entry with this many files is placed by several threads: creating a file is the kernel's

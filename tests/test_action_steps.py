@@ -1,0 +1,238 @@
+"""The GitHub actions' steps (action/steps.py) run directly, as their bash steps run them: the input
+checks, the install step's outputs and environment, the ::error:: annotations, doctor's modes, and
+the two action.yml files agreeing. tests/e2e/test_action.py runs the same through a real runner."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cudaredist.profiles import host_platform
+from tests.archives import build_mirror, toolkit
+from tests.test_env import parse_github_env
+
+ROOT = Path(__file__).resolve().parents[1]
+STEPS = ROOT / "action" / "steps.py"
+yaml = pytest.importorskip("yaml")
+DEFAULTS = {"CR_PROFILE": "nvcc", "CR_DOCTOR": "report"}
+HOST = host_platform()
+WINDOWS = sys.platform == "win32"
+needs_venv = pytest.mark.skipif(importlib.util.find_spec("venv") is None,
+                                reason="this Python has no venv module (the embeddable Windows CPython "
+                                       "under Wine); ci.yml's action job builds the tool on Windows")
+
+
+Files = dict[str, Path]
+
+
+def step(command: str, tmp_path: Path, **env: str | None) -> tuple[subprocess.CompletedProcess[str], Files]:
+    """Run one step command like the action's bash step does; env None drops a variable."""
+    files = {n: tmp_path / n.lower() for n in ("GITHUB_OUTPUT", "GITHUB_ENV", "GITHUB_PATH")}
+    for f in files.values():
+        f.write_text("")
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("CR_", "CUDA_PATH", "GITHUB_"))}
+    full = base | DEFAULTS | {k: str(v) for k, v in files.items()}
+    full |= {k: v for k, v in env.items() if v is not None}
+    full = {k: v for k, v in full.items() if env.get(k, "") is not None}
+    r = subprocess.run([sys.executable, str(STEPS), command], env=full, capture_output=True, text=True,
+                       timeout=300, cwd=tmp_path)
+    return r, files
+
+
+def outputs(files: dict[str, Path]) -> dict[str, str]:
+    return parse_github_env(files["GITHUB_OUTPUT"].read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize(("given", "said"), [
+    pytest.param({}, "give 'train' (e.g. '13.4'", id="nothing"),
+    pytest.param({"CR_TRAIN": "13.0", "CR_TRAINS": "13.0 13.2"}, "give either 'train' or 'trains', not both",
+                 id="both"),
+    pytest.param({"CR_TRAIN": "13.0 13.2"}, "'train' takes one train", id="two-in-train"),
+    pytest.param({"CR_TRAIN": "latest"}, "'latest' is not a CUDA train", id="not-a-train"),
+    pytest.param({"CR_TRAINS": "13.0 13.0"}, "'trains' names 13.0 more than once", id="twice"),
+    pytest.param({"CR_TRAINS": "13.0", "CR_PREFIX": "x"}, "'prefix' goes with 'train'", id="prefix-trains"),
+    pytest.param({"CR_TRAIN": "13", "CR_PLATFORM": "Windows x64"}, "is not a platform", id="platform"),
+    pytest.param({"CR_TRAIN": "13", "CR_PROFILE": "all"}, "give one of nvcc, runtime, build", id="profile"),
+    pytest.param({"CR_TRAIN": "13", "CR_SOURCE": "conda"}, "give nvidia or pypi", id="source"),
+    pytest.param({"CR_TRAIN": "13", "CR_DOCTOR": "yes"}, "give report, fail or off", id="doctor"),
+    pytest.param({"CR_TRAIN": "13", "CR_CACHE": "yes"}, "'cache: yes' is not a boolean", id="cache"),
+])
+def test_bad_inputs_are_errors_before_anything_runs(tmp_path: Path, given: dict[str, str], said: str) -> None:
+    r, files = step("check", tmp_path, **given)
+    assert r.returncode == 2, r.stdout
+    assert "::error title=cudaredist input::" in r.stdout and said in r.stdout, r.stdout
+    assert "nothing was installed" in r.stdout
+    assert outputs(files) == {}
+
+
+def test_good_inputs_give_the_trains(tmp_path: Path) -> None:
+    r, files = step("check", tmp_path, CR_TRAINS=" 13.0   13.2 ", CR_PLATFORM="windows-x86_64",
+                    CR_CACHE="false")
+    assert r.returncode == 0, r.stdout
+    assert outputs(files) == {"trains": "13.0 13.2"}
+
+
+def install_env(tmp_path: Path, mirror: Path, **env: str) -> dict[str, str | None]:
+    temp = tmp_path / "runner temp"
+    temp.mkdir(exist_ok=True)
+    return {"CR_PYTHON": sys.executable, "RUNNER_TEMP": str(temp), "CUDAREDIST_BASE_URL": str(mirror),
+            "CR_CUDAREDIST": "/tool/bin/cudaredist", "CR_TRAINS": env.get("CR_TRAIN", "")} | env
+
+
+def test_install_outputs_are_json_from_resolved_paths(mirror: Path, tmp_path: Path) -> None:
+    """A prefix with backslashes (and quotes, where a file name may have them) relative to the
+    workspace: cuda-paths is JSON of the absolute path, the same one CUDA_PATH and cuda-path have."""
+    given = r"a\_temp\cuda 13.0" if WINDOWS else r'D:\a\_temp\cuda "13.0"'
+    r, files = step("install", tmp_path, **install_env(tmp_path, mirror, CR_TRAIN="13.0", CR_PREFIX=given))
+    assert r.returncode == 0, r.stdout + r.stderr
+    prefix = str(tmp_path / given)
+    out = outputs(files)
+    assert json.loads(out["cuda-paths"]) == {"13.0": prefix}
+    assert out["cuda-path"] == prefix and out["release"] == "13.0.1"
+    assert out["cudaredist"] == "/tool/bin/cudaredist"
+    exported = parse_github_env(files["GITHUB_ENV"].read_text())
+    assert exported["CUDA_PATH"] == exported["CUDA_PATH_V13_0"] == prefix
+    assert os.path.join(prefix, "bin") in files["GITHUB_PATH"].read_text().splitlines()
+
+
+def test_install_of_several_trains(tmp_path: Path) -> None:
+    mirror = tmp_path / "mirror"
+    build_mirror(mirror, "13.0.1", toolkit(HOST))
+    build_mirror(mirror, "13.2.0", toolkit(HOST, "13.2.0"))
+    env = install_env(tmp_path, mirror, CR_TRAINS="13.2 13.0")
+    r, files = step("install", tmp_path, **env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    toolkits = Path(env["RUNNER_TEMP"]) / "cudaredist-toolkits"
+    p132, p130 = (str(toolkits / f"cuda-{v}-{HOST}") for v in ("13.2.0", "13.0.1"))
+    out = outputs(files)
+    assert json.loads(out["cuda-paths"]) == {"13.2": p132, "13.0": p130}
+    assert out["cuda-path"] == p132 and out["release"] == "13.2.0"  # the first one asked for
+    exported = parse_github_env(files["GITHUB_ENV"].read_text())
+    assert exported["CUDA_PATH"] == exported["CUDA_PATH_V13_2"] == p132
+    assert exported["CUDA_PATH_V13_0"] == p130
+    assert exported["CUDAREDIST_INSTALL_DIR"] == str(toolkits)
+
+
+def test_several_trains_when_one_is_there_already(tmp_path: Path) -> None:
+    """install --json lists the no-op first: the outputs still follow the trains as asked."""
+    mirror = tmp_path / "mirror"
+    build_mirror(mirror, "13.0.1", toolkit(HOST))
+    build_mirror(mirror, "13.2.0", toolkit(HOST, "13.2.0"))
+    (tmp_path / "first").mkdir()
+    r, _files = step("install", tmp_path / "first", **install_env(tmp_path, mirror, CR_TRAINS="13.2"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    r, files = step("install", tmp_path, **install_env(tmp_path, mirror, CR_TRAINS="13.0 13.2"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "already installed" in r.stdout  # the tool's summary lines are in the log
+    toolkits = tmp_path / "runner temp" / "cudaredist-toolkits"
+    out = outputs(files)
+    assert json.loads(out["cuda-paths"]) == {t: str(toolkits / f"cuda-{v}-{HOST}")
+                                             for t, v in (("13.0", "13.0.1"), ("13.2", "13.2.0"))}
+    assert out["release"] == "13.0.1"
+
+
+def test_cudaredist_errors_become_annotations(mirror: Path, tmp_path: Path) -> None:
+    r, files = step("install", tmp_path, **install_env(tmp_path, mirror, CR_TRAIN="13.5"))
+    assert r.returncode == 1
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("::error"))
+    assert line.startswith("::error title=cudaredist install failed::CUDA train 13.5 has no release at ")
+    assert line.endswith("published trains: 12.9, 13.0."), line
+    assert "error: CUDA train 13.5" in r.stderr  # the tool's own message stays in the log too
+    assert outputs(files) == {} and files["GITHUB_ENV"].read_text() == ""
+
+
+def test_cache_key_and_paths_do_not_depend_on_the_runner_dirs(mirror: Path, tmp_path: Path) -> None:
+    # POSIX: a home of the test's own; Windows: the user's (platformdirs asks the shell for it)
+    home = Path.home() if WINDOWS else tmp_path / "home"
+    home_env: dict[str, str | None] = {} if WINDOWS else {"HOME": str(home), "XDG_CACHE_HOME": None}
+    keys, paths, dirs = set(), set(), set()
+    for temp in ("t1", "t2"):
+        work = tmp_path / temp
+        work.mkdir()
+        env = install_env(work, mirror, CR_TRAINS="13.0", RUNNER_OS="Linux", RUNNER_ARCH="X64")
+        r, files = step("cache-key", work, **env, **home_env, CUDAREDIST_CACHE_DIR=None)
+        assert r.returncode == 0, r.stdout + r.stderr
+        out = outputs(files)
+        keys.add(out["key"])
+        paths.add(out["path"])
+        dirs.add(out["cache-dir"])
+    assert len(keys) == 1 and keys.pop().startswith("cudaredist-Linux-X64-default-archives-")
+    (cache_dir,) = dirs
+    literal = "~/" + Path(cache_dir).relative_to(home).as_posix()
+    if not WINDOWS:
+        assert literal == "~/.cache/cudaredist"
+    assert paths == {f"{literal}/archives"}
+    # the unpacked entries only when asked for, and then under their own key
+    env = install_env(tmp_path / "t1", mirror, CR_TRAINS="13.0", CR_CACHE_UNPACKED="true")
+    r, files = step("cache-key", tmp_path / "t1", **env, **home_env, CUDAREDIST_CACHE_DIR=None)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert outputs(files)["path"] == f"{literal}/archives\n{literal}/unpacked"
+    assert "-archives+unpacked-" in outputs(files)["key"]
+
+
+def test_both_actions_take_the_same_inputs_and_only_the_cache_one_uses_actions() -> None:
+    core = yaml.safe_load((ROOT / "action.yml").read_text())
+    cached = yaml.safe_load((ROOT / "cache" / "action.yml").read_text())
+    assert all("uses" not in s for s in core["runs"]["steps"]), "the core action must need no other action"
+    assert {s["uses"] for s in cached["runs"]["steps"] if "uses" in s} == {
+        "actions/cache/restore@v4", "actions/cache/save@v4"}
+    assert {k: v for k, v in cached["inputs"].items() if k in core["inputs"]} == core["inputs"]
+    assert set(cached["inputs"]) - set(core["inputs"]) == {"cache", "cache-unpacked"}
+    assert {k: v for k, v in cached["outputs"].items() if k in core["outputs"]} == core["outputs"]
+    assert set(cached["outputs"]) - set(core["outputs"]) == {"cache-hit", "cache-key"}
+    for action, prefix in ((core, "$GITHUB_ACTION_PATH/action/"), (cached, "$GITHUB_ACTION_PATH/../action/")):
+        runs = [s["run"] for s in action["runs"]["steps"] if "run" in s]
+        assert all(prefix in r for r in runs), runs
+
+
+def test_workflows_parse_and_use_both_actions() -> None:
+    ci = yaml.safe_load((ROOT / ".github" / "workflows" / "ci.yml").read_text())
+    assert set(ci.get("on", ci.get(True))) >= {"push", "pull_request"}  # YAML 1.1 reads `on` as True
+    oses = {os_ for job in ci["jobs"].values()
+            for os_ in job.get("strategy", {}).get("matrix", {}).get("os", [])}
+    assert {"ubuntu-latest", "windows-latest", "macos-latest"} <= oses
+    # the Linux leg installs and runs exactly what .ci/run does (the same Debian packages, as root)
+    assert any(s.get("if") == "runner.os == 'Linux'" and "bash .ci/run" in s.get("run", "")
+               for s in ci["jobs"]["test"]["steps"])
+    for path in ("./", "./cache"):
+        action = yaml.safe_load((ROOT / path / "action.yml").read_text())
+        used = [s for job in ci["jobs"].values() for s in job["steps"] if s.get("uses") == path]
+        assert used, f"the workflow should exercise {path}"
+        for s in used:
+            assert set(s.get("with", {})) <= set(action["inputs"]), s
+
+
+def _tool_cache_left(root: Path) -> list[str]:
+    return sorted(p.name for p in (root / "cudaredist").iterdir()) if (root / "cudaredist").exists() else []
+
+
+@needs_venv
+def test_a_python_without_venv_is_an_error_that_says_what_to_install(tmp_path: Path) -> None:
+    fake = tmp_path / "fake"
+    (fake / "venv").mkdir(parents=True)
+    (fake / "venv" / "__init__.py").write_text("")
+    (fake / "venv" / "__main__.py").write_text(
+        "import sys\nprint('The virtual environment was not created successfully because ensurepip is not "
+        "available.', file=sys.stderr)\nsys.exit(1)\n")
+    r, files = step("tool", tmp_path, RUNNER_TOOL_CACHE=str(tmp_path / "tools"), PYTHONPATH=str(fake))
+    assert r.returncode == 1
+    assert "::error title=cudaredist could not install itself::" in r.stdout
+    assert "ensurepip is not available" in r.stdout and "apt-get install python3-venv" in r.stdout
+    assert _tool_cache_left(tmp_path / "tools") == [] and outputs(files) == {}
+
+
+@needs_venv
+def test_a_failed_pip_install_leaves_nothing_in_the_tool_cache(tmp_path: Path) -> None:
+    r, files = step("tool", tmp_path, RUNNER_TOOL_CACHE=str(tmp_path / "tools"), PIP_CONFIG_FILE=os.devnull,
+                    PIP_NO_INDEX="1", PIP_FIND_LINKS=None, PIP_INDEX_URL=None)
+    assert r.returncode == 1
+    said = "::error title=cudaredist could not install itself::pip install of the action's cudaredist"
+    assert said in r.stdout
+    assert "PIP_INDEX_URL" in r.stdout
+    assert _tool_cache_left(tmp_path / "tools") == [] and outputs(files) == {}
