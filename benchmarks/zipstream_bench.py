@@ -37,6 +37,7 @@ MODES = ("streamed", "unstreamed")
 def child(mode: str, base: str, work: Path) -> dict[str, Any]:
     """One install in this process; the times its reporter saw."""
     import cudaredist.install
+    import cudaredist.install.build
     import cudaredist.progress
     from cudaredist.cli import app
 
@@ -59,7 +60,7 @@ def child(mode: str, base: str, work: Path) -> dict[str, Any]:
 
         cudaredist.install.Installer.__init__ = workers  # type: ignore[method-assign]
     if mode == "unstreamed":  # the rule before zipstream: zips extracted once complete
-        cudaredist.install.is_streamable = lambda name: not name.endswith((".zip", ".whl"))
+        cudaredist.install.build.is_streamable = lambda name: not name.endswith((".zip", ".whl"))
     t0 = time.monotonic()
     seen: dict[str, list[float]] = {"downloaded": [], "extracted": []}
 

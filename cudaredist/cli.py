@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -14,7 +14,6 @@ from cudaredist.commands.base import (
     Ctx,
     emit_json,
     errors,
-    fail,
     platform_or_host,
     platforms_or_host,
     print_plan,
@@ -44,7 +43,6 @@ from cudaredist.commands.options import (
     TrustedHostOpt,
     VerboseOpt,
 )
-from cudaredist.errors import CudaRedistError
 from cudaredist.profiles import DEFAULT_PROFILE
 
 app = typer.Typer(
@@ -141,118 +139,33 @@ def install(
     Atomic: a failure leaves every prefix as it was."""
     set_verbose(verbose)
     with errors():
-        from cudaredist.managed import install_dir as managed_dir
-        from cudaredist.managed import satisfied_toolkit, update_train_links
-        from cudaredist.record import canonical_prefix, satisfying_record
-        from cudaredist.sources import check_source
+        from cudaredist.api import InstallRequest
+        from cudaredist.api import install as do_install
+        from cudaredist.progress import pick
+        from cudaredist.sources import Where
 
-        components, wanted = component or [], list(dict.fromkeys(trains or []))
         if force:
             typer.echo("note: --force is deprecated and means --reinstall; to replace a directory "
                        "cudaredist did not install, pass --replace-foreign", err=True)
-            reinstall = True
-        if lock is None and not wanted:
-            fail("give a TRAIN (e.g. 13.4), several trains, or --lock FILE", 2)
-        if prefix is not None and (len(wanted) > 1 or (lock is not None and wanted[1:])):
-            fail("--prefix takes one TRAIN; without --prefix, each train goes to the install dir", 2)
-        fixed = canonical_prefix(prefix) if prefix is not None else None
-        root = None if fixed is not None else managed_dir(install_dir)
-        prof = None if only else (profile or DEFAULT_PROFILE)
-        plat = platform_or_host(platform) if lock is None else ""
-        done: list[dict[str, Any]] = []
-        if lock is None and not (reinstall or refresh):
-            for train in list(wanted):
-                if fixed is not None:
-                    where: Path | None = fixed
-                    rec = satisfying_record(fixed, train=train, platform=plat, profile=prof,
-                                            components=components, source=check_source(source))
-                else:
-                    assert root is not None
-                    rec, where = satisfied_toolkit(root, train=train, platform=plat, profile=prof,
-                                                   components=components, source=check_source(source))
-                if rec is not None and where is not None:
-                    wanted.remove(train)
-                    done.append(_noop_row(rec, where))
-                    if not quiet and not as_json:
-                        typer.echo(done[-1]["message"], err=True)
-        from cudaredist.install import Installer
-        from cudaredist.progress import pick
-
-        ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, jobs, source=source,
-                  index_url=index_url, trusted_hosts=trusted_host)
-        reporter = pick(quiet=quiet or as_json, verbose=verbose)
-        plans: list[Any] = []
-        if lock is not None:
-            from cudaredist.lockfile import plan_for
-            from cudaredist.profiles import host_platform
-
-            try:
-                host: str | None = host_platform()
-            except CudaRedistError:
-                host = None
-            locked, lock_plan = plan_for(lock, train=wanted[0] if wanted else None, platform=platform,
-                                         host=host, profile="custom" if only else profile,
-                                         components=components if (component or only) else None,
-                                         source=None if source is None else check_source(source))
-            components, wanted = list(locked.components), []
-        with ctx.open(lock_plan.source if lock is not None else None) as src:
-            try:
-                plans = ([src.relocate(lock_plan)] if lock is not None else
-                         [src.resolve(t, [plat], profile=prof, components=components)[0] for t in wanted])
-                installer = Installer(src.index.transport, ctx.cache(), reporter=reporter, jobs=jobs,
-                                      offline=offline, lock_timeout=lock_timeout, link_mode=link_mode)
-                if len(plans) > 1:
-                    installer.prefetch(plans)
-                for plan in plans:
-                    target = fixed if fixed is not None else managed_target(root, plan)
-                    if not quiet and not as_json:
-                        typer.echo(f"CUDA {plan.release} for {plan.platform} ({plan.profile}: "
-                                   f"{', '.join(plan.components)}) -> {target}", err=True)
-                        for note in plan.notes:
-                            typer.echo(f"note: {note}", err=True)
-                    result = installer.install(plan, target, reinstall=reinstall,
-                                               replace_foreign=replace_foreign, requested=components)
-                    for warning in result.warnings:  # on stderr, whatever --quiet and --json say
-                        typer.echo(warning, err=True)
-                    done.append(_result_row(result, plan))
-                    if not quiet and not as_json:
-                        typer.echo(done[-1]["message"], err=True)
-            finally:
-                reporter.close()
-        links = update_train_links(root, warn=lambda w: typer.echo(w, err=True)) if root is not None else []
+        request = InstallRequest(
+            trains=tuple(trains or ()), prefix=prefix, install_dir=install_dir, platform=platform,
+            profile=profile, components=tuple(component or ()), only=only, lock=lock, source=source,
+            reinstall=reinstall or force, replace_foreign=replace_foreign, refresh=refresh,
+            link_mode=link_mode, lock_timeout=lock_timeout, jobs=jobs, cache_dir=cache_dir,
+            where=Where(base_url, mirror, no_fallback, index_url, offline,
+                        tuple(trusted_host) if trusted_host else None))
+        talk = not (quiet or as_json)
+        outcome = do_install(request, reporter=pick(quiet=quiet or as_json, verbose=verbose),
+                             say=lambda text: typer.echo(text, err=True) if talk else None)
         if as_json:
-            emit_json(done[0] if root is None else
-                      {"install_dir": str(root), "toolkits": done, "links": dict(links)})
-
-
-
-def managed_target(root: Path | None, plan: Any) -> Path:
-    from cudaredist.managed import toolkit_name
-
-    assert root is not None  # no --prefix: the install dir
-    return root / toolkit_name(plan.release, plan.platform)
-
-
-def _result_row(result: Any, plan: Any) -> dict[str, Any]:
-    if result.noop:
-        message = (f"CUDA {plan.release} ({plan.platform}) is already installed in {result.prefix}; "
-                   "nothing to do")
-    else:
-        message = (f"installed CUDA {plan.release} ({plan.platform}) into {result.prefix}: {result.files} "
-                   f"files, {result.downloaded} downloaded, {result.cached} from cache, "
-                   f"{result.seconds:.1f}s")
-    return {"prefix": str(result.prefix), "noop": result.noop, "release": plan.release,
-            "platform": plan.platform, "downloaded": result.downloaded, "cached": result.cached,
-            "files": result.files, "seconds": round(result.seconds, 3), "plan": plan.to_json(),
-            "message": message}
-
-
-def _noop_row(rec: dict[str, Any], target: Path) -> dict[str, Any]:
-    plan = rec["plan"]
-    return {"prefix": str(target), "noop": True, "release": plan["release"], "platform": plan["platform"],
-            "downloaded": 0, "cached": 0, "files": len(rec["files"]), "seconds": 0.0, "plan": plan,
-            "message": f"CUDA {plan['release']} ({plan['platform']}, {plan['profile']}) is already installed "
-                       f"in {target}; nothing to do (--refresh looks for a newer release)"}
+            emit_json(outcome.to_json())
+        for warning in outcome.warnings:  # on stderr, whatever --quiet and --json say
+            typer.echo(warning, err=True)
+        for failed in outcome.failed:  # a train of several: named, so the user knows which
+            lead = f"CUDA {failed.train}: " if len(request.trains) > 1 else ""
+            typer.echo(f"error: {lead}{failed.error}", err=True)
+        if outcome.failed:
+            raise typer.Exit(outcome.exit_code)
 
 
 @app.command()
@@ -323,7 +236,7 @@ def mirror_cmd(
         reporter = pick(quiet=quiet or as_json, verbose=verbose)
         with ctx.open() as src:
             try:
-                fetcher = Fetcher(src.index.transport, ctx.cache(), reporter=reporter, offline=offline)
+                fetcher = Fetcher(src.transport, ctx.cache(), reporter=reporter, offline=offline)
                 report = src.write_mirror(out, train_list, platforms, profile=None if only else profile,
                                           components=component or [], fetcher=fetcher, reporter=reporter,
                                           jobs=jobs, xz_preset=xz_preset)
@@ -370,7 +283,7 @@ def lock_cmd(
     components, URLs, sha256 and sizes. `install --lock FILE` installs exactly that."""
     set_verbose(verbose)
     with errors():
-        from cudaredist.lockfile import build_lock, dumps, write_lock
+        from cudaredist.publish.lockfile import build_lock, dumps, write_lock
 
         platforms = platforms_or_host(platform)
         ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, source=source, index_url=index_url,

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from cudaredist import fsops
-from cudaredist.errors import PrefixError, RecordError, ResolveError
+from cudaredist.errors import BusyError, PrefixError, RecordError, ResolveError
+from cudaredist.localfs import local_error
 from cudaredist.plan import version_key
 from cudaredist.record import read_record, satisfying_record
 
@@ -199,6 +200,32 @@ def _point(link: Path, target_name: str) -> None:
     finally:
         if os.path.lexists(tmp):
             os.unlink(tmp)
+
+
+LINKS_LOCK = ".cudaredist-links.lock"
+
+
+def link_trains(root: Path, *, timeout: float,
+                warn: Callable[[str], None] | None = None) -> list[tuple[str, str]]:
+    """:func:`update_train_links` under the install dir's lock: of two installs finishing at once,
+    the second sees the first one's toolkit, so the newest patch always ends up linked."""
+    import filelock
+
+    if not root.is_dir():
+        return []
+    lock = filelock.FileLock(str(root / LINKS_LOCK), timeout=timeout)
+    try:
+        lock.acquire()
+    except filelock.Timeout as exc:
+        raise BusyError(f"the train links of {root} are being updated by another cudaredist process for "
+                        f"more than {timeout:g}s; retry, or raise --lock-timeout", path=str(root),
+                        lock=lock.lock_file) from exc
+    except OSError as exc:
+        raise local_error(exc, doing="lock the train links of", path=root, option="--install-dir") from exc
+    try:
+        return update_train_links(root, warn)
+    finally:
+        lock.release()
 
 
 def update_train_links(root: Path, warn: Callable[[str], None] | None = None) -> list[tuple[str, str]]:

@@ -31,7 +31,7 @@ from cudaredist.errors import (
     FetchError,
     ManifestError,
 )
-from cudaredist.fetch.cache import sha256_file
+from cudaredist.hashing import sha256_file
 from cudaredist.localfs import UMASK
 from cudaredist.plan import Plan, PlannedArchive, join_url
 from cudaredist.progress import Reporter, Silent
@@ -144,7 +144,7 @@ def write_mirror(
 ) -> MirrorReport:
     """Write (or complete) a mirror of ``releases`` in ``out``.
 
-    ``fetch`` returns the verified cache path of an archive (:meth:`Installer.fetch`);
+    ``fetch`` returns the verified cache path of an archive (:meth:`cudaredist.fetch.fetcher.Fetcher.fetch`);
     ``get_bytes`` fetches small documents (license files; None skips them).
     """
     reporter = reporter or Silent()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 
@@ -108,4 +109,11 @@ def plan_from_json(obj: dict[str, Any]) -> Plan:
                 tuple(obj.get("notes", ())), str(obj.get("hashes_from", "")))
 
 
-
+def with_bases(plan: Plan, bases: Sequence[str]) -> Plan:
+    """The plan fetching each archive from ``bases`` in order (mirror first), same bytes."""
+    if not bases:
+        return plan
+    items = tuple(replace(i, url=join_url(bases[0], i.archive.relative_path),
+                          fallback_urls=tuple(join_url(b, i.archive.relative_path) for b in bases[1:]))
+                  for i in plan.items)
+    return replace(plan, items=items)

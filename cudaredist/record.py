@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from cudaredist import __version__, fsops
 from cudaredist.errors import PrefixError, RecordError
-from cudaredist.fetch.cache import sha256_file
+from cudaredist.hashing import sha256_file
 from cudaredist.plan import Plan, version_key
 
 if TYPE_CHECKING:  # the no-op path reads records without loading the archive modules

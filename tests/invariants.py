@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from cudaredist.fetch.cache import Cache
+from cudaredist.cache import Cache
 from cudaredist.record import read_record, verify
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from cudaredist.cache import Cache
 from cudaredist.errors import ConflictError
-from cudaredist.fetch.cache import Cache
 from cudaredist.fetch.transport import Transport
 from cudaredist.install import Installer
 from cudaredist.sources.nvidia.index import Index, normalize_base, resolve_plan

@@ -293,7 +293,7 @@ def _busy(mp: pytest.MonkeyPatch, tmp: Path) -> None:
 def _lock_with(mutate: Callable[[dict[str, Any]], None]) -> Callable[[Path], None]:
     """A lock file whose content was changed and its digest recomputed (so only the content is wrong)."""
     def make(tmp: Path) -> None:
-        from cudaredist.lockfile import _digest
+        from cudaredist.publish.lockfile import _digest
 
         archive = {"name": "cuda_cudart", "version": "13.0.96", "url": "http://127.0.0.1:9/cuda_cudart/a.tar.xz",
                    "relative_path": "cuda_cudart/a.tar.xz", "sha256": "0" * 64, "size": 1, "layout": "redist"}
@@ -330,7 +330,7 @@ def _readonly_fs(under: str) -> Callable[[pytest.MonkeyPatch, Path], None]:
 
 def _disk_full(mp: pytest.MonkeyPatch, tmp: Path) -> None:
     """Downloads land on /dev/full: the kernel's own ENOSPC on the first write."""
-    from cudaredist.fetch.cache import Cache
+    from cudaredist.cache import Cache
     from cudaredist.fetch.fetcher import Fetcher
 
     def partial(self: Cache, sha256: str) -> Path:
@@ -581,8 +581,8 @@ def test_one_paragraph_and_an_exit_code(case: Case, base: str, mirror: Path, red
     assert code == case.code, out + err
     assert case.lines is None or said.count("\n") == case.lines, said
     assert said.startswith(case.lead) and said.endswith("\n"), said
-    for word in case.words:
-        assert word.format(**fill) in said, said
+    for word in case.words:  # paths as the host writes them: C:\...\w/bad.lock reads C:/.../w/bad.lock
+        assert word.format(**fill).replace("\\", "/") in said.replace("\\", "/"), said
 
 
 def test_reinstall_replace_foreign_and_the_deprecated_force(mirror: Path, tmp_path: Path) -> None:
@@ -607,3 +607,21 @@ def test_reinstall_replace_foreign_and_the_deprecated_force(mirror: Path, tmp_pa
     r = _run("install", "13.0", "--prefix", str(theirs), *common, "-q", "--replace-foreign")
     assert r.exit_code == 0, r.stderr
     assert not (theirs / "thesis.tex").exists() and (theirs / "bin" / "nvcc").is_file()
+
+
+def test_an_untranslated_error_is_one_paragraph_that_says_it_is_a_bug(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The boundary's last resort: what no layer translated still reaches the user as one paragraph
+    (with the traceback behind --verbose), never as a traceback."""
+    from cudaredist import managed
+
+    def broken(root: Path) -> object:
+        raise ValueError("an unforeseen value")
+
+    monkeypatch.setattr(managed, "scan", broken)
+    r = CliRunner().invoke(app, ["list"])
+    assert (r.exit_code, r.stdout) == (1, "")
+    assert r.stderr == ("error: internal error (a bug in cudaredist): ValueError: an unforeseen value; run "
+                        "it again with --verbose and report the traceback\n")
+    verbose = CliRunner().invoke(app, ["list", "--verbose"])
+    assert verbose.exit_code == 1 and "Traceback" in verbose.stderr

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from cudaredist import fsops
-from cudaredist.fetch.cache import Cache
+from cudaredist.cache import Cache
 from cudaredist.install import recover, swap_into_place
 from cudaredist.record import uninstall
 

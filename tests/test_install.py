@@ -17,8 +17,8 @@ from typing import Any
 import filelock
 import pytest
 
+from cudaredist.cache import Cache
 from cudaredist.errors import BusyError, IntegrityError, LocalDiskError, PrefixError, UnsafeArchiveError
-from cudaredist.fetch.cache import Cache
 from cudaredist.fetch.transport import Transport
 from cudaredist.install import Installer, InstallResult
 from cudaredist.plan import Plan
@@ -132,7 +132,7 @@ def test_prefix_that_cannot_be_moved_aside_is_left_alone(mirror: Path, transport
 def test_failure_while_extracting_removes_the_staging_tree(mirror: Path, transport: Transport, cache: Cache,
                                                            prefix: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    import cudaredist.install as inst
+    import cudaredist.install.build as inst
     from cudaredist.tree.extract import extract as real_extract
     from cudaredist.tree.staging import Tree
 
@@ -282,7 +282,7 @@ def test_an_edited_unpacked_entry_is_unpacked_again(mirror: Path, transport: Tra
 def test_warm_installs_come_from_the_unpacked_cache_in_every_link_mode(
         mirror: Path, transport: Transport, cache: Cache, tmp_path: Path, mode: str,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import cudaredist.install as inst
+    import cudaredist.install.build as inst
 
     install(transport, cache, mirror, "13.0", tmp_path / "cold")
     for p in cache.archives.glob("*"):  # no archive left: only the unpacked entries can serve

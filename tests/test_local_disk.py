@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from cudaredist.cache import Cache
 from cudaredist.errors import LocalDiskError
-from cudaredist.fetch.cache import Cache
 from cudaredist.fetch.transport import Transport
 from cudaredist.install import Installer
 from cudaredist.sources.nvidia.index import Index, normalize_base, resolve_plan

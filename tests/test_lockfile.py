@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cudaredist.errors import LockFileError
-from cudaredist.lockfile import _digest, read_lock, select
+from cudaredist.publish.lockfile import _digest, read_lock, select
 from cudaredist.sources.nvidia.manifest import parse_manifest
 from cudaredist.sources.nvidia.planner import make_plan
 from tests.realmirror import tree_of
@@ -260,7 +260,7 @@ def test_select_picks_host_or_only_platform(mirror: Path, tmp_path: Path) -> Non
 
 
 def test_plans_of_real_manifests_lock_and_read_back(shared_manifests: Path, tmp_path: Path) -> None:
-    from cudaredist.lockfile import build_lock, write_lock
+    from cudaredist.publish.lockfile import build_lock, write_lock
 
     data = (shared_manifests / "redistrib_13.4.1.json").read_bytes()
     manifest = parse_manifest(data, label="13.4.1")

@@ -148,6 +148,61 @@ def test_system_toolkits_are_found_with_how(tmp_path: Path) -> None:
     assert release_of(tmp_path) == ""
 
 
+def test_a_train_that_fails_to_install_leaves_the_others_installed_and_linked(
+        two_trains: Path, tk_dir: Path) -> None:
+    tk_dir.mkdir()
+    (tk_dir / "cuda-13.2.0-linux-x86_64").write_text("a file in the way")
+    code, out, err = cli("install", "13.0", "13.2", "--base-url", str(two_trains), "--platform", LINUX,
+                         "--json")
+    assert code == 1, err
+    assert os.readlink(tk_dir / "cuda-13.0-linux-x86_64") == "cuda-13.0.1-linux-x86_64"
+    assert cli("verify", "13.0")[0] == 0
+    assert not (tk_dir / "cuda-13.2-linux-x86_64").exists()
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: CUDA 13.2: ") and "is a file" in lines[0], err
+    got = json.loads(out)
+    assert [t["release"] for t in got["toolkits"]] == ["13.0.1"]
+    assert [(f["train"], f["exit_code"]) for f in got["failed"]] == [("13.2", 1)]
+    assert got["links"] == {"cuda-13.0-linux-x86_64": "cuda-13.0.1-linux-x86_64"}
+
+
+def test_train_links_are_updated_under_the_install_dir_lock(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two installs finish at once: the one that installed 13.0.1 read the install dir before the
+    other's 13.0.2 was there, and points the link last. Under the lock it reads after the other."""
+    import threading
+
+    from cudaredist import managed
+
+    root = tmp_path / "toolkits"
+    for release in ("13.0.1", "13.0.2"):
+        rec = {"schema": 1, "tool": "cudaredist 0", "installed_at": "2026-01-01T00:00:00+00:00",
+               "plan": {"release": release, "platform": LINUX, "profile": "nvcc", "base_url": "x",
+                        "components": []}, "files": []}
+        (root / f"cuda-{release}-{LINUX}" / ".cudaredist").mkdir(parents=True)
+        (root / f"cuda-{release}-{LINUX}" / ".cudaredist" / "record.json").write_text(json.dumps(rec))
+    newer = root / f"cuda-13.0.2-{LINUX}"
+    hidden = newer.with_name(".installing")
+    newer.rename(hidden)  # not there yet when the first process reads the install dir
+    real_installed = managed.installed
+    second: list[threading.Thread] = []
+
+    def installed(path: Path) -> list[managed.Toolkit]:
+        seen = real_installed(path)
+        if not second:  # the first process, right after its read: the second finishes now
+            hidden.rename(newer)
+            second.append(threading.Thread(target=managed.link_trains, args=(root,),
+                                           kwargs={"timeout": 30}))
+            second[0].start()
+            second[0].join(timeout=2)  # it cannot link before this one is done: it waits on the lock
+        return seen
+
+    monkeypatch.setattr(managed, "installed", installed)
+    managed.link_trains(root, timeout=30)
+    second[0].join()
+    assert os.readlink(root / f"cuda-13.0-{LINUX}") == f"cuda-13.0.2-{LINUX}"
+
+
 @pytest.mark.parametrize("form", [["--install-dir", "{d}"], ["--install-dir={d}"]], ids=["split", "equals"])
 def test_run_takes_its_options_after_the_train(mirror: Path, tmp_path: Path, form: list[str],
                                                monkeypatch: pytest.MonkeyPatch) -> None:

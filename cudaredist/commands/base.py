@@ -9,11 +9,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from cudaredist.errors import CudaRedistError, ToolError
+
+if TYPE_CHECKING:  # the CLI starts without the cache, the sources and httpx
+    from cudaredist.plan import Plan
 
 _VERBOSE = False
 
@@ -88,7 +91,7 @@ class Ctx:
     trusted_hosts: list[str] | None = None
 
     def cache(self) -> Any:
-        from cudaredist.fetch.cache import Cache
+        from cudaredist.cache import Cache
 
         return Cache(self.cache_dir)
 
@@ -123,7 +126,7 @@ def human(n: int) -> str:
     return f"{n / 1e6:.1f} MB"
 
 
-def print_plan(plan: Any) -> None:
+def print_plan(plan: Plan) -> None:
     typer.echo(f"CUDA {plan.release} ({plan.release_date or 'date unknown'}) for {plan.platform}, "
                f"profile {plan.profile}, from {plan.base_url}")
     width = max(len(i.component) for i in plan.items)

@@ -10,7 +10,7 @@ from cudaredist.commands.base import emit_json, errors, human, set_verbose
 from cudaredist.commands.options import CacheDirOpt, JsonOpt, VerboseOpt
 
 if TYPE_CHECKING:
-    from cudaredist.fetch.maintenance import Cleaned
+    from cudaredist.cache.maintenance import Cleaned
 
 app = typer.Typer(help="Inspect and clean the download cache.", no_args_is_help=True)
 
@@ -19,7 +19,7 @@ app = typer.Typer(help="Inspect and clean the download cache.", no_args_is_help=
 def cache_dir_cmd(cache_dir: CacheDirOpt = None) -> None:
     """Print the cache directory."""
     with errors():
-        from cudaredist.fetch.cache import Cache
+        from cudaredist.cache import Cache
 
         typer.echo(str(Cache(cache_dir).root))
 
@@ -29,8 +29,8 @@ def cache_list(cache_dir: CacheDirOpt = None, as_json: JsonOpt = False, verbose:
     """List cached archives and the unpacked entries made from them, with their sizes."""
     set_verbose(verbose)
     with errors():
-        from cudaredist.fetch.cache import Cache
-        from cudaredist.fetch.maintenance import unpacked_entries
+        from cudaredist.cache import Cache
+        from cudaredist.cache.maintenance import unpacked_entries
 
         cache = Cache(cache_dir)
         entries, unpacked = cache.entries(), unpacked_entries(cache)
@@ -68,8 +68,8 @@ def cache_prune(cache_dir: CacheDirOpt = None,
     --max-size); entries in use are left."""
     set_verbose(verbose)
     with errors():
-        from cudaredist.fetch.cache import Cache
-        from cudaredist.fetch.maintenance import parse_size, prune
+        from cudaredist.cache import Cache
+        from cudaredist.cache.maintenance import parse_size, prune
 
         c = Cache(cache_dir)
         limit = parse_size(max_size) if max_size is not None else None
@@ -82,8 +82,8 @@ def cache_clear(cache_dir: CacheDirOpt = None, verbose: VerboseOpt = False) -> N
     directory that is not a cudaredist cache; entries a running install holds are left."""
     set_verbose(verbose)
     with errors():
-        from cudaredist.fetch.cache import Cache
-        from cudaredist.fetch.maintenance import clear
+        from cudaredist.cache import Cache
+        from cudaredist.cache.maintenance import clear
 
         c = Cache(cache_dir)
         _report(f"cleared {c.root}", clear(c))

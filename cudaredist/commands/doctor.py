@@ -1,4 +1,4 @@
-"""``cudaredist doctor``: why CUDA does not work on this machine (checks in cudaredist/doctor.py)."""
+"""``cudaredist doctor``: why CUDA does not work on this machine (the checks are in cudaredist/doctor/)."""
 
 from __future__ import annotations
 

@@ -101,7 +101,7 @@ def uninstall(
     set_verbose(verbose)
     with errors():
         from cudaredist.install import lock_timeout_default, prefix_lock
-        from cudaredist.managed import find, update_train_links
+        from cudaredist.managed import find, link_trains
         from cudaredist.managed import install_dir as managed_dir
         from cudaredist.record import uninstall as do_uninstall
 
@@ -123,7 +123,7 @@ def uninstall(
                 n = do_uninstall(target)
             typer.echo(f"removed {n} files from {target}")
         if root is not None:
-            update_train_links(root)
+            link_trains(root, timeout=timeout, warn=lambda w: typer.echo(w, err=True))
 
 
 def env_cmd(

@@ -21,11 +21,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
+from cudaredist.cache import Cache
 from cudaredist.errors import FetchError, IntegrityError, OfflineError
-from cudaredist.fetch.cache import CHUNK, Cache, sha256_file
 from cudaredist.fetch.growing import GrowingFile
 from cudaredist.fetch.ranges import discard_partial, resume_point
 from cudaredist.fetch.transport import Aborted, Transport
+from cudaredist.hashing import CHUNK, sha256_file
 from cudaredist.localfs import disk_error
 from cudaredist.plan import PlannedArchive
 from cudaredist.progress import Reporter, Silent
@@ -150,7 +151,11 @@ class Fetcher:
         path = self.cache.lookup(sha, size)
         if path is None:
             return None
-        if sha256_file(path) != sha:  # verified on every use
+        try:
+            digest = sha256_file(path)
+        except FileNotFoundError:  # removed since the lookup (a cache clear or prune): not cached
+            return None
+        if digest != sha:  # verified on every use
             if evict:
                 self.cache.evict(sha)
                 self.reporter.message(f"dropped a corrupted cache entry {sha[:16]}…; downloading again")
@@ -167,10 +172,14 @@ class Fetcher:
         path = self.cache.lookup(sha, size)
         if path is None:
             return None
-        follow.attach(path)
+        try:
+            follow.attach(path)
+            fh = open(path, "rb")  # noqa: SIM115 - closed below
+        except FileNotFoundError:  # removed since the lookup (a cache clear or prune): not cached
+            return None
         h = hashlib.sha256()
         done = 0
-        with open(path, "rb") as fh:
+        with fh:
             while chunk := fh.read(CHUNK):
                 h.update(chunk)
                 done += len(chunk)

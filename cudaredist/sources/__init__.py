@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from cudaredist.errors import PlanError, UsageError
 
 if TYPE_CHECKING:
-    from cudaredist.fetch.cache import Cache
+    from cudaredist.cache import Cache
     from cudaredist.fetch.fetcher import Fetcher
     from cudaredist.fetch.transport import Transport
     from cudaredist.mirror import MirrorReport
@@ -79,6 +79,7 @@ class Where:
 
 class Source(Protocol):
     name: str
+    transport: Transport  # what its archives are fetched over (the fetcher and the installer use it)
     # the mirror re-packs archives (so an xz preset means something) rather than copying them
     builds_archives: bool
 

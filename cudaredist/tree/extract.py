@@ -48,7 +48,7 @@ def extract(path: Path | None, tree: Tree, *, component: str, archive: str, mapp
     A tar or a zip may come as ``fileobj`` instead of ``path``: a download still being written.
     """
     if archive.endswith(".zip") and fileobj is not None:
-        from cudaredist.tree.zipstream import extract_zip_stream  # it builds on this module's Tree
+        from cudaredist.tree.zipstream import extract_zip_stream  # loaded only when a zip streams
 
         extract_zip_stream(fileobj, tree, component=component, archive=archive, mapper=mapper)
     elif archive.endswith((".zip", ".whl")):

@@ -74,11 +74,11 @@ class Tree:
     ``case_insensitive``: the tree is meant for (or lies on) a filesystem that does not tell
     names apart by case, so paths are compared case-folded: two members differing only in
     case are one path, and a symlink ``X`` shadows a directory ``x``. ``dest`` (the prefix)
-    and ``size_hint`` (bytes of the archives) only make disk errors more helpful.
+    only makes disk errors more helpful.
     """
 
     def __init__(self, root: Path, *, case_insensitive: bool = False, dest: Path | None = None,
-                 size_hint: int = 0, cache_root: Path | None = None) -> None:
+                 cache_root: Path | None = None) -> None:
         self.root = root
         self.case_insensitive = case_insensitive
         self._key: Callable[[str], str] = fold if case_insensitive else str
@@ -86,7 +86,6 @@ class Tree:
         # an unpacked-cache entry: its disk errors name the cache (and --cache-dir), not a prefix
         self._cache_root = cache_root
         self._where = cache_root or self._dest.parent
-        self._size_hint = size_hint
         self._real_root = fsops.short_path(os.path.realpath(fsops.long_path(root)))
         self._cond = threading.Condition()
         self._claims: dict[str, _Claim] = {}

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
+from cudaredist.cache import Cache
 from cudaredist.errors import FetchError, IntegrityError
-from cudaredist.fetch.cache import Cache
 from cudaredist.fetch.client import RetryPolicy, make_client
 from cudaredist.fetch.transport import Transport
 from cudaredist.install import Installer

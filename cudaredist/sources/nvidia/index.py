@@ -8,8 +8,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlparse
 
+from cudaredist.cache import Cache
 from cudaredist.errors import CudaRedistError, FetchError, OfflineError, ResolveError
-from cudaredist.fetch.cache import Cache
 from cudaredist.fetch.client import UNREACHABLE_HINT, is_local, local_path
 from cudaredist.fetch.transport import Transport
 from cudaredist.plan import Plan, join_url, version_key

@@ -8,13 +8,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from cudaredist.cache import Cache
 from cudaredist.errors import CudaRedistError, UsageError
-from cudaredist.fetch.cache import Cache
 from cudaredist.fetch.fetcher import Fetcher
 from cudaredist.fetch.transport import Transport
-from cudaredist.lockfile import with_bases
 from cudaredist.mirror import MirrorReport, write_mirror
-from cudaredist.plan import Plan, version_key
+from cudaredist.plan import Plan, version_key, with_bases
 from cudaredist.progress import Reporter
 from cudaredist.sources import Layout, Where
 from cudaredist.sources.nvidia.index import (

@@ -21,6 +21,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from cudaredist.cache import Cache
 from cudaredist.errors import (
     FetchError,
     IntegrityError,
@@ -29,9 +30,9 @@ from cudaredist.errors import (
     PlanError,
     ResolveError,
 )
-from cudaredist.fetch.cache import Cache, sha256_file
 from cudaredist.fetch.client import UNREACHABLE_HINT, is_local, local_path
 from cudaredist.fetch.transport import Transport
+from cudaredist.hashing import sha256_file
 from cudaredist.plan import Archive, Plan, PlannedArchive
 from cudaredist.sources.nvidia.releases import check_train, pick_release, train_of
 from cudaredist.sources.pypi.simple import IndexFile, parse_simple_page

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cudaredist.errors import ConflictError, ManifestError
-from cudaredist.fetch.cache import sha256_file
+from cudaredist.hashing import sha256_file
 from cudaredist.mirror import (
     INDEX_PAGE,
     MirrorReport,
@@ -161,7 +161,7 @@ def write_wheel_mirror(
     (:mod:`cudaredist.sources.pypi.repack`); the manifests list them in NVIDIA's format, merged with what the
     mirror already holds. An archive that already verifies against a manifest of the mirror
     is kept as it is: a re-run builds only what is missing or damaged, and writes nothing
-    when nothing changed. ``fetch`` returns a verified wheel (:meth:`Installer.fetch`).
+    when nothing changed. ``fetch`` returns a verified wheel (:meth:`cudaredist.fetch.fetcher.Fetcher.fetch`).
     """
     from cudaredist.sources.pypi.repack import relative_path as archive_path
     from cudaredist.sources.pypi.repack import repack

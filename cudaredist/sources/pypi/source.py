@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from cudaredist.fetch.cache import Cache
+from cudaredist.cache import Cache
 from cudaredist.fetch.fetcher import Fetcher
 from cudaredist.fetch.transport import Transport
 from cudaredist.mirror import MirrorReport
@@ -32,6 +32,7 @@ class PypiSource:
     builds_archives = True
 
     def __init__(self, transport: Transport, cache: Cache, where: Where) -> None:
+        self.transport = transport
         self.index = WheelIndex(transport, cache, index_url=where.index_url, offline=where.offline,
                                 mirror=where.mirror, no_fallback=where.no_fallback,
                                 trust=Trust.of(where.trusted_hosts))

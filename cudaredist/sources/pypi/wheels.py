@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from packaging.markers import UndefinedComparison, UndefinedEnvironmentName
 from packaging.metadata import parse_email
@@ -34,8 +34,6 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-if TYPE_CHECKING:
-    pass
 
 # ------------------------------------------------------------------------------------------------
 # Data (manifests/pypi.toml)

@@ -10,8 +10,8 @@ import httpx
 import pytest
 import respx
 
+from cudaredist.cache import Cache
 from cudaredist.errors import FetchError, OfflineError, ResolveError
-from cudaredist.fetch.cache import Cache
 from cudaredist.fetch.client import RetryPolicy
 from cudaredist.fetch.transport import Transport
 from cudaredist.sources.nvidia.index import LISTING, Index, default_bases, normalize_base, resolve_plan

@@ -21,6 +21,7 @@ from packaging.requirements import Requirement
 from typer.testing import CliRunner
 
 from cudaredist import sources as source
+from cudaredist.cache import Cache
 from cudaredist.cli import app
 from cudaredist.errors import (
     FetchError,
@@ -31,7 +32,6 @@ from cudaredist.errors import (
     ResolveError,
     UsageError,
 )
-from cudaredist.fetch.cache import Cache
 from cudaredist.fetch.client import RetryPolicy
 from cudaredist.fetch.transport import Transport
 from cudaredist.install import Installer

@@ -23,6 +23,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import stat
 import threading
 import uuid
@@ -39,6 +40,7 @@ from cudaredist.tree.staging import FileRecord, Tree
 
 UNPACKED_VERSION = 1
 RECORD = "files.json"
+_KEY = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -164,10 +166,11 @@ class UnpackedCache:
                 fsops.rmtree(gone)
 
     def entries(self) -> list[UnpackedEntry]:
+        """The complete entries (a directory named by its key with its files.json), for maintenance."""
         found = []
         if self.root.is_dir():
             for d in sorted(self.root.iterdir()):
-                if not d.name.startswith("."):
+                if _KEY.fullmatch(d.name) and d.is_dir() and not d.is_symlink():
                     entry = self._read(d.name)
                     if entry is not None:
                         found.append(entry)

@@ -1,4 +1,4 @@
-"""The unpacked cache (tree/unpacked.py) and the ways a cached file lands in a tree (tree/links.py)."""
+"""The unpacked cache (cache/unpacked.py) and the ways a cached file lands in a tree (tree/links.py)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from cudaredist.cache.unpacked import UnpackedCache, entry_key, materialize
 from cudaredist.errors import ConflictError, LocalDiskError, UsageError
 from cudaredist.plan import Archive, PlannedArchive
 from cudaredist.tree import links
 from cudaredist.tree.extract import extract, redist_mapper
 from cudaredist.tree.links import link_mode, place
 from cudaredist.tree.staging import Tree
-from cudaredist.tree.unpacked import UnpackedCache, entry_key, materialize
 from tests.archives import Exe, Link, make_tar_xz
 
 TOP = "comp-linux-x86_64-1.0-archive"
@@ -146,7 +146,7 @@ def test_a_big_entry_is_placed_by_several_threads_and_a_conflict_still_stops_it(
     import dataclasses
     import threading
 
-    from cudaredist.tree import unpacked
+    from cudaredist.cache import unpacked
 
     monkeypatch.setattr(unpacked, "PARALLEL_FILES", 8)
     monkeypatch.setattr(unpacked.os, "cpu_count", lambda: 4)
@@ -158,9 +158,19 @@ def test_a_big_entry_is_placed_by_several_threads_and_a_conflict_still_stops_it(
     entry = UnpackedCache(tmp_path / "cache").build(item, "linux-x86_64", _fill(path, item))
     placers: set[str] = set()
     real = Tree.add_placed
+    seen = threading.Lock()
+    # the first two threads meet before placing anything: a placement done by one thread alone
+    # breaks the barrier (and fails the test) whatever the machine's load
+    meet = threading.Barrier(2, timeout=20)
 
     def spy(self: Tree, *args: object, **kwargs: object) -> None:
-        placers.add(threading.current_thread().name)
+        name = threading.current_thread().name
+        with seen:
+            first = name not in placers
+            placers.add(name)
+            count = len(placers)
+        if first and count <= 2:
+            meet.wait()
         real(self, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(Tree, "add_placed", spy)

@@ -16,10 +16,10 @@ import filelock
 import pytest
 from typer.testing import CliRunner
 
+from cudaredist.cache import maintenance
+from cudaredist.cache.store import CACHEDIR_TAG, MARKER, TAG_SIGNATURE, Cache
 from cudaredist.cli import app
 from cudaredist.errors import CacheError
-from cudaredist.fetch import maintenance
-from cudaredist.fetch.cache import CACHEDIR_TAG, MARKER, TAG_SIGNATURE, Cache
 from tests.faultserver import FaultServer
 from tests.invariants import assert_installed, snapshot
 from tests.test_concurrency import NVCC, build_big_mirror

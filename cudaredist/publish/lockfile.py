@@ -225,16 +225,6 @@ def select(lock: Lock, *, train: str | None, platform: str | None, host: str | N
     return lock.plans[platform]
 
 
-def with_bases(plan: Plan, bases: Sequence[str]) -> Plan:
-    """The plan fetching each archive from ``bases`` in order (mirror first), same bytes."""
-    if not bases:
-        return plan
-    items = tuple(replace(i, url=join_url(bases[0], i.archive.relative_path),
-                          fallback_urls=tuple(join_url(b, i.archive.relative_path) for b in bases[1:]))
-                  for i in plan.items)
-    return replace(plan, items=items)
-
-
 def plan_for(path: Path, *, train: str | None, platform: str | None, host: str | None,
              profile: str | None, components: Sequence[str] | None,
              source: str | None) -> tuple[Lock, Plan]:

@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
 import re
 import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from cudaredist import fsops
+from cudaredist.cache.store import ARCHIVE_NAME, INDEX_KEY, OPTION, OURS, PARTIAL_NAME, Cache
+from cudaredist.cache.unpacked import UnpackedEntry
 from cudaredist.errors import CacheError, UsageError
-from cudaredist.fetch.cache import _ARCHIVE, _INDEX_KEY, _OPTION, _OURS, _PARTIAL, Cache
 from cudaredist.localfs import local_error
 
 
@@ -39,32 +38,10 @@ class Cleaned:
     foreign: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class UnpackedInfo:
-    """An entry of ``unpacked/`` (see :mod:`cudaredist.tree.unpacked`), as maintenance sees it."""
+def unpacked_entries(cache: Cache) -> list[UnpackedEntry]:
+    """Complete entries of the unpacked bucket, oldest use first."""
+    return sorted(cache.unpacked.entries(), key=lambda e: e.last_used)
 
-    key: str
-    path: Path
-    size: int          # bytes of its files
-    name: str          # the archive it was unpacked from
-    last_used: float
-
-
-
-def unpacked_entries(cache: Cache) -> list[UnpackedInfo]:
-    """Complete entries of ``unpacked/`` (a directory with its files.json), oldest use first."""
-    out: list[UnpackedInfo] = []
-    root = cache.root / "unpacked"
-    for d in sorted(root.iterdir()) if root.is_dir() else []:
-        if not _ARCHIVE.fullmatch(d.name) or d.is_symlink() or not d.is_dir():
-            continue
-        try:
-            raw = json.loads((d / "files.json").read_text("utf-8"))
-            out.append(UnpackedInfo(d.name, d, int(raw.get("size", 0)), str(raw.get("name", "")),
-                                    (d / "files.json").stat().st_mtime))
-        except (OSError, ValueError, AttributeError):
-            continue  # being made, or half removed: not an entry
-    return sorted(out, key=lambda e: e.last_used)
 
 def prune(cache: Cache, *, older_than_days: float = 30.0, max_size: int | None = None) -> Cleaned:
     """Drop partial downloads of no running install (older than an hour), archives and unpacked
@@ -80,19 +57,15 @@ def clear(cache: Cache) -> Cleaned:
 
 def _drop_archive(cache: Cache, sha256: str) -> bool:
     with cache.try_lock(sha256) as got:
+        return got and cache.evict(sha256)
+
+def _drop_unpacked(cache: Cache, e: UnpackedEntry) -> bool:
+    """Remove an unpacked entry unless an install is making or placing it (its lock is held)."""
+    with cache.try_lock(f"unpacked-{e.key}") as got:
         if got:
-            cache.evict(sha256)
+            cache.unpacked.evict(e.key)
         return got
 
-def _drop_unpacked(cache: Cache, e: UnpackedInfo) -> bool:
-    """Remove an unpacked entry unless an install is placing files from it (its lock is held)."""
-    with cache.try_lock(f"unpacked-{e.key}") as got:
-        if not got:
-            return False
-        gone = e.path.parent / f".gone-{e.key[:16]}-{os.getpid()}"
-        os.rename(e.path, gone)  # atomically no entry any more, then removed
-        fsops.rmtree(gone)
-        return True
 
 def _drop_lock_files(cache: Cache) -> int:
     """Remove the lock files no process holds (one is left behind by every entry ever written).
@@ -118,16 +91,15 @@ def _clean(cache: Cache, doing: str, *, archive_cutoff: float, partial_cutoff: f
         return Cleaned()
     files = freed = busy = 0
     try:
-        unpacked = cache.root / "unpacked"
         for u in unpacked_entries(cache):
             if u.last_used < archive_cutoff:
                 if _drop_unpacked(cache, u):
                     files, freed = files + 1, freed + u.size
                 else:
                     busy += 1
-        for d in sorted(unpacked.iterdir()) if unpacked.is_dir() else []:
+        for d in cache.unpacked.leftovers():
             # what a killed build or removal left (a running build is younger than an hour)
-            if d.name.startswith((".tmp-", ".gone-")) and d.stat().st_mtime < time.time() - 3600:
+            if d.stat().st_mtime < time.time() - 3600:
                 fsops.rmtree(d)
                 files += 1
         for e in cache.entries():
@@ -137,19 +109,21 @@ def _clean(cache: Cache, doing: str, *, archive_cutoff: float, partial_cutoff: f
                 if not got:
                     busy += 1
                     continue
-                if cache.lookup(e.sha256, e.size) is not None:
+                there = cache.lookup(e.sha256, e.size) is not None
+                if not cache.evict(e.sha256):  # open in another process (Windows): in use
+                    busy += 1
+                elif there:
                     freed += e.size
                     files += 1
-                cache.evict(e.sha256)
         if cache.archives.is_dir():  # metadata whose archive is gone
             for n in os.listdir(cache.archives):
-                if n.endswith(".json") and _ARCHIVE.fullmatch(n) \
+                if n.endswith(".json") and ARCHIVE_NAME.fullmatch(n) \
                         and not (cache.archives / n).with_suffix("").exists():
                     with cache.try_lock(n[:64]) as got, contextlib.suppress(FileNotFoundError):
                         if got:
                             (cache.archives / n).unlink()
         for p in sorted(cache.tmp.iterdir()) if cache.tmp.is_dir() else []:
-            m = _PARTIAL.fullmatch(p.name)
+            m = PARTIAL_NAME.fullmatch(p.name)
             if m is None or not p.is_file() or p.is_symlink():
                 continue
             # the lock of the entry this partial belongs to: held while its download runs
@@ -167,7 +141,7 @@ def _clean(cache: Cache, doing: str, *, archive_cutoff: float, partial_cutoff: f
                     freed += st.st_size
         index_root = cache.root / "index"
         for d in sorted(index_root.iterdir()) if index and index_root.is_dir() else []:
-            if not (_INDEX_KEY.fullmatch(d.name) and d.is_dir() and not d.is_symlink()):
+            if not (INDEX_KEY.fullmatch(d.name) and d.is_dir() and not d.is_symlink()):
                 continue
             with cache.try_lock(f"index-{d.name}") as got:
                 if not got:
@@ -190,8 +164,8 @@ def _clean(cache: Cache, doing: str, *, archive_cutoff: float, partial_cutoff: f
                 else:
                     busy += 1
         _drop_lock_files(cache)  # bookkeeping, not counted as what was freed
-        foreign = tuple(sorted(n for n in os.listdir(cache.root) if n not in _OURS))
+        foreign = tuple(sorted(n for n in os.listdir(cache.root) if n not in OURS))
     except OSError as exc:
         raise local_error(exc, doing=f"{doing} the cache in", path=exc.filename or cache.root,
-                          option=_OPTION, cls=CacheError) from exc
+                          option=OPTION, cls=CacheError) from exc
     return Cleaned(files, freed, busy, foreign)

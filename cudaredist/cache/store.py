@@ -1,4 +1,4 @@
-"""The download cache: content-addressed archives, cached index pages and manifests.
+"""The cache root and its archives: content-addressed archives, index pages and manifests, locks.
 
 Layout under the cache root (``--cache-dir`` > ``CUDAREDIST_CACHE_DIR`` > the user cache dir):
 
@@ -38,21 +38,22 @@ from cudaredist.localfs import local_error
 if TYPE_CHECKING:
     import filelock
 
+    from cudaredist.cache.unpacked import UnpackedCache
+
 ENV_CACHE_DIR = "CUDAREDIST_CACHE_DIR"
-CHUNK = 1 << 20
 MARKER = ".cudaredist-cache"
 FORMAT = 1
 CACHEDIR_TAG = "CACHEDIR.TAG"
 TAG_SIGNATURE = "Signature: 8a477f597d28d172789f06886806bc55"
 _TAG_TEXT = (f"{TAG_SIGNATURE}\n# This file is a cache directory tag created by cudaredist.\n"
              "# For information about cache directory tags see https://bford.info/cachedir/\n")
-_OURS = frozenset({"archives", "unpacked", "index", "tmp", "locks", CACHEDIR_TAG, MARKER})
-_ARCHIVE = re.compile(r"[0-9a-f]{64}(\.json)?")
-_PARTIAL = re.compile(r"([0-9a-f]{16,64})\..*")
-_INDEX_KEY = re.compile(r"[0-9a-f]{24}")
+OURS = frozenset({"archives", "unpacked", "index", "tmp", "locks", CACHEDIR_TAG, MARKER})
+ARCHIVE_NAME = re.compile(r"[0-9a-f]{64}(\.json)?")
+PARTIAL_NAME = re.compile(r"([0-9a-f]{16,64})\..*")
+INDEX_KEY = re.compile(r"[0-9a-f]{24}")
 _MARKING = re.compile(rf"\.({re.escape(MARKER)}|{re.escape(CACHEDIR_TAG)})\..*\.part")
 _PREPARING = threading.Lock()
-_OPTION = "--cache-dir (or CUDAREDIST_CACHE_DIR)"
+OPTION = "--cache-dir (or CUDAREDIST_CACHE_DIR)"
 
 
 def default_cache_dir() -> Path:
@@ -62,14 +63,6 @@ def default_cache_dir() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_cache_dir("cudaredist", appauthor=False))
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -97,6 +90,13 @@ class Cache:
     def tmp(self) -> Path:
         return self.root / "tmp"
 
+    @property
+    def unpacked(self) -> UnpackedCache:
+        """The bucket of archives unpacked once (``unpacked/``)."""
+        from cudaredist.cache.unpacked import UnpackedCache  # loads the tree: not for the no-op path
+
+        return UnpackedCache(self.root)
+
     def archive_path(self, sha256: str) -> Path:
         return self.archives / sha256.lower()
 
@@ -116,15 +116,15 @@ class Cache:
         """Written by a cudaredist before the marker: only our names at the top, and in archives/
         only sha256-named files."""
         try:
-            return self._names() <= _OURS and (
-                not self.archives.is_dir() or all(_ARCHIVE.fullmatch(n) for n in os.listdir(self.archives)))
+            return self._names() <= OURS and (not self.archives.is_dir() or all(
+                ARCHIVE_NAME.fullmatch(n) for n in os.listdir(self.archives)))
         except OSError:
             return False
 
     def _not_ours(self, doing: str) -> CacheError:
         return CacheError(
             f"{self.root} is not a cudaredist cache (it has no {MARKER} marker and holds files "
-            f"cudaredist did not write); refusing to {doing} it. Point {_OPTION} at a new or empty "
+            f"cudaredist did not write); refusing to {doing} it. Point {OPTION} at a new or empty "
             "directory, or at the cache itself (`cudaredist cache dir` prints the default).",
             path=str(self.root))
 
@@ -145,14 +145,14 @@ class Cache:
         with _PREPARING:  # the fetcher's threads share one Cache
             try:
                 if self.root.exists() and not self.root.is_dir():
-                    raise CacheError(f"the cache directory {self.root} is a file; choose another {_OPTION}, "
+                    raise CacheError(f"the cache directory {self.root} is a file; choose another {OPTION}, "
                                      "or move that file away", path=str(self.root))
                 if not self.is_marked() and self.root.is_dir() and not self._older_cache():
                     raise self._not_ours("use")
                 self.root.mkdir(parents=True, exist_ok=True)
                 self._mark()
             except OSError as exc:
-                raise local_error(exc, doing="use the cache directory", path=self.root, option=_OPTION,
+                raise local_error(exc, doing="use the cache directory", path=self.root, option=OPTION,
                                   cls=CacheError) from exc
             self._ready = True
 
@@ -173,7 +173,7 @@ class Cache:
             self._mark()  # adopt the cache an older cudaredist wrote
             return True
         except OSError as exc:
-            raise local_error(exc, doing=f"{doing} the cache directory", path=self.root, option=_OPTION,
+            raise local_error(exc, doing=f"{doing} the cache directory", path=self.root, option=OPTION,
                               cls=CacheError) from exc
 
     # -- locking -------------------------------------------------------------------------------
@@ -184,7 +184,7 @@ class Cache:
         try:
             (self.root / "locks").mkdir(exist_ok=True)
         except OSError as exc:
-            raise local_error(exc, doing="create", path=self.root / "locks", option=_OPTION,
+            raise local_error(exc, doing="create", path=self.root / "locks", option=OPTION,
                               cls=CacheError) from exc
         return filelock.FileLock(str(self.root / "locks" / f"{name}.lock"), timeout=timeout)
 
@@ -202,7 +202,7 @@ class Cache:
                     yield False
                     return
                 except OSError as exc:
-                    raise local_error(exc, doing="lock", path=lock.lock_file, option=_OPTION,
+                    raise local_error(exc, doing="lock", path=lock.lock_file, option=OPTION,
                                       cls=CacheError) from exc
                 held.callback(lock.release)
             yield True
@@ -235,7 +235,7 @@ class Cache:
                 f"for more than {wait:g}s; retry, or raise --lock-timeout",
                 path=str(self.root), lock=lock.lock_file) from exc
         except OSError as exc:
-            raise local_error(exc, doing="lock", path=lock.lock_file, option=_OPTION,
+            raise local_error(exc, doing="lock", path=lock.lock_file, option=OPTION,
                               cls=CacheError) from exc
         try:
             yield
@@ -252,10 +252,19 @@ class Cache:
             return None
         return p if st.st_size == size else None
 
-    def evict(self, sha256: str) -> None:
+    def evict(self, sha256: str) -> bool:
+        """Remove the archive and its sidecar; False when Windows says a process has it open
+        (a sharing violation: in use, so left for the next clean)."""
         for p in (self.archive_path(sha256), self.archive_path(sha256).with_suffix(".json")):
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 p.unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                if getattr(exc, "winerror", None) in (32, 33):
+                    return False
+                raise
+        return True
 
     def touch(self, sha256: str) -> None:
         with contextlib.suppress(OSError):
@@ -282,7 +291,7 @@ class Cache:
             self.tmp.mkdir(exist_ok=True)
             fd, name = tempfile.mkstemp(dir=self.tmp, prefix=f"{hint}.", suffix=".part")
         except OSError as exc:
-            raise local_error(exc, doing="create a download file in", path=self.tmp, option=_OPTION,
+            raise local_error(exc, doing="create a download file in", path=self.tmp, option=OPTION,
                               cls=CacheError) from exc
         os.close(fd)
         return Path(name)
@@ -304,18 +313,18 @@ class Cache:
     def entries(self) -> list[CacheEntry]:
         out: list[CacheEntry] = []
         if self.root.exists() and not self.root.is_dir():
-            raise CacheError(f"the cache directory {self.root} is a file; point {_OPTION} at the cache",
+            raise CacheError(f"the cache directory {self.root} is a file; point {OPTION} at the cache",
                              path=str(self.root))
         if not self.archives.is_dir():
             return out
         try:
             names = sorted(os.listdir(self.archives))
         except OSError as exc:
-            raise local_error(exc, doing="read the cache directory", path=self.archives, option=_OPTION,
+            raise local_error(exc, doing="read the cache directory", path=self.archives, option=OPTION,
                               cls=CacheError) from exc
         for n in names:
             p = self.archives / n
-            if p.suffix == ".json" or not _ARCHIVE.fullmatch(n):
+            if p.suffix == ".json" or not ARCHIVE_NAME.fullmatch(n):
                 continue
             meta: dict[str, object] = {}
             with contextlib.suppress(OSError, ValueError):
@@ -340,7 +349,7 @@ class Cache:
                     fh.write(data)
                 os.replace(tmp, d / name)
             except OSError as exc:
-                raise local_error(exc, doing="write the index cache", path=d, option=_OPTION,
+                raise local_error(exc, doing="write the index cache", path=d, option=OPTION,
                                   cls=CacheError) from exc
 
     def load_index(self, base_url: str, name: str) -> bytes | None:

@@ -1,0 +1,293 @@
+"""The install below the command line: one call that takes a request and gives what it did.
+
+:func:`install` owns every decision between the options and the transaction: the no-op check
+(no network for a prefix that already answers the request), the lock file, where managed
+toolkits go, one download pool for several trains, and the train links, updated under the
+install dir's lock. Every train is resolved before anything is downloaded; in the install dir,
+one train failing to install does not stop the others: those that installed get their links,
+and the outcome lists which failed. The command line only parses the
+options into an :class:`InstallRequest` and renders the :class:`InstallOutcome`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from cudaredist.errors import CudaRedistError, UsageError
+from cudaredist.profiles import DEFAULT_PROFILE
+from cudaredist.sources import Where, check_source
+
+_T = TypeVar("_T")
+
+if TYPE_CHECKING:
+    from cudaredist.install import Installer, InstallResult
+    from cudaredist.plan import Plan
+    from cudaredist.progress import Reporter
+    from cudaredist.publish.lockfile import Lock
+
+
+@dataclass(frozen=True)
+class InstallRequest:
+    """What to install and where, as the options say (``None``: the default)."""
+
+    trains: tuple[str, ...] = ()
+    prefix: Path | None = None         # one train into exactly this directory
+    install_dir: Path | None = None    # managed installs (no prefix): --install-dir > env > data dir
+    platform: str | None = None
+    profile: str | None = None
+    components: tuple[str, ...] = ()
+    only: bool = False                 # exactly the components, no profile
+    lock: Path | None = None           # install exactly what this lock file pins
+    source: str | None = None          # None: the lock's, else --source / env / nvidia
+    reinstall: bool = False
+    replace_foreign: bool = False
+    refresh: bool = False              # look for a newer release even if satisfied
+    link_mode: str | None = None
+    lock_timeout: float | None = None
+    jobs: int = 8
+    cache_dir: Path | None = None
+    where: Where = field(default_factory=Where)
+
+
+@dataclass(frozen=True)
+class Installed:
+    """One toolkit the request asked for, installed now or found already there (``noop``)."""
+
+    prefix: Path
+    release: str
+    platform: str
+    noop: bool
+    plan: dict[str, Any]
+    message: str
+    downloaded: int = 0
+    cached: int = 0
+    files: int = 0
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"prefix": str(self.prefix), "noop": self.noop, "release": self.release,
+                "platform": self.platform, "downloaded": self.downloaded, "cached": self.cached,
+                "files": self.files, "seconds": round(self.seconds, 3), "plan": self.plan,
+                "message": self.message}
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A train of a managed install that failed (the others went on)."""
+
+    train: str
+    error: CudaRedistError
+
+    def to_json(self) -> dict[str, Any]:
+        return {"train": self.train, "error": str(self.error), "exit_code": self.error.exit_code}
+
+
+@dataclass
+class InstallOutcome:
+    install_dir: Path | None           # None: into --prefix
+    done: list[Installed] = field(default_factory=list)
+    failed: list[Failed] = field(default_factory=list)
+    links: list[tuple[str, str]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # for stderr even when quiet
+
+    @property
+    def exit_code(self) -> int:
+        return self.failed[0].error.exit_code if self.failed else 0
+
+    def to_json(self) -> dict[str, Any]:
+        if self.install_dir is None:
+            return self.done[0].to_json()
+        return {"install_dir": str(self.install_dir), "toolkits": [d.to_json() for d in self.done],
+                "links": dict(self.links)} | ({"failed": [f.to_json() for f in self.failed]}
+                                              if self.failed else {})
+
+
+def install(request: InstallRequest, *, reporter: Reporter | None = None,
+            say: Callable[[str], None] = lambda _text: None) -> InstallOutcome:
+    """Install what ``request`` asks for; ``say`` gets one line per step a user wants to see.
+
+    A failure of the request (its options, the lock file, a train that does not resolve, Ctrl-C)
+    is raised before anything is installed. Into a ``--prefix`` a failed install is raised too;
+    into the install dir it is the train's: listed in the outcome, while the other trains are
+    installed and linked."""
+    from cudaredist.managed import install_dir as managed_dir
+    from cudaredist.record import canonical_prefix
+    from cudaredist.tree.links import link_mode
+
+    wanted = list(dict.fromkeys(request.trains))
+    if request.lock is None and not wanted:
+        raise UsageError("give a TRAIN (e.g. 13.4), several trains, or --lock FILE")
+    if request.prefix is not None and (len(wanted) > 1 or (request.lock is not None and wanted[1:])):
+        raise UsageError("--prefix takes one TRAIN; without --prefix, each train goes to the install dir")
+    link_mode(request.link_mode)  # an unknown one fails before any network
+    if request.source is not None or request.lock is None:
+        check_source(request.source)
+    fixed = canonical_prefix(request.prefix) if request.prefix is not None else None
+    outcome = InstallOutcome(None if fixed is not None else managed_dir(request.install_dir))
+    if request.lock is None and not (request.reinstall or request.refresh):
+        for train in list(wanted):
+            found = _satisfied(request, train, fixed, outcome.install_dir)
+            if found is not None:
+                wanted.remove(train)
+                outcome.done.append(found)
+                say(found.message)
+    if request.lock is not None or wanted:
+        _run(request, wanted, fixed, outcome, reporter, say)
+    if outcome.install_dir is not None:
+        from cudaredist.managed import link_trains
+
+        # even when a train failed: those that installed get their links
+        outcome.links = link_trains(outcome.install_dir, timeout=_lock_timeout(request),
+                                    warn=outcome.warnings.append)
+    return outcome
+
+
+def _lock_timeout(request: InstallRequest) -> float:
+    from cudaredist.install import lock_timeout_default
+
+    return lock_timeout_default() if request.lock_timeout is None else request.lock_timeout
+
+
+def _profile(request: InstallRequest) -> str | None:
+    return None if request.only else (request.profile or DEFAULT_PROFILE)
+
+
+def _satisfied(request: InstallRequest, train: str, fixed: Path | None,
+               root: Path | None) -> Installed | None:
+    """The toolkit already answering ``train`` (read from its record, no network), else None."""
+    from cudaredist.managed import satisfied_toolkit
+    from cudaredist.record import satisfying_record
+
+    platform, profile, source = _platform(request), _profile(request), check_source(request.source)
+    if fixed is not None:
+        where: Path | None = fixed
+        rec = satisfying_record(fixed, train=train, platform=platform, profile=profile,
+                                components=request.components, source=source)
+    else:
+        assert root is not None
+        rec, where = satisfied_toolkit(root, train=train, platform=platform, profile=profile,
+                                       components=request.components, source=source)
+    if rec is None or where is None:
+        return None
+    plan = rec["plan"]
+    return Installed(where, plan["release"], plan["platform"], True, plan,
+                     f"CUDA {plan['release']} ({plan['platform']}, {plan['profile']}) is already installed "
+                     f"in {where}; nothing to do (--refresh looks for a newer release)",
+                     files=len(rec["files"]))
+
+
+def _run(request: InstallRequest, wanted: list[str], fixed: Path | None, outcome: InstallOutcome,
+         reporter: Reporter | None, say: Callable[[str], None]) -> None:
+    """Resolve (or read the lock), fetch and install: the part that needs the source."""
+    from cudaredist.cache import Cache
+    from cudaredist.fetch.transport import Transport
+    from cudaredist.install import Installer
+    from cudaredist.progress import Silent
+    from cudaredist.sources import open_source
+
+    reporter = reporter or Silent()
+    components = list(request.components)
+    lock_plan: Plan | None = None
+    source = request.source
+    if request.lock is not None:
+        locked, lock_plan = _read_lock(request, wanted)
+        components, source = list(locked.components), lock_plan.source
+    cache = Cache(request.cache_dir)
+    transport = Transport(connections=request.jobs)
+    try:
+        src = open_source(source, transport, cache, request.where)
+        plans: list[tuple[str, Plan]] = []
+        if lock_plan is not None:
+            plans.append((wanted[0] if wanted else str(request.lock), src.relocate(lock_plan)))
+        # every train resolved before any download: a train that does not exist installs nothing
+        plans += [(train, src.resolve(train, [_platform(request)], profile=_profile(request),
+                                      components=components)[0])
+                  for train in (wanted if lock_plan is None else [])]
+        installer = Installer(transport, cache, reporter=reporter, jobs=request.jobs,
+                              offline=request.where.offline, lock_timeout=request.lock_timeout,
+                              link_mode=request.link_mode)
+        if len(plans) > 1:
+            plans = _prefetch(installer, plans, outcome)
+        for train, plan in plans:
+            target = fixed if fixed is not None else _managed_target(outcome.install_dir, plan)
+            say(f"CUDA {plan.release} for {plan.platform} ({plan.profile}: {', '.join(plan.components)}) "
+                f"-> {target}")
+            for note in plan.notes:
+                say(f"note: {note}")
+
+            result = _each(outcome, fixed, train, functools.partial(
+                installer.install, plan, target, reinstall=request.reinstall,
+                replace_foreign=request.replace_foreign, requested=components))
+            if result is not None:
+                outcome.warnings += result.warnings
+                outcome.done.append(_row(result, plan))
+                say(outcome.done[-1].message)
+    finally:
+        reporter.close()
+        transport.close()
+
+
+def _each(outcome: InstallOutcome, fixed: Path | None, train: str, step: Callable[[], _T]) -> _T | None:
+    """``step()``; in the install dir, a failure is the train's (listed, and the others go on)."""
+    if fixed is not None:
+        return step()
+    try:
+        return step()
+    except CudaRedistError as exc:
+        outcome.failed.append(Failed(train, exc))
+        return None
+
+
+def _prefetch(installer: Installer, plans: list[tuple[str, Plan]],
+              outcome: InstallOutcome) -> list[tuple[str, Plan]]:
+    """Fetch the archives of every train with one pool. When that fails, the trains whose archives
+    all arrived go on; the others fail with its error (rather than each retrying the network)."""
+    try:
+        installer.prefetch([p for _t, p in plans])
+        return plans
+    except CudaRedistError as exc:
+        cache = installer.cache
+        go = [(t, p) for t, p in plans
+              if all(cache.lookup(i.archive.sha256, i.archive.size) is not None for i in p.items)]
+        outcome.failed.extend(Failed(t, exc) for t, p in plans if (t, p) not in go)
+        return go
+
+
+def _platform(request: InstallRequest) -> str:
+    from cudaredist.profiles import host_platform
+
+    return request.platform or host_platform()
+
+
+def _read_lock(request: InstallRequest, wanted: list[str]) -> tuple[Lock, Plan]:
+    from cudaredist.managed import host
+    from cudaredist.publish.lockfile import plan_for
+
+    assert request.lock is not None
+    return plan_for(request.lock, train=wanted[0] if wanted else None, platform=request.platform,
+                    host=host(), profile="custom" if request.only else request.profile,
+                    components=list(request.components) if (request.components or request.only) else None,
+                    source=None if request.source is None else check_source(request.source))
+
+
+def _managed_target(root: Path | None, plan: Plan) -> Path:
+    from cudaredist.managed import toolkit_name
+
+    assert root is not None  # no --prefix: the install dir
+    return root / toolkit_name(plan.release, plan.platform)
+
+
+def _row(result: InstallResult, plan: Plan) -> Installed:
+    if result.noop:
+        message = (f"CUDA {plan.release} ({plan.platform}) is already installed in {result.prefix}; "
+                   "nothing to do")
+    else:
+        message = (f"installed CUDA {plan.release} ({plan.platform}) into {result.prefix}: {result.files} "
+                   f"files, {result.downloaded} downloaded, {result.cached} from cache, "
+                   f"{result.seconds:.1f}s")
+    return Installed(result.prefix, plan.release, plan.platform, result.noop, plan.to_json(), message,
+                     result.downloaded, result.cached, result.files, result.seconds)

@@ -1,0 +1,231 @@
+"""Building one staging tree: each archive of a plan placed from its unpacked cache entry, made
+from the archive (cached, or downloaded while it is extracted) when there is none."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ThreadPoolExecutor, wait
+from concurrent.futures import TimeoutError as FutureTimeout  # not the builtin before 3.11
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
+
+from cudaredist.cache.unpacked import UnpackedEntry, entry_key, materialize
+from cudaredist.errors import FetchError, UnsafeArchiveError
+from cudaredist.fetch.fetcher import Aborted
+from cudaredist.fetch.growing import DownloadFailed, GrowingFile
+from cudaredist.plan import Plan, PlannedArchive
+from cudaredist.sources import layout
+from cudaredist.tree.extract import extract, is_streamable
+from cudaredist.tree.staging import Tree, WriterFailed
+
+if TYPE_CHECKING:
+    from cudaredist.install.transaction import Installer
+
+
+def _root_cause(futures: Sequence[Future[Any]]) -> BaseException | None:
+    """The first real failure among ``futures`` (downloads first), skipping the ones that only
+    report another's: an aborted download, a reader whose download failed, a waiter whose
+    writer failed."""
+    for f in futures:
+        with contextlib.suppress(FutureTimeout, CancelledError):
+            err = f.exception(timeout=60)
+            if err is not None and not isinstance(err, (Aborted, DownloadFailed, WriterFailed)):
+                return err
+    return None
+
+
+
+class _ArchiveGone(Exception):
+    """The cached archive an extraction was to read was removed (a ``cache clear`` or ``prune``)."""
+
+
+class Build:
+    """The archives of one plan, placed into one staging tree.
+
+    Each archive is placed from its unpacked cache entry; an archive without one is fetched (cache
+    first, else downloaded) and unpacked into a new entry first, tars and zips while they download.
+    Biggest first, so the longest extraction starts earliest. Everything an entry goes through --
+    lookup, unpacking, placement -- happens under that entry's lock, which ``cache clear`` and
+    ``prune`` respect; an entry or archive that vanished before the lock was taken is made again
+    from the archive or a new download, never a failure.
+
+    Two pools: ``fetchers`` download, ``extractors`` unpack and place. Lock order: an entry's lock,
+    then its archive's (the fetcher's); never the other way round.
+    """
+
+    def __init__(self, installer: Installer, plan: Plan, tree: Tree, *, stream: bool) -> None:
+        self.installer = installer
+        self.fetcher = installer.fetcher
+        self.reporter = installer.reporter
+        self.plan = plan
+        self.tree = tree
+        self.unpacked = installer.cache.unpacked
+        self.items = sorted(plan.items, key=lambda it: -it.archive.size)
+        # a hint, read without locks: which entries to place rather than fetch (re-checked under the lock)
+        self.ready = {it for it in self.items if self.unpacked.lookup(it, plan.platform) is not None}
+        # A Windows host cannot rename a file another handle has open: no streaming there.
+        self.streamed = {it for it in self.items if it not in self.ready
+                         and stream and os.name != "nt" and is_streamable(it.archive.filename)}
+        self.downloaded = 0
+        self.cached = 0
+        self.fetch_of: dict[PlannedArchive, Future[tuple[Path, bool]]] = {}
+        self.follows = {it: GrowingFile() for it in self.streamed}
+
+    # -- one archive -------------------------------------------------------------------------------
+    def place_cached(self, item: PlannedArchive) -> None:
+        """An archive that had an unpacked entry: place it, or make the entry again if it vanished."""
+        with self._entry_lock(item):
+            entry = self.unpacked.lookup(item, self.plan.platform)
+            if entry is None:  # removed since the hint (a clear or prune): from the archive, then
+                path, _cached = self.fetcher.fetch(item)
+                entry = self._unpack(item, path, None)
+            self._place(item, entry)
+
+    def unpack_and_place(self, item: PlannedArchive, path: Path | None, follow: GrowingFile | None) -> None:
+        """Extract the archive (a cached file, or ``follow``: a download still landing) into a new
+        unpacked entry, then place that into the tree."""
+        try:
+            with self._entry_lock(item):
+                self._place(item, self._unpack(item, path, follow))
+        finally:
+            if follow is not None:
+                follow.close()
+
+    def _entry_lock(self, item: PlannedArchive) -> contextlib.AbstractContextManager[None]:
+        installer = self.installer
+        return installer.cache.lock(f"unpacked-{entry_key(item, self.plan.platform)}",
+                                    timeout=installer.lock_timeout, waiting=self.fetcher.check_abort)
+
+    def _unpack(self, item: PlannedArchive, path: Path | None, follow: GrowingFile | None) -> UnpackedEntry:
+        """Make the unpacked entry of ``item`` (call with its lock held)."""
+        for _attempt in range(3):
+            try:
+                return self.unpacked.build(item, self.plan.platform, self._filler(item, path, follow))
+            except _ArchiveGone:
+                # removed between its fetch and this read: fetched again (a new download if need be)
+                path, _cached = self.fetcher.fetch(item)
+            except UnsafeArchiveError:
+                if follow is not None:
+                    # read before it was verified: a bad download explains it better
+                    err = self.fetch_of[item].exception()
+                    if err is not None:
+                        raise err from None
+                # hashes right but is hostile or broken: keep no copy to install from later
+                cache = self.installer.cache
+                with cache.lock(item.archive.sha256, timeout=self.installer.lock_timeout):
+                    cache.evict(item.archive.sha256)
+                raise
+        raise FetchError(f"the cached archive {item.archive.filename} was removed three times while this "
+                         "install read it (is a `cudaredist cache clear` running in a loop?); the prefix "
+                         "is unchanged", url=item.url)
+
+    def _filler(self, item: PlannedArchive, path: Path | None,
+                follow: GrowingFile | None) -> Callable[[Tree], None]:
+        """What fills a new entry's tree: the archive's members through its layout's mapper, then
+        the layout's after-step (e.g. a wheel's symlink chains) over the paths written."""
+        how = layout(item.layout)
+        mapper = how.mapper(item, self.plan.platform)
+        after = how.after
+        written: list[str] = []
+
+        def recording(clean: str) -> str | None:
+            rel = mapper(clean)
+            if rel is not None:
+                written.append(rel)
+            return rel
+
+        def fill(entry_tree: Tree) -> None:
+            written.clear()
+            try:
+                extract(path, entry_tree, component=item.component, archive=item.archive.filename,
+                        mapper=recording if after is not None else mapper,
+                        fileobj=cast("BinaryIO | None", follow))
+            except FileNotFoundError as exc:
+                if path is None or exc.filename != str(path) or path.exists():
+                    raise
+                raise _ArchiveGone() from exc
+            if follow is not None:
+                # the archive is read; wait for its verdict (size and sha256) before trusting it
+                self.fetch_of[item].result()
+            if after is not None:
+                after(item, self.plan.platform, entry_tree, written)
+
+        return fill
+
+    def _place(self, item: PlannedArchive, entry: UnpackedEntry) -> None:
+        materialize(entry, self.tree, how=self.installer.link_mode, component=item.component,
+                    archive=item.archive.filename)
+        self.reporter.extracted(item.archive.filename)
+
+    # -- all of them -------------------------------------------------------------------------------
+    def run(self) -> None:
+        installer, reporter = self.installer, self.reporter
+        reporter.start(self.plan.total_size, len(self.items))
+        for it in self.ready:
+            self.cached += 1
+            reporter.advance(it.archive.size)
+            reporter.archive_done(it.archive.filename, it.archive.size, cached=True)
+        jobs = min(installer.jobs, len(self.items)) or 1
+        # A streamed extraction mostly waits for its bytes (a segmented download makes them readable
+        # in order late): one thread each, so they never hold the workers a complete archive needs.
+        workers = installer.extract_workers + len(self.streamed)
+        with ThreadPoolExecutor(jobs, thread_name_prefix="fetch") as fetchers, \
+                ThreadPoolExecutor(workers, thread_name_prefix="extract") as extractors:
+            extractions: set[Future[Any]] = set()
+            for it in self.items:
+                if it in self.ready:  # unpacked before: no archive to read at all
+                    extractions.add(extractors.submit(self.place_cached, it))
+                    continue
+                self.fetch_of[it] = fetchers.submit(self.fetcher.fetch, it, self.follows.get(it))
+                if it in self.follows:
+                    extractions.add(extractors.submit(self.unpack_and_place, it, None, self.follows[it]))
+            try:
+                self._wait(extractors, extractions)
+            except BaseException as exc:
+                self.fetcher.cancel()  # wakes backoff sleeps and lock waits, cuts stalled reads
+                for follow in self.follows.values():  # unblock extractions following a cancelled download
+                    follow.fail(Aborted())
+                if isinstance(exc, (DownloadFailed, WriterFailed)):
+                    # an extraction saw its download, or another archive's write of a path they
+                    # share, fail: report that failure's own error
+                    root = _root_cause([*self.fetch_of.values(), *extractions])
+                    if root is not None:
+                        raise root from None
+                raise
+            finally:
+                reporter.close()
+                fetchers.shutdown(wait=True)
+                extractors.shutdown(wait=True)
+                for follow in self.follows.values():  # one whose extraction never ran
+                    follow.close()
+
+    def _wait(self, extractors: ThreadPoolExecutor, extractions: set[Future[Any]]) -> None:
+        """Until every download and extraction is done; a finished download of an archive not
+        streamed starts its extraction. The first failure is raised (pending work is cancelled)."""
+        by_future = {f: it for it, f in self.fetch_of.items()}
+        pending: set[Future[Any]] = set(self.fetch_of.values()) | extractions
+        try:
+            while pending:
+                # with a timeout: Ctrl-C reaches a main thread that waits (Windows included)
+                done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    item = by_future.get(fut)
+                    if item is None:
+                        fut.result()  # an extraction: raises its failure
+                        continue
+                    path, was_cached = fut.result()
+                    if was_cached:
+                        self.cached += 1
+                    else:
+                        self.downloaded += 1
+                    self.reporter.archive_done(item.archive.filename, item.archive.size, cached=was_cached)
+                    if item not in self.streamed:
+                        future = extractors.submit(self.unpack_and_place, item, path, None)
+                        extractions.add(future)
+                        pending.add(future)
+        except BaseException:
+            for fut in pending:
+                fut.cancel()
+            raise
