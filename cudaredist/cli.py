@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from cudaredist import __version__
-from cudaredist.commands import cache, doctor, managed, prefix
+from cudaredist.commands import cache, doctor, managed, prefix, profiles
 from cudaredist.commands.base import (
     Ctx,
     emit_json,
@@ -318,6 +318,7 @@ app.command()(prefix.verify)
 app.command()(prefix.info)
 app.command()(prefix.uninstall)
 app.command("env")(prefix.env_cmd)
+app.command("profiles")(profiles.profiles_cmd)
 app.command()(doctor.doctor)
 app.command("list")(managed.list_cmd)
 app.command("find")(managed.find_cmd)

@@ -39,6 +39,7 @@ class Profile:
     name: str
     description: str
     specs: tuple[Spec, ...]
+    extends: str = ""
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ def get_profile(name: str) -> Profile:
         return str(body.get("description", ""))
 
     description = walk(name)
-    return Profile(name, description, tuple(specs))
+    return Profile(name, description, tuple(specs), str(profiles[name].get("extends", "")))
 
 
 def platform_rule(name: str) -> PlatformRule:
@@ -132,3 +133,12 @@ def host_platform(system: str | None = None, machine: str | None = None) -> str:
     raise PlanError(
         f"this host ({system} {machine}) has no CUDA redist platform of its own; "
         f"pass --platform (one of {', '.join(known_platforms())})")
+
+
+def component_title(component: str) -> str:
+    """NVIDIA's display name of a component (``[names]`` in profiles.toml), else its key."""
+    return str(_data().get("names", {}).get(component, component))
+
+
+def profile_names() -> list[str]:
+    return sorted(_data().get("profiles", {}))

@@ -151,7 +151,8 @@ def build_mirror(root: Path, label: str, archives: list[MirrorArchive], *,
 
 
 def toolkit(platform: str = "linux-x86_64", version: str = "13.0.1") -> list[MirrorArchive]:
-    """A small but realistically shaped nvcc profile: nvcc, cudart (with a .so chain), cccl, crt, nvvm."""
+    """A small but realistically shaped nvcc profile: nvcc, cudart (with a .so chain), cccl, crt, nvvm,
+    profiler API, NVTX."""
     win = platform.startswith("windows")
     if win:
         return [
@@ -164,6 +165,7 @@ def toolkit(platform: str = "linux-x86_64", version: str = "13.0.1") -> list[Mir
                                                              "LICENSE": b"cccl eula"}),
             MirrorArchive("cuda_crt", platform, "13.0.88", {"include/crt/host_config.h": b"// hc"}),
             MirrorArchive("libnvvm", platform, "13.0.88", {"nvvm/bin/cicc.exe": b"MZ cicc"}),
+            *_headers(platform),
         ]
     return [
         MirrorArchive("cuda_nvcc", platform, "13.0.88", {
@@ -177,4 +179,17 @@ def toolkit(platform: str = "linux-x86_64", version: str = "13.0.1") -> list[Mir
                                                          "LICENSE": b"cccl eula"}),
         MirrorArchive("cuda_crt", platform, "13.0.88", {"include/crt/host_config.h": b"// hc"}),
         MirrorArchive("libnvvm", platform, "13.0.88", {"nvvm/bin/cicc": Exe(b"\x7fELF cicc")}),
+        *_headers(platform),
     ]
+
+
+def _headers(platform: str) -> list[MirrorArchive]:
+    """The header-only components of the nvcc profile: the profiler API and NVTX."""
+    return [
+        MirrorArchive("cuda_profiler_api", platform, "13.0.85", {"include/cuda_profiler_api.h": b"// prof"}),
+        MirrorArchive("cuda_nvtx", platform, "13.0.85", {"include/nvtx3/nvToolsExt.h": b"// nvtx"}),
+    ]
+
+
+# The components of the nvcc profile before 13.0 (no crt, no nvvm of their own): a 12.9.1 release
+NVCC_12 = ("cuda_nvcc", "cuda_cudart", "cuda_cccl", "cuda_profiler_api", "cuda_nvtx")

@@ -59,7 +59,8 @@ def mirror(tmp_path: Path) -> Path:
     root = tmp_path / "mirror"
     build_mirror(root, "13.0.1", toolkit("linux-x86_64") + toolkit("windows-x86_64"))
     build_mirror(root, "12.9.1", [a for a in toolkit("linux-x86_64")
-                                  if a.component in ("cuda_nvcc", "cuda_cudart", "cuda_cccl")])
+                                  if a.component in ("cuda_nvcc", "cuda_cudart", "cuda_cccl",
+                                                      "cuda_profiler_api", "cuda_nvtx")])
     return root
 
 

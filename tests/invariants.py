@@ -8,9 +8,11 @@ cache holds no partial download and no entry whose bytes do not hash to its name
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 from cudaredist.cache import Cache
 from cudaredist.record import read_record, verify
@@ -76,6 +78,17 @@ def assert_installed(prefix: Path, release: str, cache: Cache | None = None) -> 
     assert leftovers(prefix) == []
     if cache is not None:
         assert cache_problems(cache) == []
+    assert_version_json(prefix, rec)
+
+
+def assert_version_json(prefix: Path, rec: dict[str, Any]) -> None:
+    """NVIDIA's version.json at the root: the release and every component's version, in the record."""
+    body = json.loads((prefix / "version.json").read_text())
+    assert body.pop("cuda") == {"name": "CUDA SDK", "version": rec["plan"]["release"]}
+    assert {k: v["version"] for k, v in body.items()} == {
+        c["name"]: c["version"] for c in rec["plan"]["components"]}
+    assert all(v["name"] for v in body.values())
+    assert [f["component"] for f in rec["files"] if f["path"] == "version.json"] == ["cuda"]
 
 
 def assert_intact(prefix: Path, before: dict[str, str], cache: Cache, *bad_sha: str) -> None:

@@ -59,7 +59,8 @@ def _error(result: Result) -> str:
                  "Releases of train 13.0: 13.0.1.", id="unknown-exact-release"),
     pytest.param(["13.x"], "'13.x' is not a CUDA train or release: use MAJOR (13), MAJOR.MINOR (13.4) "
                  "or MAJOR.MINOR.PATCH (13.4.1)", id="malformed-train"),
-    pytest.param(["13.0", "--profile", "cuda"], "unknown profile 'cuda'; profiles: build, nvcc, runtime",
+    pytest.param(["13.0", "--profile", "cuda"], "unknown profile 'cuda'; "
+                 "profiles: build, nvcc, runtime, torch",
                  id="unknown-profile"),
     pytest.param(["13.0", "--platform", "solaris-sparc"],
                  "CUDA 13.0.1 has no archives for platform 'solaris-sparc'; platforms in this release: "
@@ -134,7 +135,8 @@ def test_resolve_json_schema(base: str, mirror: Path, platform: str) -> None:
     assert r.exit_code == 0, r.output
     assert r.stderr == ""
     names = _check_plan_json(json.loads(r.stdout), base, platform)
-    assert names == ["cuda_nvcc", "cuda_cudart", "cuda_cccl", "cuda_crt", "libnvvm"]
+    assert names == ["cuda_nvcc", "cuda_cudart", "cuda_cccl", "cuda_crt", "libnvvm",
+        "cuda_profiler_api", "cuda_nvtx"]
     # the sha256 and size are the served file's
     raw = json.loads((mirror / "redistrib_13.0.1.json").read_text())
     for c in json.loads(r.stdout)["components"]:
@@ -166,7 +168,8 @@ def test_python_m_resolve_json_from_a_file_mirror(mirror: Path) -> None:
     assert p.returncode == 0, p.stderr
     assert p.stderr == ""
     names = _check_plan_json(json.loads(p.stdout), base + "/", "linux-x86_64")
-    assert names == ["cuda_nvcc", "cuda_cudart", "cuda_cccl", "cuda_crt", "libnvvm"]
+    assert names == ["cuda_nvcc", "cuda_cudart", "cuda_cccl", "cuda_crt", "libnvvm",
+        "cuda_profiler_api", "cuda_nvtx"]
 
 
 def test_python_m_error_exit_code_and_message(mirror: Path) -> None:

@@ -22,7 +22,7 @@ from cudaredist.fetch.transport import Transport
 from cudaredist.install import Installer
 from cudaredist.record import read_record
 from cudaredist.sources.nvidia.index import Index, resolve_plan
-from tests.archives import Members, MirrorArchive, build_mirror, toolkit
+from tests.archives import NVCC_12, Members, MirrorArchive, build_mirror, toolkit
 from tests.faultserver import FaultServer
 from tests.invariants import assert_installed, cache_problems, leftovers, snapshot
 
@@ -35,7 +35,7 @@ MANY = 2000  # files in 13.0.1's cuda_nvcc: extracting them takes long enough to
 def build_big_mirror(root: Path) -> None:
     """12.9.1: three tiny archives. 13.0.1: the toolkit, its cuda_nvcc with MANY small files."""
     old = [MirrorArchive(a.component, a.platform, a.version.replace("13.0.", "12.9."), a.members)
-           for a in toolkit("linux-x86_64") if a.component in ("cuda_nvcc", "cuda_cudart", "cuda_cccl")]
+           for a in toolkit("linux-x86_64") if a.component in NVCC_12]
     build_mirror(root, "12.9.1", old)
     rnd = random.Random(2026)
     many: Members = {f"bin/many/{i // 100:02d}/f{i:04d}": rnd.randbytes(64) * 8 for i in range(MANY)}

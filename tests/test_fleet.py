@@ -229,7 +229,7 @@ def blob(seed: int, size: int) -> bytes:
 
 def build_origin_tree(root: Path) -> Path:
     """A 13.0.1 nvcc profile for linux-x86_64: two archives past 2 x 4 MiB (downloaded as several
-    concurrent ranges, spanning three slices), one of two slices (one plain GET), two tiny ones."""
+    concurrent ranges, spanning three slices), one of two slices (one plain GET), four tiny ones."""
     plat = "linux-x86_64"
     archives = [
         MirrorArchive("cuda_nvcc", plat, "13.0.88", {
@@ -241,6 +241,8 @@ def build_origin_tree(root: Path) -> Path:
             "LICENSE": b"eula"}),
         MirrorArchive("cuda_cccl", plat, "13.0.85", {"include/cccl/thrust/version.h": b"// t"}),
         MirrorArchive("cuda_crt", plat, "13.0.88", {"include/crt/host_config.h": b"// hc"}),
+        MirrorArchive("cuda_profiler_api", plat, "13.0.85", {"include/cuda_profiler_api.h": b"// prof"}),
+        MirrorArchive("cuda_nvtx", plat, "13.0.85", {"include/nvtx3/nvToolsExt.h": b"// nvtx"}),
     ]
     redist = root / REDIST.strip("/")
     build_mirror(redist, LABEL, archives)

@@ -83,12 +83,12 @@ def sha_of(transport: Transport, cache: Cache, mirror: Path, train: str, compone
 def test_upgrade_replaces_the_tree_and_noop_when_satisfied(mirror: Path, transport: Transport, cache: Cache,
                                                            prefix: Path) -> None:
     first = install(transport, cache, mirror, "12.9", prefix)
-    assert not first.noop and first.downloaded == 3
+    assert not first.noop and first.downloaded == 5
     assert_installed(prefix, "12.9.1", cache)
     (prefix / "include" / "crt").mkdir(parents=True, exist_ok=True)
     second = install(transport, cache, mirror, "13.0", prefix)
     assert_installed(prefix, "13.0.1", cache)
-    assert second.cached == 3 and second.downloaded == 2  # 12.9.1 and 13.0.1 share three archives
+    assert second.cached == 5 and second.downloaded == 2  # 12.9.1 and 13.0.1 share five archives
     assert install(transport, cache, mirror, "13.0", prefix).noop
 
 
@@ -264,7 +264,7 @@ def test_corrupted_cache_entry_is_dropped_and_fetched_again(mirror: Path, transp
     entry.write_bytes(bytes(len(entry.read_bytes())))  # same size, wrong bytes
     shutil.rmtree(cache.root / "unpacked")  # else the archive is not read at all
     result = install(transport, cache, mirror, "13.0", tmp_path / "b")
-    assert (result.downloaded, result.cached) == (1, 4)
+    assert (result.downloaded, result.cached) == (1, 6)
     assert_installed(tmp_path / "b", "13.0.1", cache)
 
 
@@ -274,7 +274,7 @@ def test_an_edited_unpacked_entry_is_unpacked_again(mirror: Path, transport: Tra
     with open(tmp_path / "a" / "include" / "cuda_runtime.h", "ab") as fh:  # edits the shared inode
         fh.write(b"// patched in place")
     result = install(transport, cache, mirror, "13.0", tmp_path / "b")
-    assert (result.downloaded, result.cached) == (0, 5)
+    assert (result.downloaded, result.cached) == (0, 7)
     assert (tmp_path / "b" / "include" / "cuda_runtime.h").read_bytes() == b"// rt"  # from the archive
     assert_installed(tmp_path / "b", "13.0.1", cache)
 
@@ -290,7 +290,7 @@ def test_warm_installs_come_from_the_unpacked_cache_in_every_link_mode(
         p.unlink()
     monkeypatch.setattr(inst, "extract", lambda *a, **k: pytest.fail("an archive was extracted"))
     result = install(transport, cache, mirror, "13.0", tmp_path / mode, link_mode=mode)
-    assert (result.downloaded, result.cached) == (0, 5)
+    assert (result.downloaded, result.cached) == (0, 7)
     assert_installed(tmp_path / mode, "13.0.1", cache)
     nvcc, cached = tmp_path / mode / "bin" / "nvcc", list((cache.root / "unpacked").glob("*/tree/bin/nvcc"))
     assert len(cached) == 1 and (nvcc.stat().st_ino == cached[0].stat().st_ino) == (mode == "hardlink")
@@ -450,3 +450,29 @@ def test_manifest_that_lies_about_an_archive_is_refused(
     assert "cuda_nvcc-linux-x86_64-13.0.88-archive.tar.xz" in str(exc.value)
     assert_intact(prefix, before, cache, entry["sha256"])
     assert read_record(prefix)["plan"]["release"] == "12.9.1"  # type: ignore[index]
+
+
+# -- version.json -------------------------------------------------------------------------------------
+def test_version_json_is_nvidias_format_and_an_installed_file(mirror: Path, transport: Transport,
+                                                               cache: Cache, prefix: Path) -> None:
+    """A runtime-only tree (no nvcc to ask) carries its version too; verify and uninstall treat it
+    like any other file of the tree."""
+    install(transport, cache, mirror, "13.0", prefix, components=["cuda_cudart", "cuda_crt"])
+    text = (prefix / "version.json").read_text()
+    body = json.loads(text)
+    assert body == {"cuda": {"name": "CUDA SDK", "version": "13.0.1"},
+                    "cuda_crt": {"name": "CUDA CRT", "version": "13.0.88"},
+                    "cuda_cudart": {"name": "CUDA Runtime (cudart)", "version": "13.0.96"}}
+    assert text == json.dumps(body, indent=3) + "\n"  # NVIDIA's installer: 3-space indent
+    assert_installed(prefix, "13.0.1", cache)
+    from cudaredist.record import uninstall, verify
+
+    (prefix / "version.json").write_text(text.replace("13.0.1", "13.9.9"))
+    report = verify(prefix)
+    assert report.changed == ["version.json"] and not report.missing
+    (prefix / "version.json").unlink()
+    assert verify(prefix).missing == ["version.json"]
+    install(transport, cache, mirror, "13.0", prefix, components=["cuda_cudart", "cuda_crt"], reinstall=True)
+    assert verify(prefix).ok
+    uninstall(prefix)
+    assert not (prefix / "version.json").exists()

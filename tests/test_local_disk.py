@@ -21,7 +21,7 @@ from cudaredist.errors import LocalDiskError
 from cudaredist.fetch.transport import Transport
 from cudaredist.install import Installer
 from cudaredist.sources.nvidia.index import Index, normalize_base, resolve_plan
-from tests.archives import Exe, MirrorArchive, build_mirror, toolkit
+from tests.archives import NVCC_12, Exe, MirrorArchive, build_mirror, toolkit
 from tests.hosts import assert_mode, fd_paths
 from tests.invariants import assert_installed, cache_problems, leftovers, snapshot
 from tests.mounts import tmpfs
@@ -38,7 +38,7 @@ def transport() -> Iterator[Transport]:
 
 def _mirror(root: Path, extra: dict[str, Any] | None = None) -> Path:
     """12.9.1 and 13.0.1 of the small toolkit; ``extra`` members go into 13.0.1's cuda_nvcc."""
-    old = ("cuda_nvcc", "cuda_cudart", "cuda_cccl")
+    old = NVCC_12
     build_mirror(root, "12.9.1", [MirrorArchive(a.component, a.platform, a.version.replace("13.0.", "12.9."),
                                                 a.members)
                                   for a in toolkit(LINUX) if a.component in old])

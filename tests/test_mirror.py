@@ -32,7 +32,7 @@ from tests.sources.pypi.test_pypi_source import (
     toolkit_metadata,
 )
 
-LINUX_ARCHIVES = 5  # the nvcc profile of the tiny 13.0.1 fixture: nvcc, cudart, cccl, crt, nvvm
+LINUX_ARCHIVES = 7  # the nvcc profile of the tiny 13.0.1 fixture: nvcc, cudart, cccl, crt, nvvm, prof., nvtx
 
 
 def cli(*args: str):  # type: ignore[no-untyped-def]
@@ -316,7 +316,9 @@ def test_wheel_mirror_is_shaped_like_nvidias(wheels: FakeIndex, tmp_path: Path) 
     assert (manifest["release_date"], manifest["release_label"], manifest["release_product"]) == \
         ("2025-12-19", "13.0.2", "cuda")
     comps = {k: v for k, v in manifest.items() if isinstance(v, dict)}
-    assert list(comps) == ["cuda_cccl", "cuda_crt", "cuda_cudart", "cuda_nvcc", "libnvvm"]
+    assert list(comps) == ["cuda_cccl", "cuda_crt", "cuda_cudart", "cuda_nvcc", "cuda_nvtx",
+                           "cuda_profiler_api",
+                           "libnvvm"]
     for key, comp in comps.items():
         assert list(comp) == ["name", "license", "license_path", "version", "linux-x86_64", "windows-x86_64"]
         assert comp["license_path"] == f"{key}/LICENSE.txt"

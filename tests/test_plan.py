@@ -19,7 +19,16 @@ BASE = "https://developer.download.nvidia.com/compute/cuda/redist/"
 # What each profile must pull in, per FACTS.md §3 ("What a working nvcc needs") and profiles.toml.
 NVCC_12 = (("cuda_nvcc",), ("cuda_cudart",), ("cccl", "cuda_cccl"))
 NVCC_13 = (*NVCC_12, ("cuda_crt",), ("libnvvm",))
-BUILD_EXTRA = (("cuda_cuobjdump",), ("cuda_nvrtc",), ("cuda_profiler_api",), ("cuda_nvtx",), ("libcurand",))
+# cuda_profiler_api.h (NVIDIA's samples matrixMul, asyncAPI): its own component from 11.8, in cudart before
+HEADERS = (("cuda_profiler_api",), ("cuda_nvtx",))
+BUILD_EXTRA = (("cuda_cuobjdump",), ("cuda_nvrtc",), ("libcurand",))
+TORCH_EXTRA = (("libcublas",), ("libcusparse",), ("libcusolver",), ("libcurand",), ("libcufft",),
+               ("cuda_nvrtc",), ("libnvjitlink",))
+
+
+def nvcc_groups(label: str) -> tuple[tuple[str, ...], ...]:
+    base = NVCC_13 if version_key(label) >= (13,) else NVCC_12
+    return base + (HEADERS if version_key(label) >= (11, 8) else HEADERS[1:])
 
 
 def _load(label: str) -> tuple[bytes, dict[str, Any]]:
@@ -44,7 +53,7 @@ def _cases_13() -> list[Any]:
     labels = [p.stem.removeprefix("redistrib_") for p in SHARED_MANIFESTS.glob("redistrib_13.*.json")]
     cases = [pytest.param(lbl, plat, prof, id=f"{lbl}-{plat}-{prof}")
              for lbl in sorted(labels, key=version_key)
-             for plat in ("linux-x86_64", "windows-x86_64") for prof in ("build", "runtime")]
+             for plat in ("linux-x86_64", "windows-x86_64") for prof in ("build", "runtime", "torch")]
     return cases or [pytest.param("absent", "none", "none", id="shared-manifests-absent")]
 
 
@@ -72,7 +81,7 @@ def test_nvcc_profile_for_every_listed_platform(shared_manifests: Path, label: s
     data, raw = _load(label)
     manifest = parse_manifest(data, label=label)
     thirteen = version_key(label) >= (13,)
-    groups = NVCC_13 if thirteen else NVCC_12
+    groups = nvcc_groups(label)
     chosen = _expect(raw, groups, platform)
     if None in chosen:
         missing = groups[chosen.index(None)]
@@ -110,7 +119,8 @@ def test_build_and_runtime_profiles_13x(shared_manifests: Path, label: str, plat
                                         profile: str) -> None:
     data, raw = _load(label)
     # runtime: cuda_runtime.h includes crt/host_config.h, in cuda_crt from 13.0 on
-    groups = NVCC_13 + BUILD_EXTRA if profile == "build" else (("cuda_cudart",), ("cuda_crt",))
+    groups = {"build": nvcc_groups(label) + BUILD_EXTRA, "torch": nvcc_groups(label) + TORCH_EXTRA,
+              "runtime": (("cuda_cudart",), ("cuda_crt",))}[profile]
     chosen = _expect(raw, groups, platform)
     assert None not in chosen, f"{label} {platform} lacks one of {groups}"
     plan = make_plan(parse_manifest(data, label=label), platform=platform, base_url=BASE, profile=profile)
@@ -151,7 +161,7 @@ def _manifest(label: str, comps: dict[str, Any]) -> Manifest:
 
 BOTH = ["linux-x86_64", "windows-x86_64"]
 NVCC_13_SET = {"cuda_nvcc": BOTH, "cuda_cudart": BOTH, "cuda_cccl": BOTH, "cuda_crt": BOTH, "libnvvm": BOTH,
-               "cuda_gdb": ["linux-x86_64"]}
+               "cuda_profiler_api": BOTH, "cuda_nvtx": BOTH, "cuda_gdb": ["linux-x86_64"]}
 
 
 def test_unknown_platform_lists_the_releases_platforms() -> None:
@@ -162,7 +172,7 @@ def test_unknown_platform_lists_the_releases_platforms() -> None:
 
 
 def test_unknown_profile_lists_profiles() -> None:
-    with pytest.raises(PlanError, match=r"unknown profile 'cuda'; profiles: build, nvcc, runtime"):
+    with pytest.raises(PlanError, match=r"unknown profile 'cuda'; profiles: build, nvcc, runtime, torch"):
         make_plan(_manifest("13.0.1", NVCC_13_SET), platform="linux-x86_64", base_url=BASE, profile="cuda")
 
 
@@ -190,7 +200,7 @@ def test_missing_component(component: str, platform: str, message: str) -> None:
 def test_since_keeps_13x_components_out_of_12x() -> None:
     twelve = {k: v for k, v in NVCC_13_SET.items() if k not in ("cuda_crt", "libnvvm")}
     plan = make_plan(_manifest("12.9.1", twelve), platform="linux-x86_64", base_url=BASE)
-    assert plan.components == ("cuda_nvcc", "cuda_cudart", "cuda_cccl")
+    assert plan.components == ("cuda_nvcc", "cuda_cudart", "cuda_cccl", "cuda_profiler_api", "cuda_nvtx")
     missing_crt = {k: v for k, v in NVCC_13_SET.items() if k != "cuda_crt"}
     with pytest.raises(PlanError) as info:
         make_plan(_manifest("13.0.1", missing_crt), platform="linux-x86_64", base_url=BASE)
@@ -212,7 +222,8 @@ def test_alternatives(comps: dict[str, Any], spec: str, expected: str) -> None:
 def test_duplicates_are_planned_once() -> None:
     plan = make_plan(_manifest("13.0.1", NVCC_13_SET), platform="linux-x86_64", base_url=BASE,
                      components=["cuda_nvcc", "cuda_gdb", "cuda_gdb|cuda_nvcc"])
-    assert plan.components == ("cuda_nvcc", "cuda_cudart", "cuda_cccl", "cuda_crt", "libnvvm", "cuda_gdb")
+    assert plan.components == ("cuda_nvcc", "cuda_cudart", "cuda_cccl", "cuda_crt", "libnvvm",
+                               "cuda_profiler_api", "cuda_nvtx", "cuda_gdb")
 
 
 @pytest.mark.parametrize(("label", "variants", "expected"), [
@@ -239,7 +250,7 @@ def test_json_round_trip_and_content_key() -> None:
     plan = make_plan(m, platform="linux-x86_64", base_url=BASE, components=["cuda_gdb"])
     back = plan_from_json(json.loads(json.dumps(plan.to_json())))
     assert back == plan
-    assert plan.to_json()["total_size"] == sum(100 + i for i in range(6))
+    assert plan.to_json()["total_size"] == sum(100 + i for i in range(8))
     elsewhere = make_plan(m, platform="linux-x86_64", base_url="file:///srv/mirror/", components=["cuda_gdb"])
     assert elsewhere.content_key() == plan.content_key()
     assert elsewhere.items[0].url == "file:///srv/mirror/cuda_nvcc/linux-x86_64/cuda_nvcc-linux-x86_64.tar.xz"

@@ -97,7 +97,7 @@ def test_info_text_and_json(prefix: Path) -> None:
     assert code == 0 and "files" not in info
     assert info["file_count"] == len(read_record(prefix)["files"])  # type: ignore[index]
     assert [c["name"] for c in info["plan"]["components"]] == [
-        "cuda_nvcc", "cuda_cudart", "cuda_cccl", "cuda_crt", "libnvvm"]
+        "cuda_nvcc", "cuda_cudart", "cuda_cccl", "cuda_crt", "libnvvm", "cuda_profiler_api", "cuda_nvtx"]
 
 
 @pytest.mark.parametrize("command", ["verify", "info", "uninstall"])

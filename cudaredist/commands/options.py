@@ -12,7 +12,8 @@ Train = Annotated[str, typer.Argument(help="CUDA train (13.4 = newest 13.4.x; 13
 PlatformOpt = Annotated[str | None, typer.Option(
     "--platform", "-p", help="Target platform (linux-x86_64, linux-sbsa, windows-x86_64, "
                              "windows-arm64). Default: this host's.")]
-ProfileOpt = Annotated[str, typer.Option("--profile", help="Component profile: nvcc, runtime, build.")]
+ProfileOpt = Annotated[str, typer.Option(
+    "--profile", help="Component profile: nvcc, runtime, build, torch (`cudaredist profiles` lists them).")]
 ComponentOpt = Annotated[list[str] | None, typer.Option(
     "--component", "-c", help="Add a component (repeatable; 'a|b' takes the first the release has).")]
 OnlyOpt = Annotated[bool, typer.Option("--only", help="Install exactly the --component list, no profile.")]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import io
 import os
 import shutil
 import tempfile
@@ -41,9 +42,10 @@ from cudaredist.record import (
     read_record,
     write_record,
 )
-from cudaredist.tree import links
+from cudaredist.tree import links, versionjson
 from cudaredist.tree.implib import add_import_libraries
 from cudaredist.tree.staging import FileRecord, Tree
+from cudaredist.tree.versionjson import version_json
 
 ENV_LOCK_TIMEOUT = "CUDAREDIST_LOCK_TIMEOUT"
 DEFAULT_LOCK_TIMEOUT = 600.0
@@ -290,6 +292,9 @@ class Installer:
         if plan.platform.startswith("windows-"):
             # MinGW's ld cannot link 13.x cudart.lib (MSVC objects): GNU import libraries beside it
             add_import_libraries(tree, warn=self.reporter.message)
+        # NVIDIA's version.json at the root: in the record, verified and uninstalled like the rest
+        tree.add_file(versionjson.PATH, io.BytesIO(version_json(plan)), 0o644, versionjson.COMPONENT,
+                      versionjson.PATH)
         return tree.finish(), build.downloaded, build.cached
 
     def _complete(self, plan: Plan, staging: Path) -> list[dict[str, str]]:

@@ -218,10 +218,10 @@ def test_cache_list_shows_archives_and_unpacked_entries(tmp_path: Path, mirror: 
     kinds = sorted({r["kind"] for r in rows})
     assert kinds == ["archive", "unpacked"]
     archives = {r["name"] for r in rows if r["kind"] == "archive"}
-    assert {r["name"] for r in rows if r["kind"] == "unpacked"} == archives and len(archives) == 5
+    assert {r["name"] for r in rows if r["kind"] == "unpacked"} == archives and len(archives) == 7
     assert all(r["size"] > 0 for r in rows)
     code, out, _ = _cli("cache", "list", "--cache-dir", str(cache.root))
-    assert "5 archives" in out and "5 unpacked" in out
+    assert "7 archives" in out and "7 unpacked" in out
 
 
 def test_prune_max_size_drops_least_recently_used_first(tmp_path: Path, mirror: Path) -> None:

@@ -24,7 +24,7 @@ from cudaredist.fetch.transport import Transport
 from cudaredist.install import Installer
 from cudaredist.record import read_record
 from cudaredist.sources.nvidia.index import Index, resolve_plan
-from tests.archives import Exe, MirrorArchive, build_mirror, toolkit
+from tests.archives import NVCC_12, Exe, MirrorArchive, build_mirror, toolkit
 from tests.faultserver import FaultServer
 from tests.invariants import assert_installed, assert_intact, snapshot
 
@@ -34,7 +34,7 @@ NVCC = "/cuda_nvcc/linux-x86_64/cuda_nvcc-linux-x86_64-13.0.88-archive.tar.xz"
 def build_fault_mirror(root: Path) -> None:
     """12.9.1 (small, its own archives) and 13.0.1 whose cuda_nvcc carries 300 kB of noise."""
     old = [MirrorArchive(a.component, a.platform, a.version.replace("13.0.", "12.9."), a.members)
-           for a in toolkit("linux-x86_64") if a.component in ("cuda_nvcc", "cuda_cudart", "cuda_cccl")]
+           for a in toolkit("linux-x86_64") if a.component in NVCC_12]
     build_mirror(root, "12.9.1", old)
     new = toolkit("linux-x86_64")
     new[0].members = {**new[0].members, "bin/ptxas": Exe(random.Random(13).randbytes(300_000))}

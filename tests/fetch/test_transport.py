@@ -480,4 +480,4 @@ def test_install_through_a_proxy(mirror: Path, proxy: ForwardProxy, tmp_path: Pa
         assert r.exit_code == 0, r.output
         assert sorted(proxy.seen) == sorted(origin.url(q.path) for q in origin.requests)
     assert origin.url("/redistrib_13.0.1.json") in proxy.seen
-    assert sum(u.endswith(".tar.xz") for u in proxy.seen) == 5
+    assert sum(u.endswith(".tar.xz") for u in proxy.seen) == 7

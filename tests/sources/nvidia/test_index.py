@@ -24,7 +24,8 @@ SHA = "cd" * 32
 
 def _manifest(label: str, platforms: tuple[str, ...] = ("linux-x86_64", "windows-x86_64")) -> bytes:
     doc: dict[str, object] = {"release_date": "2025-09-04", "release_label": label, "release_product": "cuda"}
-    for comp in ("cuda_nvcc", "cuda_cudart", "cuda_cccl", "cuda_crt", "libnvvm"):
+    for comp in ("cuda_nvcc", "cuda_cudart", "cuda_cccl", "cuda_crt", "libnvvm",
+                 "cuda_profiler_api", "cuda_nvtx"):
         body: dict[str, object] = {"name": comp, "license": "CUDA Toolkit", "version": "13.0.88"}
         for plat in platforms:
             ext = "zip" if plat.startswith("windows") else "tar.xz"
@@ -89,7 +90,8 @@ def test_manifest_fetch_is_parsed_and_cached(router: respx.MockRouter, transport
     router.get(f"{BASE}redistrib_13.0.1.json").mock(return_value=httpx.Response(200, content=body))
     m = Index(transport, cache).manifest(BASE, "13.0.1")
     assert (m.label, m.source) == ("13.0.1", f"{BASE}redistrib_13.0.1.json")
-    assert set(m.components) == {"cuda_nvcc", "cuda_cudart", "cuda_cccl", "cuda_crt", "libnvvm"}
+    assert set(m.components) == {"cuda_nvcc", "cuda_cudart", "cuda_cccl", "cuda_crt", "libnvvm",
+                                 "cuda_profiler_api", "cuda_nvtx"}
     assert cache.load_index(BASE, "redistrib_13.0.1.json") == body
 
 
@@ -192,7 +194,8 @@ def test_local_directory_base(mirror: Path, cache: Cache) -> None:
     base = normalize_base(str(mirror))
     assert base == mirror.as_uri() + "/"
     assert index.labels(base) == ["13.0.1", "12.9.1"]
-    assert index.manifest(base, "12.9.1").components.keys() == {"cuda_nvcc", "cuda_cudart", "cuda_cccl"}
+    assert index.manifest(base, "12.9.1").components.keys() == {"cuda_nvcc", "cuda_cudart", "cuda_cccl",
+                                                                  "cuda_profiler_api", "cuda_nvtx"}
 
 
 def test_missing_local_directory(tmp_path: Path, cache: Cache) -> None:
@@ -245,7 +248,7 @@ def test_mirror_with_the_train_gets_base_as_fallback(router: respx.MockRouter, t
                         profile="nvcc")
     assert (plan.release, plan.base_url) == ("13.0.1", MIRROR)  # the mirror's newest, not the base's
     assert base_routes["listing"].call_count == 0
-    assert len(plan.items) == 5
+    assert len(plan.items) == 7
     for item in plan.items:
         rel = item.archive.relative_path
         assert item.urls == (MIRROR + rel, BASE + rel)

@@ -132,6 +132,8 @@ PINS_13_0 = {
     "culibos": ("nvidia-cuda-culibos", "==13.0.85.*", ONLY_LINUX),
     "nvcc": ("nvidia-cuda-nvcc", "==13.0.88.*", LINUX),
     "nvvm": ("nvidia-nvvm", "==13.0.88.*", LINUX),
+    "profiler": ("nvidia-cuda-profiler-api", "==13.0.85.*", LINUX),
+    "nvtx": ("nvidia-nvtx", "==13.0.85.*", LINUX),
 }
 
 LINUX_TAG = "py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64"
@@ -214,6 +216,8 @@ def add_release_13_0(index: FakeIndex, *, windows: bool = True) -> None:
                                      f"{cu}/lib/libnvvm.so.4": fake_elf("libnvvm.so.4"),
                                      f"{cu}/nvvm/libdevice/libdevice.10.bc": b"bc"},
         ("nvidia_cuda_culibos", "13.0.85"): {f"{cu}/lib/libculibos.a": b"!<arch>"},
+        ("nvidia_cuda_profiler_api", "13.0.85"): {f"{cu}/include/cuda_profiler_api.h": b"// prof"},
+        ("nvidia_nvtx", "13.0.85"): {f"{cu}/include/nvtx3/nvToolsExt.h": b"// nvtx"},
     }
     win = {
         ("nvidia_cuda_nvcc", "13.0.88"): {f"{cu}/bin/nvcc.exe": b"MZ nvcc", f"{cu}/bin/nvcc.profile": b"TOP"},
@@ -224,6 +228,8 @@ def add_release_13_0(index: FakeIndex, *, windows: bool = True) -> None:
         ("nvidia_cuda_crt", "13.0.88"): {f"{cu}/include/crt/host_config.h": b"// hc win"},
         ("nvidia_nvvm", "13.0.88"): {f"{cu}/include/nvvm.h": b"// nvvm", f"{cu}/nvvm/bin/cicc.exe": b"MZ",
                                      f"{cu}/bin/x86_64/nvvm64_40_0.dll": b"MZ nvvm"},
+        ("nvidia_cuda_profiler_api", "13.0.85"): {f"{cu}/include/cuda_profiler_api.h": b"// prof win"},
+        ("nvidia_nvtx", "13.0.85"): {f"{cu}/include/nvtx3/nvToolsExt.h": b"// nvtx win"},
     }
     for (dist, ver), files in linux.items():
         index.add_wheel(dist, ver, LINUX_TAG, files)
@@ -613,7 +619,8 @@ def test_plan_linux_nvcc(fake_index: FakeIndex, tmp_path: Path) -> None:
     assert (plan.release, plan.release_date, plan.source, plan.base_url) == (
         "13.0.2", "2025-12-19", "pypi", INDEX)
     by = {i.component: i for i in plan.items}
-    assert list(by) == ["cuda_nvcc", "cuda_cudart", "cuda_cccl", "cuda_crt", "libnvvm"]
+    assert list(by) == ["cuda_nvcc", "cuda_cudart", "cuda_cccl", "cuda_crt", "libnvvm",
+        "cuda_profiler_api", "cuda_nvtx"]
     rt = by["cuda_cudart"]
     assert rt.version == "13.0.96"  # the pin, not the older 13.0.48 build
     assert rt.layout == "wheel"

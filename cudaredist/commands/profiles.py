@@ -1,0 +1,64 @@
+"""``cudaredist profiles``: each profile's components, per train, from the profile data (offline)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from cudaredist.commands.base import emit_json, errors
+from cudaredist.commands.options import JsonOpt
+
+TrainsOpt = Annotated[list[str] | None, typer.Option(
+    "--train", "-t", help="Show the components a release of this train needs (repeatable): 13.0, 12.9, "
+                          "13.4.1. Without it, each component's first release.")]
+ProfileNameOpt = Annotated[list[str] | None, typer.Option(
+    "--profile", help="Only this profile (repeatable). Default: all.")]
+
+
+def _rows(names: list[str], trains: list[str]) -> list[dict[str, Any]]:
+    from cudaredist.profiles import get_profile
+
+    rows: list[dict[str, Any]] = []
+    for name in names:
+        prof = get_profile(name)
+        specs = list(dict.fromkeys(prof.specs))  # a profile extending another may repeat one
+        row: dict[str, Any] = {
+            "name": name, "description": prof.description, "extends": prof.extends or None,
+            "components": [{"name": str(s), "alternatives": list(s.names), "since": s.since or None}
+                           for s in specs]}
+        if trains:
+            row["trains"] = {t: [str(s) for s in specs if s.applies_to(t)] for t in trains}
+        rows.append(row)
+    return rows
+
+
+def profiles_cmd(train: TrainsOpt = None, profile: ProfileNameOpt = None, as_json: JsonOpt = False) -> None:
+    """List each profile's components, per train (offline: from the profile data).
+
+    'a|b' is a component NVIDIA renamed: a release installs the first of the names it has. Both
+    sources install the same components; --source pypi builds the nvcc-based profiles from 13.0 on.
+    """
+    with errors():
+        from cudaredist.plan import version_key
+        from cudaredist.profiles import profile_names
+        from cudaredist.sources.nvidia.releases import check_train
+
+        trains = list(dict.fromkeys(check_train(t) for t in train or []))
+        rows = _rows(list(dict.fromkeys(profile or profile_names())), trains)
+        if as_json:
+            emit_json({"profiles": rows})
+            return
+        for row in rows:
+            extends = f" (extends {row['extends']})" if row["extends"] else ""
+            typer.echo(f"{row['name']}{extends}: {row['description']}")
+            if trains:
+                for t, comps in row["trains"].items():
+                    typer.echo(f"  CUDA {t}: {' '.join(comps)}")
+                continue
+            by_since: dict[str, list[str]] = {}
+            for c in row["components"]:
+                by_since.setdefault(c["since"] or "", []).append(c["name"])
+            for since in sorted(by_since, key=version_key):
+                label = f"from {since}:" if since else "every release:"
+                typer.echo(f"  {label:<15} {' '.join(by_since[since])}")
