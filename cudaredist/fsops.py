@@ -10,6 +10,7 @@ hosts the calls behave as the plain ``os`` ones, with the read-only handling of 
 
 from __future__ import annotations
 
+import errno
 import ntpath
 import os
 import shutil
@@ -144,6 +145,15 @@ def rmtree(path: str | os.PathLike[str]) -> None:
         shutil.rmtree(p, onexc=again)
     else:
         shutil.rmtree(p, onerror=again)
+
+
+def symlink(target: str, dest: str | os.PathLike[str], *, directory: bool = False) -> None:
+    """``os.symlink``, and an OSError (EPERM, as without the right) where the host reports success
+    and makes nothing (Wine does): callers fall back to a copy either way."""
+    where = long_path(dest)
+    os.symlink(target, where, target_is_directory=directory)
+    if WINDOWS and not os.path.lexists(where):
+        raise OSError(errno.EPERM, "the symbolic link was not created", os.fspath(dest))
 
 
 def is_junction(path: str | os.PathLike[str]) -> bool:

@@ -303,9 +303,7 @@ class Installer:
         for name, target in platform_rule(plan.platform).links:
             if (staging / target).is_dir() and not os.path.lexists(staging / name):
                 try:
-                    os.symlink(target, staging / name, target_is_directory=True)
-                    if not os.path.lexists(staging / name):  # "made" and nothing there (Wine does that)
-                        raise FileNotFoundError(staging / name)
+                    fsops.symlink(target, staging / name, directory=True)
                     made.append({"path": name, "link": target})
                 except OSError:
                     shutil.copytree(staging / target, staging / name, symlinks=True)

@@ -299,10 +299,7 @@ class Tree:
         try:
             self._ensure_dir(rel.rpartition("/")[0], archive)
             try:
-                os.symlink(target, fsops.long_path(dest))
-                # "made" and nothing there (Wine does that): as if refused
-                if WINDOWS and not os.path.lexists(fsops.long_path(dest)):
-                    raise OSError(errno.EPERM, "the symbolic link was not created", str(dest))
+                fsops.symlink(target, dest)
             except FileExistsError as exc:
                 raise ConflictError(f"{archive}: {rel} already exists in the tree", path=rel,
                                     second=component) from exc
