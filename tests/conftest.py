@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import functools
-import http.server
-import threading
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.archives import build_mirror, toolkit
+from tests.loopback import directory_handler, serving
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 SHARED_MANIFESTS = SHARED / "redist" / "manifests"
@@ -29,28 +28,11 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("CUDAREDIST_CACHE_DIR", str(tmp_path / "cache"))
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def serve() -> Iterator[object]:
     """serve(directory) -> base URL of a real HTTP server on 127.0.0.1 serving it."""
-    servers: list[http.server.ThreadingHTTPServer] = []
-
-    def start(directory: Path) -> str:
-        handler = functools.partial(_QuietHandler, directory=str(directory))
-        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        srv.daemon_threads = True
-        threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-        servers.append(srv)
-        return f"http://127.0.0.1:{srv.server_address[1]}/"
-
-    yield start
-    for srv in servers:
-        srv.shutdown()
-        srv.server_close()
+    with contextlib.ExitStack() as servers:
+        yield lambda directory: servers.enter_context(serving(directory_handler(directory)))
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from typer.testing import CliRunner, Result
 from cudaredist.cli import app
 from tests.archives import Exe, MirrorArchive, build_mirror
 from tests.hosts import WINDOWS, skip_on_windows
+from tests.loopback import serving
 
 Serve = Callable[[Path], str]
 
@@ -535,12 +535,8 @@ def redirect_loop() -> Iterator[str]:
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Loop)
-    srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}/redist/"
-    srv.shutdown()
-    srv.server_close()
+    with serving(Loop) as base:
+        yield base + "redist/"
 
 
 def _closed_port() -> int:

@@ -11,18 +11,18 @@ copied, never written).
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.loopback import directory_handler, serving
 
 pytestmark = [
     pytest.mark.e2e,
@@ -54,11 +54,6 @@ PTX = """\
 """
 
 
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 @pytest.fixture(scope="module")
 def mirror_dir() -> Path:
     given = os.environ.get(MIRROR_VAR)
@@ -74,15 +69,8 @@ def mirror_dir() -> Path:
 
 @pytest.fixture(scope="module")
 def base_url(mirror_dir: Path) -> Iterator[str]:
-    import functools
-
-    handler = functools.partial(_Quiet, directory=str(mirror_dir))
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}/"
-    srv.shutdown()
-    srv.server_close()
+    with serving(directory_handler(mirror_dir)) as base:
+        yield base
 
 
 @pytest.fixture(scope="module")
