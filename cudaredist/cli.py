@@ -100,7 +100,8 @@ def install(
     install_dir: InstallDirOpt = None,
     platform: PlatformOpt = None,
     profile: Annotated[str | None, typer.Option(
-        "--profile", help=f"Component profile: nvcc, runtime, build.  [default: {DEFAULT_PROFILE}]")] = None,
+        "--profile", help="Component profile: nvcc, runtime, build, torch (`cudaredist profiles` "
+        f"lists them).  [default: {DEFAULT_PROFILE}]")] = None,
     component: ComponentOpt = None,
     only: OnlyOpt = False,
     base_url: BaseUrlOpt = None,
