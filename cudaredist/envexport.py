@@ -5,7 +5,8 @@ What is set, for a tree of release X.Y installed in PREFIX:
     native tree (Linux tree on a POSIX host, Windows tree on Windows):
         CUDA_PATH, CUDA_HOME, CUDA_PATH_VX_Y = PREFIX
         PATH            += PREFIX/bin  (Windows 13.x: also PREFIX\\bin\\x64, where the DLLs moved)
-        LD_LIBRARY_PATH += PREFIX/lib  (Linux trees)
+        LD_LIBRARY_PATH += PREFIX/lib, PREFIX/nvvm/lib64  (Linux trees: libNVVM lives apart, and
+                        cuda-pathfinder, numba-cuda's locator, asks the loader before CUDA_HOME)
     Windows tree on a non-Windows host (WSL / Linux cross-compiling for Windows):
         WINDOWS_CUDA_HOME = PREFIX     (what torch's cross-compile paths read); PATH is left alone,
                                        and CUDA_HOME stays free for a native toolkit
@@ -69,7 +70,11 @@ def environment(prefix: str, *, platform: str, release: str, host_windows: bool)
         bins.append(join(prefix, "bin", "x64"))  # CUDA 13 moved the runtime DLLs here
     prepend: list[tuple[str, tuple[str, ...]]] = [("PATH", tuple(bins))]
     if not tree_windows:
-        prepend.append(("LD_LIBRARY_PATH", (join(prefix, "lib"),)))
+        # libnvvm.so sits in nvvm/lib64, off lib/: without it here, a loader that finds another
+        # toolkit's libNVVM first (ld.so.conf, an older LD_LIBRARY_PATH) mixes two toolkits. On
+        # Windows PATH stays as NVIDIA's installer sets it (bin): cuda-pathfinder finds
+        # nvvm\bin\x64 through CUDA_PATH, after PATH, where no NVIDIA installer puts an nvvm\bin.
+        prepend.append(("LD_LIBRARY_PATH", (join(prefix, "lib"), join(prefix, "nvvm", "lib64"))))
     return Environment(variables, tuple(prepend), host_windows)
 
 

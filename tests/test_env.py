@@ -61,7 +61,9 @@ def test_linux_tree_on_linux() -> None:
     env = environment("/opt/cuda", platform="linux-x86_64", release="13.4.1", host_windows=False)
     assert env.variables == (("CUDA_PATH", "/opt/cuda"), ("CUDA_HOME", "/opt/cuda"),
                              ("CUDA_PATH_V13_4", "/opt/cuda"))
-    assert env.prepend == (("PATH", ("/opt/cuda/bin",)), ("LD_LIBRARY_PATH", ("/opt/cuda/lib",)))
+    # libNVVM is searched in the tree's nvvm/lib64 before any other toolkit's (numba-cuda loads it)
+    assert env.prepend == (("PATH", ("/opt/cuda/bin",)),
+                           ("LD_LIBRARY_PATH", ("/opt/cuda/lib", "/opt/cuda/nvvm/lib64")))
     assert env.notes == ()
 
 
@@ -222,10 +224,10 @@ def test_posix_shells_eval_the_output(shell: str, name: str, tmp_path: Path) -> 
     assert cuda_path == cuda_home == versioned == prefix
     # prepended, and no empty entry (the cwd) when LD_LIBRARY_PATH was unset before
     assert path == f"{prefix}/bin:/usr/bin:/bin"
-    assert ld == f"{prefix}/lib"
+    assert ld == f"{prefix}/lib:{prefix}/nvvm/lib64"
     # a second evaluation on top of a set LD_LIBRARY_PATH keeps the old entries after the new
     *_, ld = _evaluate(shell, str(script), base | {"LD_LIBRARY_PATH": "/old/lib"})
-    assert ld == f"{prefix}/lib:/old/lib"
+    assert ld == f"{prefix}/lib:{prefix}/nvvm/lib64:/old/lib"
 
 
 @posix_host
@@ -262,7 +264,8 @@ def test_eval_of_the_real_command_in_bash(mirror: Path, tmp_path: Path) -> None:
     r = subprocess.run(["bash", "-c", cmd, "bash", str(prefix)], env=env, capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split("\0")[:4] == [str(prefix), str(prefix), f"{prefix}/lib", f"{prefix}/bin/nvcc"]
+    assert r.stdout.split("\0")[:4] == [str(prefix), str(prefix), f"{prefix}/lib:{prefix}/nvvm/lib64",
+                                         f"{prefix}/bin/nvcc"]
 
 
 @posix_host
@@ -277,7 +280,8 @@ def test_command_shells_and_json(mirror: Path, tmp_path: Path) -> None:
     assert json.loads(r.stdout) == {
         "prefix": str(prefix), "release": "13.0.1", "platform": "linux-x86_64",
         "set": {"CUDA_PATH": str(prefix), "CUDA_HOME": str(prefix), "CUDA_PATH_V13_0": str(prefix)},
-        "prepend": {"PATH": [f"{prefix}/bin"], "LD_LIBRARY_PATH": [f"{prefix}/lib"]}, "notes": []}
+        "prepend": {"PATH": [f"{prefix}/bin"], "LD_LIBRARY_PATH": [f"{prefix}/lib", f"{prefix}/nvvm/lib64"]},
+        "notes": []}
     r = cli("env", "--prefix", str(prefix), "--shell", "tcsh")
     assert r.exit_code == 2 and "unknown --shell 'tcsh'" in r.stderr
     r = cli("env", "--prefix", str(tmp_path / "nothing"))
@@ -340,7 +344,7 @@ def test_github_files_carry_any_value(name: str) -> None:
     env_text, path_text = github_files(env, {"LD_LIBRARY_PATH": "/old"})
     assert parse_github_env(env_text) == {"CUDA_PATH": prefix, "CUDA_HOME": prefix,
                                           "CUDA_PATH_V13_0": prefix,
-                                          "LD_LIBRARY_PATH": f"{prefix}/lib:/old"}
+                                          "LD_LIBRARY_PATH": f"{prefix}/lib:{prefix}/nvvm/lib64:/old"}
     assert path_text == f"{prefix}/bin\n"
 
 
@@ -370,5 +374,5 @@ def test_github_command_appends(mirror: Path, tmp_path: Path, monkeypatch: pytes
     assert f"set CUDA_PATH={prefix}" in r.stderr
     assert parse_github_env(env_file.read_text()) == {
         "EARLIER": "1", "CUDA_PATH": str(prefix), "CUDA_HOME": str(prefix),
-        "CUDA_PATH_V13_0": str(prefix), "LD_LIBRARY_PATH": f"{prefix}/lib"}
+        "CUDA_PATH_V13_0": str(prefix), "LD_LIBRARY_PATH": f"{prefix}/lib:{prefix}/nvvm/lib64"}
     assert path_file.read_text() == f"/earlier\n{prefix}/bin\n"

@@ -167,3 +167,30 @@ def test_numba_cuda_compiles_ptx_with_the_trees_nvvm_and_libdevice(numba_tree: P
     # sin() came from the tree's libdevice, linked in and inlined: no call to an external __nv_sinf
     assert inside(out["libdevice"], tree), out["libdevice"]
     assert "__nv_sin" not in ptx and ".extern .func" not in ptx
+
+
+def test_numba_cuda_under_cudaredist_env_loads_the_trees_nvvm(numba_tree: Path, real_wheel_cache: Path,  # noqa: F811
+                                                              tmp_path: Path) -> None:
+    """`eval "$(cudaredist env)"` alone: numba-cuda (through cuda-pathfinder, which asks the loader
+    before CUDA_HOME) loads the tree's libNVVM, although another libNVVM is on the LD_LIBRARY_PATH
+    the shell had before (another toolkit's, as a module system or an older setup leaves it)."""
+    pytest.importorskip("numba.cuda", reason="numba-cuda is a [test] extra")
+    from cudaredist.envexport import quote_sh
+
+    tree = numba_tree
+    other = tmp_path / "other-toolkit" / "nvvm" / "lib64"
+    other.mkdir(parents=True)
+    for lib in (tree / "nvvm" / "lib64").glob("libnvvm.so*"):  # a copy: the same library elsewhere
+        (other / lib.name).write_bytes(lib.read_bytes())
+    env = consumer_env(tree, real_wheel_cache, LD_LIBRARY_PATH=str(other))
+    script = tmp_path / "numba_probe.py"
+    script.write_text(NUMBA)
+    py, where, probe = (quote_sh(str(p)) for p in (sys.executable, tree, script))
+    line = f'eval "$({py} -m cudaredist env --prefix {where})" && exec {py} {probe}'
+    r = subprocess.run(["bash", "-c", line], env=env, cwd=tmp_path, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, f"the consumer failed:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["libnvvm_mapped"], "no libnvvm was loaded"
+    assert all(inside(p, tree) for p in out["libnvvm_mapped"]), out["libnvvm_mapped"]
+    assert inside(out["libdevice"], tree), out["libdevice"]
