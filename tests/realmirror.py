@@ -4,8 +4,10 @@ The mirror is built once per session by ``cudaredist mirror 13.0.2 --source pypi
 component wheels from PyPI, re-packed as redist archives) for linux-x86_64 and
 windows-x86_64, into a session temp dir. The wheels go through cudaredist's download cache:
 ``$CUDAREDIST_TEST_CACHE`` when set (kept across sessions: a warm rerun needs only PyPI's
-index pages), else a session temp dir. Import the fixtures into a test module (the mirror
-fixture needs the cache fixture in the module too)::
+index pages), else a session temp dir. ``real_mirror_1302_libs`` completes a hard-linked copy of
+it with the linux-x86_64 libraries that the `build` profile and PyTorch's headers need (cuRAND,
+NVRTC, cuBLAS, cuSPARSE, cuSOLVER: 0.9 GB of wheels). Import the fixtures into a test module (the
+mirror fixture needs the cache fixture in the module too)::
 
     from tests.realmirror import real_mirror_1302, real_wheel_cache  # noqa: F401
 """
@@ -102,15 +104,37 @@ def real_mirror_1343_windows_runtime(tmp_path_factory: pytest.TempPathFactory,
 
 
 LABEL_134 = "13.4.3"
+# What ATen/cuda/CUDAContext.h includes beyond the nvcc profile (cusparse.h, cublas_v2.h, cublasLt.h,
+# cusolverDn.h): the part of the torch profile tests/e2e/test_torch_headers.py installs.
+TORCH_HEADER_LIBS = ("libcublas", "libcusparse", "libcusolver")
+# Their wheels hold compressed fatbins, which xz cannot shrink: preset 0 packs them twice as fast
+XZ_PRESET_LIBS = "0"
+
+
+@pytest.fixture(scope="session")
+def real_mirror_1302_libs(tmp_path_factory: pytest.TempPathFactory, real_wheel_cache: Path,
+                          real_mirror_1302: Path) -> Path:
+    """linux-x86_64 of 13.0.2 for the `build` profile (nvcc + NVRTC, cuRAND) and TORCH_HEADER_LIBS:
+    real_mirror_1302, hard-linked (its archives verify and stay), completed with those."""
+
+    def make(d: Path) -> Path:
+        root = d / "mirror"
+        shutil.copytree(real_mirror_1302, root, copy_function=os.link)
+        return _build_mirror(root, real_wheel_cache, platforms=("linux-x86_64",), profile="build",
+                             components=TORCH_HEADER_LIBS, preset=XZ_PRESET_LIBS)
+
+    return _once(tmp_path_factory, "real-mirror-1302-libs", make)
 
 
 def _build_mirror(root: Path, real_wheel_cache: Path, label: str = LABEL,
-                  platforms: tuple[str, ...] = PLATFORMS, profile: str = "nvcc") -> Path:
+                  platforms: tuple[str, ...] = PLATFORMS, profile: str = "nvcc",
+                  components: tuple[str, ...] = (), preset: str = XZ_PRESET) -> Path:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUDAREDIST_")}
     env["CUDAREDIST_CACHE_DIR"] = str(real_wheel_cache)
     cmd = [sys.executable, "-m", "cudaredist", "mirror", label, "--source", "pypi", "--profile", profile,
-           *(a for p in platforms for a in ("--platform", p)), "--out", str(root),
-           "--xz-preset", XZ_PRESET, "--json"]
+           *(a for p in platforms for a in ("--platform", p)),
+           *(a for c in components for a in ("--component", c)), "--out", str(root),
+           "--xz-preset", preset, "--json"]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
     assert r.returncode == 0, f"cudaredist mirror --source pypi failed ({r.returncode}):\n{r.stderr[-4000:]}"
     report = json.loads(r.stdout)
