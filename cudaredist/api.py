@@ -184,6 +184,7 @@ def _run(request: InstallRequest, wanted: list[str], fixed: Path | None, outcome
          reporter: Reporter | None, say: Callable[[str], None]) -> None:
     """Resolve (or read the lock), fetch and install: the part that needs the source."""
     from cudaredist.cache import Cache
+    from cudaredist.cache.store import index_ttl_default
     from cudaredist.fetch.transport import Transport
     from cudaredist.install import Installer
     from cudaredist.progress import Silent
@@ -196,7 +197,9 @@ def _run(request: InstallRequest, wanted: list[str], fixed: Path | None, outcome
     if request.lock is not None:
         locked, lock_plan = _read_lock(request, wanted)
         components, source = list(locked.components), lock_plan.source
-    cache = Cache(request.cache_dir)
+    # a warm install asks no server: index pages and manifests fetched within the TTL answer
+    # (--refresh: the server is asked)
+    cache = Cache(request.cache_dir, index_ttl=0.0 if request.refresh else index_ttl_default())
     transport = Transport(connections=request.jobs)
     try:
         src = open_source(source, transport, cache, request.where)

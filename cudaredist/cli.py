@@ -4,12 +4,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from cudaredist import __version__
-from cudaredist.commands import cache, doctor, managed, prefix, profiles
+from cudaredist import __version__, commands
 from cudaredist.commands.base import (
     Ctx,
     emit_json,
@@ -45,7 +44,7 @@ from cudaredist.commands.options import (
 )
 from cudaredist.profiles import DEFAULT_PROFILE
 
-app = typer.Typer(
+_SETTINGS: dict[str, Any] = dict(
     name="cudaredist",
     help="Assemble a CUDA toolkit tree from NVIDIA's redistributable archives: "
          "no installer, no admin rights, any host.",
@@ -54,6 +53,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
+app = typer.Typer(**_SETTINGS)
 
 
 # -- commands ---------------------------------------------------------------------------------------
@@ -314,16 +314,24 @@ def _root(version: Annotated[bool, typer.Option("--version", callback=_version, 
     pass
 
 
-app.command()(prefix.verify)
-app.command()(prefix.info)
-app.command()(prefix.uninstall)
-app.command("env")(prefix.env_cmd)
-app.command("profiles")(profiles.profiles_cmd)
-app.command()(doctor.doctor)
-app.command("list")(managed.list_cmd)
-app.command("find")(managed.find_cmd)
-app.command("run", context_settings={"allow_interspersed_args": False})(managed.run_cmd)
-app.add_typer(cache.app, name="cache")
+def _register_commands(app: typer.Typer) -> None:
+    """The commands that live in ``cudaredist/commands/``."""
+    from cudaredist.commands import cache, doctor, managed, prefix, profiles
+
+    app.command()(prefix.verify)
+    app.command()(prefix.info)
+    app.command()(prefix.uninstall)
+    app.command("env")(prefix.env_cmd)
+    app.command("profiles")(profiles.profiles_cmd)
+    app.command()(doctor.doctor)
+    app.command("list")(managed.list_cmd)
+    app.command("find")(managed.find_cmd)
+    app.command("run", context_settings={"allow_interspersed_args": False})(managed.run_cmd)
+    app.add_typer(cache.app, name="cache")
+
+
+if not commands.install_only:
+    _register_commands(app)
 
 
 def main() -> None:
@@ -331,6 +339,14 @@ def main() -> None:
 
     streams.configure()  # a redirected stdout on Windows: the code page its reader decodes with
     # exit code 2 is click's for usage errors; ours are 1 (or the error's own code)
+    if commands.install_only:
+        # `cudaredist install ...`: a group of that command alone, the same options, help and errors,
+        # without importing or building the others (a no-op install is mostly start-up)
+        one = typer.Typer(**_SETTINGS)
+        one.callback()(_root)
+        one.command()(install)
+        one(prog_name="cudaredist")
+        return
     app(prog_name="cudaredist")
 
 

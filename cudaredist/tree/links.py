@@ -38,7 +38,7 @@ def link_mode(given: str | None = None) -> str:
     return value
 
 
-def place(src: Path, dest: Path, mode: str, perm: int) -> str:
+def place(src: str | Path, dest: str | Path, mode: str, perm: int) -> str:
     """Create ``dest`` (which must not exist) with ``src``'s bytes; returns how: clone|hardlink|copy.
 
     ``perm`` is applied to clones and copies; a hard link shares the cache file's own mode, which

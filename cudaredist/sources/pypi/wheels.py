@@ -239,10 +239,21 @@ def marker_env(platform: WheelPlatform, extra: str = "") -> dict[str, str]:
 
 def applies(req: Requirement, env: Mapping[str, str]) -> bool:
     """Whether ``req``'s environment marker holds for ``env`` (see :func:`marker_env`)."""
-    try:
-        return req.marker is None or req.marker.evaluate(dict(env))
-    except (UndefinedComparison, UndefinedEnvironmentName) as exc:
-        raise ManifestError(f"cannot evaluate the environment marker of {req}: {exc}") from exc
+    if req.marker is None:
+        return True
+    # a plan asks the same few markers of the same environment thousands of times (every extra of
+    # the metapackage for every component): packaging's evaluation is the slow part of a resolve
+    key = (str(req.marker), tuple(sorted(env.items())))
+    hit = _MARKERS.get(key)
+    if hit is None:
+        try:
+            hit = _MARKERS[key] = req.marker.evaluate(dict(env))
+        except (UndefinedComparison, UndefinedEnvironmentName) as exc:
+            raise ManifestError(f"cannot evaluate the environment marker of {req}: {exc}") from exc
+    return hit
+
+
+_MARKERS: dict[tuple[str, tuple[tuple[str, str], ...]], bool] = {}
 
 
 @dataclass(frozen=True)
