@@ -347,3 +347,51 @@ def test_conflict_detected_when_extracting_concurrently(tmp_path: Path, tree: Tr
     assert len(conflicts) == 1 and isinstance(conflicts[0], ConflictError)
     assert {conflicts[0].first, conflicts[0].second} == {"comp_a", "comp_b"}
     assert (tree.root / "lib/big").read_bytes() in (big_a, big_b)
+
+
+# -- a big complete zip is inflated by several threads ------------------------------------------------
+class _Threads(Tree):
+    """A tree that notes which thread wrote each file."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.writers: dict[str, str] = {}
+
+    def add_file(self, rel: str, src: object, mode: int, component: str, archive: str) -> None:  # type: ignore[override]
+        import threading
+
+        self.writers[rel] = threading.current_thread().name
+        super().add_file(rel, src, mode, component, archive)  # type: ignore[arg-type]
+
+
+def _big_zip(tmp_path: Path, n: int = 6) -> tuple[Path, dict[str, bytes]]:
+    body = {f"bin/tool{i}": os.urandom(3 << 20) for i in range(n)}  # incompressible: 18 MB of deflate
+    return _zip(tmp_path, {f"{ZTOP}/bin/": Dir(), **{f"{ZTOP}/{k}": v for k, v in body.items()}}), body
+
+
+def test_a_big_zip_is_inflated_by_several_threads(tmp_path: Path) -> None:
+    path, body = _big_zip(tmp_path)
+    tree = _Threads(tmp_path / "t")
+    tree.root.mkdir()
+    _extract(path, tree)
+    records = {r.path: r for r in tree.finish()}
+    assert set(records) == set(body)
+    for rel, data in body.items():
+        assert (tree.root / rel).read_bytes() == data
+        assert records[rel].sha256 == hashlib.sha256(data).hexdigest()
+    if (os.cpu_count() or 1) > 1:
+        assert {name.rsplit("_", 1)[0] for name in tree.writers.values()} == {"inflate"}
+        assert len(set(tree.writers.values())) > 1
+
+
+def test_a_corrupt_member_of_a_big_zip_fails_the_whole_archive(tmp_path: Path) -> None:
+    path, body = _big_zip(tmp_path)
+    data = bytearray(path.read_bytes())
+    victim = next(iter(body.values()))
+    at = bytes(data).index(victim[:64])  # stored as is (incompressible): flip a byte of its data
+    data[at + 1000] ^= 0xFF
+    path.write_bytes(bytes(data))
+    tree = Tree(tmp_path / "t")
+    tree.root.mkdir()
+    with pytest.raises(UnsafeArchiveError, match="corrupt"):
+        _extract(path, tree)
