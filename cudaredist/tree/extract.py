@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 from cudaredist.errors import ConflictError, UnsafeArchiveError
+from cudaredist.tree.inflate import DeflatedMember
 from cudaredist.tree.paths import clean_member, strip_top, tree_path, zip_entry_mode
 from cudaredist.tree.staging import Mapper, Tree
 
@@ -277,6 +278,10 @@ def _inflate(zf: zipfile.ZipFile, files: Sequence[tuple[zipfile.ZipInfo, str, in
     """Every file member into ``tree``: in archive order, or from several threads for a big zip
     (zipfile's handles share the file under a lock; the tree takes claims from any thread)."""
     def one(info: zipfile.ZipInfo, rel: str, mode: int) -> None:
+        if info.compress_type == zipfile.ZIP_DEFLATED and not info.flag_bits & 0x1 and zf.filename:
+            with open(zf.filename, "rb") as fh:  # its own handle: no lock shared with the other threads
+                tree.add_file(rel, cast(IO[bytes], DeflatedMember(fh, info)), mode, component, archive)
+            return
         with zf.open(info) as src:
             tree.add_file(rel, src, mode, component, archive)
 

@@ -395,3 +395,20 @@ def test_a_corrupt_member_of_a_big_zip_fails_the_whole_archive(tmp_path: Path) -
     tree.root.mkdir()
     with pytest.raises(UnsafeArchiveError, match="corrupt"):
         _extract(path, tree)
+
+
+@pytest.mark.parametrize("big", [False, True])
+def test_a_local_header_naming_another_file_is_refused(tmp_path: Path, big: bool) -> None:
+    """The central directory names the member; a local header that says otherwise (another file's
+    bytes reached under this name) is a corrupt zip, whichever thread inflates it."""
+    if big:
+        path, _body = _big_zip(tmp_path)
+    else:
+        path = _zip(tmp_path, {f"{ZTOP}/bin/": Dir(), f"{ZTOP}/bin/tool0": b"x" * 5000})
+    data = path.read_bytes()
+    name = f"{ZTOP}/bin/tool0".encode()
+    path.write_bytes(data.replace(name, f"{ZTOP}/bin/toolZ".encode(), 1))  # the local header comes first
+    tree = Tree(tmp_path / "t")
+    tree.root.mkdir()
+    with pytest.raises(UnsafeArchiveError, match="corrupt.*differ"):
+        _extract(path, tree)
