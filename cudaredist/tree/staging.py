@@ -97,6 +97,7 @@ class Tree:
         self._records: dict[str, FileRecord] = {}
         self._deferred_links: list[tuple[str, str, str]] = []
         self._written = 0
+        self._clones = True  # until a clone into this tree came back as a copy
 
     # -- claims ------------------------------------------------------------------------------------
     def _check_parents(self, rel: str, component: str, archive: str) -> None:
@@ -373,7 +374,11 @@ class Tree:
         try:
             self._ensure_dir(rel.rpartition("/")[0], archive)
             try:
-                place(src, dest, how, rec.mode)  # long paths: place() takes care
+                # a filesystem (pair) that could not clone one file cannot clone the next: copy
+                used = place(src, dest, "copy" if how == "clone" and not self._clones else how, rec.mode,
+                             rec.size)  # long paths: place() takes care
+                if how == "clone" and used == "copy":
+                    self._clones = False
             except FileExistsError as exc:
                 raise ConflictError(f"{archive}: {rel} already exists in the tree", path=rel,
                                     second=component) from exc

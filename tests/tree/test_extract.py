@@ -412,3 +412,31 @@ def test_a_local_header_naming_another_file_is_refused(tmp_path: Path, big: bool
     tree.root.mkdir()
     with pytest.raises(UnsafeArchiveError, match="corrupt.*differ"):
         _extract(path, tree)
+
+
+def test_a_tree_tries_one_clone_where_the_filesystem_cannot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    """A clone that comes back as a copy (ext4, tmpfs, NTFS) is not tried again for the tree's other
+    files: they are copied straight away, with the same bytes and modes."""
+    from cudaredist.tree import links
+    from cudaredist.tree.staging import FileRecord
+
+    tries: list[int] = []
+
+    def no_clone(fd_in: int, fd_out: int) -> bool:
+        tries.append(fd_out)
+        return False
+
+    monkeypatch.setattr(links, "_clone_fd", no_clone)
+    src = tmp_path / "entry"
+    src.mkdir()
+    tree = Tree(tmp_path / "t")
+    tree.root.mkdir()
+    for i, mode in enumerate((0o644, 0o755, 0o644)):
+        data = f"file {i}".encode() * 100
+        (src / f"f{i}").write_bytes(data)
+        rec = FileRecord(f"bin/f{i}", len(data), hashlib.sha256(data).hexdigest(), mode)
+        tree.add_placed(rec, src / f"f{i}", "clone", "comp", "a.zip")
+        assert (tree.root / f"bin/f{i}").read_bytes() == data
+        assert_mode(tree.root / f"bin/f{i}", mode)
+    assert len(tries) == 1
