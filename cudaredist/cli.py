@@ -42,6 +42,7 @@ from cudaredist.commands.options import (
     Train,
     TrustedHostOpt,
     VerboseOpt,
+    WithOpt,
 )
 from cudaredist.profiles import DEFAULT_PROFILE
 
@@ -64,6 +65,7 @@ def resolve(
     profile: ProfileOpt = DEFAULT_PROFILE,
     component: ComponentOpt = None,
     only: OnlyOpt = False,
+    with_: WithOpt = None,
     base_url: BaseUrlOpt = None,
     mirror: MirrorOpt = None,
     no_fallback: NoFallbackOpt = False,
@@ -82,7 +84,7 @@ def resolve(
                   trusted_hosts=trusted_host)
         with ctx.open() as src:
             plan = src.resolve(train, [platform_or_host(platform)], profile=None if only else profile,
-                               components=component or [])[0]
+                               components=component or [], products=with_ or [])[0]
         if as_json:
             emit_json(plan.to_json())
         else:
@@ -103,6 +105,7 @@ def install(
         "--profile", help=f"Component profile: nvcc, runtime, build.  [default: {DEFAULT_PROFILE}]")] = None,
     component: ComponentOpt = None,
     only: OnlyOpt = False,
+    with_: WithOpt = None,
     base_url: BaseUrlOpt = None,
     mirror: MirrorOpt = None,
     no_fallback: NoFallbackOpt = False,
@@ -149,7 +152,8 @@ def install(
                        "cudaredist did not install, pass --replace-foreign", err=True)
         request = InstallRequest(
             trains=tuple(trains or ()), prefix=prefix, install_dir=install_dir, platform=platform,
-            profile=profile, components=tuple(component or ()), only=only, lock=lock, source=source,
+            profile=profile, components=tuple(component or ()), only=only, products=tuple(with_ or ()),
+            lock=lock, source=source,
             reinstall=reinstall or force, replace_foreign=replace_foreign, refresh=refresh,
             link_mode=link_mode, lock_timeout=lock_timeout, jobs=jobs, cache_dir=cache_dir,
             where=Where(base_url, mirror, no_fallback, index_url, offline,
@@ -205,6 +209,7 @@ def mirror_cmd(
     profile: ProfileOpt = DEFAULT_PROFILE,
     component: ComponentOpt = None,
     only: OnlyOpt = False,
+    with_: WithOpt = None,
     base_url: BaseUrlOpt = None,
     mirror: MirrorOpt = None,
     no_fallback: NoFallbackOpt = False,
@@ -264,6 +269,7 @@ def lock_cmd(
     profile: ProfileOpt = DEFAULT_PROFILE,
     component: ComponentOpt = None,
     only: OnlyOpt = False,
+    with_: WithOpt = None,
     output: Annotated[Path | None, typer.Option(
         "--output", "-o", help="Write the lock file here (default: print it).")] = None,
     hash_only: Annotated[bool, typer.Option(
@@ -290,7 +296,7 @@ def lock_cmd(
                   trusted_hosts=trusted_host)
         with ctx.open() as src:
             plans = src.resolve(train, platforms, profile=None if only else profile,
-                                components=component or [])
+                                components=component or [], products=with_ or [])
         locked = build_lock(plans, train=train, components=component or [])
         if output is not None:
             write_lock(output, locked)

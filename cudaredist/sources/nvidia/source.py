@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -14,6 +15,7 @@ from cudaredist.fetch.fetcher import Fetcher
 from cudaredist.fetch.transport import Transport
 from cudaredist.mirror import MirrorReport, write_mirror
 from cudaredist.plan import Plan, version_key, with_bases
+from cudaredist.profiles import ProductRequest, parse_product_requests
 from cudaredist.progress import Reporter
 from cudaredist.sources import Layout, Where
 from cudaredist.sources.nvidia.index import (
@@ -24,6 +26,7 @@ from cudaredist.sources.nvidia.index import (
     plan_release,
     trusted_bases,
 )
+from cudaredist.sources.nvidia.products import env_base, product_base, product_bases, resolve_product
 from cudaredist.sources.nvidia.releases import train_of
 from cudaredist.tree.extract import redist_mapper
 from cudaredist.trust import Trust
@@ -80,14 +83,47 @@ class NvidiaSource:
         return self.index.release(train, self.trusted())
 
     def resolve(self, train: str, platforms: Sequence[str], *, profile: str | None,
-                components: Sequence[str]) -> list[Plan]:
+                components: Sequence[str], products: Sequence[str] = ()) -> list[Plan]:
+        requests = parse_product_requests(products)  # a bad --with fails before any network
         release = self.release(train)
         why = f"{release.base} ({self.trust.reason(release.base) or 'trusted by the caller'})"
         return [replace(p, hashes_from=why)
-                for p in plan_release(release, platforms, profile=profile, components=components)]
+                for p in self._plans(release, platforms, profile, components, requests)]
+
+    def _plans(self, release: Release, platforms: Sequence[str], profile: str | None,
+               components: Sequence[str], requests: Sequence[ProductRequest]) -> list[Plan]:
+        """The toolkit's plan per platform, with each product's archives and release added; the
+        ``--component`` values a product's manifest has are the product's."""
+        if not requests:
+            return plan_release(release, platforms, profile=profile, components=components)
+        trusted, base_url = self.trusted(), self._base_url()
+        mapped = {r.name: product_bases(trusted, r.name, base_url=base_url, trust=self.trust)
+                  for r in requests}
+        plans = []
+        for platform in platforms:
+            picked = [resolve_product(self.index, r, mapped[r.name], platform=platform,
+                                      cuda_release=release.label, components=components)
+                      for r in requests]
+            claimed = {c for p in picked for c in p.claimed}
+            plan = plan_release(release, [platform], profile=profile,
+                                components=[c for c in components if c not in claimed])[0]
+            plans.append(replace(plan, items=plan.items + tuple(i for p in picked for i in p.items),
+                                 products=tuple(p.release for p in picked)))
+        return plans
+
+    def _base_url(self) -> str:
+        return default_bases(self.where.base_url, None)[-1]
 
     def relocate(self, plan: Plan) -> Plan:
-        return with_bases(plan, self.bases(plan.base_url))
+        bases = self.bases(plan.base_url)
+
+        def at(base: str, product: str) -> str:
+            # the lock's own base: the product folder it was locked from (an override then included)
+            if base == plan.base_url and not os.environ.get(env_base(product)):
+                return plan.product_base(product)
+            return product_base(base, product, override=base == bases[-1])
+
+        return with_bases(plan, bases, at)
 
     def write_mirror(self, out: Path, trains: Sequence[str], platforms: Sequence[str], *,
                      profile: str | None, components: Sequence[str], fetcher: Fetcher,

@@ -44,8 +44,9 @@ class PypiSource:
         return list_trains(self.index)
 
     def resolve(self, train: str, platforms: Sequence[str], *, profile: str | None,
-                components: Sequence[str]) -> list[Plan]:
-        return resolve_plans(self.index, train, platforms, profile=profile, components=components)
+                components: Sequence[str], products: Sequence[str] = ()) -> list[Plan]:
+        return resolve_plans(self.index, train, platforms, profile=profile, components=components,
+                             products=products)
 
     def relocate(self, plan: Plan) -> Plan:
         return plan  # a wheel is fetched from the URL the lock pins: no index, no base
