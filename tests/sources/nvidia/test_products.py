@@ -69,7 +69,8 @@ def test_every_cuda_manifest_parses_and_resolves(shared_manifests: Path, path: P
         assert all(i.archive.relative_path.startswith(f"{i.component}/") for i in plan.items)
 
 
-@pytest.mark.parametrize("path", [p for s in PRODUCTS for p in _files(s)], ids=lambda p: f"{p.parent.name}-{p.stem}")
+@pytest.mark.parametrize("path", [p for s in PRODUCTS for p in _files(s)],
+                         ids=lambda p: f"{p.parent.name}-{p.stem}")
 def test_every_product_manifest_parses_and_resolves(shared_manifests: Path, path: Path) -> None:
     """Each platform and CUDA major a product manifest lists resolves to that platform's build for it."""
     manifest = _load(path)
@@ -224,7 +225,8 @@ def test_resolve_json_with_cudnn(nvbase: Path) -> None:
         assert product["base_url"] == nvbase.parent.parent.joinpath("cudnn", "redist").as_uri() + "/"
         [cudnn] = [c for c in plan["components"] if c.get("product") == "cudnn"]
         assert cudnn["url"] == product["base_url"] + cudnn["relative_path"]
-        assert cudnn["relative_path"] == (f"cudnn/{platform}/cudnn-{platform}-9.27.0.42_cuda13-archive{suffix}")
+        want = f"cudnn/{platform}/cudnn-{platform}-9.27.0.42_cuda13-archive{suffix}"
+        assert cudnn["relative_path"] == want
         assert "cuda_nvcc" in [c["name"] for c in plan["components"]]
 
 
