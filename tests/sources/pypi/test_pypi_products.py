@@ -1,0 +1,109 @@
+"""`--source pypi --with`: NVIDIA's product wheels for the toolkit's CUDA major, in the same tree."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import respx
+from typer.testing import CliRunner, Result
+
+from cudaredist.cli import app
+from cudaredist.record import verify
+from tests.hosts import assert_link
+from tests.sources.pypi.test_pypi_source import (
+    INDEX,
+    LINUX_TAG,
+    WIN_TAG,
+    FakeIndex,
+    add_release_13_0,
+    fake_elf,
+)
+
+CU = "nvidia/cu13"
+
+
+@pytest.fixture
+def fake_index() -> Iterator[FakeIndex]:
+    idx = FakeIndex()
+    with respx.mock(assert_all_called=False) as router:
+        idx.mount(router)
+        yield idx
+
+
+def add_cudss(index: FakeIndex) -> None:
+    """cuDSS wheels shaped like NVIDIA's nvidia-cudss-cu13 (and an older one, and a CUDA 12 one)."""
+    for version, uploaded in (("0.7.1.4", "2025-09-01T00:00:00Z"), ("1.0.0.35", "2026-10-22T00:00:00Z")):
+        index.add_wheel("nvidia_cudss_cu13", version, LINUX_TAG, {
+            f"{CU}/include/cudss.h": f"// cudss {version}".encode(),
+            f"{CU}/lib/libcudss.so.1": fake_elf("libcudss.so.1")}, uploaded=uploaded)
+    index.add_wheel("nvidia_cudss_cu13", "1.0.0.35", WIN_TAG, {
+        f"{CU}/include/cudss.h": b"// cudss win", f"{CU}/bin/cudss64_1.dll": b"MZ cudss",
+        f"{CU}/lib/cudss.lib": b"lib"})
+    index.add_wheel("nvidia_cudss_cu12", "1.0.0.35", LINUX_TAG, {"nvidia/cu12/include/cudss.h": b"// 12"})
+
+
+def _run(*args: str) -> Result:
+    return CliRunner().invoke(app, [*args, "--source", "pypi", "--index-url", INDEX])
+
+
+def test_install_with_cudss_from_wheels(fake_index: FakeIndex, tmp_path: Path) -> None:
+    add_release_13_0(fake_index)
+    add_cudss(fake_index)
+    plan = json.loads(_run("resolve", "13.0", "--with", "cudss", "--platform", "linux-x86_64",
+                           "--json").stdout)
+    [product] = plan["products"]
+    assert (product["name"], product["release"], product["cuda_variant"]) == ("cudss", "1.0.0", "cuda13")
+    [item] = [c for c in plan["components"] if c.get("product")]
+    assert item["name"] == "libcudss" and item["relative_path"].startswith("nvidia_cudss_cu13-1.0.0.35-")
+
+    prefix = tmp_path / "cuda"
+    common = ("--prefix", str(prefix), "--platform", "linux-x86_64", "--cache-dir", str(tmp_path / "cache"))
+    r = _run("install", "13.0", "--with", "cudss", *common)
+    assert r.exit_code == 0, r.output
+    assert (prefix / "include" / "cudss.h").read_bytes() == b"// cudss 1.0.0.35"
+    assert (prefix / "include" / "cuda_runtime.h").is_file()
+    assert_link(prefix / "lib" / "libcudss.so", "libcudss.so.1")
+    assert_link(prefix / "lib" / "libcudss.so.1", "libcudss.so.1.0.0.35")
+    assert (prefix / "lib64" / "libcudss.so").exists()
+    assert (prefix / "licenses" / "libcudss" / "LICENSE.txt").is_file()
+    assert verify(prefix).ok
+    r = _run("install", "13.0", "--with", "cudss", *common)
+    assert r.exit_code == 0 and "already installed" in r.stderr
+
+    r = _run("install", "13.0", "--with", "cudss=0.7", *common)
+    assert r.exit_code == 0, r.output
+    assert (prefix / "include" / "cudss.h").read_bytes() == b"// cudss 0.7.1.4"
+
+
+def test_windows_tree_with_cudss(fake_index: FakeIndex, tmp_path: Path) -> None:
+    add_release_13_0(fake_index)
+    add_cudss(fake_index)
+    prefix = tmp_path / "win"
+    r = _run("install", "13.0", "--with", "cudss", "--prefix", str(prefix), "--platform", "windows-x86_64",
+             "--cache-dir", str(tmp_path / "cache"))
+    assert r.exit_code == 0, r.output
+    assert (prefix / "lib" / "x64" / "cudss.lib").is_file()   # beside cudart.lib
+    assert (prefix / "lib" / "x64" / "cudart.lib").is_file()
+    assert (prefix / "bin" / "cudss64_1.dll").is_file()       # bin/ is on PATH like bin/x64/
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    pytest.param(["--with", "cudss=2.1"], "cuDSS 2.1 has no wheel nvidia-cudss-cu13 on "
+                 "https://pypi.test/simple/ for CUDA 13; its releases there: 1.0.0.35, 0.7.1.4",
+                 id="no-such-version"),
+    pytest.param(["--with", "cudnn"], "cuDNN for CUDA 13 is not on https://pypi.test/simple/: the index has "
+                 "no project nvidia-cudnn-cu13", id="no-such-project"),
+    pytest.param(["--with", "cudss=0.7", "--platform", "windows-x86_64"],
+                 "cuDSS 0.7 has no wheel nvidia-cudss-cu13 for windows-x86_64", id="no-wheel-for-platform"),
+])
+def test_errors(fake_index: FakeIndex, tmp_path: Path, args: list[str], expected: str) -> None:
+    add_release_13_0(fake_index)
+    add_cudss(fake_index)
+    r = _run("install", "13.0", *args, "--prefix", str(tmp_path / "p"), "--cache-dir", str(tmp_path / "c"))
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1
+    assert expected in r.stderr
+    assert not (tmp_path / "p").exists()
