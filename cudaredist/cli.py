@@ -102,7 +102,8 @@ def install(
     install_dir: InstallDirOpt = None,
     platform: PlatformOpt = None,
     profile: Annotated[str | None, typer.Option(
-        "--profile", help=f"Component profile: nvcc, runtime, build.  [default: {DEFAULT_PROFILE}]")] = None,
+        "--profile", help="Component profile: nvcc, runtime, build, torch (`cudaredist profiles` "
+        f"lists them).  [default: {DEFAULT_PROFILE}]")] = None,
     component: ComponentOpt = None,
     only: OnlyOpt = False,
     with_: WithOpt = None,
@@ -234,6 +235,7 @@ def mirror_cmd(
     with errors():
         from cudaredist.fetch.fetcher import Fetcher
         from cudaredist.progress import pick
+        from cudaredist.publish.mirror import write_mirror
 
         platforms = platforms_or_host(platform)
         ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, jobs, source=source,
@@ -241,10 +243,11 @@ def mirror_cmd(
         reporter = pick(quiet=quiet or as_json, verbose=verbose)
         with ctx.open() as src:
             try:
+                content = src.mirror_content(train_list, platforms, profile=None if only else profile,
+                                             components=component or [], xz_preset=xz_preset)
                 fetcher = Fetcher(src.transport, ctx.cache(), reporter=reporter, offline=offline)
-                report = src.write_mirror(out, train_list, platforms, profile=None if only else profile,
-                                          components=component or [], fetcher=fetcher, reporter=reporter,
-                                          jobs=jobs, xz_preset=xz_preset)
+                report = write_mirror(out, content, fetch=fetcher.fetch, get_bytes=src.transport.get_bytes,
+                                      reporter=reporter, jobs=jobs)
             finally:
                 reporter.close()
             built = src.builds_archives

@@ -22,7 +22,7 @@ from typer.testing import CliRunner, Result
 
 from cudaredist.cli import app
 from tests.archives import Exe, MirrorArchive, build_mirror
-from tests.hosts import WINDOWS, skip_on_windows
+from tests.hosts import WINDOWS, posix_only, skip_on_windows
 from tests.loopback import serving
 
 Serve = Callable[[Path], str]
@@ -626,3 +626,20 @@ def test_an_untranslated_error_is_one_paragraph_that_says_it_is_a_bug(
                         "it again with --verbose and report the traceback\n")
     verbose = CliRunner().invoke(app, ["list", "--verbose"])
     assert verbose.exit_code == 1 and "Traceback" in verbose.stderr
+
+
+@posix_only("a pipe whose reader has gone: EPIPE on POSIX (Windows reports EINVAL)")
+def test_stdout_closed_by_its_reader_is_a_quiet_exit(mirror: Path) -> None:
+    """`cudaredist info | head` with the reader gone: no "error: a file operation failed: Broken pipe"
+    and no Python "Exception ignored" at exit; SIGPIPE's status, as git and coreutils give."""
+    r, w = os.pipe()
+    os.close(r)  # the reader exits before the first byte is written
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    try:
+        p = subprocess.run([sys.executable, "-m", "cudaredist", "resolve", "13.0", "--base-url",
+                            mirror.as_uri(), "--platform", "linux-x86_64", "--json"],
+                           stdout=w, stderr=subprocess.PIPE, text=True, env=env, timeout=120, check=False)
+    finally:
+        os.close(w)
+    assert p.stderr == ""
+    assert p.returncode == 141

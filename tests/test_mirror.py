@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cudaredist.mirror import index_page
+from cudaredist.publish.mirror import index_page
+from cudaredist.publish.wheelmirror import merge_manifest
 from cudaredist.sources.nvidia.releases import labels_from_listing
-from cudaredist.sources.pypi.mirror import merge_manifest
 from cudaredist.sources.pypi.repack import archive_member
 from cudaredist.tree.paths import tree_path
 from tests.realmirror import nginx_serve, tree_of  # noqa: F401  (fixture)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import traceback
@@ -41,11 +42,29 @@ def errors() -> Iterator[None]:
         raise
     except KeyboardInterrupt:
         fail("interrupted; nothing was changed in the prefix", 130)
+    except BrokenPipeError as exc:
+        if exc.filename is not None:  # a pipe the command opened itself: an error like any other
+            if _VERBOSE:
+                traceback.print_exc()
+            fail(str(translate(exc)))
+        _stdout_closed()
     except Exception as exc:  # noqa: BLE001 - the boundary: every failure is one paragraph
         if _VERBOSE:
             traceback.print_exc()
         err = translate(exc)
         fail(str(err), err.exit_code)
+
+
+def _stdout_closed() -> None:
+    """The reader of stdout went away (``cudaredist list | head -1``): stop quietly with the status a
+    process killed by SIGPIPE has, as git and coreutils do; nothing left to print, nothing to report."""
+    import os
+    import sys
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(devnull, sys.stdout.fileno())  # Python's flush at exit must not fail again
+    raise typer.Exit(141)
 
 
 def translate(exc: Exception) -> CudaRedistError:

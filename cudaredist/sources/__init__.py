@@ -11,18 +11,15 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from cudaredist.errors import PlanError, UsageError
 
 if TYPE_CHECKING:
     from cudaredist.cache import Cache
-    from cudaredist.fetch.fetcher import Fetcher
     from cudaredist.fetch.transport import Transport
-    from cudaredist.mirror import MirrorReport
     from cudaredist.plan import Plan, PlannedArchive
-    from cudaredist.progress import Reporter
+    from cudaredist.sources.mirroring import MirrorContent
     from cudaredist.tree.staging import Mapper, Tree
 
 ENV_SOURCE = "CUDAREDIST_SOURCE"
@@ -102,10 +99,9 @@ class Source(Protocol):
         """A plan read from a lock file, fetched from where this run says (mirror first)."""
         ...
 
-    def write_mirror(self, out: Path, trains: Sequence[str], platforms: Sequence[str], *,
-                     profile: str | None, components: Sequence[str], fetcher: Fetcher,
-                     reporter: Reporter, jobs: int, xz_preset: int | None) -> MirrorReport:
-        """A redist-shaped mirror of ``trains`` in ``out``."""
+    def mirror_content(self, trains: Sequence[str], platforms: Sequence[str], *, profile: str | None,
+                       components: Sequence[str], xz_preset: int | None) -> MirrorContent:
+        """What a redist-shaped mirror of ``trains`` holds (:mod:`cudaredist.publish.mirror` writes it)."""
         ...
 
 

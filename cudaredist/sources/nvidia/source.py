@@ -6,18 +6,15 @@ import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from cudaredist.cache import Cache
-from cudaredist.errors import CudaRedistError, UsageError
-from cudaredist.fetch.fetcher import Fetcher
+from cudaredist.errors import CudaRedistError, ManifestError, UsageError
 from cudaredist.fetch.transport import Transport
-from cudaredist.mirror import MirrorReport, write_mirror
-from cudaredist.plan import Plan, version_key, with_bases
+from cudaredist.plan import Plan, join_url, version_key, with_bases
 from cudaredist.profiles import ProductRequest, parse_product_requests
-from cudaredist.progress import Reporter
 from cudaredist.sources import Layout, Where
+from cudaredist.sources.mirroring import Document, MirrorContent, ServedManifest, unique_copies
 from cudaredist.sources.nvidia.index import (
     Bases,
     Index,
@@ -26,6 +23,7 @@ from cudaredist.sources.nvidia.index import (
     plan_release,
     trusted_bases,
 )
+from cudaredist.sources.nvidia.manifest import check_relative_path
 from cudaredist.sources.nvidia.products import env_base, product_base, product_bases, resolve_product
 from cudaredist.sources.nvidia.releases import train_of
 from cudaredist.tree.extract import redist_mapper
@@ -125,9 +123,9 @@ class NvidiaSource:
 
         return with_bases(plan, bases, at)
 
-    def write_mirror(self, out: Path, trains: Sequence[str], platforms: Sequence[str], *,
-                     profile: str | None, components: Sequence[str], fetcher: Fetcher,
-                     reporter: Reporter, jobs: int, xz_preset: int | None) -> MirrorReport:
+    def mirror_content(self, trains: Sequence[str], platforms: Sequence[str], *, profile: str | None,
+                       components: Sequence[str], xz_preset: int | None) -> MirrorContent:
+        """The archives as served, each release's manifest bytes, and (online) the licence files."""
         if xz_preset is not None:
             raise UsageError("--xz-preset needs --source pypi: NVIDIA's archives are mirrored as served")
         releases: dict[str, tuple[Release, list[Plan]]] = {}
@@ -136,6 +134,32 @@ class NvidiaSource:
             if release.label not in releases:
                 releases[release.label] = (release, plan_release(release, platforms, profile=profile,
                                                                  components=components))
-        return write_mirror(out, list(releases.values()), fetch=fetcher.fetch,
-                            get_bytes=None if self.where.offline else self.transport.get_bytes,
-                            reporter=reporter, jobs=jobs)
+        copies = unique_copies([item for _r, plans in releases.values() for p in plans for item in p.items])
+        documents, notes = ([], []) if self.where.offline else _licenses(
+            [r for r, _plans in releases.values()], {c.item.component for c in copies})
+        return MirrorContent(releases=tuple(releases), copies=copies, documents=tuple(documents),
+                             manifests=tuple(ServedManifest(r.label, r.data) for r, _p in releases.values()),
+                             notes=tuple(notes))
+
+
+def _licenses(releases: Sequence[Release], wanted: set[str]) -> tuple[list[Document], list[str]]:
+    """Each mirrored component's license_path file, from the release's base and then its fallbacks;
+    a path the manifest gets wrong is a note."""
+    documents: list[Document] = []
+    notes: list[str] = []
+    done: set[str] = set()
+    for release in releases:
+        for key in sorted(wanted):
+            comp = release.manifest.components.get(key)
+            if comp is None or not comp.license_path or comp.license_path in done:
+                continue
+            try:
+                rel = check_relative_path(comp.license_path, f"{key}.license_path", release.label)
+            except ManifestError as exc:
+                notes.append(str(exc))
+                continue
+            if rel not in done:
+                done.add(rel)
+                documents.append(Document(rel, tuple(join_url(base, rel)
+                                                     for base in (release.base, *release.fallbacks))))
+    return documents, notes

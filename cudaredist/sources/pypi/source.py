@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from cudaredist.cache import Cache
-from cudaredist.fetch.fetcher import Fetcher
 from cudaredist.fetch.transport import Transport
-from cudaredist.mirror import MirrorReport
 from cudaredist.plan import Plan
-from cudaredist.progress import Reporter
 from cudaredist.sources import Layout, Where
+from cudaredist.sources.mirroring import BuiltArchive, BuiltManifest, MirrorContent, unique_builds
+from cudaredist.sources.nvidia.manifest import check_relative_path
 from cudaredist.sources.pypi.index import WheelIndex, list_trains, resolve_plans
-from cudaredist.sources.pypi.mirror import write_wheel_mirror
 from cudaredist.sources.pypi.wheels import member_mapper
 from cudaredist.tree.sonames import add_soname_links
 from cudaredist.trust import Trust
@@ -51,12 +48,28 @@ class PypiSource:
     def relocate(self, plan: Plan) -> Plan:
         return plan  # a wheel is fetched from the URL the lock pins: no index, no base
 
-    def write_mirror(self, out: Path, trains: Sequence[str], platforms: Sequence[str], *,
-                     profile: str | None, components: Sequence[str], fetcher: Fetcher,
-                     reporter: Reporter, jobs: int, xz_preset: int | None) -> MirrorReport:
+    def mirror_content(self, trains: Sequence[str], platforms: Sequence[str], *, profile: str | None,
+                       components: Sequence[str], xz_preset: int | None) -> MirrorContent:
+        """A redist archive built from each wheel (:mod:`.repack`), listed in manifests written from
+        what was built."""
+        from cudaredist.sources.pypi.repack import relative_path
+
         by_release: dict[str, list[Plan]] = {}
         for train in trains:
             plans = self.resolve(train, platforms, profile=profile, components=components)
             by_release.setdefault(plans[0].release, plans)
-        return write_wheel_mirror(out, list(by_release.values()), fetch=fetcher.fetch, reporter=reporter,
-                                  jobs=jobs, preset=6 if xz_preset is None else xz_preset)
+        manifests: list[BuiltManifest] = []
+        notes: list[str] = []
+        for plans in by_release.values():
+            builds = []
+            for plan in plans:
+                notes.extend(n for n in plan.notes if n not in notes)
+                for item in plan.items:
+                    rel = check_relative_path(relative_path(item.component, plan.platform, item.version),
+                                              f"{item.component}.{plan.platform}", item.archive.filename)
+                    builds.append(BuiltArchive(item, plan.platform, rel))
+            manifests.append(BuiltManifest(plans[0].release, plans[0].release_date, tuple(builds)))
+        return MirrorContent(releases=tuple(by_release),
+                             builds=unique_builds([b for m in manifests for b in m.archives]),
+                             manifests=tuple(manifests), notes=tuple(notes),
+                             xz_preset=6 if xz_preset is None else xz_preset)

@@ -1,4 +1,5 @@
-"""Releases resolved once for several platforms, and mirrors laid out exactly like NVIDIA's redist site.
+"""The mirror writer: what a source's :meth:`~cudaredist.sources.Source.mirror_content` lists,
+fetched, verified and laid out exactly like NVIDIA's redist site.
 
 A mirror directory, as written by :func:`write_mirror`::
 
@@ -9,7 +10,8 @@ A mirror directory, as written by :func:`write_mirror`::
 
 Every file is written beside its final name and renamed into place; archives come
 through the download cache (hard-linked when it shares the filesystem), so a re-run
-only fetches what is missing and never rewrites an archive that verifies.
+only fetches what is missing and never rewrites an archive that verifies. Archives built
+from wheels (``--source pypi``) are made by :mod:`.wheelmirror`.
 """
 
 from __future__ import annotations
@@ -25,18 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cudaredist.errors import (
-    BusyError,
-    ConflictError,
-    FetchError,
-    ManifestError,
-)
+from cudaredist.errors import BusyError, FetchError
 from cudaredist.hashing import sha256_file
 from cudaredist.localfs import UMASK
-from cudaredist.plan import Plan, PlannedArchive, join_url
+from cudaredist.plan import PlannedArchive
 from cudaredist.progress import Reporter, Silent
-from cudaredist.sources.nvidia.index import Release
-from cudaredist.sources.nvidia.manifest import check_relative_path
+from cudaredist.sources.mirroring import BuiltManifest, CopiedArchive, Document, MirrorContent
 from cudaredist.sources.nvidia.releases import labels_from_names, sort_labels
 
 INDEX_PAGE = "index.html"
@@ -134,66 +130,74 @@ def mirror_lock(out: Path, timeout: float) -> Any:
 
 def write_mirror(
     out: Path,
-    releases: Sequence[tuple[Release, Sequence[Plan]]],
+    content: MirrorContent,
     *,
     fetch: Callable[[PlannedArchive], tuple[Path, bool]],
-    get_bytes: Callable[[str], bytes] | None = None,
+    get_bytes: Callable[[str], bytes],
     reporter: Reporter | None = None,
     jobs: int = 4,
     lock_timeout: float = 600.0,
 ) -> MirrorReport:
-    """Write (or complete) a mirror of ``releases`` in ``out``.
+    """Write (or complete) in ``out`` the mirror ``content`` describes, under the mirror's lock.
 
-    ``fetch`` returns the verified cache path of an archive (:meth:`cudaredist.fetch.fetcher.Fetcher.fetch`);
-    ``get_bytes`` fetches small documents (license files; None skips them).
+    ``fetch`` returns the verified cache path of an archive or wheel
+    (:meth:`cudaredist.fetch.fetcher.Fetcher.fetch`); ``get_bytes`` fetches small documents
+    (licence files).
     """
+    from cudaredist.publish import wheelmirror
+
     reporter = reporter or Silent()
     out = out.absolute()
     out.mkdir(parents=True, exist_ok=True)
-    report = MirrorReport(str(out))
+    report = MirrorReport(str(out), releases=list(content.releases), notes=list(content.notes))
     with mirror_lock(out, lock_timeout):
-        items: dict[str, PlannedArchive] = {}
-        for release, plans in releases:
-            report.releases.append(release.label)
-            for plan in plans:
-                for item in plan.items:
-                    rel = item.archive.relative_path
-                    seen = items.get(rel)
-                    if seen is not None and seen.archive.sha256 != item.archive.sha256:
-                        raise ConflictError(
-                            f"two releases list {rel} with different sha256 ({seen.archive.sha256[:16]}… "
-                            f"and {item.archive.sha256[:16]}…); mirror them into separate directories",
-                            path=rel, first=seen.archive.sha256, second=item.archive.sha256)
-                    items.setdefault(rel, item)
-        need = [it for rel, it in items.items() if not _present(dest_path(out, rel), it)]
-        for it in items.values():
-            if it not in need:
-                report.archives.append(_row(it, "present"))
-        if need:
-            reporter.start(sum(i.archive.size for i in need), len(need))
-
-            def one(item: PlannedArchive) -> dict[str, Any]:
-                path, cached = fetch(item)
-                place_archive(path, dest_path(out, item.archive.relative_path))
-                reporter.archive_done(item.archive.filename, item.archive.size, cached=cached)
-                return _row(item, "cached" if cached else "downloaded")
-
-            try:
-                with ThreadPoolExecutor(max(1, min(jobs, len(need))), thread_name_prefix="mirror") as pool:
-                    report.archives.extend(pool.map(one, need))
-            finally:
-                reporter.close()
-        if get_bytes is not None:
-            _licenses(out, releases, items, get_bytes, report)
-        for release, _plans in releases:
-            dest = out / f"redistrib_{release.label}.json"
-            if not dest.is_file() or dest.read_bytes() != release.data:
-                write_bytes_atomic(dest, release.data)
+        _copy_archives(out, content.copies, fetch, reporter, jobs, report)
+        made = wheelmirror.build_archives(out, content.builds, fetch=fetch, reporter=reporter, jobs=jobs,
+                                          preset=content.xz_preset, report=report)
+        _documents(out, content.documents, get_bytes, report)
+        for manifest in content.manifests:
+            if isinstance(manifest, BuiltManifest):
+                wheelmirror.write_manifest(out, manifest, made)
+            else:
+                write_if_changed(out / f"redistrib_{manifest.label}.json", manifest.data)
         labels = labels_from_names(os.listdir(out))
         dirs = [p.name for p in out.iterdir() if p.is_dir() and not p.name.startswith(".")]
-        write_bytes_atomic(out / INDEX_PAGE, index_page(sort_labels(labels), dirs).encode())
+        write_if_changed(out / INDEX_PAGE, index_page(sort_labels(labels), dirs).encode())
     report.archives.sort(key=lambda a: a["relative_path"])
     return report
+
+
+def write_if_changed(dest: Path, data: bytes) -> bool:
+    """Write ``dest`` unless it already holds ``data`` (a re-run leaves unchanged files alone)."""
+    if dest.is_file() and dest.read_bytes() == data:
+        return False
+    write_bytes_atomic(dest, data)
+    return True
+
+
+Fetch = Callable[[PlannedArchive], tuple[Path, bool]]
+
+
+def _copy_archives(out: Path, copies: Sequence[CopiedArchive], fetch: Fetch, reporter: Reporter, jobs: int,
+                   report: MirrorReport) -> None:
+    """Each archive as served: those that verify in place are kept, the rest fetched and placed."""
+    need = [c.item for c in copies if not _present(dest_path(out, c.relative_path), c.item)]
+    report.archives.extend(_row(c.item, "present") for c in copies if c.item not in need)
+    if not need:
+        return
+    reporter.start(sum(i.archive.size for i in need), len(need))
+
+    def one(item: PlannedArchive) -> dict[str, Any]:
+        path, cached = fetch(item)
+        place_archive(path, dest_path(out, item.archive.relative_path))
+        reporter.archive_done(item.archive.filename, item.archive.size, cached=cached)
+        return _row(item, "cached" if cached else "downloaded")
+
+    try:
+        with ThreadPoolExecutor(max(1, min(jobs, len(need))), thread_name_prefix="mirror") as pool:
+            report.archives.extend(pool.map(one, need))
+    finally:
+        reporter.close()
 
 
 def _row(item: PlannedArchive, status: str) -> dict[str, Any]:
@@ -201,33 +205,21 @@ def _row(item: PlannedArchive, status: str) -> dict[str, Any]:
             "sha256": item.archive.sha256, "size": item.archive.size, "status": status}
 
 
-def _licenses(out: Path, releases: Sequence[tuple[Release, Sequence[Plan]]],
-              items: dict[str, PlannedArchive], get_bytes: Callable[[str], bytes],
-              report: MirrorReport) -> None:
-    """Copy each mirrored component's license_path file; a source without one only gets a note."""
-    wanted = {i.component for i in items.values()}
-    done: set[str] = set()
-    for release, _plans in releases:
-        for key in sorted(wanted):
-            comp = release.manifest.components.get(key)
-            if comp is None or not comp.license_path or comp.license_path in done:
-                continue
+def _documents(out: Path, documents: Sequence[Document], get_bytes: Callable[[str], bytes],
+               report: MirrorReport) -> None:
+    """Each licence file not yet in the mirror, from the first URL that serves it; else a note."""
+    for doc in documents:
+        dest = dest_path(out, doc.relative_path)
+        if dest.is_file():
+            continue
+        errors = []
+        for url in doc.urls:
             try:
-                rel = check_relative_path(comp.license_path, f"{key}.license_path", release.label)
-            except ManifestError as exc:
-                report.notes.append(str(exc))
-                continue
-            done.add(rel)
-            dest = dest_path(out, rel)
-            if dest.is_file():
-                continue
-            errors = []
-            for base in (release.base, *release.fallbacks):
-                try:
-                    write_bytes_atomic(dest, get_bytes(join_url(base, rel)))
-                    report.licenses.append(rel)
-                    break
-                except FetchError as exc:
-                    errors.append(str(exc))
-            else:
-                report.notes.append(f"no {rel} at the source ({'; '.join(errors)}); mirrored without it")
+                write_bytes_atomic(dest, get_bytes(url))
+                report.licenses.append(doc.relative_path)
+                break
+            except FetchError as exc:
+                errors.append(str(exc))
+        else:
+            report.notes.append(f"no {doc.relative_path} at the source ({'; '.join(errors)}); "
+                                "mirrored without it")

@@ -1,0 +1,254 @@
+"""The archives of a mirror built from NVIDIA's wheels, and the manifests that list them (I/O).
+
+The archives hold the tree ``install --source pypi`` makes (see
+:mod:`cudaredist.sources.pypi.repack`); the manifests are written from what was built, merged
+with what the mirror already lists. :func:`cudaredist.publish.mirror.write_mirror` calls these.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import os
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cudaredist.errors import ManifestError
+from cudaredist.hashing import sha256_file
+from cudaredist.plan import PlannedArchive
+from cudaredist.progress import Reporter
+from cudaredist.publish.mirror import (
+    MirrorReport,
+    dest_path,
+    temp_beside,
+    world_readable,
+    write_bytes_atomic,
+    write_if_changed,
+)
+from cudaredist.sources.mirroring import BuiltArchive, BuiltManifest
+from cudaredist.sources.nvidia.manifest import parse_manifest
+from cudaredist.sources.nvidia.releases import labels_from_names
+
+RELEASE_KEYS = ("release_date", "release_label", "release_product")
+COMPONENT_KEYS = ("name", "license", "license_path", "version")
+
+
+@dataclass(frozen=True)
+class Made:
+    """A redist archive in the mirror: its manifest entry and its component's fields."""
+
+    entry: dict[str, str]      # relative_path, sha256, md5, size
+    fields: dict[str, str]     # name, license, license_path
+    status: str
+
+
+def platform_order(platforms: Sequence[str]) -> list[str]:
+    """NVIDIA's order (pypi.toml's platform table), unknown platforms after it, alphabetically."""
+    from cudaredist.sources.pypi.wheels import wheel_data
+
+    known = list(wheel_data().platforms)
+    return sorted(platforms, key=lambda p: (known.index(p) if p in known else len(known), p))
+
+
+ManifestRow = tuple[str, str, str, dict[str, str], dict[str, str]]
+
+
+def merge_manifest(existing: dict[str, Any] | None, *, label: str, release_date: str,
+                   archives: Sequence[ManifestRow]) -> dict[str, Any]:
+    """A ``redistrib_<label>.json`` object: ``existing`` with these archives added or replaced.
+
+    ``archives`` are (component, platform, version, entry, fields). A release date and
+    component fields already present are kept, so later runs do not rewrite earlier ones;
+    keys come in NVIDIA's order (release keys, then components by name, each with its
+    fields, then its platforms), so the bytes do not depend on which run added what.
+    """
+    from cudaredist.sources.pypi.wheels import pep440
+
+    old = existing or {}
+    components: dict[str, dict[str, Any]] = {k: dict(v) for k, v in old.items() if isinstance(v, dict)}
+    for component, platform, version, entry, fields in archives:
+        comp = components.setdefault(component, {})
+        for key, value in fields.items():
+            if value and not comp.get(key):
+                comp[key] = value
+        have = comp.get("version")
+        if not isinstance(have, str) or not have or pep440(version) > pep440(have):
+            comp["version"] = version
+        comp[platform] = dict(entry)
+    out: dict[str, Any] = {"release_date": old.get("release_date") or release_date, "release_label": label,
+                           "release_product": old.get("release_product") or "cuda"}
+    out.update({k: v for k, v in old.items() if k not in RELEASE_KEYS and not isinstance(v, dict)})
+    for key in sorted(components):
+        comp = components[key]
+        ordered = {k: comp[k] for k in COMPONENT_KEYS if k in comp}
+        ordered.update({k: v for k, v in comp.items() if k not in ordered and not isinstance(v, dict)})
+        platforms = platform_order([k for k, v in comp.items() if isinstance(v, dict)])
+        ordered.update({p: comp[p] for p in platforms})
+        out[key] = ordered
+    return out
+
+
+def dump_manifest(obj: dict[str, Any]) -> bytes:
+    """As NVIDIA writes them: 4-space indent, no trailing newline."""
+    return json.dumps(obj, indent=4, ensure_ascii=False).encode()
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        obj = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _known_archives(out: Path) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+    """relative_path -> (platform entry, component) of every manifest already in the mirror."""
+    known: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+    for label in labels_from_names(os.listdir(out)):
+        obj = _read_json(out / f"redistrib_{label}.json") or {}
+        for comp in obj.values():
+            if not isinstance(comp, dict):
+                continue
+            for entry in comp.values():
+                if isinstance(entry, dict) and isinstance(entry.get("relative_path"), str):
+                    known.setdefault(entry["relative_path"], (entry, comp))
+    return known
+
+
+def _still_good(out: Path, entry: dict[str, Any], comp: dict[str, Any]) -> bool:
+    """The archive verifies against its manifest entry, and its licence file is there."""
+    try:
+        size = int(str(entry.get("size", "")))
+    except ValueError:
+        return False
+    dest = dest_path(out, str(entry["relative_path"]))
+    try:
+        if dest.stat().st_size != size:
+            return False
+    except OSError:
+        return False
+    lic = comp.get("license_path")
+    if isinstance(lic, str) and lic and not dest_path(out, lic).is_file():
+        return False
+    return sha256_file(dest) == str(entry.get("sha256", "")).lower()
+
+
+def build_archives(out: Path, builds: Sequence[BuiltArchive], *,
+                   fetch: Callable[[PlannedArchive], tuple[Path, bool]], reporter: Reporter, jobs: int,
+                   preset: int, report: MirrorReport) -> dict[str, Made]:
+    """Each redist archive re-packed from its wheel, and the licence files the wheels carry.
+
+    An archive that already verifies against a manifest of the mirror is kept as it is: a re-run
+    builds only what is missing or damaged, and writes nothing when nothing changed. Returns what
+    each relative path holds now, for the manifests.
+    """
+    from cudaredist.sources.pypi.repack import repack
+
+    if not builds:
+        return {}
+    known = _known_archives(out)
+    made: dict[str, Made] = {}
+    for b in builds:
+        found = known.get(b.relative_path)
+        if found is not None and _still_good(out, *found):
+            entry, comp = found
+            made[b.relative_path] = Made(
+                {k: str(entry[k]) for k in ("relative_path", "sha256", "md5", "size") if k in entry},
+                {k: str(comp[k]) for k in ("name", "license", "license_path") if k in comp}, "present")
+    need = sorted((b for b in builds if b.relative_path not in made), key=lambda b: -b.wheel.archive.size)
+    licenses: dict[str, bytes] = {}
+    if need:
+        reporter.start(sum(b.wheel.archive.size for b in need), len(need))
+
+        def build(job: BuiltArchive, wheel: Path, cached: bool) -> None:
+            item = job.wheel
+            dest = dest_path(out, job.relative_path)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            tmp = temp_beside(dest)
+            try:
+                packed = repack(wheel, tmp, component=item.component, version=item.version,
+                                platform=job.platform, preset=preset)
+                world_readable(tmp)
+                os.replace(tmp, dest)
+            finally:
+                tmp.unlink(missing_ok=True)
+            license_path = f"{item.component}/LICENSE.txt" if packed.license_text else ""
+            if packed.license_text:
+                licenses.setdefault(license_path, packed.license_text)
+            else:
+                report.notes.append(f"{item.archive.filename} has no licence file; the manifest names "
+                                    f"none for {item.component}")
+            made[job.relative_path] = Made(
+                {"relative_path": job.relative_path, "sha256": packed.sha256, "md5": packed.md5,
+                 "size": str(packed.size)},
+                {"name": packed.summary or item.component,
+                 "license": packed.license or "NVIDIA Proprietary", "license_path": license_path},
+                "cached" if cached else "downloaded")
+            reporter.message(f"  packed     {dest.name} ({packed.size / 1e6:.1f} MB)")
+
+        # Packing is the slow part (xz and deflate hold a core each): the biggest wheel that has
+        # arrived goes first, so the longest job does not start last.
+        ready: list[tuple[int, int, BuiltArchive, Path, bool]] = []
+        ready_lock = threading.Lock()
+
+        def pack_biggest() -> None:
+            with ready_lock:
+                _size, _n, job, wheel, cached = heapq.heappop(ready)
+            build(job, wheel, cached)
+
+        packers = max(1, min(jobs, os.cpu_count() or 1))
+        fetched: dict[Any, BuiltArchive] = {}
+        packing: list[Any] = []
+        try:
+            with ThreadPoolExecutor(max(1, min(jobs, len(need))), thread_name_prefix="fetch") as pool, \
+                    ThreadPoolExecutor(packers, thread_name_prefix="pack") as packs:
+                fetched = {pool.submit(fetch, b.wheel): b for b in need}
+                try:
+                    for fut in as_completed(fetched):
+                        job = fetched[fut]
+                        wheel, cached = fut.result()
+                        reporter.archive_done(job.wheel.archive.filename, job.wheel.archive.size,
+                                              cached=cached)
+                        with ready_lock:
+                            queued = (-job.wheel.archive.size, len(packing), job, wheel, cached)
+                            heapq.heappush(ready, queued)
+                        packing.append(packs.submit(pack_biggest))
+                    for fut in packing:
+                        fut.result()
+                except BaseException:
+                    for fut in [*fetched, *packing]:
+                        fut.cancel()
+                    raise
+        finally:
+            reporter.close()
+    for rel, text in sorted(licenses.items()):
+        if write_if_changed(dest_path(out, rel), text):
+            report.licenses.append(rel)
+    for b in builds:
+        report.archives.append({"component": b.wheel.component, "relative_path": b.relative_path,
+                                "sha256": made[b.relative_path].entry["sha256"],
+                                "size": int(made[b.relative_path].entry["size"]),
+                                "status": made[b.relative_path].status, "wheel": b.wheel.archive.filename})
+    return made
+
+
+def write_manifest(out: Path, manifest: BuiltManifest, made: dict[str, Made]) -> None:
+    """``redistrib_<label>.json``: the mirror's own (if any) with the archives built for it added."""
+    path = out / f"redistrib_{manifest.label}.json"
+    existing = None
+    if path.exists():
+        existing = _read_json(path)
+        if existing is None:
+            raise ManifestError(f"{path} is not a JSON object; move it away to rebuild the manifest of "
+                                f"CUDA {manifest.label}", source=str(path))
+    rows = [(b.wheel.component, b.platform, b.wheel.version, made[b.relative_path].entry,
+             made[b.relative_path].fields) for b in manifest.archives]
+    merged = merge_manifest(existing, label=manifest.label, release_date=manifest.release_date, archives=rows)
+    if merged != existing:
+        data = dump_manifest(merged)
+        parse_manifest(data, label=manifest.label, source=str(path))  # what the mirror serves must read back
+        write_bytes_atomic(path, data)

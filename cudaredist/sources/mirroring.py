@@ -1,0 +1,107 @@
+"""What a source says a mirror of some releases holds: typed data, no I/O.
+
+A source's :meth:`~cudaredist.sources.Source.mirror_content` resolves the releases and returns a
+:class:`MirrorContent`; the writer above the sources (:mod:`cudaredist.publish.mirror`) fetches,
+verifies and writes it. Everything a source can check without the network is checked here, so a
+bad request fails before the mirror directory is touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cudaredist.errors import ConflictError
+from cudaredist.plan import PlannedArchive
+
+
+@dataclass(frozen=True)
+class CopiedArchive:
+    """An archive mirrored as the source serves it, at its own relative path: fetched through the
+    cache (its sha256 and size verified), then linked or copied into place."""
+
+    item: PlannedArchive
+
+    @property
+    def relative_path(self) -> str:
+        return self.item.archive.relative_path
+
+
+@dataclass(frozen=True)
+class BuiltArchive:
+    """A redist archive at ``relative_path`` re-packed from a wheel (fetched and verified first),
+    holding the tree the wheel installs on ``platform``."""
+
+    wheel: PlannedArchive
+    platform: str
+    relative_path: str
+
+
+@dataclass(frozen=True)
+class Document:
+    """A small file (a component's licence) from the first of ``urls`` that serves it; a file
+    no URL serves is left out with a note."""
+
+    relative_path: str
+    urls: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ServedManifest:
+    """``redistrib_<label>.json`` written exactly as the source served it."""
+
+    label: str
+    data: bytes
+
+
+@dataclass(frozen=True)
+class BuiltManifest:
+    """``redistrib_<label>.json`` listing the archives built for the release, merged with what the
+    mirror's manifest of that release already lists."""
+
+    label: str
+    release_date: str
+    archives: tuple[BuiltArchive, ...]
+
+
+@dataclass(frozen=True)
+class MirrorContent:
+    """A mirror's files, besides its ``index.html`` (which lists what the directory holds once the
+    rest is in place). Each relative path appears once."""
+
+    releases: tuple[str, ...]
+    copies: tuple[CopiedArchive, ...] = ()
+    builds: tuple[BuiltArchive, ...] = ()
+    documents: tuple[Document, ...] = ()
+    manifests: tuple[ServedManifest | BuiltManifest, ...] = ()
+    notes: tuple[str, ...] = ()
+    xz_preset: int = 6   # of the built .tar.xz archives (the deflate level of .zip ones, 1 at least)
+
+
+def unique_copies(items: Sequence[PlannedArchive]) -> tuple[CopiedArchive, ...]:
+    """One copy per relative path; two releases listing one path with other bytes are a
+    :class:`ConflictError`."""
+    seen: dict[str, PlannedArchive] = {}
+    for item in items:
+        rel = item.archive.relative_path
+        first = seen.setdefault(rel, item)
+        if first.archive.sha256 != item.archive.sha256:
+            raise ConflictError(
+                f"two releases list {rel} with different sha256 ({first.archive.sha256[:16]}… "
+                f"and {item.archive.sha256[:16]}…); mirror them into separate directories",
+                path=rel, first=first.archive.sha256, second=item.archive.sha256)
+    return tuple(CopiedArchive(item) for item in seen.values())
+
+
+def unique_builds(builds: Sequence[BuiltArchive]) -> tuple[BuiltArchive, ...]:
+    """One build per relative path; two different wheels for one path are a :class:`ConflictError`."""
+    seen: dict[str, BuiltArchive] = {}
+    for build in builds:
+        rel = build.relative_path
+        first = seen.setdefault(rel, build)
+        if first.wheel.archive.sha256 != build.wheel.archive.sha256:
+            raise ConflictError(
+                f"{rel} would be made from two different wheels ({first.wheel.archive.filename} "
+                f"and {build.wheel.archive.filename}); mirror these releases into separate directories",
+                path=rel, first=first.wheel.archive.sha256, second=build.wheel.archive.sha256)
+    return tuple(seen.values())
