@@ -244,7 +244,8 @@ def mirror_cmd(
         with ctx.open() as src:
             try:
                 content = src.mirror_content(train_list, platforms, profile=None if only else profile,
-                                             components=component or [], xz_preset=xz_preset)
+                                             components=component or [], xz_preset=xz_preset,
+                                             products=with_ or [])
                 fetcher = Fetcher(src.transport, ctx.cache(), reporter=reporter, offline=offline)
                 report = write_mirror(out, content, fetch=fetcher.fetch, get_bytes=src.transport.get_bytes,
                                       reporter=reporter, jobs=jobs)
@@ -259,7 +260,9 @@ def mirror_cmd(
             got = f"{report.count('downloaded')} downloaded, {report.count('cached')} from cache"
             how = (f"{report.count('downloaded') + report.count('cached')} built from wheels ({got})"
                    if built else got)
-            typer.echo(f"mirror {report.out}: CUDA {', '.join(report.releases)} for "
+            added = "".join(f" with {p['title']} {', '.join(p['releases'])} (in {p['out']})"
+                            for p in report.products)
+            typer.echo(f"mirror {report.out}: CUDA {', '.join(report.releases)}{added} for "
                        f"{', '.join(platforms)}: {len(report.archives)} archives ({how}, "
                        f"{report.count('present')} already there), {len(report.licenses)} license "
                        "files added", err=True)

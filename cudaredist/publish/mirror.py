@@ -33,6 +33,7 @@ from cudaredist.localfs import UMASK
 from cudaredist.plan import PlannedArchive
 from cudaredist.progress import Reporter, Silent
 from cudaredist.sources.mirroring import BuiltManifest, CopiedArchive, Document, MirrorContent
+from cudaredist.sources.nvidia.products import product_dir
 from cudaredist.sources.nvidia.releases import labels_from_names, sort_labels
 
 INDEX_PAGE = "index.html"
@@ -45,13 +46,17 @@ class MirrorReport:
     archives: list[dict[str, Any]] = field(default_factory=list)
     licenses: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # --with products: {name, title, releases, out} each (their archives are in ``archives``, with
+    # "product" set and relative paths under that product's ``out``)
+    products: list[dict[str, Any]] = field(default_factory=list)
 
     def count(self, status: str) -> int:
         return sum(1 for a in self.archives if a["status"] == status)
 
     def to_json(self) -> dict[str, Any]:
         return {"out": self.out, "releases": self.releases, "archives": self.archives,
-                "licenses": self.licenses, "notes": self.notes}
+                "licenses": self.licenses, "notes": self.notes} | (
+            {"products": self.products} if self.products else {})
 
 
 def dest_path(out: Path, relative_path: str) -> Path:
@@ -164,6 +169,15 @@ def write_mirror(
         dirs = [p.name for p in out.iterdir() if p.is_dir() and not p.name.startswith(".")]
         write_if_changed(out / INDEX_PAGE, index_page(sort_labels(labels), dirs).encode())
     report.archives.sort(key=lambda a: a["relative_path"])
+    for product in content.products:  # each in its own folder, where install looks for it
+        where = product_dir(out, product.name)
+        part = write_mirror(where, product.content, fetch=fetch, get_bytes=get_bytes, reporter=reporter,
+                            jobs=jobs, lock_timeout=lock_timeout)
+        report.products.append({"name": product.name, "title": product.title, "releases": part.releases,
+                                "out": part.out})
+        report.archives += [row | {"product": product.name} for row in part.archives]
+        report.licenses += [str(Path(part.out, rel)) for rel in part.licenses]
+        report.notes += [n for n in part.notes if n not in report.notes]
     return report
 
 

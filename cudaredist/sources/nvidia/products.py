@@ -18,6 +18,7 @@ import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from cudaredist.errors import CudaRedistError, FetchError, PlanError, ResolveError
@@ -52,6 +53,14 @@ def product_base(base: str, product: str, *, override: bool = False) -> str:
         path = "/".join([*segs[:-2], product, "redist"]) + "/"
         return urlunsplit((parts.scheme, parts.netloc, path, parts.query, parts.fragment))
     return join_url(base, f"{product}/redist/")
+
+
+def product_dir(out: Path, product: str) -> Path:
+    """Where a mirror directory ``out`` keeps ``product`` so that :func:`product_base` finds it:
+    beside ``.../cuda/redist`` as NVIDIA lays it out, else inside, ``out/<product>/redist``."""
+    if out.parts[-2:] == ("cuda", "redist"):
+        return out.parent.parent / product / "redist"
+    return out / product / "redist"
 
 
 def _tag(variant: str) -> tuple[int, ...]:

@@ -11,10 +11,16 @@ from typing import Any
 from cudaredist.cache import Cache
 from cudaredist.errors import CudaRedistError, ManifestError, UsageError
 from cudaredist.fetch.transport import Transport
-from cudaredist.plan import Plan, join_url, version_key, with_bases
+from cudaredist.plan import Plan, PlannedArchive, join_url, version_key, with_bases
 from cudaredist.profiles import ProductRequest, parse_product_requests
 from cudaredist.sources import Layout, Where
-from cudaredist.sources.mirroring import Document, MirrorContent, ServedManifest, unique_copies
+from cudaredist.sources.mirroring import (
+    Document,
+    MirrorContent,
+    ProductMirror,
+    ServedManifest,
+    unique_copies,
+)
 from cudaredist.sources.nvidia.index import (
     Bases,
     Index,
@@ -124,22 +130,49 @@ class NvidiaSource:
         return with_bases(plan, bases, at)
 
     def mirror_content(self, trains: Sequence[str], platforms: Sequence[str], *, profile: str | None,
-                       components: Sequence[str], xz_preset: int | None) -> MirrorContent:
-        """The archives as served, each release's manifest bytes, and (online) the licence files."""
+                       components: Sequence[str], xz_preset: int | None,
+                       products: Sequence[str] = ()) -> MirrorContent:
+        """The archives as served, each release's manifest bytes, and (online) the licence files;
+        each ``--with`` product's the same, for its own folder."""
         if xz_preset is not None:
             raise UsageError("--xz-preset needs --source pypi: NVIDIA's archives are mirrored as served")
+        requests = parse_product_requests(products)
         releases: dict[str, tuple[Release, list[Plan]]] = {}
         for train in trains:
             release = self.release(train)
             if release.label not in releases:
-                releases[release.label] = (release, plan_release(release, platforms, profile=profile,
-                                                                 components=components))
-        copies = unique_copies([item for _r, plans in releases.values() for p in plans for item in p.items])
+                releases[release.label] = (release, self._plans(release, platforms, profile, components,
+                                                                requests))
+        plans = [p for _r, ps in releases.values() for p in ps]
+        content = self._content([r for r, _p in releases.values()],
+                                [i for p in plans for i in p.items if not i.product])
+        parts = []
+        for request in requests:
+            parts.append(ProductMirror(request.name, request.product.title, self._content(
+                self._product_releases(request, plans), [i for p in plans for i in p.items
+                                                         if i.product == request.name])))
+        return replace(content, products=tuple(parts))
+
+    def _content(self, releases: Sequence[Release], items: Sequence[PlannedArchive]) -> MirrorContent:
+        copies = unique_copies(items)
         documents, notes = ([], []) if self.where.offline else _licenses(
-            [r for r, _plans in releases.values()], {c.item.component for c in copies})
-        return MirrorContent(releases=tuple(releases), copies=copies, documents=tuple(documents),
-                             manifests=tuple(ServedManifest(r.label, r.data) for r, _p in releases.values()),
+            releases, {c.item.component for c in copies})
+        return MirrorContent(releases=tuple(r.label for r in releases), copies=copies,
+                             documents=tuple(documents),
+                             manifests=tuple(ServedManifest(r.label, r.data) for r in releases),
                              notes=tuple(notes))
+
+    def _product_releases(self, request: ProductRequest, plans: Sequence[Plan]) -> list[Release]:
+        """The releases of one product the plans picked, as served (one per label)."""
+        mapped = product_bases(self.trusted(), request.name, base_url=self._base_url(), trust=self.trust)
+        found: dict[str, Release] = {}
+        for plan in plans:
+            for p in plan.products:
+                if p.name == request.name and p.release not in found:
+                    data = self.index.manifest_bytes(p.base_url, p.release)
+                    manifest = self.index.manifest(p.base_url, p.release)
+                    found[p.release] = Release(p.release, p.base_url, mapped.archives, manifest, data)
+        return list(found.values())
 
 
 def _licenses(releases: Sequence[Release], wanted: set[str]) -> tuple[list[Document], list[str]]:
