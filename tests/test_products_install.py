@@ -185,3 +185,43 @@ def test_a_mirror_directory_holds_products_inside(tmp_path: Path) -> None:
     plan = json.loads(_ok("resolve", "13.0", "--with", "cudnn", "--base-url", str(root), "--json",
                           "--cache-dir", str(tmp_path / "cache")).stdout)
     assert plan["products"][0]["base_url"] == (root / "cudnn" / "redist").as_uri() + "/"
+
+
+def test_mirror_with_a_product_installs_offline(site: str, tmp_path: Path) -> None:
+    """`mirror --with cudnn` of NVIDIA's layout: the product's manifest and archives as served, in the
+    mirror's own <product>/redist/; installing from the mirror directory needs nothing else, and a
+    second mirror run fetches nothing."""
+    out = tmp_path / "mirror"
+    cache = ("--cache-dir", str(tmp_path / "cache"))
+    r = _ok("mirror", "13.0", "--with", "cudnn", "--platform", "linux-x86_64", "--platform", "windows-x86_64",
+            "--out", str(out), "--base-url", site, *cache, "--json")
+    report = json.loads(r.stdout)
+    assert report["products"] == [{"name": "cudnn", "title": "cuDNN", "releases": ["9.27.0"],
+                                   "out": str(out / "cudnn" / "redist")}]
+    manifest = out / "cudnn" / "redist" / "redistrib_9.27.0.json"
+    assert json.loads(manifest.read_text())["cudnn"]["linux-x86_64"]["cuda13"]["relative_path"].endswith(
+        "cudnn-linux-x86_64-9.27.0.42_cuda13-archive.tar.xz")
+    assert "redistrib_9.27.0.json" in (out / "cudnn" / "redist" / "index.html").read_text()
+    rows = [a for a in report["archives"] if a.get("product") == "cudnn"]
+    assert sorted(a["relative_path"].split("/")[1] for a in rows) == ["linux-x86_64", "windows-x86_64"]
+    again = json.loads(_ok("mirror", "13.0", "--with", "cudnn", "--platform", "linux-x86_64", "--platform",
+                           "windows-x86_64", "--out", str(out), "--base-url", site, *cache, "--json").stdout)
+    assert {a["status"] for a in again["archives"]} == {"present"}
+    # from the mirror alone, with an empty cache: nothing but the directory
+    prefix = tmp_path / "cuda"
+    _ok("install", "13.0", "--with", "cudnn", "--prefix", str(prefix), "--base-url", str(out),
+        "--cache-dir", str(tmp_path / "fresh"))
+    assert (prefix / "include" / "cudnn.h").is_file()
+    record = json.loads((prefix / ".cudaredist" / "record.json").read_text())
+    assert record["plan"]["products"][0]["base_url"] == (out / "cudnn" / "redist").as_uri() + "/"
+
+
+def test_mirror_into_nvidias_layout_writes_the_product_beside(site: str, tmp_path: Path) -> None:
+    out = tmp_path / "srv" / "compute" / "cuda" / "redist"
+    _ok("mirror", "13.0", "--with", "cudnn", "--platform", "linux-x86_64", "--out", str(out), "--base-url",
+        site, "--cache-dir", str(tmp_path / "cache"))
+    assert (tmp_path / "srv" / "compute" / "cudnn" / "redist" / "redistrib_9.27.0.json").is_file()
+    assert not (out / "cudnn").exists()
+    plan = json.loads(_ok("resolve", "13.0", "--with", "cudnn", "--base-url", str(out), "--json",
+                          "--cache-dir", str(tmp_path / "cache")).stdout)
+    assert plan["products"][0]["base_url"].endswith("/srv/compute/cudnn/redist/")

@@ -107,3 +107,38 @@ def test_errors(fake_index: FakeIndex, tmp_path: Path, args: list[str], expected
     assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1
     assert expected in r.stderr
     assert not (tmp_path / "p").exists()
+
+
+def test_mirror_builds_nvidia_shaped_product_archives(fake_index: FakeIndex, tmp_path: Path) -> None:
+    """`mirror --source pypi --with cudss`: the product in <out>/cudss/redist/, named and listed as
+    NVIDIA lays a product out; installing from it gives the tree the wheels give."""
+    from tests.realmirror import tree_of
+
+    add_release_13_0(fake_index)
+    add_cudss(fake_index)
+    out = tmp_path / "mirror"
+    common = ("--cache-dir", str(tmp_path / "cache"))
+    r = _run("mirror", "13.0", "--with", "cudss", "--platform", "linux-x86_64", "--platform", "windows-x86_64",
+             "--out", str(out), "--xz-preset", "0", *common)
+    assert r.exit_code == 0, r.output
+    assert "with cuDSS 1.0.0" in r.stderr
+    manifest = json.loads((out / "cudss" / "redist" / "redistrib_1.0.0.json").read_text())
+    assert manifest["release_product"] == "cudss" and manifest["release_label"] == "1.0.0"
+    comp = manifest["libcudss"]
+    assert comp["cuda_variant"] == ["13"] and comp["version"] == "1.0.0.35"
+    assert comp["linux-x86_64"]["cuda13"]["relative_path"] == (
+        "libcudss/linux-x86_64/libcudss-linux-x86_64-1.0.0.35_cuda13-archive.tar.xz")
+    assert comp["windows-x86_64"]["cuda13"]["relative_path"].endswith("_cuda13-archive.zip")
+    assert not any(k.startswith("lib") and k != "libcudss" for k in manifest)  # the toolkit's stay out
+    toolkit = json.loads((out / "redistrib_13.0.2.json").read_text())
+    assert "libcudss" not in toolkit
+
+    for platform in ("linux-x86_64", "windows-x86_64"):
+        redist, wheels = tmp_path / f"redist-{platform}", tmp_path / f"wheels-{platform}"
+        r = CliRunner().invoke(app, ["install", "13.0", "--with", "cudss", "--base-url", str(out), "--prefix",
+                                     str(redist), "--platform", platform, *common])
+        assert r.exit_code == 0, r.output
+        r = _run("install", "13.0", "--with", "cudss", "--prefix", str(wheels), "--platform", platform, *common)
+        assert r.exit_code == 0, r.output
+        assert tree_of(redist) == tree_of(wheels)
+        assert (redist / "include" / "cudss.h").is_file()
