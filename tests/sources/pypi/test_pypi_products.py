@@ -118,8 +118,8 @@ def test_mirror_builds_nvidia_shaped_product_archives(fake_index: FakeIndex, tmp
     add_cudss(fake_index)
     out = tmp_path / "mirror"
     common = ("--cache-dir", str(tmp_path / "cache"))
-    r = _run("mirror", "13.0", "--with", "cudss", "--platform", "linux-x86_64", "--platform", "windows-x86_64",
-             "--out", str(out), "--xz-preset", "0", *common)
+    r = _run("mirror", "13.0", "--with", "cudss", "--platform", "linux-x86_64", "--platform",
+             "windows-x86_64", "--out", str(out), "--xz-preset", "0", *common)
     assert r.exit_code == 0, r.output
     assert "with cuDSS 1.0.0" in r.stderr
     manifest = json.loads((out / "cudss" / "redist" / "redistrib_1.0.0.json").read_text())
@@ -138,7 +138,8 @@ def test_mirror_builds_nvidia_shaped_product_archives(fake_index: FakeIndex, tmp
         r = CliRunner().invoke(app, ["install", "13.0", "--with", "cudss", "--base-url", str(out), "--prefix",
                                      str(redist), "--platform", platform, *common])
         assert r.exit_code == 0, r.output
-        r = _run("install", "13.0", "--with", "cudss", "--prefix", str(wheels), "--platform", platform, *common)
+        r = _run("install", "13.0", "--with", "cudss", "--prefix", str(wheels), "--platform", platform,
+                 *common)
         assert r.exit_code == 0, r.output
         assert tree_of(redist) == tree_of(wheels)
         assert (redist / "include" / "cudss.h").is_file()
