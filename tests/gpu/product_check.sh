@@ -43,8 +43,12 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # the tree's nvcc only: no CUDA_PATH/CUDA_HOME/LD_LIBRARY_PATH of the host, no /usr/local/cuda on PATH
 clean=(env -i "HOME=$HOME" "PATH=$prefix/bin:/usr/bin:/bin" "TMPDIR=${TMPDIR:-/tmp}")
-echo "+ nvcc $define product_check.cu $lib (from $prefix/bin/nvcc)" >&2
-"${clean[@]}" "$prefix/bin/nvcc" $define -o "$work/product_check" "$here/product_check.cu" \
+# the program has no kernels: a tree without NVVM (no nvvm/bin/cicc, e.g. --only -c nvcc -c cudart)
+# still compiles it, as C++ through the same nvcc
+as=()
+[ -e "$prefix/nvvm/bin/cicc" ] || as=(-x c++)
+echo "+ nvcc ${as[*]} $define product_check.cu $lib (from $prefix/bin/nvcc)" >&2
+"${clean[@]}" "$prefix/bin/nvcc" "${as[@]}" $define -o "$work/product_check" "$here/product_check.cu" \
   -L"$prefix/lib" $lib -Xlinker -rpath="$prefix/lib"
 echo "+ linked against:" >&2
 ldd "$work/product_check" | grep -Ei 'cudnn|cusparse|cudart' >&2 || true
