@@ -1,7 +1,7 @@
 """End to end with real NVIDIA binaries: CUDA 13.0.2 `--with cusparselt` (cuSPARSELt, the smallest
 product whose library links alone: one 237 MB .so with no CUDA library among its DT_NEEDED; its
 wheel is 170 MB) installed from both sources, and a program calling it compiled and linked with the
-tree's own nvcc (tests/gpu/product_check.cu, also what tests/gpu/product_check.sh runs on a GPU)."""
+tree's own nvcc (tests/gpu/products/product_check.cu, also what tests/gpu/products/product_check.sh runs on a GPU)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from tests.realmirror import (  # noqa: F401  (fixtures)
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.pypi]
-PROGRAM = Path(__file__).resolve().parents[1] / "gpu" / "product_check.cu"
+PROGRAM = Path(__file__).resolve().parents[1] / "gpu" / "products" / "product_check.cu"
 
 
 def _compile_and_run(prefix: Path, env: dict[str, str], tmp_path: Path) -> str:

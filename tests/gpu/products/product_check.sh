@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run a program built against a cudaredist tree's --with product, on a GPU machine.
 #
-#   tests/gpu/product_check.sh [PRODUCT] [PREFIX] [TRAIN]
+#   tests/gpu/products/product_check.sh [PRODUCT] [PREFIX] [TRAIN]
 #
 #   PRODUCT  cusparselt (default) or cudnn
 #   PREFIX   the tree (default ./cuda-<TRAIN>-<PRODUCT>); when it does not exist it is made first with
@@ -9,7 +9,7 @@
 #            NVIDIA's wheels from PyPI: cuDNN's is about 700 MB, cuSPARSELt's 170 MB)
 #   TRAIN    the CUDA train (default 13.0)
 #
-# It compiles tests/gpu/product_check.cu with the tree's own nvcc (the host's CUDA variables and
+# It compiles tests/gpu/products/product_check.cu with the tree's own nvcc (the host's CUDA variables and
 # /usr/local/cuda are kept out), links it against the product in the tree (-lcudnn / -lcusparseLt,
 # rpath into the tree), prints the library's version (no GPU needed), then makes one real call of
 # the library on the GPU (cuDNN: cudnnCreate + a ReLU cudnnActivationForward; cuSPARSELt:
@@ -20,7 +20,7 @@ product=${1:-cusparselt}
 train=${3:-13.0}
 prefix=${2:-./cuda-$train-$product}
 here=$(cd "$(dirname "$0")" && pwd)
-repo=$(cd "$here/../.." && pwd)
+repo=$(cd "$here/../../.." && pwd)
 case $product in
   cudnn) define=-DCHECK_CUDNN; lib=-lcudnn ;;
   cusparselt) define=; lib=-lcusparseLt ;;

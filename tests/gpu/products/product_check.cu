@@ -1,5 +1,5 @@
 // A program that uses a --with product of a cudaredist tree: compiled and linked with the tree's
-// nvcc (tests/e2e/test_products_e2e.py), and run on a GPU machine by tests/gpu/product_check.sh.
+// nvcc (tests/e2e/test_products_e2e.py), and run on a GPU machine by tests/gpu/products/product_check.sh.
 // Without arguments it calls only the product's version function (no GPU needed); with "gpu" it
 // also makes one real call of the library on the device.
 #include <cstdio>
