@@ -1,7 +1,8 @@
 """End to end with real NVIDIA binaries: CUDA 13.0.2 `--with cusparselt` (cuSPARSELt, the smallest
 product whose library links alone: one 237 MB .so with no CUDA library among its DT_NEEDED; its
 wheel is 170 MB) installed from both sources, and a program calling it compiled and linked with the
-tree's own nvcc (tests/gpu/products/product_check.cu, also what tests/gpu/products/product_check.sh runs on a GPU)."""
+tree's own nvcc (tests/gpu/products/product_check.cu, which tests/gpu/products/product_check.sh also
+runs on a GPU)."""
 
 from __future__ import annotations
 
