@@ -237,3 +237,35 @@ def test_offline_resolves_products_from_the_cache(site: str, tmp_path: Path) -> 
     result = _run("resolve", "13.0", "--with", "cudnn", "--base-url", site, "--offline",
                   "--cache-dir", str(tmp_path / "empty"))
     assert result.exit_code == 1 and "--offline" in result.stderr and "Traceback" not in result.output
+
+
+def test_a_locked_product_comes_from_the_mirror_first(site: str, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """install --lock --mirror: the product's archives from the mirror's product folder; a lock made with
+    CUDAREDIST_CUDNN_BASE_URL keeps fetching the product from that folder without the variable."""
+    cache = ("--cache-dir", str(tmp_path / "cache"))
+    mirror = tmp_path / "m"
+    _ok("mirror", "13.0", "--with", "cudnn", "--platform", "linux-x86_64", "--out", str(mirror),
+        "--base-url", site, *cache)
+    lock = tmp_path / "cuda.lock"
+    _ok("lock", "13.0", "--with", "cudnn", "--platform", "linux-x86_64", "-o", str(lock), "--base-url", site,
+        *cache)
+    prefix = tmp_path / "p"
+    _ok("install", "--lock", str(lock), "--mirror", str(mirror), "--prefix", str(prefix),
+        "--cache-dir", str(tmp_path / "c2"))
+    served = json.loads((prefix / ".cudaredist" / "record.json").read_text())["provenance"]["archives"]
+    assert served["cudnn"].startswith((mirror / "cudnn" / "redist").as_uri())
+    assert served["cuda_cudart"].startswith(mirror.as_uri())
+
+    # the product somewhere else entirely, named by the variable at lock time
+    elsewhere = site.replace("compute/cuda/redist/", "compute/cudnn/redist/")
+    monkeypatch.setenv("CUDAREDIST_CUDNN_BASE_URL", elsewhere)
+    odd = tmp_path / "odd"
+    build_mirror(odd, "13.0.1", toolkit("linux-x86_64"))  # a toolkit-only base: no cudnn/ in it
+    _ok("lock", "13.0", "--with", "cudnn", "--platform", "linux-x86_64", "-o", str(lock), "--base-url",
+        str(odd), *cache)
+    monkeypatch.delenv("CUDAREDIST_CUDNN_BASE_URL")
+    again = tmp_path / "again"
+    _ok("install", "--lock", str(lock), "--prefix", str(again), "--cache-dir", str(tmp_path / "c3"))
+    served = json.loads((again / ".cudaredist" / "record.json").read_text())["provenance"]["archives"]
+    assert served["cudnn"].startswith(elsewhere)

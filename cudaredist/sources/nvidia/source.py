@@ -29,7 +29,7 @@ from cudaredist.sources.nvidia.index import (
     plan_release,
     trusted_bases,
 )
-from cudaredist.sources.nvidia.manifest import check_relative_path
+from cudaredist.sources.nvidia.manifest import check_relative_path, parse_manifest
 from cudaredist.sources.nvidia.products import env_base, product_base, product_bases, resolve_product
 from cudaredist.sources.nvidia.releases import train_of
 from cudaredist.tree.extract import redist_mapper
@@ -125,7 +125,7 @@ class NvidiaSource:
             # the lock's own base: the product folder it was locked from (an override then included)
             if base == plan.base_url and not os.environ.get(env_base(product)):
                 return plan.product_base(product)
-            return product_base(base, product, override=base == bases[-1])
+            return product_base(base, product, override=base == self._base_url())
 
         return with_bases(plan, bases, at)
 
@@ -170,7 +170,8 @@ class NvidiaSource:
             for p in plan.products:
                 if p.name == request.name and p.release not in found:
                     data = self.index.manifest_bytes(p.base_url, p.release)
-                    manifest = self.index.manifest(p.base_url, p.release)
+                    manifest = parse_manifest(data, label=p.release,
+                                              source=join_url(p.base_url, f"redistrib_{p.release}.json"))
                     found[p.release] = Release(p.release, p.base_url, mapped.archives, manifest, data)
         return list(found.values())
 
