@@ -230,7 +230,8 @@ def test_mirror_into_nvidias_layout_writes_the_product_beside(site: str, tmp_pat
 def test_offline_resolves_products_from_the_cache(site: str, tmp_path: Path) -> None:
     """What an online run read of the product's folder (listing, manifests) answers --offline."""
     cache = ("--cache-dir", str(tmp_path / "cache"))
-    online = json.loads(_ok("resolve", "13.0", "--with", "cudnn", "--base-url", site, *cache, "--json").stdout)
+    online = json.loads(_ok("resolve", "13.0", "--with", "cudnn", "--base-url", site, *cache,
+                            "--json").stdout)
     offline = json.loads(_ok("resolve", "13.0", "--with", "cudnn", "--base-url", site, *cache, "--json",
                              "--offline").stdout)
     assert offline["products"] == online["products"] and offline["components"] == online["components"]
