@@ -202,6 +202,8 @@ def test_mirror_with_a_product_installs_offline(site: str, tmp_path: Path) -> No
     assert json.loads(manifest.read_text())["cudnn"]["linux-x86_64"]["cuda13"]["relative_path"].endswith(
         "cudnn-linux-x86_64-9.27.0.42_cuda13-archive.tar.xz")
     assert "redistrib_9.27.0.json" in (out / "cudnn" / "redist" / "index.html").read_text()
+    assert "<a href='cudnn/'>" in (out / "index.html").read_text()  # listed on the first run
+    assert not list(out.rglob("*.cudaredist-mirror.lock"))  # the mirror holds only what it serves
     rows = [a for a in report["archives"] if a.get("product") == "cudnn"]
     assert sorted(a["relative_path"].split("/")[1] for a in rows) == ["linux-x86_64", "windows-x86_64"]
     again = json.loads(_ok("mirror", "13.0", "--with", "cudnn", "--platform", "linux-x86_64", "--platform",
