@@ -143,3 +143,37 @@ def test_mirror_builds_nvidia_shaped_product_archives(fake_index: FakeIndex, tmp
         assert r.exit_code == 0, r.output
         assert tree_of(redist) == tree_of(wheels)
         assert (redist / "include" / "cudss.h").is_file()
+
+
+def test_cutensor_wheels_keep_their_files_under_cutensor(fake_index: FakeIndex, tmp_path: Path) -> None:
+    """cutensor-cu13 has no nvidia/ directory: cutensor/{include,lib,bin,LICENSE} map into the tree."""
+    add_release_13_0(fake_index)
+    fake_index.add_wheel("cutensor_cu13", "2.8.1", LINUX_TAG, {
+        "cutensor/include/cutensor.h": b"// cutensor", "cutensor/include/cutensor/types.h": b"// types",
+        "cutensor/lib/libcutensor.so.2": fake_elf("libcutensor.so.2"), "cutensor/LICENSE": b"cutensor eula"})
+    fake_index.add_wheel("cutensor_cu13", "2.8.1", WIN_TAG, {
+        "cutensor/include/cutensor.h": b"// cutensor", "cutensor/bin/cutensor.dll": b"MZ",
+        "cutensor/lib/cutensor.lib": b"lib", "cutensor/LICENSE": b"cutensor eula"})
+    linux = tmp_path / "linux"
+    r = _run("install", "13.0", "--with", "cutensor", "--prefix", str(linux), "--platform", "linux-x86_64",
+             "--cache-dir", str(tmp_path / "cache"))
+    assert r.exit_code == 0, r.output
+    assert (linux / "include" / "cutensor" / "types.h").is_file()
+    assert_link(linux / "lib" / "libcutensor.so", "libcutensor.so.2")
+    assert_link(linux / "lib" / "libcutensor.so.2", "libcutensor.so.2.8.1")
+    assert (linux / "licenses" / "libcutensor" / "LICENSE").read_bytes() == b"cutensor eula"
+    assert not (linux / "cutensor").exists()
+    win = tmp_path / "win"
+    r = _run("install", "13.0", "--with", "cutensor", "--prefix", str(win), "--platform", "windows-x86_64",
+             "--cache-dir", str(tmp_path / "cache"))
+    assert r.exit_code == 0, r.output
+    assert (win / "lib" / "x64" / "cutensor.lib").is_file() and (win / "bin" / "cutensor.dll").is_file()
+
+
+def test_cudnn_windows_wheel_says_it_has_no_import_library(fake_index: FakeIndex) -> None:
+    add_release_13_0(fake_index)
+    fake_index.add_wheel("nvidia_cudnn_cu13", "9.28.1.4", WIN_TAG, {
+        "nvidia/cudnn/bin/cudnn64_9.dll": b"MZ", "nvidia/cudnn/include/cudnn.h": b"// cudnn"})
+    r = _run("resolve", "13.0", "--with", "cudnn", "--platform", "windows-x86_64", "--json")
+    assert r.exit_code == 0, r.output
+    assert any("no import library (lib/x64/cudnn.lib)" in n for n in json.loads(r.stdout)["notes"])
