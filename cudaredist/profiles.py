@@ -159,6 +159,7 @@ class Product:
     title: str
     specs: tuple[Spec, ...]   # what ``--with NAME`` installs
     wheel: str                # the wheel's name for --source pypi, ``{major}`` = the CUDA major
+    needs: tuple[str, ...] = ()   # toolkit components its libraries load (added with it)
 
     def wheel_name(self, cuda_major: str) -> str:
         return self.wheel.format(major=cuda_major)
@@ -200,7 +201,8 @@ def get_product(name: str) -> Product:
         raise UsageError(f"unknown product {name!r} for --with; products: {', '.join(product_names())} "
                          "(e.g. --with cudnn or --with cudnn=9.20)")
     specs = tuple(parse_spec(c, f"product {name}") for c in body.get("components", []))
-    return Product(name, str(body.get("title", name)), specs, str(body.get("wheel", "")))
+    return Product(name, str(body.get("title", name)), specs, str(body.get("wheel", "")),
+                   tuple(str(n) for n in body.get("needs", [])))
 
 
 def parse_product_request(text: str) -> ProductRequest:
@@ -217,6 +219,11 @@ def parse_product_request(text: str) -> ProductRequest:
                          f"(exactly that), or {name} alone for the newest release for the toolkit's "
                          "CUDA major")
     return ProductRequest(product, spec)
+
+
+def needed_components(requests: Sequence[ProductRequest], components: Sequence[str]) -> list[str]:
+    """``components`` plus the toolkit components the requested products need, each once."""
+    return list(dict.fromkeys([*components, *(n for r in requests for n in r.product.needs)]))
 
 
 def parse_product_requests(values: Sequence[str]) -> tuple[ProductRequest, ...]:

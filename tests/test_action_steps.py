@@ -106,9 +106,9 @@ def test_install_outputs_are_json_from_resolved_paths(mirror: Path, tmp_path: Pa
 
 def test_install_with_a_product(mirror: Path, tmp_path: Path) -> None:
     """`with: cudnn` is passed as --with: cuDNN lands in the tree the action exports."""
-    from tests.test_products_install import LINUX_CUDNN, WINDOWS_CUDNN, product_mirror
+    from tests.test_products_install import LINUX_CUDNN, WINDOWS_CUDNN, cublas, product_mirror
 
-    build_mirror(mirror, "13.0.1", toolkit(HOST))
+    build_mirror(mirror, "13.0.1", toolkit(HOST) + [cublas(HOST)])
     members = WINDOWS_CUDNN if HOST.startswith("windows") else LINUX_CUDNN
     product_mirror(mirror / "cudnn" / "redist", "cudnn", "9.27.0", "cudnn", "9.27.0.42",
                    {HOST: {"cuda13": members}})

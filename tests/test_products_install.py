@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from cudaredist.cli import app
-from tests.archives import Link, Members, build_mirror, digest, make_tar_xz, make_zip, toolkit
+from tests.archives import Link, Members, MirrorArchive, build_mirror, digest, make_tar_xz, make_zip, toolkit
 
 
 def product_mirror(root: Path, product: str, label: str, component: str, version: str,
@@ -46,6 +46,15 @@ LINUX_CUDNN: Members = {
     "lib/libcudnn.so": Link("libcudnn.so.9"),
     "LICENSE": b"cudnn license",
 }
+def cublas(platform: str) -> MirrorArchive:
+    """libcublas: what cuDNN's libraries load (profiles.toml `needs`)."""
+    if platform.startswith("windows"):
+        return MirrorArchive("libcublas", platform, "13.1.0.3", {"bin/x64/cublas64_13.dll": b"MZ cublas",
+                                                                 "lib/x64/cublas.lib": b"lib"})
+    return MirrorArchive("libcublas", platform, "13.1.0.3", {
+        "lib/libcublas.so.13.1.0.3": b"\x7fELF cublas", "lib/libcublas.so.13": Link("libcublas.so.13.1.0.3")})
+
+
 WINDOWS_CUDNN: Members = {
     "include/cudnn.h": b"#define CUDNN_MAJOR 9\n",
     "bin/x64/cudnn64_9.dll": b"MZ cudnn",
@@ -59,7 +68,8 @@ def site(tmp_path: Path, serve: object) -> str:
     """NVIDIA's layout on a loopback server: /compute/cuda/redist/ and /compute/cudnn/redist/ with
     cuDNN 9.27.0 (CUDA 12 and 13) and an older 9.13.0 (CUDA 12 only on Linux)."""
     compute = tmp_path / "site" / "compute"
-    build_mirror(compute / "cuda" / "redist", "13.0.1", toolkit("linux-x86_64") + toolkit("windows-x86_64"))
+    build_mirror(compute / "cuda" / "redist", "13.0.1", toolkit("linux-x86_64") + toolkit("windows-x86_64")
+                + [cublas("linux-x86_64"), cublas("windows-x86_64")])
     cudnn = compute / "cudnn" / "redist"
     product_mirror(cudnn, "cudnn", "9.27.0", "cudnn", "9.27.0.42",
                    {"linux-x86_64": {"cuda12": LINUX_CUDNN, "cuda13": LINUX_CUDNN},
@@ -91,6 +101,7 @@ def test_install_with_cudnn_into_the_toolkits_tree(site: str, tmp_path: Path) ->
     assert (prefix / "lib" / "libcudnn.so").resolve().name == "libcudnn.so.9.27.0"
     assert (prefix / "lib64" / "libcudnn.so.9").exists()
     assert (prefix / "licenses" / "cudnn" / "LICENSE").read_bytes() == b"cudnn license"
+    assert (prefix / "lib64" / "libcublas.so.13").exists()  # what cuDNN loads came with it
     version = json.loads((prefix / "version.json").read_text())
     assert version["cudnn"] == {"name": "NVIDIA CUDA Deep Neural Network library", "version": "9.27.0.42"}
     record = json.loads((prefix / ".cudaredist" / "record.json").read_text())
@@ -163,7 +174,7 @@ def test_lock_carries_products_and_installs_from_it(site: str, tmp_path: Path) -
 
 def test_two_archives_writing_one_path_differently_is_an_error(tmp_path: Path) -> None:
     compute = tmp_path / "site" / "compute"
-    build_mirror(compute / "cuda" / "redist", "13.0.1", toolkit("linux-x86_64"))
+    build_mirror(compute / "cuda" / "redist", "13.0.1", toolkit("linux-x86_64") + [cublas("linux-x86_64")])
     bad = {**LINUX_CUDNN, "include/cuda_runtime.h": b"// not cudart's"}
     product_mirror(compute / "cudnn" / "redist", "cudnn", "9.27.0", "cudnn", "9.27.0.42",
                    {"linux-x86_64": {"cuda13": bad}})
@@ -179,7 +190,7 @@ def test_two_archives_writing_one_path_differently_is_an_error(tmp_path: Path) -
 def test_a_mirror_directory_holds_products_inside(tmp_path: Path) -> None:
     """A base that is not NVIDIA's .../cuda/redist/ (a mirror directory) holds <product>/redist/ inside."""
     root = tmp_path / "m"
-    build_mirror(root, "13.0.1", toolkit("linux-x86_64"))
+    build_mirror(root, "13.0.1", toolkit("linux-x86_64") + [cublas("linux-x86_64")])
     product_mirror(root / "cudnn" / "redist", "cudnn", "9.27.0", "cudnn", "9.27.0.42",
                    {"linux-x86_64": {"cuda13": LINUX_CUDNN}})
     plan = json.loads(_ok("resolve", "13.0", "--with", "cudnn", "--base-url", str(root), "--json",
@@ -264,7 +275,7 @@ def test_a_locked_product_comes_from_the_mirror_first(site: str, tmp_path: Path,
     elsewhere = site.replace("compute/cuda/redist/", "compute/cudnn/redist/")
     monkeypatch.setenv("CUDAREDIST_CUDNN_BASE_URL", elsewhere)
     odd = tmp_path / "odd"
-    build_mirror(odd, "13.0.1", toolkit("linux-x86_64"))  # a toolkit-only base: no cudnn/ in it
+    build_mirror(odd, "13.0.1", toolkit("linux-x86_64") + [cublas("linux-x86_64")])  # no cudnn/ in it
     _ok("lock", "13.0", "--with", "cudnn", "--platform", "linux-x86_64", "-o", str(lock), "--base-url",
         str(odd), *cache)
     monkeypatch.delenv("CUDAREDIST_CUDNN_BASE_URL")
@@ -272,3 +283,16 @@ def test_a_locked_product_comes_from_the_mirror_first(site: str, tmp_path: Path,
     _ok("install", "--lock", str(lock), "--prefix", str(again), "--cache-dir", str(tmp_path / "c3"))
     served = json.loads((again / ".cudaredist" / "record.json").read_text())["provenance"]["archives"]
     assert served["cudnn"].startswith(elsewhere)
+
+
+def test_a_toolkit_without_what_the_product_needs(tmp_path: Path) -> None:
+    root = tmp_path / "m"
+    build_mirror(root, "13.0.1", toolkit("linux-x86_64"))  # no libcublas
+    product_mirror(root / "cudnn" / "redist", "cudnn", "9.27.0", "cudnn", "9.27.0.42",
+                   {"linux-x86_64": {"cuda13": LINUX_CUDNN}})
+    result = _run("install", "13.0", "--with", "cudnn", "--prefix", str(tmp_path / "p"), "--base-url",
+                  str(root), "--cache-dir", str(tmp_path / "cache"))
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.stderr == ("error: CUDA 13.0.1 has no component libcublas (needed for platform "
+                             "linux-x86_64); cuDNN cannot work without it (its libraries load it)\n")
+    assert not (tmp_path / "p").exists()

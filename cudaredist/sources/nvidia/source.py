@@ -9,10 +9,10 @@ from dataclasses import replace
 from typing import Any
 
 from cudaredist.cache import Cache
-from cudaredist.errors import CudaRedistError, ManifestError, UsageError
+from cudaredist.errors import CudaRedistError, ManifestError, PlanError, UsageError
 from cudaredist.fetch.transport import Transport
 from cudaredist.plan import Plan, PlannedArchive, join_url, version_key, with_bases
-from cudaredist.profiles import ProductRequest, parse_product_requests
+from cudaredist.profiles import ProductRequest, needed_components, parse_product_requests
 from cudaredist.sources import Layout, Where
 from cudaredist.sources.mirroring import (
     Document,
@@ -109,8 +109,16 @@ class NvidiaSource:
                                       cuda_release=release.label, components=components)
                       for r in requests]
             claimed = {c for p in picked for c in p.claimed}
-            plan = plan_release(release, [platform], profile=profile,
-                                components=[c for c in components if c not in claimed])[0]
+            toolkit = needed_components(requests, [c for c in components if c not in claimed])
+            try:
+                plan = plan_release(release, [platform], profile=profile, components=toolkit)[0]
+            except PlanError as exc:
+                needing = [r.product.title for r in requests if exc.component in r.product.needs]
+                if not needing:
+                    raise
+                raise PlanError(f"{exc}; {' and '.join(needing)} cannot work without it (its libraries "
+                                "load it)", component=exc.component, release=exc.release,
+                                platform=exc.platform) from exc
             plans.append(replace(plan, items=plan.items + tuple(i for p in picked for i in p.items),
                                  products=tuple(p.release for p in picked)))
         return plans

@@ -389,12 +389,13 @@ def resolve_plan(index: WheelIndex, train: str, *, platform: str, profile: str |
     ``profile=None`` installs exactly ``components`` (extras, component names or wheel
     names). Every failure happens here, before any wheel is downloaded.
     """
-    from cudaredist.profiles import parse_product_requests
+    from cudaredist.profiles import needed_components, parse_product_requests
     from cudaredist.sources.pypi.products import plan_product
 
     data = index.data
     data.platform(platform)
     requests = parse_product_requests(products)
+    components = needed_components(requests, components)
     release = index.resolve(train, pre=pre)
     label = release.label
     notes: list[str] = []

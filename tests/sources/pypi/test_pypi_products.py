@@ -15,14 +15,35 @@ from cudaredist.record import verify
 from tests.hosts import assert_link
 from tests.sources.pypi.test_pypi_source import (
     INDEX,
+    LINUX,
     LINUX_TAG,
+    PINS_13_0,
     WIN_TAG,
     FakeIndex,
-    add_release_13_0,
     fake_elf,
+    make_wheel,
+    toolkit_metadata,
 )
+from tests.sources.pypi.test_pypi_source import add_release_13_0 as add_toolkit_13_0
 
 CU = "nvidia/cu13"
+
+
+def add_release_13_0(index: FakeIndex) -> None:
+    """cuda-toolkit 13.0.2's compile set, and a 13.0.3 that also has cuBLAS and NVRTC (what cuDNN,
+    cuTENSOR and cuDSS need: profiles.toml `needs`)."""
+    add_toolkit_13_0(index)
+    pins = {**PINS_13_0, "cublas": ("nvidia-cublas", "==13.1.0.3.*", LINUX),
+            "nvrtc": ("nvidia-cuda-nvrtc", "==13.0.88.*", LINUX)}
+    index.add("cuda_toolkit-13.0.3-py2.py3-none-any.whl",
+              make_wheel("cuda_toolkit", "13.0.3", {}, metadata=toolkit_metadata("13.0.3", pins)),
+              uploaded="2026-04-14T00:00:00Z")
+    index.add_wheel("nvidia_cublas", "13.1.0.3", LINUX_TAG,
+                    {f"{CU}/lib/libcublas.so.13": fake_elf("libcublas.so.13")})
+    index.add_wheel("nvidia_cublas", "13.1.0.3", WIN_TAG, {f"{CU}/bin/x86_64/cublas64_13.dll": b"MZ"})
+    index.add_wheel("nvidia_cuda_nvrtc", "13.0.88", LINUX_TAG,
+                    {f"{CU}/lib/libnvrtc.so.13": fake_elf("libnvrtc.so.13")})
+    index.add_wheel("nvidia_cuda_nvrtc", "13.0.88", WIN_TAG, {f"{CU}/bin/x86_64/nvrtc64_130_0.dll": b"MZ"})
 
 
 @pytest.fixture
@@ -69,6 +90,7 @@ def test_install_with_cudss_from_wheels(fake_index: FakeIndex, tmp_path: Path) -
     assert_link(prefix / "lib" / "libcudss.so.1", "libcudss.so.1.0.0.35")
     assert (prefix / "lib64" / "libcudss.so").exists()
     assert (prefix / "licenses" / "libcudss" / "LICENSE.txt").is_file()
+    assert (prefix / "lib" / "libcublas.so.13").exists() and (prefix / "lib" / "libnvrtc.so.13").exists()
     assert verify(prefix).ok
     r = _run("install", "13.0", "--with", "cudss", *common)
     assert r.exit_code == 0 and "already installed" in r.stderr
@@ -130,8 +152,8 @@ def test_mirror_builds_nvidia_shaped_product_archives(fake_index: FakeIndex, tmp
         "libcudss/linux-x86_64/libcudss-linux-x86_64-1.0.0.35_cuda13-archive.tar.xz")
     assert comp["windows-x86_64"]["cuda13"]["relative_path"].endswith("_cuda13-archive.zip")
     assert not any(k.startswith("lib") and k != "libcudss" for k in manifest)  # the toolkit's stay out
-    toolkit = json.loads((out / "redistrib_13.0.2.json").read_text())
-    assert "libcudss" not in toolkit
+    toolkit = json.loads((out / "redistrib_13.0.3.json").read_text())
+    assert "libcudss" not in toolkit and "libcublas" in toolkit and "cuda_nvrtc" in toolkit  # what it needs
 
     for platform in ("linux-x86_64", "windows-x86_64"):
         redist, wheels = tmp_path / f"redist-{platform}", tmp_path / f"wheels-{platform}"
