@@ -226,6 +226,17 @@ def needed_components(requests: Sequence[ProductRequest], components: Sequence[s
     return list(dict.fromkeys([*components, *(n for r in requests for n in r.product.needs)]))
 
 
+def needs_notes(requests: Sequence[ProductRequest], components: Sequence[str],
+                planned: Sequence[str]) -> list[str]:
+    """A plan note per toolkit component that is there only because a product needs it."""
+    out = []
+    for name in dict.fromkeys(n for r in requests for n in r.product.needs):
+        if name in planned and name not in components:
+            who = " and ".join(r.product.title for r in requests if name in r.product.needs)
+            out.append(f"{name} comes with {who}: its libraries load it")
+    return out
+
+
 def parse_product_requests(values: Sequence[str]) -> tuple[ProductRequest, ...]:
     """Every ``--with`` value, checked; one product twice is a :class:`UsageError`."""
     out: dict[str, ProductRequest] = {}

@@ -95,6 +95,7 @@ def test_install_with_cudnn_into_the_toolkits_tree(site: str, tmp_path: Path) ->
     common = ("--base-url", site, "--cache-dir", str(tmp_path / "cache"))
     out = _ok("install", "13.0", "--with", "cudnn", "--prefix", str(prefix), *common).stderr
     assert "CUDA 13.0.1 with cuDNN 9.27.0" in out
+    assert "note: libcublas comes with cuDNN: its libraries load it" in out
     # headers in include/ beside cudart's, libraries in lib/ (the .so chain kept), lib64 -> lib
     assert (prefix / "include" / "cudnn.h").read_bytes() == b"#define CUDNN_MAJOR 9\n"
     assert (prefix / "include" / "cuda_runtime.h").is_file()

@@ -12,7 +12,13 @@ from cudaredist.cache import Cache
 from cudaredist.errors import CudaRedistError, ManifestError, PlanError, UsageError
 from cudaredist.fetch.transport import Transport
 from cudaredist.plan import Plan, PlannedArchive, join_url, version_key, with_bases
-from cudaredist.profiles import ProductRequest, needed_components, parse_product_requests
+from cudaredist.profiles import (
+    ProductRequest,
+    get_profile,
+    needed_components,
+    needs_notes,
+    parse_product_requests,
+)
 from cudaredist.sources import Layout, Where
 from cudaredist.sources.mirroring import (
     Document,
@@ -119,8 +125,12 @@ class NvidiaSource:
                 raise PlanError(f"{exc}; {' and '.join(needing)} cannot work without it (its libraries "
                                 "load it)", component=exc.component, release=exc.release,
                                 platform=exc.platform) from exc
+            notes = needs_notes(requests, components, plan.components)
+            if profile is not None:  # what the profile itself asks for is not there for the product
+                notes = [n for n in notes if n.split()[0] not in
+                         {x for spec in get_profile(profile).specs for x in spec.names}]
             plans.append(replace(plan, items=plan.items + tuple(i for p in picked for i in p.items),
-                                 products=tuple(p.release for p in picked)))
+                                 products=tuple(p.release for p in picked), notes=(*plan.notes, *notes)))
         return plans
 
     def _base_url(self) -> str:
