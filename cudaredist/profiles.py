@@ -5,7 +5,7 @@ from __future__ import annotations
 import platform as _platform
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -160,6 +160,14 @@ class Product:
     specs: tuple[Spec, ...]   # what ``--with NAME`` installs
     wheel: str                # the wheel's name for --source pypi, ``{major}`` = the CUDA major
     needs: tuple[str, ...] = ()   # toolkit components its libraries load (added with it)
+    # toolkit components its headers include only before a release of it: (component, first release
+    # that no longer needs it)
+    needs_before: tuple[tuple[str, str], ...] = ()
+
+    def needs_for(self, release: str) -> tuple[str, ...]:
+        """The toolkit components ``release`` of this product needs (``""``: the product's newest)."""
+        return (*self.needs, *(name for name, until in self.needs_before
+                               if release and version_key(release) < version_key(until)))
 
     def wheel_name(self, cuda_major: str) -> str:
         return self.wheel.format(major=cuda_major)
@@ -201,8 +209,10 @@ def get_product(name: str) -> Product:
         raise UsageError(f"unknown product {name!r} for --with; products: {', '.join(product_names())} "
                          "(e.g. --with cudnn or --with cudnn=9.20)")
     specs = tuple(parse_spec(c, f"product {name}") for c in body.get("components", []))
+    needs = [n for n in body.get("needs", []) if isinstance(n, str)]
+    before = [(str(n["name"]), str(n["before"])) for n in body.get("needs", []) if isinstance(n, dict)]
     return Product(name, str(body.get("title", name)), specs, str(body.get("wheel", "")),
-                   tuple(str(n) for n in body.get("needs", [])))
+                   tuple(needs), tuple(before))
 
 
 def parse_product_request(text: str) -> ProductRequest:
@@ -221,19 +231,27 @@ def parse_product_request(text: str) -> ProductRequest:
     return ProductRequest(product, spec)
 
 
-def needed_components(requests: Sequence[ProductRequest], components: Sequence[str]) -> list[str]:
-    """``components`` plus the toolkit components the requested products need, each once."""
-    return list(dict.fromkeys([*components, *(n for r in requests for n in r.product.needs)]))
+def needed_components(requests: Sequence[ProductRequest], components: Sequence[str],
+                      releases: Mapping[str, str] | None = None) -> list[str]:
+    """``components`` plus the toolkit components the requested products need (``releases``: the
+    product releases picked, by product name), each once."""
+    rel = releases or {}
+    return list(dict.fromkeys([*components, *(n for r in requests
+                                              for n in r.product.needs_for(rel.get(r.name, "")))]))
 
 
 def needs_notes(requests: Sequence[ProductRequest], components: Sequence[str],
-                planned: Sequence[str]) -> list[str]:
+                planned: Sequence[str], releases: Mapping[str, str] | None = None) -> list[str]:
     """A plan note per toolkit component that is there only because a product needs it."""
+    rel = releases or {}
+    needs = {r.name: r.product.needs_for(rel.get(r.name, "")) for r in requests}
     out = []
-    for name in dict.fromkeys(n for r in requests for n in r.product.needs):
+    for name in dict.fromkeys(n for r in requests for n in needs[r.name]):
         if name in planned and name not in components:
-            who = " and ".join(r.product.title for r in requests if name in r.product.needs)
-            out.append(f"{name} comes with {who}: its libraries load it")
+            who = " and ".join(r.product.title for r in requests if name in needs[r.name])
+            why = ("its libraries load it" if any(name in r.product.needs for r in requests)
+                   else "its headers include it")
+            out.append(f"{name} comes with {who}: {why}")
     return out
 
 

@@ -115,17 +115,19 @@ class NvidiaSource:
                                       cuda_release=release.label, components=components)
                       for r in requests]
             claimed = {c for p in picked for c in p.claimed}
-            toolkit = needed_components(requests, [c for c in components if c not in claimed])
+            releases = {p.release.name: p.release.release for p in picked}
+            toolkit = needed_components(requests, [c for c in components if c not in claimed], releases)
             try:
                 plan = plan_release(release, [platform], profile=profile, components=toolkit)[0]
             except PlanError as exc:
-                needing = [r.product.title for r in requests if exc.component in r.product.needs]
+                needing = [r.product.title for r in requests
+                           if exc.component in r.product.needs_for(releases.get(r.name, ""))]
                 if not needing:
                     raise
                 raise PlanError(f"{exc}; {' and '.join(needing)} cannot work without it (its libraries "
                                 "load it)", component=exc.component, release=exc.release,
                                 platform=exc.platform) from exc
-            notes = needs_notes(requests, components, plan.components)
+            notes = needs_notes(requests, components, plan.components, releases)
             if profile is not None:  # what the profile itself asks for is not there for the product
                 notes = [n for n in notes if n.split()[0] not in
                          {x for spec in get_profile(profile).specs for x in spec.names}]

@@ -395,9 +395,10 @@ def resolve_plan(index: WheelIndex, train: str, *, platform: str, profile: str |
     data = index.data
     data.platform(platform)
     requests = parse_product_requests(products)
-    components = needed_components(requests, components)
     release = index.resolve(train, pre=pre)
     label = release.label
+    picked = [plan_product(index, r, platform=platform, cuda_release=label) for r in requests]
+    components = needed_components(requests, components, {r.name: r.release for r, _item in picked})
     notes: list[str] = []
     specs: list[ExtraSpec] = []
     if profile is not None:
@@ -425,7 +426,6 @@ def resolve_plan(index: WheelIndex, train: str, *, platform: str, profile: str |
     with ThreadPoolExecutor(min(8, len(wanted))) as pool:
         results = list(pool.map(lambda kv: _plan_item(index, kv[0], kv[1], release, platform, pre),
                                 wanted.items()))
-    picked = [plan_product(index, r, platform=platform, cuda_release=label) for r in requests]
     items = tuple(item for item, _n in results) + tuple(item for _r, item in picked)
     for _item, extra_notes in results:
         notes.extend(extra_notes)

@@ -230,6 +230,24 @@ def test_resolve_json_with_cudnn(nvbase: Path) -> None:
         assert "cuda_nvcc" in [c["name"] for c in plan["components"]]
 
 
+def test_old_cusparselt_brings_the_cusparse_header_its_header_includes(nvbase: Path) -> None:
+    """cusparseLt.h of 0.8.x includes cusparse.h (seen on a GPU machine: `fatal error: cusparse.h: No
+    such file or directory` in a tree without libcusparse); 0.10's does not, so it comes alone."""
+    def planned(spec: str) -> tuple[list[str], list[str]]:
+        result = _run("resolve", "13.0", "--with", spec, "--platform", "linux-x86_64", "--base-url",
+                      str(nvbase), "--json")
+        assert result.exit_code == 0, result.output
+        plan = json.loads(result.stdout)
+        return [c["name"] for c in plan["components"]], plan["notes"]
+
+    old, notes = planned("cusparselt=0.8")
+    assert "libcusparse" in old and "libcusparse_lt" in old
+    assert "libcusparse comes with cuSPARSELt: its headers include it" in notes
+    new, notes = planned("cusparselt")
+    assert "libcusparse_lt" in new and "libcusparse" not in new
+    assert not [n for n in notes if n.startswith("libcusparse ")]
+
+
 def _error(result: Result) -> str:
     assert result.exit_code != 0, result.output
     assert "Traceback" not in result.output and result.stdout == ""
