@@ -37,9 +37,18 @@ def leftovers(prefix: Path) -> list[Path]:
 
 
 def satisfies(record: dict[str, Any], *, train: str, platform: str, profile: str | None,
-              components: Sequence[str], source: str) -> bool:
-    """Does an installed tree already answer this request (so no network is needed)?"""
+              components: Sequence[str], source: str, products: Sequence[str] = ()) -> bool:
+    """Does an installed tree already answer this request (so no network is needed)? ``products``
+    (``--with``) must be the ones it was installed with: ``cudnn`` is answered by the cuDNN the tree
+    has, as ``13.4`` is by its 13.4.x."""
+    from cudaredist.profiles import parse_product_requests
+
     plan = record.get("plan", {})
+    had = plan.get("products", [])
+    asked = sorted(str(r) for r in parse_product_requests(products))
+    if not isinstance(had, list) or sorted(str(p.get("requested", "")) for p in had
+                                           if isinstance(p, dict)) != asked:
+        return False
     want = version_key(train)
     if version_key(str(plan.get("release", "")))[: len(want)] != want:
         return False
@@ -51,7 +60,8 @@ def satisfies(record: dict[str, Any], *, train: str, platform: str, profile: str
 
 
 def satisfying_record(prefix: Path, *, train: str, platform: str, profile: str | None,
-                      components: Sequence[str], source: str) -> dict[str, Any] | None:
+                      components: Sequence[str], source: str,
+                      products: Sequence[str] = ()) -> dict[str, Any] | None:
     """The record of ``prefix`` if it already answers this request (no network needed), else None.
 
     Leftovers of a killed run mean no: the installer cleans them first."""
@@ -59,7 +69,8 @@ def satisfying_record(prefix: Path, *, train: str, platform: str, profile: str |
         return None
     rec = read_record(prefix)
     if rec is None or leftovers(prefix) or not satisfies(
-            rec, train=train, platform=platform, profile=profile, components=components, source=source):
+            rec, train=train, platform=platform, profile=profile, components=components, source=source,
+            products=products):
         return None
     return rec
 
