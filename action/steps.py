@@ -82,6 +82,16 @@ def _profiles() -> list[str]:
     return re.findall(r"^\[profiles\.([A-Za-z0-9_-]+)\]", text, re.M)
 
 
+def _products() -> list[str]:
+    text = (ROOT / "manifests" / "profiles.toml").read_text(encoding="utf-8")
+    return re.findall(r"^\[products\.([A-Za-z0-9_-]+)\]", text, re.M)
+
+
+def _with() -> list[str]:
+    """The `with` input: products, space- or comma-separated (``cudnn``, ``cudnn=9.20 cutensor``)."""
+    return inp("with").replace(",", " ").split()
+
+
 def problems() -> list[str]:
     """Everything wrong with the inputs, each a sentence saying what to give instead."""
     found: list[str] = []
@@ -110,6 +120,15 @@ def problems() -> list[str]:
     profiles = _profiles()
     if inp("profile") not in profiles:
         found.append(f"'profile: {inp('profile')}' is not a profile: give one of {', '.join(profiles)}")
+    products = _products()
+    for item in _with():
+        name, _sep, spec = item.partition("=")
+        if name not in products:
+            found.append(f"'with: {item}': {name} is not a product: give {', '.join(products)} "
+                         "(e.g. 'with: cudnn' or 'with: cudnn=9.20')")
+        elif _sep and not re.fullmatch(r"[0-9]+(\.[0-9]+){0,3}", spec):
+            found.append(f"'with: {item}': '{spec}' is not a release: give {name}=MAJOR.MINOR (a train) "
+                         f"or {name}=MAJOR.MINOR.PATCH, or {name} alone (the newest for the CUDA major)")
     if inp("source") not in ("", "nvidia", "pypi"):
         found.append(f"'source: {inp('source')}' is not a source: give nvidia or pypi, or leave it out")
     if inp("doctor") not in ("report", "fail", "off"):
@@ -310,6 +329,8 @@ def _common() -> list[str]:
         args += ["--platform", inp("platform")]
     if inp("source"):
         args += ["--source", inp("source")]
+    for item in _with():
+        args += ["--with", item]
     return args
 
 

@@ -56,17 +56,20 @@ sys.path.insert(0, str(HERE))
 import baseline  # noqa: E402
 import mirrors  # noqa: E402
 import pypiindex  # noqa: E402
+import uvcompare  # noqa: E402
 
 PLATFORMS = ("linux-x86_64", "windows-x86_64")
 LINKS = ("cdn", "loopback")
 LOCAL = "local"          # the link of the cases that read nothing from a server
 LINK_MODES = ("clone", "hardlink", "copy")
 # timed over each link: they download
-NET_CASES = ("baseline", "cold", "warm-archives", "pypi-cold")
+NET_CASES = ("baseline", "cold", "warm-archives", *uvcompare.NET_CASES)
 # timed once per platform and repetition (after the first link's cold run filled the cache)
-LOCAL_CASES = (*(f"warm-{m}" for m in LINK_MODES), "cp -a", "no-op")
-CASES = ("baseline", "cold", "warm-archives", *LOCAL_CASES, "pypi-cold")  # the table's order
-CUDAREDIST_CASES = tuple(c for c in CASES if c not in ("baseline", "cp -a"))
+LOCAL_CASES = (*(f"warm-{m}" for m in LINK_MODES), "cp -a", "no-op", *uvcompare.LOCAL_CASES)
+CASES = ("baseline", "cold", "warm-archives", *(f"warm-{m}" for m in LINK_MODES), "cp -a", "no-op",
+         *uvcompare.CASES)  # the table's order
+CUDAREDIST_CASES = tuple(c for c in CASES if c not in ("baseline", "cp -a", "pypi-cp -a")
+                         and not c.startswith("uv-"))
 MB = 1e6
 
 # The targets of issue 13.
@@ -80,7 +83,10 @@ RSS_MB = 150.0           # peak RSS of every cudaredist run
 _SCRUB = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy",
           "no_proxy", "CUDAREDIST_BASE_URL", "CUDAREDIST_MIRROR", "CUDAREDIST_CACHE_DIR",
           "CUDAREDIST_LOCK_TIMEOUT", "CUDAREDIST_SOURCE", "CUDAREDIST_LINK_MODE", "CUDAREDIST_INDEX_URL",
-          "PIP_INDEX_URL")
+          "PIP_INDEX_URL", "PYTHONDONTWRITEBYTECODE", "UV_CACHE_DIR", "UV_INDEX_URL", "UV_LINK_MODE",
+          "UV_OFFLINE", "UV_PYTHON")
+# PYTHONDONTWRITEBYTECODE: an installed package has its bytecode (pip compiles it); without it every
+# run of the repo's editable install would compile the package's sources again (0.1-0.2 s)
 
 
 def log(msg: str) -> None:
@@ -105,6 +111,7 @@ class Config:
     noise: float
     retries: int
     pypi: bool = True        # time `--source pypi` against a loopback index of the same wheels
+    uv: list[str] = field(default_factory=list)  # uv, timed on the same wheels (empty: left out)
     deadline: float = 0.0    # monotonic time after which disturbed timings are not waited for or repeated
 
 
@@ -385,8 +392,10 @@ def one_link(cfg: Config, server: Server, pids: list[int], mirror: mirrors.Mirro
     d = work / f"{plat}-{server.name}-{rep}"
     d.mkdir(parents=True)
     redist = server.url + "redist/"
-    nvrtc = ["-c", mirrors.NVRTC] if cfg.with_nvrtc else []
-    install = [*cfg.cudaredist, "install", mirror.label, "--platform", plat, "--json", *nvrtc,
+    # exactly the mirror's components, the ones uv gets through the same extras (the nvcc profile
+    # grew header-only components since the mirror was defined)
+    only = ["--only", *(a for spec in specs for a in ("-c", spec))]
+    install = [*cfg.cudaredist, "install", mirror.label, "--platform", plat, "--json", *only,
                *cfg.extra_args]
     redist_install = [*install, "--base-url", redist, "--cache-dir", str(d / "cache")]
     cmds = {
@@ -398,14 +407,14 @@ def one_link(cfg: Config, server: Server, pids: list[int], mirror: mirrors.Mirro
            for m in LINK_MODES},
         "cp -a": ["cp", "-a", str(d / "cold"), str(d / "cp-a")],
         "no-op": [*redist_install, "--prefix", str(d / "warm-clone"), "--link-mode", "clone"],
-        "pypi-cold": [*install, "--source", "pypi", "--index-url", server.url + "pypi/simple/",
-                      "--cache-dir", str(d / "pypi-cache"), "--prefix", str(d / "pypi")],
+        **uvcompare.commands(cfg, server.url + "pypi/simple/", install, plat, d, specs),
     }
     fresh = {"baseline": ["baseline"], "cold": ["cold", "cache"],
              "warm-archives": ["warm-archives", "cache/unpacked"],  # archives cached, nothing unpacked
              **{f"warm-{m}": [f"warm-{m}"] for m in LINK_MODES}, "cp -a": ["cp-a"], "no-op": [],
-             "pypi-cold": ["pypi", "pypi-cache"]}
-    cases = [c for c in CASES if (c in NET_CASES or local) and (c != "pypi-cold" or wheels)]
+             **uvcompare.FRESH}
+    cases = [c for c in uvcompare.order(CASES, rep) if (c in NET_CASES or local) and c in cmds
+             and (c not in uvcompare.CASES or wheels)]
     out: list[Sample] = []
     for case in cases:
         best: Sample | None = None
@@ -417,7 +426,7 @@ def one_link(cfg: Config, server: Server, pids: list[int], mirror: mirrors.Mirro
                 s.link = LOCAL
             s.attempts = attempt + 1
             s.note = check(s, d / case.replace(" ", ""), case,
-                           wheels if case == "pypi-cold" else len(specs))
+                           wheels if case.startswith("pypi-") else len(specs))
             log(f"[rep {rep + 1}/{cfg.reps}] {plat} {s.link:8} {case:13} {s.wall:6.2f}s "
                 f"{s.rss_mb:6.1f} MB  cpu {s.cpu:5.2f}s  bg {s.background:4.2f}  "
                 f"{s.server.get('requests', 0)} req, peak {s.server.get('peak_connections', 0)} conn"
@@ -439,9 +448,9 @@ def one_link(cfg: Config, server: Server, pids: list[int], mirror: mirrors.Mirro
                 best.note += (f" the cold tree lacks {len(missing)} files of the baseline's: "
                               f"{sorted(missing)[:3]}")
                 log(f"  WARNING: {best.note}")
-        if case in ("warm-clone", "warm-hardlink", "warm-copy", "cp -a") and rep == 0 and not best.exit_code:
-            prefix = d / ("cp-a" if case == "cp -a" else case)
-            if tree_files(prefix) != tree_files(d / "cold"):
+        if case in uvcompare.SAME_TREE and rep == 0 and not best.exit_code:
+            prefix, origin = uvcompare.SAME_TREE[case]
+            if tree_files(d / prefix) != tree_files(d / origin):
                 best.note += " its tree differs from the cold one"
                 log(f"  WARNING: {case}: {best.note}")
     shutil.rmtree(d)
@@ -463,7 +472,7 @@ def check(s: Sample, out: Path, case: str, archives: int) -> str:
     """A note when the child did not do what the case means (failed, downloaded on a warm run...)."""
     if s.exit_code:
         return f"FAILED (exit {s.exit_code}; see stderr)"
-    if case in ("baseline", "cp -a"):
+    if case in ("baseline", "cp -a", "pypi-cp -a") or case.startswith("uv-"):
         return ""
     try:
         res = json.loads(out.with_suffix(".stdout").read_text())
@@ -471,7 +480,7 @@ def check(s: Sample, out: Path, case: str, archives: int) -> str:
         return "no JSON on stdout"
     warm = (False, 0, archives)
     want = {"cold": (False, archives, 0), "pypi-cold": (False, archives, 0),
-            "no-op": (True, 0, 0)}.get(case, warm)
+            "no-op": (True, 0, 0), "pypi-no-op": (True, 0, 0)}.get(case, warm)
     got = (bool(res.get("noop")), int(res.get("downloaded", 0)), int(res.get("cached", 0)))
     return "" if got == want else f"noop/downloaded/cached = {got}, expected {want}"
 
@@ -505,7 +514,7 @@ def summarize(cfg: Config, samples: list[Sample], refs: list[dict[str, Any]]) ->
                 if not ss:
                     continue
                 wall = _med([s.wall for s in ss])
-                floor = ref["wheel_decode_floor"] if case == "pypi-cold" else ref["decode_floor"]
+                floor = ref["wheel_decode_floor"] if case in uvcompare.CASES else ref["decode_floor"]
                 cases[f"{plat}/{link}/{case}"] = {
                     "platform": plat, "link": link, "case": case, "n": len(ss),
                     "wall": wall, "wall_min": min(s.wall for s in ss), "wall_max": max(s.wall for s in ss),
@@ -519,7 +528,9 @@ def summarize(cfg: Config, samples: list[Sample], refs: list[dict[str, Any]]) ->
                     "failures": sum(s.exit_code != 0 for s in ss),
                     "notes": sorted({s.note for s in ss if s.note}),
                 }
-    return {"references": references, "cases": cases, "targets": targets(cfg, cases)}
+    summary = {"references": references, "cases": cases, "targets": targets(cfg, cases)}
+    summary["targets"] += uvcompare.targets(cfg, summary, LOCAL, _target)
+    return summary
 
 
 def _target(what: str, value: float, op: str, goal: float, unit: str, failures: int) -> dict[str, Any]:
@@ -561,13 +572,13 @@ def targets(cfg: Config, cases: dict[str, dict[str, Any]]) -> list[dict[str, Any
 def render(cfg: Config, summary: dict[str, Any], header: str) -> str:
     refs: dict[str, dict[str, float]] = summary["references"]
     lines = [header, "",
-             f"{'platform':15} {'link':8} {'case':13} {'wall s':>7} {'min-max':>13} {'RSS MB':>7} "
+             f"{'platform':15} {'link':8} {'case':18} {'wall s':>7} {'min-max':>13} {'RSS MB':>7} "
              f"{'CPU s':>6} {'bg':>5} {'req':>4} {'conn':>4} {'speedup':>8} {'x floor':>8} {'x longest':>9}"]
     for c in summary["cases"].values():
         noisy = "!" if c["background"] > cfg.noise else " "
-        own = f" (x{c['x_own_floor']:.2f} wheel floor)" if c["case"] == "pypi-cold" else ""
+        own = f" (x{c['x_own_floor']:.2f} wheel floor)" if c["case"] in uvcompare.CASES else ""
         lines.append(
-            f"{c['platform']:15} {c['link']:8} {c['case']:13} {c['wall']:7.2f} "
+            f"{c['platform']:15} {c['link']:8} {c['case']:18} {c['wall']:7.2f} "
             f"{c['wall_min']:6.2f}-{c['wall_max']:<6.2f} {c['rss_mb']:7.1f} {c['cpu']:6.2f} "
             f"{c['background']:4.2f}{noisy} {c['requests']:4.0f} {c['peak_connections']:4.0f} "
             f"{c['speedup']:7.2f}x {c['x_floor']:7.2f}x {c['x_longest']:8.2f}x" + own
@@ -576,7 +587,8 @@ def render(cfg: Config, summary: dict[str, Any], header: str) -> str:
         "",
         "warm-archives: archive cache full, unpacked cache empty. warm-MODE: from the unpacked cache with",
         "--link-mode MODE, a fresh prefix each. cp -a: the cold tree copied (copy mode's reference). no-op:",
-        "warm-clone's command again. pypi-cold: --source pypi from a loopback index of the same wheels.",
+        "warm-clone's command again. pypi-*: --source pypi from a loopback index of the same wheels,",
+        "uv-*: uv pip install --target of them (see the comparison below).",
         "local: reads no server. RSS: peak RSS of the child. CPU: its user+sys. bg: cores other processes",
         f"kept busy meanwhile (! = over {cfg.noise:g}, disturbed). req/conn: requests and peak concurrent",
         "connections at the server. speedup: the baseline's wall (local: the first link's) / wall.",
@@ -599,7 +611,8 @@ def render(cfg: Config, summary: dict[str, Any], header: str) -> str:
     lines.append(f"{'reference (medians)':44}" + "".join(f"{p:>16}" for p in cfg.platforms))
     for name, fmt in rows:
         lines.append(f"  {name:42}" + "".join(f"{fmt(refs[p]):>16}" for p in cfg.platforms))
-    lines += ["", "targets (issue 13)"]
+    lines += uvcompare.render(cfg, summary, LOCAL)
+    lines += ["", "targets (issues 13 and 23)"]
     for t in summary["targets"]:
         value = f"{t['value']:.2f}{t['unit']}"
         goal = f"{t['op']} {t['goal']:g}{t['unit']}"
@@ -608,6 +621,24 @@ def render(cfg: Config, summary: dict[str, Any], header: str) -> str:
     met = sum(bool(t["pass"]) for t in summary["targets"])
     lines.append(f"  {met} of {len(summary['targets'])} targets met")
     return "\n".join(lines)
+
+
+def lean_venv(work: Path, uv: list[str]) -> Path | None:
+    """The package in a venv of its own (its runtime dependencies only, bytecode compiled), as a
+    user gets it: the repo's .venv also holds the test tools, whose .pth hooks (numba-cuda's) cost
+    every interpreter start 30-60 ms. Editable, so it runs this checkout. None if uv cannot make it."""
+    venv = work / "venv-cudaredist"
+    env = {k: v for k, v in os.environ.items() if k not in _SCRUB and k != "VIRTUAL_ENV"}
+    try:
+        subprocess.run([*uv, "venv", "-q", "--allow-existing", "--python", sys.executable, str(venv)],
+                       check=True, env=env, timeout=300)
+        subprocess.run([*uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), "-e",
+                        str(REPO)], check=True, env=env, timeout=600)
+    except (OSError, subprocess.SubprocessError) as exc:
+        log(f"lean venv: {exc}; timing the repo's .venv instead")
+        return None
+    log(f"cudaredist: {venv}/bin/cudaredist (its own venv, editable)")
+    return venv / "bin" / "cudaredist"
 
 
 def package_fingerprint() -> str:
@@ -664,8 +695,16 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, Config]:
                          "before it stops waiting for quiet and re-timing (default 300)")
     ap.add_argument("--cudaredist", help="the command to time (default: the repo's .venv/bin/cudaredist)")
     ap.add_argument("--cudaredist-args", default="", help="extra install arguments, e.g. '--jobs 4'")
+    ap.add_argument("--repo-venv", action="store_true",
+                    help="time the repo's .venv/bin/cudaredist (default: a venv of its own in --work-dir, "
+                         "made with uv, without the test tools' start-up hooks)")
     ap.add_argument("--json-out", type=Path, help="write samples, references, medians and targets here")
-    ap.add_argument("--no-pypi", action="store_true", help="leave out the --source pypi case")
+    ap.add_argument("--no-pypi", action="store_true", help="leave out the --source pypi and uv cases")
+    ap.add_argument("--uv", help="the uv to time on the same wheels (default: the venv's, from the bench "
+                                 "extra, else PATH's)")
+    ap.add_argument("--no-uv", action="store_true", help="leave uv out")
+    ap.add_argument("--chart", type=Path, default=None,
+                    help="write a PNG chart of the cases here (needs matplotlib, the bench extra)")
     ap.add_argument("--wheels", type=Path,
                     help="a folder of the 13.0.2 wheels for the pypi case (default: cudaredist caches named "
                          "by $CUDAREDIST_TEST_CACHE / $CUDAREDIST_CACHE_DIR, pypi-mirror.sh's wheel cache, "
@@ -688,7 +727,8 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, Config]:
         cudaredist=shlex.split(a.cudaredist) if a.cudaredist else default_cmd,
         python=str(venv / "python") if (venv / "python").exists() else sys.executable,
         extra_args=shlex.split(a.cudaredist_args), quiet_wait=a.quiet_wait, noise=a.noise,
-        retries=max(0, a.retries), pypi=not a.no_pypi)
+        retries=max(0, a.retries), pypi=not a.no_pypi,
+        uv=[] if a.no_uv else uvcompare.find_uv(a.uv, venv))
     bad = [p for p in cfg.platforms if p not in PLATFORMS] + [x for x in cfg.links if x not in LINKS]
     if bad or not cfg.platforms or not cfg.links:
         ap.error(f"unknown or missing platform or link: {', '.join(bad) or '(none given)'}")
@@ -701,7 +741,14 @@ def main(argv: list[str] | None = None) -> int:
     a.work_dir.mkdir(parents=True, exist_ok=True)
     mirror = mirrors.obtain(a.mirror, a.work_dir, platforms=cfg.platforms, with_nvrtc=cfg.with_nvrtc,
                             shared=REPO.parent / "shared", xz_preset=a.xz_preset, log=log)
+    if not a.cudaredist and not a.repo_venv and cfg.uv:
+        lean = lean_venv(a.work_dir, cfg.uv)
+        if lean is not None:
+            cfg.cudaredist = [str(lean)]
     before = package_fingerprint()
+    # bytecode for the package, as an installed one has (see _SCRUB)
+    subprocess.run([cfg.python, "-m", "compileall", "-q", str(REPO / "cudaredist")], check=False,
+                   stdout=subprocess.DEVNULL, env={k: v for k, v in os.environ.items() if k not in _SCRUB})
     cfg.deadline = time.monotonic() + a.budget * cfg.reps * len(cfg.platforms) * len(cfg.links) / 12
     work = a.work_dir / f"run-{os.getpid()}"
     work.mkdir()
@@ -717,13 +764,24 @@ def main(argv: list[str] | None = None) -> int:
                                           f"{after}); the timings mix versions of the package")
     kind = {"pypi": "real archives built by pypi-mirror.sh", "reused": "real archives (reused mirror)",
             "synthetic": "synthetic archives of the real sizes"}[mirror.kind]
-    header = (f"cudaredist install benchmark: CUDA {mirror.label}, profile nvcc"
+    uv_version = ""
+    if cfg.uv:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            uv_version = subprocess.run([*cfg.uv, "--version"], capture_output=True, text=True,
+                                        timeout=20).stdout.strip()
+    header = (f"cudaredist install benchmark: CUDA {mirror.label}, the nvcc profile's five components"
               f"{' + cuda_nvrtc' if cfg.with_nvrtc else ''}; {kind}\n"
               f"{cfg.reps} rep(s), medians; {cfg.cores} cores; cdn link: {cfg.conn_rate / MB:g} MB/s per "
               f"connection, {cfg.agg_rate / MB:g} MB/s aggregate, {cfg.ttfb * 1000:g} ms to first byte; "
-              f"loopback: unthrottled" + (f"\n{changed}" if changed else ""))
+              f"loopback: unthrottled; {uv_version or 'uv: not found (left out)'}"
+              + (f"\n{changed}" if changed else ""))
     text = render(cfg, summary, header)
     print(text)
+    if a.chart is not None:
+        import chart
+
+        chart.write(a.chart, cfg, summary, header.splitlines()[0], local=LOCAL)
+        log(f"chart: {a.chart}")
     log(f"total {time.monotonic() - t0:.0f}s; mirror {mirror.root}; cudaredist: "
         f"{' '.join(cfg.cudaredist + cfg.extra_args)}")
     if a.json_out:

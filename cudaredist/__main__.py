@@ -1,5 +1,5 @@
 """``python -m cudaredist``: the same as the ``cudaredist`` console script."""
 
-from cudaredist.cli import main
+from cudaredist.entry import main
 
 main()

@@ -41,6 +41,7 @@ class InstallRequest:
     profile: str | None = None
     components: tuple[str, ...] = ()
     only: bool = False                 # exactly the components, no profile
+    products: tuple[str, ...] = ()     # --with PRODUCT[=SPEC]: libraries added to the tree (cudnn, ...)
     lock: Path | None = None           # install exactly what this lock file pins
     source: str | None = None          # None: the lock's, else --source / env / nvidia
     reinstall: bool = False
@@ -126,6 +127,10 @@ def install(request: InstallRequest, *, reporter: Reporter | None = None,
     link_mode(request.link_mode)  # an unknown one fails before any network
     if request.source is not None or request.lock is None:
         check_source(request.source)
+    if request.lock is None:
+        from cudaredist.profiles import parse_product_requests
+
+        parse_product_requests(request.products)  # an unknown product or bad spec: before any network
     fixed = canonical_prefix(request.prefix) if request.prefix is not None else None
     outcome = InstallOutcome(None if fixed is not None else managed_dir(request.install_dir))
     if request.lock is None and not (request.reinstall or request.refresh):
@@ -166,17 +171,18 @@ def _satisfied(request: InstallRequest, train: str, fixed: Path | None,
     if fixed is not None:
         where: Path | None = fixed
         rec = satisfying_record(fixed, train=train, platform=platform, profile=profile,
-                                components=request.components, source=source)
+                                components=request.components, source=source, products=request.products)
     else:
         assert root is not None
         rec, where = satisfied_toolkit(root, train=train, platform=platform, profile=profile,
-                                       components=request.components, source=source)
+                                       components=request.components, source=source,
+                                       products=request.products)
     if rec is None or where is None:
         return None
     plan = rec["plan"]
     return Installed(where, plan["release"], plan["platform"], True, plan,
-                     f"CUDA {plan['release']} ({plan['platform']}, {plan['profile']}) is already installed "
-                     f"in {where}; nothing to do (--refresh looks for a newer release)",
+                     f"CUDA {plan['release']}{_with_text(plan)} ({plan['platform']}, {plan['profile']}) is "
+                     f"already installed in {where}; nothing to do (--refresh looks for a newer release)",
                      files=len(rec["files"]))
 
 
@@ -184,6 +190,7 @@ def _run(request: InstallRequest, wanted: list[str], fixed: Path | None, outcome
          reporter: Reporter | None, say: Callable[[str], None]) -> None:
     """Resolve (or read the lock), fetch and install: the part that needs the source."""
     from cudaredist.cache import Cache
+    from cudaredist.cache.store import index_ttl_default
     from cudaredist.fetch.transport import Transport
     from cudaredist.install import Installer
     from cudaredist.progress import Silent
@@ -191,12 +198,16 @@ def _run(request: InstallRequest, wanted: list[str], fixed: Path | None, outcome
 
     reporter = reporter or Silent()
     components = list(request.components)
+    products = list(request.products)
     lock_plan: Plan | None = None
     source = request.source
     if request.lock is not None:
         locked, lock_plan = _read_lock(request, wanted)
         components, source = list(locked.components), lock_plan.source
-    cache = Cache(request.cache_dir)
+        products = list(lock_plan.requested_products)
+    # a warm install asks no server: index pages and manifests fetched within the TTL answer
+    # (--refresh: the server is asked)
+    cache = Cache(request.cache_dir, index_ttl=0.0 if request.refresh else index_ttl_default())
     transport = Transport(connections=request.jobs)
     try:
         src = open_source(source, transport, cache, request.where)
@@ -205,7 +216,7 @@ def _run(request: InstallRequest, wanted: list[str], fixed: Path | None, outcome
             plans.append((wanted[0] if wanted else str(request.lock), src.relocate(lock_plan)))
         # every train resolved before any download: a train that does not exist installs nothing
         plans += [(train, src.resolve(train, [_platform(request)], profile=_profile(request),
-                                      components=components)[0])
+                                      components=components, products=products)[0])
                   for train in (wanted if lock_plan is None else [])]
         installer = Installer(transport, cache, reporter=reporter, jobs=request.jobs,
                               offline=request.where.offline, lock_timeout=request.lock_timeout,
@@ -214,8 +225,8 @@ def _run(request: InstallRequest, wanted: list[str], fixed: Path | None, outcome
             plans = _prefetch(installer, plans, outcome)
         for train, plan in plans:
             target = fixed if fixed is not None else _managed_target(outcome.install_dir, plan)
-            say(f"CUDA {plan.release} for {plan.platform} ({plan.profile}: {', '.join(plan.components)}) "
-                f"-> {target}")
+            say(f"CUDA {plan.release}{_with_text(plan.to_json())} for {plan.platform} ({plan.profile}: "
+                f"{', '.join(plan.components)}) -> {target}")
             for note in plan.notes:
                 say(f"note: {note}")
 
@@ -257,6 +268,14 @@ def _prefetch(installer: Installer, plans: list[tuple[str, Plan]],
         return go
 
 
+def _with_text(plan: dict[str, Any]) -> str:
+    """`` with cuDNN 9.27.0`` for a plan (as JSON) that adds products, else ""."""
+    from cudaredist.profiles import product_title
+
+    added = [f"{product_title(str(p['name']))} {p['release']}" for p in plan.get("products", ())]
+    return f" with {', '.join(added)}" if added else ""
+
+
 def _platform(request: InstallRequest) -> str:
     from cudaredist.profiles import host_platform
 
@@ -271,7 +290,8 @@ def _read_lock(request: InstallRequest, wanted: list[str]) -> tuple[Lock, Plan]:
     return plan_for(request.lock, train=wanted[0] if wanted else None, platform=request.platform,
                     host=host(), profile="custom" if request.only else request.profile,
                     components=list(request.components) if (request.components or request.only) else None,
-                    source=None if request.source is None else check_source(request.source))
+                    source=None if request.source is None else check_source(request.source),
+                    products=list(request.products) if request.products else None)
 
 
 def _managed_target(root: Path | None, plan: Plan) -> Path:
@@ -283,10 +303,11 @@ def _managed_target(root: Path | None, plan: Plan) -> Path:
 
 def _row(result: InstallResult, plan: Plan) -> Installed:
     if result.noop:
-        message = (f"CUDA {plan.release} ({plan.platform}) is already installed in {result.prefix}; "
-                   "nothing to do")
+        message = (f"CUDA {plan.release}{_with_text(plan.to_json())} ({plan.platform}) is already installed "
+                   f"in {result.prefix}; nothing to do")
     else:
-        message = (f"installed CUDA {plan.release} ({plan.platform}) into {result.prefix}: {result.files} "
+        message = (f"installed CUDA {plan.release}{_with_text(plan.to_json())} ({plan.platform}) into "
+                   f"{result.prefix}: {result.files} "
                    f"files, {result.downloaded} downloaded, {result.cached} from cache, "
                    f"{result.seconds:.1f}s")
     return Installed(result.prefix, plan.release, plan.platform, result.noop, plan.to_json(), message,

@@ -4,12 +4,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from cudaredist import __version__
-from cudaredist.commands import cache, doctor, managed, prefix, profiles
+from cudaredist import __version__, commands
 from cudaredist.commands.base import (
     Ctx,
     emit_json,
@@ -42,10 +41,11 @@ from cudaredist.commands.options import (
     Train,
     TrustedHostOpt,
     VerboseOpt,
+    WithOpt,
 )
 from cudaredist.profiles import DEFAULT_PROFILE
 
-app = typer.Typer(
+_SETTINGS: dict[str, Any] = dict(
     name="cudaredist",
     help="Assemble a CUDA toolkit tree from NVIDIA's redistributable archives: "
          "no installer, no admin rights, any host.",
@@ -54,6 +54,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
+app = typer.Typer(**_SETTINGS)
 
 
 # -- commands ---------------------------------------------------------------------------------------
@@ -64,6 +65,7 @@ def resolve(
     profile: ProfileOpt = DEFAULT_PROFILE,
     component: ComponentOpt = None,
     only: OnlyOpt = False,
+    with_: WithOpt = None,
     base_url: BaseUrlOpt = None,
     mirror: MirrorOpt = None,
     no_fallback: NoFallbackOpt = False,
@@ -82,7 +84,7 @@ def resolve(
                   trusted_hosts=trusted_host)
         with ctx.open() as src:
             plan = src.resolve(train, [platform_or_host(platform)], profile=None if only else profile,
-                               components=component or [])[0]
+                               components=component or [], products=with_ or [])[0]
         if as_json:
             emit_json(plan.to_json())
         else:
@@ -104,6 +106,7 @@ def install(
         f"lists them).  [default: {DEFAULT_PROFILE}]")] = None,
     component: ComponentOpt = None,
     only: OnlyOpt = False,
+    with_: WithOpt = None,
     base_url: BaseUrlOpt = None,
     mirror: MirrorOpt = None,
     no_fallback: NoFallbackOpt = False,
@@ -150,7 +153,8 @@ def install(
                        "cudaredist did not install, pass --replace-foreign", err=True)
         request = InstallRequest(
             trains=tuple(trains or ()), prefix=prefix, install_dir=install_dir, platform=platform,
-            profile=profile, components=tuple(component or ()), only=only, lock=lock, source=source,
+            profile=profile, components=tuple(component or ()), only=only, products=tuple(with_ or ()),
+            lock=lock, source=source,
             reinstall=reinstall or force, replace_foreign=replace_foreign, refresh=refresh,
             link_mode=link_mode, lock_timeout=lock_timeout, jobs=jobs, cache_dir=cache_dir,
             where=Where(base_url, mirror, no_fallback, index_url, offline,
@@ -206,6 +210,7 @@ def mirror_cmd(
     profile: ProfileOpt = DEFAULT_PROFILE,
     component: ComponentOpt = None,
     only: OnlyOpt = False,
+    with_: WithOpt = None,
     base_url: BaseUrlOpt = None,
     mirror: MirrorOpt = None,
     no_fallback: NoFallbackOpt = False,
@@ -239,7 +244,8 @@ def mirror_cmd(
         with ctx.open() as src:
             try:
                 content = src.mirror_content(train_list, platforms, profile=None if only else profile,
-                                             components=component or [], xz_preset=xz_preset)
+                                             components=component or [], xz_preset=xz_preset,
+                                             products=with_ or [])
                 fetcher = Fetcher(src.transport, ctx.cache(), reporter=reporter, offline=offline)
                 report = write_mirror(out, content, fetch=fetcher.fetch, get_bytes=src.transport.get_bytes,
                                       reporter=reporter, jobs=jobs)
@@ -254,7 +260,9 @@ def mirror_cmd(
             got = f"{report.count('downloaded')} downloaded, {report.count('cached')} from cache"
             how = (f"{report.count('downloaded') + report.count('cached')} built from wheels ({got})"
                    if built else got)
-            typer.echo(f"mirror {report.out}: CUDA {', '.join(report.releases)} for "
+            added = "".join(f" with {p['title']} {', '.join(p['releases'])} (in {p['out']})"
+                            for p in report.products)
+            typer.echo(f"mirror {report.out}: CUDA {', '.join(report.releases)}{added} for "
                        f"{', '.join(platforms)}: {len(report.archives)} archives ({how}, "
                        f"{report.count('present')} already there), {len(report.licenses)} license "
                        "files added", err=True)
@@ -267,6 +275,7 @@ def lock_cmd(
     profile: ProfileOpt = DEFAULT_PROFILE,
     component: ComponentOpt = None,
     only: OnlyOpt = False,
+    with_: WithOpt = None,
     output: Annotated[Path | None, typer.Option(
         "--output", "-o", help="Write the lock file here (default: print it).")] = None,
     hash_only: Annotated[bool, typer.Option(
@@ -293,7 +302,7 @@ def lock_cmd(
                   trusted_hosts=trusted_host)
         with ctx.open() as src:
             plans = src.resolve(train, platforms, profile=None if only else profile,
-                                components=component or [])
+                                components=component or [], products=with_ or [])
         locked = build_lock(plans, train=train, components=component or [])
         if output is not None:
             write_lock(output, locked)
@@ -317,16 +326,24 @@ def _root(version: Annotated[bool, typer.Option("--version", callback=_version, 
     pass
 
 
-app.command()(prefix.verify)
-app.command()(prefix.info)
-app.command()(prefix.uninstall)
-app.command("env")(prefix.env_cmd)
-app.command("profiles")(profiles.profiles_cmd)
-app.command()(doctor.doctor)
-app.command("list")(managed.list_cmd)
-app.command("find")(managed.find_cmd)
-app.command("run", context_settings={"allow_interspersed_args": False})(managed.run_cmd)
-app.add_typer(cache.app, name="cache")
+def _register_commands(app: typer.Typer) -> None:
+    """The commands that live in ``cudaredist/commands/``."""
+    from cudaredist.commands import cache, doctor, managed, prefix, profiles
+
+    app.command()(prefix.verify)
+    app.command()(prefix.info)
+    app.command()(prefix.uninstall)
+    app.command("env")(prefix.env_cmd)
+    app.command("profiles")(profiles.profiles_cmd)
+    app.command()(doctor.doctor)
+    app.command("list")(managed.list_cmd)
+    app.command("find")(managed.find_cmd)
+    app.command("run", context_settings={"allow_interspersed_args": False})(managed.run_cmd)
+    app.add_typer(cache.app, name="cache")
+
+
+if not commands.install_only:
+    _register_commands(app)
 
 
 def main() -> None:
@@ -334,6 +351,14 @@ def main() -> None:
 
     streams.configure()  # a redirected stdout on Windows: the code page its reader decodes with
     # exit code 2 is click's for usage errors; ours are 1 (or the error's own code)
+    if commands.install_only:
+        # `cudaredist install ...`: a group of that command alone, the same options, help and errors,
+        # without importing or building the others (a no-op install is mostly start-up)
+        one = typer.Typer(**_SETTINGS)
+        one.callback()(_root)
+        one.command()(install)
+        one(prog_name="cudaredist")
+        return
     app(prog_name="cudaredist")
 
 

@@ -64,11 +64,18 @@ class Toolkit:
     components: tuple[str, ...]
     size: int
     source: str
+    products: tuple[tuple[str, str], ...] = ()   # (name, release) of each --with product in it
+
+    @property
+    def added(self) -> str:
+        """``+cudnn-9.27.0`` for each product the tree holds (what `list` shows), else ""."""
+        return "".join(f" +{name}-{release}" for name, release in self.products)
 
     def to_json(self) -> dict[str, Any]:
         return {"path": str(self.path), "release": self.release, "platform": self.platform,
                 "profile": self.profile, "components": list(self.components), "size": self.size,
-                "source": self.source}
+                "source": self.source,
+                "products": [{"name": n, "release": r} for n, r in self.products]}
 
 
 @dataclass(frozen=True)
@@ -110,9 +117,16 @@ def scan(root: Path) -> Scan:
         plan = rec["plan"]
         found.append(Toolkit(entry, plan["release"], plan["platform"], plan["profile"],
                              tuple(c["name"] for c in plan["components"]),
-                             sum(f["size"] for f in rec["files"]), plan.get("source", "nvidia")))
+                             sum(f["size"] for f in rec["files"]), plan.get("source", "nvidia"),
+                             _products(plan)))
     found.sort(key=lambda t: (version_key(t.release), t.platform), reverse=True)
     return Scan(found, damaged)
+
+
+def _products(plan: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    got = plan.get("products", [])
+    return tuple((str(p.get("name", "")), str(p.get("release", ""))) for p in got if isinstance(p, dict)) \
+        if isinstance(got, list) else ()
 
 
 def installed(root: Path) -> list[Toolkit]:
@@ -269,12 +283,13 @@ def _links(root: Path) -> Iterator[Path]:
 
 
 def satisfied_toolkit(root: Path, *, train: str, platform: str, profile: str | None,
-                      components: Sequence[str], source: str) -> tuple[dict[str, Any] | None, Path | None]:
+                      components: Sequence[str], source: str,
+                      products: Sequence[str] = ()) -> tuple[dict[str, Any] | None, Path | None]:
     """(record, path) of an installed managed toolkit that already answers this request, else
     (None, None): no network is needed for it."""
     for t in find(root, train, platform):
         rec = satisfying_record(t.path, train=train, platform=platform, profile=profile,
-                                components=components, source=source)
+                                components=components, source=source, products=products)
         if rec is not None:
             return rec, t.path
     return None, None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -40,10 +40,30 @@ class PlannedArchive:
     layout: str = "redist"
     # Other places with the same bytes (mirror first, then NVIDIA), tried in order.
     fallback_urls: tuple[str, ...] = ()
+    # the library product it belongs to ("cudnn", ...; see ``--with``), "" for the toolkit's own
+    product: str = ""
 
     @property
     def urls(self) -> tuple[str, ...]:
         return (self.url, *self.fallback_urls)
+
+
+@dataclass(frozen=True)
+class ProductRelease:
+    """A library product installed into the toolkit's tree (``--with cudnn``): which release of it,
+    what the user asked for (``cudnn``, ``cudnn=9.20``), and the base its manifest came from."""
+
+    name: str
+    release: str
+    requested: str
+    release_date: str = ""
+    base_url: str = ""
+    cuda_variant: str = ""   # the variant its archives were built for ("cuda13")
+
+    def to_json(self) -> dict[str, str]:
+        return {"name": self.name, "release": self.release, "requested": self.requested,
+                "release_date": self.release_date, "base_url": self.base_url,
+                "cuda_variant": self.cuda_variant}
 
 
 @dataclass(frozen=True)
@@ -58,6 +78,7 @@ class Plan:
     notes: tuple[str, ...] = field(default=())
     # why the archives' hashes are believed: "<url> (HTTPS)", "the lock file <path>" (cudaredist.trust)
     hashes_from: str = ""
+    products: tuple[ProductRelease, ...] = ()
 
     @property
     def total_size(self) -> int:
@@ -66,6 +87,15 @@ class Plan:
     @property
     def components(self) -> tuple[str, ...]:
         return tuple(i.component for i in self.items)
+
+    @property
+    def requested_products(self) -> tuple[str, ...]:
+        """What ``--with`` asked for, as given (``cudnn``, ``cudnn=9.20``)."""
+        return tuple(p.requested for p in self.products)
+
+    def product_base(self, name: str) -> str:
+        """The base URL the product's archives' relative paths are under (the toolkit's for "")."""
+        return next((p.base_url for p in self.products if p.name == name and p.base_url), self.base_url)
 
     def content_key(self) -> str:
         """Identifies what the tree holds: platform + archives' hashes (not where they came from)."""
@@ -85,11 +115,12 @@ class Plan:
             "components": [
                 {"name": i.component, "version": i.version, "url": i.url,
                  "relative_path": i.archive.relative_path, "sha256": i.archive.sha256,
-                 "size": i.archive.size, "layout": i.layout}
+                 "size": i.archive.size, "layout": i.layout} | ({"product": i.product} if i.product else {})
                 for i in self.items
             ],
             "notes": list(self.notes),
-        } | ({"hashes_from": self.hashes_from} if self.hashes_from else {})
+        } | ({"hashes_from": self.hashes_from} if self.hashes_from else {}) | (
+            {"products": [p.to_json() for p in self.products]} if self.products else {})
 
 
 def join_url(base: str, relative: str) -> str:
@@ -102,18 +133,29 @@ def plan_from_json(obj: dict[str, Any]) -> Plan:
         PlannedArchive(
             component=c["name"], version=c.get("version", ""),
             archive=Archive(c["relative_path"], c["sha256"], int(c["size"])),
-            url=c["url"], layout=c.get("layout", "redist"))
+            url=c["url"], layout=c.get("layout", "redist"), product=str(c.get("product", "")))
         for c in obj["components"])
+    products = tuple(
+        ProductRelease(str(p["name"]), str(p["release"]), str(p.get("requested", p["name"])),
+                       str(p.get("release_date", "")), str(p.get("base_url", "")),
+                       str(p.get("cuda_variant", "")))
+        for p in obj.get("products", ()))
     return Plan(obj["release"], obj.get("release_date", ""), obj["platform"], obj["base_url"],
                 obj.get("profile", "custom"), items, obj.get("source", "nvidia"),
-                tuple(obj.get("notes", ())), str(obj.get("hashes_from", "")))
+                tuple(obj.get("notes", ())), str(obj.get("hashes_from", "")), products)
 
 
-def with_bases(plan: Plan, bases: Sequence[str]) -> Plan:
-    """The plan fetching each archive from ``bases`` in order (mirror first), same bytes."""
+def with_bases(plan: Plan, bases: Sequence[str],
+               product_base: Callable[[str, str], str] | None = None) -> Plan:
+    """The plan fetching each archive from ``bases`` in order (mirror first), same bytes; a product's
+    archives from ``product_base(base, product)`` of each."""
     if not bases:
         return plan
-    items = tuple(replace(i, url=join_url(bases[0], i.archive.relative_path),
-                          fallback_urls=tuple(join_url(b, i.archive.relative_path) for b in bases[1:]))
+
+    def under(base: str, item: PlannedArchive) -> str:
+        root = product_base(base, item.product) if item.product and product_base else base
+        return join_url(root, item.archive.relative_path)
+
+    items = tuple(replace(i, url=under(bases[0], i), fallback_urls=tuple(under(b, i) for b in bases[1:]))
                   for i in plan.items)
     return replace(plan, items=items)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import platform as _platform
+import re
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from cudaredist.errors import ManifestError, PlanError
+from cudaredist.errors import ManifestError, PlanError, UsageError
 from cudaredist.plan import version_key
 
 if sys.version_info >= (3, 11):
@@ -142,3 +144,123 @@ def component_title(component: str) -> str:
 
 def profile_names() -> list[str]:
     return sorted(_data().get("profiles", {}))
+
+
+# -- library products (`--with PRODUCT[=SPEC]`) ----------------------------------------------------
+
+_PRODUCT_SPEC = re.compile(r"[0-9]+(?:\.[0-9]+){0,3}", re.A)
+
+
+@dataclass(frozen=True)
+class Product:
+    """A library NVIDIA publishes beside the toolkit in the redist format (``[products.*]``)."""
+
+    name: str
+    title: str
+    specs: tuple[Spec, ...]   # what ``--with NAME`` installs
+    wheel: str                # the wheel's name for --source pypi, ``{major}`` = the CUDA major
+    needs: tuple[str, ...] = ()   # toolkit components its libraries load (added with it)
+    # toolkit components its headers include only before a release of it: (component, first release
+    # that no longer needs it)
+    needs_before: tuple[tuple[str, str], ...] = ()
+
+    def needs_for(self, release: str) -> tuple[str, ...]:
+        """The toolkit components ``release`` of this product needs (``""``: the product's newest)."""
+        return (*self.needs, *(name for name, until in self.needs_before
+                               if release and version_key(release) < version_key(until)))
+
+    def wheel_name(self, cuda_major: str) -> str:
+        return self.wheel.format(major=cuda_major)
+
+
+@dataclass(frozen=True)
+class ProductRequest:
+    """One ``--with`` value: ``cudnn`` (the newest release for the toolkit's CUDA major), ``cudnn=9.20``
+    (the newest 9.20.x), ``cudnn=9.20.0`` (exactly that)."""
+
+    product: Product
+    spec: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.product.name
+
+    def __str__(self) -> str:
+        return f"{self.name}={self.spec}" if self.spec else self.name
+
+    def matches(self, label: str) -> bool:
+        want = version_key(self.spec)
+        return version_key(label)[: len(want)] == want
+
+
+def product_title(name: str) -> str:
+    """How messages name a product (``cuDNN``), else its name."""
+    body = _data().get("products", {}).get(name)
+    return str(body.get("title", name)) if isinstance(body, dict) else name
+
+
+def product_names() -> list[str]:
+    return sorted(_data().get("products", {}))
+
+
+def get_product(name: str) -> Product:
+    body = _data().get("products", {}).get(name)
+    if not isinstance(body, dict):
+        raise UsageError(f"unknown product {name!r} for --with; products: {', '.join(product_names())} "
+                         "(e.g. --with cudnn or --with cudnn=9.20)")
+    specs = tuple(parse_spec(c, f"product {name}") for c in body.get("components", []))
+    needs = [n for n in body.get("needs", []) if isinstance(n, str)]
+    before = [(str(n["name"]), str(n["before"])) for n in body.get("needs", []) if isinstance(n, dict)]
+    return Product(name, str(body.get("title", name)), specs, str(body.get("wheel", "")),
+                   tuple(needs), tuple(before))
+
+
+def parse_product_request(text: str) -> ProductRequest:
+    """``PRODUCT[=SPEC]`` from ``--with``; a bad one is a :class:`UsageError` naming the value."""
+    name, sep, spec = text.strip().partition("=")
+    name, spec = name.strip().lower(), spec.strip().removeprefix("v")
+    if not name:
+        raise UsageError(f"--with {text!r}: give a product name, e.g. --with cudnn or --with cudnn=9.20; "
+                         f"products: {', '.join(product_names())}")
+    product = get_product(name)
+    if sep and not _PRODUCT_SPEC.fullmatch(spec):
+        raise UsageError(f"--with {text!r}: {spec!r} is not a release of {product.title}: use "
+                         f"{name}=MAJOR.MINOR (a train, the newest of it) or {name}=MAJOR.MINOR.PATCH "
+                         f"(exactly that), or {name} alone for the newest release for the toolkit's "
+                         "CUDA major")
+    return ProductRequest(product, spec)
+
+
+def needed_components(requests: Sequence[ProductRequest], components: Sequence[str],
+                      releases: Mapping[str, str] | None = None) -> list[str]:
+    """``components`` plus the toolkit components the requested products need (``releases``: the
+    product releases picked, by product name), each once."""
+    rel = releases or {}
+    return list(dict.fromkeys([*components, *(n for r in requests
+                                              for n in r.product.needs_for(rel.get(r.name, "")))]))
+
+
+def needs_notes(requests: Sequence[ProductRequest], components: Sequence[str],
+                planned: Sequence[str], releases: Mapping[str, str] | None = None) -> list[str]:
+    """A plan note per toolkit component that is there only because a product needs it."""
+    rel = releases or {}
+    needs = {r.name: r.product.needs_for(rel.get(r.name, "")) for r in requests}
+    out = []
+    for name in dict.fromkeys(n for r in requests for n in needs[r.name]):
+        if name in planned and name not in components:
+            who = " and ".join(r.product.title for r in requests if name in needs[r.name])
+            why = ("its libraries load it" if any(name in r.product.needs for r in requests)
+                   else "its headers include it")
+            out.append(f"{name} comes with {who}: {why}")
+    return out
+
+
+def parse_product_requests(values: Sequence[str]) -> tuple[ProductRequest, ...]:
+    """Every ``--with`` value, checked; one product twice is a :class:`UsageError`."""
+    out: dict[str, ProductRequest] = {}
+    for value in values:
+        req = parse_product_request(value)
+        if req.name in out and str(out[req.name]) != str(req):
+            raise UsageError(f"--with names {req.name} twice ({out[req.name]} and {req}); give it once")
+        out[req.name] = req
+    return tuple(out.values())

@@ -37,9 +37,18 @@ def leftovers(prefix: Path) -> list[Path]:
 
 
 def satisfies(record: dict[str, Any], *, train: str, platform: str, profile: str | None,
-              components: Sequence[str], source: str) -> bool:
-    """Does an installed tree already answer this request (so no network is needed)?"""
+              components: Sequence[str], source: str, products: Sequence[str] = ()) -> bool:
+    """Does an installed tree already answer this request (so no network is needed)? ``products``
+    (``--with``) must be the ones it was installed with: ``cudnn`` is answered by the cuDNN the tree
+    has, as ``13.4`` is by its 13.4.x."""
+    from cudaredist.profiles import parse_product_requests
+
     plan = record.get("plan", {})
+    had = plan.get("products", [])
+    asked = sorted(str(r) for r in parse_product_requests(products))
+    if not isinstance(had, list) or sorted(str(p.get("requested", "")) for p in had
+                                           if isinstance(p, dict)) != asked:
+        return False
     want = version_key(train)
     if version_key(str(plan.get("release", "")))[: len(want)] != want:
         return False
@@ -51,7 +60,8 @@ def satisfies(record: dict[str, Any], *, train: str, platform: str, profile: str
 
 
 def satisfying_record(prefix: Path, *, train: str, platform: str, profile: str | None,
-                      components: Sequence[str], source: str) -> dict[str, Any] | None:
+                      components: Sequence[str], source: str,
+                      products: Sequence[str] = ()) -> dict[str, Any] | None:
     """The record of ``prefix`` if it already answers this request (no network needed), else None.
 
     Leftovers of a killed run mean no: the installer cleans them first."""
@@ -59,7 +69,8 @@ def satisfying_record(prefix: Path, *, train: str, platform: str, profile: str |
         return None
     rec = read_record(prefix)
     if rec is None or leftovers(prefix) or not satisfies(
-            rec, train=train, platform=platform, profile=profile, components=components, source=source):
+            rec, train=train, platform=platform, profile=profile, components=components, source=source,
+            products=products):
         return None
     return rec
 
@@ -97,8 +108,22 @@ def write_record(prefix: Path, record: dict[str, Any]) -> None:
     p = record_path(prefix)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+    tmp.write_text(_dumps(record), encoding="utf-8")
     fsops.replace(tmp, p)
+
+
+def _dumps(record: dict[str, Any]) -> str:
+    """``record`` as indented JSON with one line per file: json's C encoder writes each line (an
+    indented dump of the whole record goes through its pure-Python one, a tenth as fast, and a
+    tree has thousands of files)."""
+    rest = {k: v for k, v in record.items() if k != "files"}
+    files = record.get("files")
+    if not isinstance(files, list) or not files:
+        return json.dumps(record, indent=1) + "\n"
+    head = json.dumps(rest, indent=1)
+    body = ",\n  ".join(json.dumps(f) for f in files)
+    return (f"{head[:-2]}," if rest else "{") + f'\n "files": [\n  {body}\n ]\n}}\n'
+
 
 
 @dataclass(frozen=True)

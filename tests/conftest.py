@@ -17,7 +17,9 @@ SHARED_MANIFESTS = SHARED / "redist" / "manifests"
 _SCRUB = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy",
           "all_proxy", "no_proxy", "SSL_CERT_FILE", "SSL_CERT_DIR", "CUDAREDIST_BASE_URL",
           "CUDAREDIST_MIRROR", "CUDAREDIST_CACHE_DIR", "CUDAREDIST_LOCK_TIMEOUT", "CUDAREDIST_SOURCE",
-          "CUDA_PATH", "CUDA_HOME", "GITHUB_ENV", "GITHUB_PATH", "PIP_INDEX_URL", "CUDAREDIST_TRUSTED_HOST")
+          "CUDA_PATH", "CUDA_HOME", "GITHUB_ENV", "GITHUB_PATH", "PIP_INDEX_URL", "CUDAREDIST_TRUSTED_HOST",
+          # where a --with product's folder is (CUDAREDIST_CUDNN_BASE_URL, ...)
+          *(f"CUDAREDIST_{p.upper()}_BASE_URL" for p in ("cudnn", "cutensor", "cusparselt", "cudss")))
 
 
 @pytest.fixture(autouse=True)
@@ -26,6 +28,10 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     for name in _SCRUB:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("CUDAREDIST_CACHE_DIR", str(tmp_path / "cache"))
+    # `--verbose` in one CliRunner test must not give the next one in this process tracebacks
+    from cudaredist.commands import base
+
+    monkeypatch.setattr(base, "_VERBOSE", False)
 
 
 @pytest.fixture

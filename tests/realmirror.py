@@ -103,6 +103,14 @@ def real_mirror_1343_windows_runtime(tmp_path_factory: pytest.TempPathFactory,
         d, real_wheel_cache, LABEL_134, ("windows-x86_64",), "runtime"))
 
 
+@pytest.fixture(scope="session")
+def real_mirror_1302_cusparselt(tmp_path_factory: pytest.TempPathFactory, real_wheel_cache: Path) -> Path:
+    """CUDA 13.0.2 (nvcc profile) for linux-x86_64 with cuSPARSELt 0.10 inside, at
+    ``<root>/cusparselt/redist/`` (``cudaredist mirror --with``): about 250 MB of wheels."""
+    return _once(tmp_path_factory, "real-mirror-1302-cusparselt", lambda d: _build_mirror(
+        d, real_wheel_cache, platforms=("linux-x86_64",), products=("cusparselt=0.10",)))
+
+
 LABEL_134 = "13.4.3"
 # What ATen/cuda/CUDAContext.h includes beyond the nvcc profile (cusparse.h, cublas_v2.h, cublasLt.h,
 # cusolverDn.h): the part of the torch profile tests/e2e/test_torch_headers.py installs.
@@ -128,13 +136,14 @@ def real_mirror_1302_libs(tmp_path_factory: pytest.TempPathFactory, real_wheel_c
 
 def _build_mirror(root: Path, real_wheel_cache: Path, label: str = LABEL,
                   platforms: tuple[str, ...] = PLATFORMS, profile: str = "nvcc",
-                  components: tuple[str, ...] = (), preset: str = XZ_PRESET) -> Path:
+                  components: tuple[str, ...] = (), preset: str = XZ_PRESET,
+                  products: tuple[str, ...] = ()) -> Path:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUDAREDIST_")}
     env["CUDAREDIST_CACHE_DIR"] = str(real_wheel_cache)
     cmd = [sys.executable, "-m", "cudaredist", "mirror", label, "--source", "pypi", "--profile", profile,
            *(a for p in platforms for a in ("--platform", p)),
            *(a for c in components for a in ("--component", c)), "--out", str(root),
-           "--xz-preset", preset, "--json"]
+           *(a for p in products for a in ("--with", p)), "--xz-preset", preset, "--json"]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
     assert r.returncode == 0, f"cudaredist mirror --source pypi failed ({r.returncode}):\n{r.stderr[-4000:]}"
     report = json.loads(r.stdout)

@@ -60,6 +60,9 @@ def outputs(files: dict[str, Path]) -> dict[str, str]:
     pytest.param({"CR_TRAIN": "13", "CR_PLATFORM": "Windows x64"}, "is not a platform", id="platform"),
     pytest.param({"CR_TRAIN": "13", "CR_PROFILE": "all"}, "give one of nvcc, runtime, build", id="profile"),
     pytest.param({"CR_TRAIN": "13", "CR_SOURCE": "conda"}, "give nvidia or pypi", id="source"),
+    pytest.param({"CR_TRAIN": "13", "CR_WITH": "cudnn nccl"}, "'with: nccl': nccl is not a product: give "
+                 "cudnn, cutensor, cusparselt, cudss", id="with-unknown"),
+    pytest.param({"CR_TRAIN": "13", "CR_WITH": "cudnn=latest"}, "'latest' is not a release", id="with-spec"),
     pytest.param({"CR_TRAIN": "13", "CR_DOCTOR": "yes"}, "give report, fail or off", id="doctor"),
     pytest.param({"CR_TRAIN": "13", "CR_CACHE": "yes"}, "'cache: yes' is not a boolean", id="cache"),
 ])
@@ -99,6 +102,20 @@ def test_install_outputs_are_json_from_resolved_paths(mirror: Path, tmp_path: Pa
     exported = parse_github_env(files["GITHUB_ENV"].read_text())
     assert exported["CUDA_PATH"] == exported["CUDA_PATH_V13_0"] == prefix
     assert os.path.join(prefix, "bin") in files["GITHUB_PATH"].read_text().splitlines()
+
+
+def test_install_with_a_product(mirror: Path, tmp_path: Path) -> None:
+    """`with: cudnn` is passed as --with: cuDNN lands in the tree the action exports."""
+    from tests.test_products_install import LINUX_CUDNN, WINDOWS_CUDNN, cublas, product_mirror
+
+    build_mirror(mirror, "13.0.1", toolkit(HOST) + [cublas(HOST)])
+    members = WINDOWS_CUDNN if HOST.startswith("windows") else LINUX_CUDNN
+    product_mirror(mirror / "cudnn" / "redist", "cudnn", "9.27.0", "cudnn", "9.27.0.42",
+                   {HOST: {"cuda13": members}})
+    r, files = step("install", tmp_path, **install_env(tmp_path, mirror, CR_TRAIN="13.0", CR_WITH="cudnn",
+                                                        CR_PREFIX="cuda"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (Path(outputs(files)["cuda-path"]) / "include" / "cudnn.h").is_file()
 
 
 def test_install_of_several_trains(tmp_path: Path) -> None:

@@ -279,6 +279,21 @@ def test_an_edited_unpacked_entry_is_unpacked_again(mirror: Path, transport: Tra
     assert_installed(tmp_path / "b", "13.0.1", cache)
 
 
+def test_an_edited_entry_whose_archive_is_gone_counts_as_downloaded(mirror: Path, transport: Transport,
+                                                                    cache: Cache, tmp_path: Path) -> None:
+    """The entry is only looked at closely under its lock: one found changed there, with its archive
+    no longer cached, is downloaded again, and the result says so (not "from cache")."""
+    install(transport, cache, mirror, "13.0", tmp_path / "a", link_mode="hardlink")
+    with open(tmp_path / "a" / "include" / "cuda_runtime.h", "ab") as fh:  # edits the shared inode
+        fh.write(b"// patched in place")
+    sha = sha_of(transport, cache, mirror, "13.0", "cuda_cudart")
+    cache.archive_path(sha).unlink()
+    result = install(transport, cache, mirror, "13.0", tmp_path / "b")
+    assert (result.downloaded, result.cached) == (1, 6)
+    assert (tmp_path / "b" / "include" / "cuda_runtime.h").read_bytes() == b"// rt"
+    assert_installed(tmp_path / "b", "13.0.1", cache)
+
+
 @pytest.mark.parametrize("mode", ["clone", "hardlink", "copy"])
 def test_warm_installs_come_from_the_unpacked_cache_in_every_link_mode(
         mirror: Path, transport: Transport, cache: Cache, tmp_path: Path, mode: str,

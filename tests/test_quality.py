@@ -44,9 +44,33 @@ def test_fast_start_imports_nothing_heavy() -> None:
     assert r.stdout.split() == []
 
 
+_OTHER_COMMANDS = ("cudaredist.commands.managed", "cudaredist.commands.cache", "cudaredist.commands.doctor",
+                   "cudaredist.commands.prefix", "cudaredist.commands.profiles")
+
+
+@pytest.mark.parametrize("args", [["install", "--help"], ["--help"]])
+def test_install_starts_without_the_other_commands(args: list[str]) -> None:
+    """`cudaredist install` (whose no-op is mostly start-up) imports and builds its own command only;
+    any other command line has them all."""
+    code = ("import sys; from cudaredist.entry import main\n"
+            f"sys.argv = ['cudaredist', *{args!r}]\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            f"print('LOADED', *(m for m in {_OTHER_COMMANDS!r} if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], text=True, capture_output=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    loaded = r.stdout.rsplit("LOADED", 1)[1].split()
+    if args[0] == "install":
+        assert "Usage: cudaredist install [OPTIONS] [TRAIN]..." in r.stdout
+        assert loaded == []
+    else:
+        assert loaded == list(_OTHER_COMMANDS)
+        assert "doctor" in r.stdout and "install" in r.stdout
+
+
 # The floors of docs/architecture.md, top to bottom: a module imports only from its floor or below.
 _FLOORS = [
-    ("cudaredist.__main__", 7), ("cudaredist.cli", 7), ("cudaredist.commands", 7), ("cudaredist.api", 6),
+    ("cudaredist.__main__", 7), ("cudaredist.entry", 7), ("cudaredist.cli", 7), ("cudaredist.commands", 7),
+    ("cudaredist.api", 6),
     ("cudaredist.publish", 5),
     ("cudaredist.install", 4), ("cudaredist.record", 4), ("cudaredist.managed", 4),
     ("cudaredist.envexport", 4), ("cudaredist.discover", 4), ("cudaredist.doctor", 4),

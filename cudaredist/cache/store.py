@@ -4,7 +4,10 @@ Layout under the cache root (``--cache-dir`` > ``CUDAREDIST_CACHE_DIR`` > the us
 
     archives/<sha256>            verified archive bytes, named by their hash
     archives/<sha256>.json       where it came from (url, file name, size), for ``cache list``
-    index/<key>/                 listing.html and redistrib_*.json per base URL (for --offline)
+    index/<key>/                 listing.html and redistrib_*.json per base URL (for --offline), and
+                                 the package index's pages; for an install, a copy younger than
+                                 the index TTL (CUDAREDIST_INDEX_TTL, 600 s) answers instead of
+                                 the server (``install --refresh``: never)
     tmp/                         partial downloads (<sha256>.part, resumed by the next run); only
                                  ever renamed into archives/ after they verify
     locks/                       one lock file per entry being written
@@ -54,6 +57,19 @@ INDEX_KEY = re.compile(r"[0-9a-f]{24}")
 _MARKING = re.compile(rf"\.({re.escape(MARKER)}|{re.escape(CACHEDIR_TAG)})\..*\.part")
 _PREPARING = threading.Lock()
 OPTION = "--cache-dir (or CUDAREDIST_CACHE_DIR)"
+# How long a fetched index page or manifest answers for the server (pip's and uv's PyPI pages get
+# max-age=600 from PyPI): a warm install within it needs no network at all.
+ENV_INDEX_TTL = "CUDAREDIST_INDEX_TTL"
+DEFAULT_INDEX_TTL = 600.0
+
+
+def index_ttl_default() -> float:
+    """``CUDAREDIST_INDEX_TTL`` seconds (0: always ask the server), else 600."""
+    raw = os.environ.get(ENV_INDEX_TTL, "").strip()
+    try:
+        return max(0.0, float(raw)) if raw else DEFAULT_INDEX_TTL
+    except ValueError:
+        return DEFAULT_INDEX_TTL
 
 
 def default_cache_dir() -> Path:
@@ -76,9 +92,12 @@ class CacheEntry:
 
 
 class Cache:
-    def __init__(self, root: Path | None = None, *, lock_timeout: float = 600.0) -> None:
+    def __init__(self, root: Path | None = None, *, lock_timeout: float = 600.0,
+                 index_ttl: float = 0.0) -> None:
         self.root = (root or default_cache_dir()).expanduser().absolute()
         self.lock_timeout = lock_timeout
+        # seconds a stored index page answers for the server (0: never; install gives the TTL)
+        self.index_ttl = index_ttl
         self._ready = False
 
     # -- paths ---------------------------------------------------------------------------------
@@ -351,6 +370,20 @@ class Cache:
             except OSError as exc:
                 raise local_error(exc, doing="write the index cache", path=d, option=OPTION,
                                   cls=CacheError) from exc
+
+    def fresh_index(self, base_url: str, name: str) -> bytes | None:
+        """The stored copy of ``name`` from ``base_url`` if it was fetched less than ``index_ttl``
+        seconds ago (its file's mtime: :meth:`store_index` writes a new file each time), else None."""
+        if self.index_ttl <= 0:
+            return None
+        path = self.index_dir(base_url) / name
+        try:
+            age = time.time() - path.stat().st_mtime
+            if not -60 < age < self.index_ttl:  # a clock set back: not trusted to be fresh
+                return None
+            return path.read_bytes()
+        except OSError:
+            return None
 
     def load_index(self, base_url: str, name: str) -> bytes | None:
         try:

@@ -80,40 +80,56 @@ class UnpackedCache:
         """The entry of ``item`` if it is complete and unchanged since it was made, else None
         (a changed one is removed)."""
         key = entry_key(item, platform)
-        entry = self._read(key)
-        if entry is None:
+        found = self._load(key)
+        if found is None:
             return None
-        if not self._unchanged(entry):
+        entry, raw = found
+        if not self._unchanged(entry, raw):
             self.evict(key)
             return None
         with contextlib.suppress(OSError):
             os.utime(entry.path / RECORD)  # last used, for prune
         return entry
 
+    def present(self, item: PlannedArchive, platform: str) -> bool:
+        """Whether ``item`` has a finished entry (its record is there), without checking its files:
+        a hint, taken without the entry's lock; :meth:`lookup` under the lock decides."""
+        return os.path.isfile(self._dir(entry_key(item, platform)) / RECORD)
+
     def _read(self, key: str) -> UnpackedEntry | None:
+        found = self._load(key)
+        return None if found is None else found[0]
+
+    def _load(self, key: str) -> tuple[UnpackedEntry, dict[str, Any]] | None:
+        """The entry and its record as read (one read and parse of files.json)."""
         d = self._dir(key)
         try:
-            raw = json.loads((d / RECORD).read_text("utf-8"))
+            with open(d / RECORD, "rb") as fh:
+                raw = json.loads(fh.read().decode("utf-8"))
+                mtime = os.fstat(fh.fileno()).st_mtime
             records = tuple(FileRecord(f["path"], int(f["size"]), f["sha256"], int(f["mode"]),
                                        f.get("link", ""), f.get("component", "")) for f in raw["files"])
             return UnpackedEntry(key, d, records, tuple(raw.get("dirs", [])), int(raw["size"]),
-                                 str(raw["archive_sha256"]), str(raw.get("name", "")),
-                                 (d / RECORD).stat().st_mtime)
+                                 str(raw["archive_sha256"]), str(raw.get("name", "")), mtime), raw
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
-    def _unchanged(self, entry: UnpackedEntry) -> bool:
+    def _unchanged(self, entry: UnpackedEntry, raw: dict[str, Any]) -> bool:
+        """Every file's size, mode and mtime as stamped when the entry was made (a stat each, no read)."""
         try:
-            raw = json.loads((entry.path / RECORD).read_text("utf-8"))
             stamps: dict[str, list[int]] = raw["stamps"]
+            top = os.fspath(entry.tree)
+            sep = os.sep
             for rec in entry.records:
-                path = fsops.long_path(entry.tree / rec.path)
+                path = fsops.long_path(top + sep + (rec.path if sep == "/" else rec.path.replace("/", sep)))
                 if rec.link and rec.path not in stamps:
                     if os.readlink(path) != rec.link:
                         return False
-                elif _stamp(os.stat(path)) != stamps[rec.path]:
-                    return False
-        except (OSError, ValueError, KeyError):
+                else:
+                    st = os.stat(path)
+                    if [st.st_size, stat.S_IMODE(st.st_mode), st.st_mtime_ns] != stamps[rec.path]:
+                        return False
+        except (OSError, ValueError, KeyError, TypeError):
             return False
         return True
 
@@ -208,10 +224,15 @@ def materialize(entry: UnpackedEntry, tree: Tree, *, how: str, component: str, a
     for d in entry.dirs:
         tree.add_dir(d, component, archive)
     records = entry.records
+    top, sep = os.fspath(entry.tree), os.sep
+
+    def source(rec: FileRecord) -> str:
+        return top + sep + (rec.path if sep == "/" else rec.path.replace("/", sep))
+
     threads = min(PLACE_THREADS, os.cpu_count() or 1, len(records) // (PARALLEL_FILES // 2) or 1)
     if threads < 2 or len(records) < PARALLEL_FILES:
         for rec in records:
-            tree.add_placed(rec, entry.tree / rec.path, how, component, archive)
+            tree.add_placed(rec, source(rec), how, component, archive)
         return
     failed = threading.Event()
 
@@ -220,7 +241,7 @@ def materialize(entry: UnpackedEntry, tree: Tree, *, how: str, component: str, a
             for rec in share:
                 if failed.is_set():
                     return
-                tree.add_placed(rec, entry.tree / rec.path, how, component, archive)
+                tree.add_placed(rec, source(rec), how, component, archive)
         except BaseException:
             failed.set()  # the others stop at their next file
             raise

@@ -148,6 +148,11 @@ def human(n: int) -> str:
 def print_plan(plan: Plan) -> None:
     typer.echo(f"CUDA {plan.release} ({plan.release_date or 'date unknown'}) for {plan.platform}, "
                f"profile {plan.profile}, from {plan.base_url}")
+    for p in plan.products:
+        from cudaredist.profiles import product_title
+
+        typer.echo(f"with {product_title(p.name)} {p.release} ({p.release_date or 'date unknown'}, "
+                   f"--with {p.requested}, {p.cuda_variant or 'any CUDA'} build) from {p.base_url}")
     width = max(len(i.component) for i in plan.items)
     for i in plan.items:
         typer.echo(f"  {i.component:<{width}}  {i.version:<14} {human(i.archive.size):>10}  {i.url}")

@@ -47,7 +47,8 @@ def list_cmd(
         if not toolkits and not found_here.damaged:
             typer.echo(f"no managed toolkits in {root} (`cudaredist install 13.4` puts one there)", err=True)
         for t in toolkits:
-            typer.echo(f"{t.release:<9} {t.platform:<15} {t.profile:<8} {human(t.size):>10}  {t.path}")
+            typer.echo(f"{t.release:<9} {t.platform:<15} {t.profile:<8} {human(t.size):>10}  "
+                       f"{t.path}{t.added}")
         for f in found:
             typer.echo(f"{f.release or '?':<9} {'(system)':<15} {'':<8} {'':>10}  {f.path}  [{f.how}]")
 

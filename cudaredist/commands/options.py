@@ -16,6 +16,11 @@ ProfileOpt = Annotated[str, typer.Option(
     "--profile", help="Component profile: nvcc, runtime, build, torch (`cudaredist profiles` lists them).")]
 ComponentOpt = Annotated[list[str] | None, typer.Option(
     "--component", "-c", help="Add a component (repeatable; 'a|b' takes the first the release has).")]
+WithOpt = Annotated[list[str] | None, typer.Option(
+    "--with", "-w", metavar="PRODUCT[=SPEC]",
+    help="Add a library product into the same tree (repeatable): cudnn, cutensor, cusparselt, cudss. "
+         "cudnn = its newest release built for the toolkit's CUDA major on the platform; cudnn=9.20 the "
+         "newest 9.20.x; cudnn=9.20.0 exactly that.")]
 OnlyOpt = Annotated[bool, typer.Option("--only", help="Install exactly the --component list, no profile.")]
 BaseUrlOpt = Annotated[str | None, typer.Option(
     "--base-url", envvar="CUDAREDIST_BASE_URL", show_envvar=True,

@@ -73,6 +73,10 @@ def info(
         typer.echo(f"release:   CUDA {plan['release']} ({plan.get('release_date') or 'date unknown'})")
         typer.echo(f"platform:  {plan['platform']}")
         typer.echo(f"profile:   {plan['profile']}")
+        for p in plan.get("products", []):
+            typer.echo(f"with:      {p.get('name')} {p.get('release')} "
+                       f"({p.get('cuda_variant') or 'any CUDA'} build, --with {p.get('requested')}) "
+                       f"from {p.get('base_url')}")
         typer.echo(f"source:    {plan.get('source', 'nvidia')} {plan['base_url']}")
         typer.echo(f"installed: {rec['installed_at']} by {rec['tool']}")
         prov = rec.get("provenance", {})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ThreadPoolExecutor, wait
 from concurrent.futures import TimeoutError as FutureTimeout  # not the builtin before 3.11
@@ -63,13 +64,15 @@ class Build:
         self.tree = tree
         self.unpacked = installer.cache.unpacked
         self.items = sorted(plan.items, key=lambda it: -it.archive.size)
-        # a hint, read without locks: which entries to place rather than fetch (re-checked under the lock)
-        self.ready = {it for it in self.items if self.unpacked.lookup(it, plan.platform) is not None}
+        # a hint, read without locks: which entries to place rather than fetch (checked under the lock,
+        # where a changed or vanished entry is made again)
+        self.ready = {it for it in self.items if self.unpacked.present(it, plan.platform)}
         # A Windows host cannot rename a file another handle has open: no streaming there.
         self.streamed = {it for it in self.items if it not in self.ready
                          and stream and os.name != "nt" and is_streamable(it.archive.filename)}
         self.downloaded = 0
         self.cached = 0
+        self._counting = threading.Lock()
         self.fetch_of: dict[PlannedArchive, Future[tuple[Path, bool]]] = {}
         self.follows = {it: GrowingFile() for it in self.streamed}
 
@@ -78,8 +81,12 @@ class Build:
         """An archive that had an unpacked entry: place it, or make the entry again if it vanished."""
         with self._entry_lock(item):
             entry = self.unpacked.lookup(item, self.plan.platform)
-            if entry is None:  # removed since the hint (a clear or prune): from the archive, then
-                path, _cached = self.fetcher.fetch(item)
+            if entry is None:  # removed or changed since the hint (a clear, a prune, an edit)
+                path, cached = self.fetcher.fetch(item)
+                if not cached:  # counted as cached at the start
+                    with self._counting:
+                        self.cached -= 1
+                        self.downloaded += 1
                 entry = self._unpack(item, path, None)
             self._place(item, entry)
 

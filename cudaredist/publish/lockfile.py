@@ -54,6 +54,7 @@ class Lock:
     plans: dict[str, Plan]
     content_key: str
     source: str = "nvidia"
+    products: tuple[str, ...] = ()   # the --with values it was locked with
 
     @property
     def platforms(self) -> tuple[str, ...]:
@@ -84,7 +85,8 @@ def build_lock(plans: Sequence[Plan], *, train: str, components: Sequence[str] =
         "release_date": first.release_date,
         "base_url": first.base_url,
         "source": first.source,
-        "request": {"train": train, "profile": first.profile, "components": list(components)},
+        "request": {"train": train, "profile": first.profile, "components": list(components)}
+        | ({"with": list(first.requested_products)} if first.requested_products else {}),
         "platforms": [p.platform for p in plans],
         "content_key": content_key(plans),
         "plans": {p.platform: _plain(p).to_json() for p in plans},
@@ -99,7 +101,8 @@ def _plain(plan: Plan) -> Plan:
     plan = replace(plan, hashes_from="")  # an install from the lock believes the lock
     if plan.source != "nvidia":  # the index's own URL: the last one (a mirror's comes first)
         return replace(plan, items=tuple(replace(i, url=i.urls[-1], fallback_urls=()) for i in plan.items))
-    return replace(plan, items=tuple(replace(i, url=join_url(plan.base_url, i.archive.relative_path),
+    return replace(plan, items=tuple(replace(i, url=join_url(plan.product_base(i.product),
+                                                             i.archive.relative_path),
                                              fallback_urls=()) for i in plan.items))
 
 
@@ -150,6 +153,7 @@ def read_lock(path: Path) -> Lock:
         train = str(request["train"])
         profile = str(request["profile"])
         components = tuple(str(c) for c in request["components"])
+        products = tuple(str(c) for c in request.get("with", ()))
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise LockFileError(f"the lock file {where} lacks a field or has a wrong type: {exc!r}",
                             path=where) from exc
@@ -165,7 +169,7 @@ def read_lock(path: Path) -> Lock:
     key = content_key(list(plans.values()))
     if obj.get("content_key") != key:
         raise LockFileError(f"{where}: content_key does not match the archives it lists", path=where)
-    return Lock(where, release, base_url, train, profile, components, plans, key, source)
+    return Lock(where, release, base_url, train, profile, components, plans, key, source, products)
 
 
 def _check_plan(plan: Plan, platform: str, release: str, source: str, where: str) -> None:
@@ -177,8 +181,12 @@ def _check_plan(plan: Plan, platform: str, release: str, source: str, where: str
                             f"from {source!r}", path=where)
     if not plan.items:
         raise LockFileError(f"{where}: the plan for {platform} lists no archives", path=where)
+    named = {p.name for p in plan.products}
     for item in plan.items:
         entry = f"{platform}/{item.component}"
+        if item.product and item.product not in named:
+            raise LockFileError(f"{where}: {entry} belongs to product {item.product!r}, which the plan for "
+                                f"{platform} does not list", path=where)
         if item.layout != LAYOUTS[source]:
             raise LockFileError(f"{where}: {entry}: layout {item.layout!r} is not that of a {source} "
                                 f"archive ({LAYOUTS[source]!r})", path=where)
@@ -197,7 +205,8 @@ def _check_plan(plan: Plan, platform: str, release: str, source: str, where: str
 
 
 def select(lock: Lock, *, train: str | None, platform: str | None, host: str | None,
-           profile: str | None, components: Sequence[str] | None, source: str | None = None) -> Plan:
+           profile: str | None, components: Sequence[str] | None, source: str | None = None,
+           products: Sequence[str] | None = None) -> Plan:
     """The locked plan for this request, or :class:`LockFileError` if the request drifted."""
     hint = (f"regenerate the lock (`cudaredist lock {train or lock.train} ... -o {lock.path}`) "
             "or drop the conflicting option")
@@ -226,14 +235,21 @@ def select(lock: Lock, *, train: str | None, platform: str | None, host: str | N
     if components is not None and sorted(components) != sorted(lock.components):
         raise LockFileError(f"{lock.path} was locked with components {list(lock.components)}, not "
                             f"{list(components)}; {hint}", path=lock.path)
+    if products is not None:
+        from cudaredist.profiles import parse_product_requests
+
+        asked = sorted(str(r) for r in parse_product_requests(products))
+        if asked != sorted(lock.products):
+            raise LockFileError(f"{lock.path} was locked with --with {list(lock.products)}, not "
+                                f"{asked}; {hint}", path=lock.path)
     return lock.plans[platform]
 
 
 def plan_for(path: Path, *, train: str | None, platform: str | None, host: str | None,
              profile: str | None, components: Sequence[str] | None,
-             source: str | None) -> tuple[Lock, Plan]:
+             source: str | None, products: Sequence[str] | None = None) -> tuple[Lock, Plan]:
     """Read the lock at ``path`` and pick the plan this request means (drift is an error)."""
     locked = read_lock(path)
     plan = select(locked, train=train, platform=platform, host=host, profile=profile,
-                  components=components, source=source)
+                  components=components, source=source, products=products)
     return locked, replace(plan, hashes_from=f"the lock file {path.absolute()}")

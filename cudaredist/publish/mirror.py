@@ -33,6 +33,7 @@ from cudaredist.localfs import UMASK
 from cudaredist.plan import PlannedArchive
 from cudaredist.progress import Reporter, Silent
 from cudaredist.sources.mirroring import BuiltManifest, CopiedArchive, Document, MirrorContent
+from cudaredist.sources.nvidia.products import product_dir
 from cudaredist.sources.nvidia.releases import labels_from_names, sort_labels
 
 INDEX_PAGE = "index.html"
@@ -45,13 +46,17 @@ class MirrorReport:
     archives: list[dict[str, Any]] = field(default_factory=list)
     licenses: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # --with products: {name, title, releases, out} each (their archives are in ``archives``, with
+    # "product" set and relative paths under that product's ``out``)
+    products: list[dict[str, Any]] = field(default_factory=list)
 
     def count(self, status: str) -> int:
         return sum(1 for a in self.archives if a["status"] == status)
 
     def to_json(self) -> dict[str, Any]:
         return {"out": self.out, "releases": self.releases, "archives": self.archives,
-                "licenses": self.licenses, "notes": self.notes}
+                "licenses": self.licenses, "notes": self.notes} | (
+            {"products": self.products} if self.products else {})
 
 
 def dest_path(out: Path, relative_path: str) -> Path:
@@ -137,8 +142,11 @@ def write_mirror(
     reporter: Reporter | None = None,
     jobs: int = 4,
     lock_timeout: float = 600.0,
+    locked: bool = False,
 ) -> MirrorReport:
-    """Write (or complete) in ``out`` the mirror ``content`` describes, under the mirror's lock.
+    """Write (or complete) in ``out`` the mirror ``content`` describes, under the mirror's lock
+    (``locked``: the caller holds the lock of a mirror that contains ``out``). Each ``--with``
+    product goes to its own folder (:func:`product_dir`), inside ``out`` under the same lock.
 
     ``fetch`` returns the verified cache path of an archive or wheel
     (:meth:`cudaredist.fetch.fetcher.Fetcher.fetch`); ``get_bytes`` fetches small documents
@@ -150,7 +158,7 @@ def write_mirror(
     out = out.absolute()
     out.mkdir(parents=True, exist_ok=True)
     report = MirrorReport(str(out), releases=list(content.releases), notes=list(content.notes))
-    with mirror_lock(out, lock_timeout):
+    with contextlib.nullcontext() if locked else mirror_lock(out, lock_timeout):
         _copy_archives(out, content.copies, fetch, reporter, jobs, report)
         made = wheelmirror.build_archives(out, content.builds, fetch=fetch, reporter=reporter, jobs=jobs,
                                           preset=content.xz_preset, report=report)
@@ -160,10 +168,19 @@ def write_mirror(
                 wheelmirror.write_manifest(out, manifest, made)
             else:
                 write_if_changed(out / f"redistrib_{manifest.label}.json", manifest.data)
+        for product in content.products:  # each in its own folder, where install looks for it
+            where = product_dir(out, product.name)
+            part = write_mirror(where, product.content, fetch=fetch, get_bytes=get_bytes, reporter=reporter,
+                                jobs=jobs, lock_timeout=lock_timeout, locked=where.is_relative_to(out))
+            report.products.append({"name": product.name, "title": product.title,
+                                    "releases": part.releases, "out": part.out})
+            report.archives += [row | {"product": product.name} for row in part.archives]
+            report.licenses += [str(Path(part.out, rel)) for rel in part.licenses]
+            report.notes += [n for n in part.notes if n not in report.notes]
         labels = labels_from_names(os.listdir(out))
         dirs = [p.name for p in out.iterdir() if p.is_dir() and not p.name.startswith(".")]
         write_if_changed(out / INDEX_PAGE, index_page(sort_labels(labels), dirs).encode())
-    report.archives.sort(key=lambda a: a["relative_path"])
+    report.archives.sort(key=lambda a: (a.get("product", ""), a["relative_path"]))
     return report
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from cudaredist.errors import ManifestError
 from cudaredist.hashing import sha256_file
-from cudaredist.plan import PlannedArchive
+from cudaredist.plan import PlannedArchive, version_key
 from cudaredist.progress import Reporter
 from cudaredist.publish.mirror import (
     MirrorReport,
@@ -58,10 +58,13 @@ ManifestRow = tuple[str, str, str, dict[str, str], dict[str, str]]
 
 
 def merge_manifest(existing: dict[str, Any] | None, *, label: str, release_date: str,
-                   archives: Sequence[ManifestRow]) -> dict[str, Any]:
+                   archives: Sequence[ManifestRow], variants: Sequence[str] = (),
+                   product: str = "cuda") -> dict[str, Any]:
     """A ``redistrib_<label>.json`` object: ``existing`` with these archives added or replaced.
 
-    ``archives`` are (component, platform, version, entry, fields). A release date and
+    ``archives`` are (component, platform, version, entry, fields); ``variants[i]`` (a product's
+    ``cuda13``) lists archive ``i`` under that subkey of its platform, and in ``cuda_variant``. A release
+    date and
     component fields already present are kept, so later runs do not rewrite earlier ones;
     keys come in NVIDIA's order (release keys, then components by name, each with its
     fields, then its platforms), so the bytes do not depend on which run added what.
@@ -70,7 +73,7 @@ def merge_manifest(existing: dict[str, Any] | None, *, label: str, release_date:
 
     old = existing or {}
     components: dict[str, dict[str, Any]] = {k: dict(v) for k, v in old.items() if isinstance(v, dict)}
-    for component, platform, version, entry, fields in archives:
+    for i, (component, platform, version, entry, fields) in enumerate(archives):
         comp = components.setdefault(component, {})
         for key, value in fields.items():
             if value and not comp.get(key):
@@ -78,9 +81,18 @@ def merge_manifest(existing: dict[str, Any] | None, *, label: str, release_date:
         have = comp.get("version")
         if not isinstance(have, str) or not have or pep440(version) > pep440(have):
             comp["version"] = version
-        comp[platform] = dict(entry)
+        variant = variants[i] if i < len(variants) else ""
+        if variant:
+            held = comp.get(platform)
+            comp[platform] = {**(held if isinstance(held, dict) and "relative_path" not in held else {}),
+                              variant: dict(entry)}
+            listed = comp.get("cuda_variant")
+            have_variants = {str(v) for v in listed} if isinstance(listed, list) else set()
+            comp["cuda_variant"] = sorted(have_variants | {variant.removeprefix("cuda")}, key=version_key)
+        else:
+            comp[platform] = dict(entry)
     out: dict[str, Any] = {"release_date": old.get("release_date") or release_date, "release_label": label,
-                           "release_product": old.get("release_product") or "cuda"}
+                           "release_product": old.get("release_product") or product}
     out.update({k: v for k, v in old.items() if k not in RELEASE_KEYS and not isinstance(v, dict)})
     for key in sorted(components):
         comp = components[key]
@@ -113,9 +125,11 @@ def _known_archives(out: Path) -> dict[str, tuple[dict[str, Any], dict[str, Any]
         for comp in obj.values():
             if not isinstance(comp, dict):
                 continue
-            for entry in comp.values():
-                if isinstance(entry, dict) and isinstance(entry.get("relative_path"), str):
-                    known.setdefault(entry["relative_path"], (entry, comp))
+            for value in comp.values():  # a platform's entry, or its variant subkeys (a product's)
+                entries = [value, *value.values()] if isinstance(value, dict) else []
+                for entry in entries:
+                    if isinstance(entry, dict) and isinstance(entry.get("relative_path"), str):
+                        known.setdefault(entry["relative_path"], (entry, comp))
     return known
 
 
@@ -171,7 +185,7 @@ def build_archives(out: Path, builds: Sequence[BuiltArchive], *,
             tmp = temp_beside(dest)
             try:
                 packed = repack(wheel, tmp, component=item.component, version=item.version,
-                                platform=job.platform, preset=preset)
+                                platform=job.platform, preset=preset, variant=job.variant)
                 world_readable(tmp)
                 os.replace(tmp, dest)
             finally:
@@ -247,7 +261,8 @@ def write_manifest(out: Path, manifest: BuiltManifest, made: dict[str, Made]) ->
                                 f"CUDA {manifest.label}", source=str(path))
     rows = [(b.wheel.component, b.platform, b.wheel.version, made[b.relative_path].entry,
              made[b.relative_path].fields) for b in manifest.archives]
-    merged = merge_manifest(existing, label=manifest.label, release_date=manifest.release_date, archives=rows)
+    merged = merge_manifest(existing, label=manifest.label, release_date=manifest.release_date, archives=rows,
+                            variants=[b.variant for b in manifest.archives], product=manifest.product)
     if merged != existing:
         data = dump_manifest(merged)
         parse_manifest(data, label=manifest.label, source=str(path))  # what the mirror serves must read back

@@ -89,8 +89,10 @@ class Source(Protocol):
         ...
 
     def resolve(self, train: str, platforms: Sequence[str], *, profile: str | None,
-                components: Sequence[str]) -> list[Plan]:
-        """One plan per platform, all of the one release ``train`` means; checked before any download."""
+                components: Sequence[str], products: Sequence[str] = ()) -> list[Plan]:
+        """One plan per platform, all of the one release ``train`` means; checked before any download.
+        ``products``: ``--with`` values (``cudnn``, ``cudnn=9.20``), each product's archives added to
+        the plan of every platform (the newest release built for the toolkit's CUDA major there)."""
         ...
 
     def relocate(self, plan: Plan) -> Plan:
@@ -98,7 +100,8 @@ class Source(Protocol):
         ...
 
     def mirror_content(self, trains: Sequence[str], platforms: Sequence[str], *, profile: str | None,
-                       components: Sequence[str], xz_preset: int | None) -> MirrorContent:
+                       components: Sequence[str], xz_preset: int | None,
+                       products: Sequence[str] = ()) -> MirrorContent:
         """What a redist-shaped mirror of ``trains`` holds (:mod:`cudaredist.publish.mirror` writes it)."""
         ...
 

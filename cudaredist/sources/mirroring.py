@@ -35,6 +35,7 @@ class BuiltArchive:
     wheel: PlannedArchive
     platform: str
     relative_path: str
+    variant: str = ""   # a product's CUDA variant ("cuda13"): listed under that subkey, as NVIDIA does
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class BuiltManifest:
     label: str
     release_date: str
     archives: tuple[BuiltArchive, ...]
+    product: str = "cuda"   # release_product: "cuda", or the --with product ("cudnn")
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,17 @@ class MirrorContent:
     manifests: tuple[ServedManifest | BuiltManifest, ...] = ()
     notes: tuple[str, ...] = ()
     xz_preset: int = 6   # of the built .tar.xz archives (the deflate level of .zip ones, 1 at least)
+    # --with products: each a mirror of its own in the product's folder (see products.product_dir)
+    products: tuple[ProductMirror, ...] = ()
+
+
+@dataclass(frozen=True)
+class ProductMirror:
+    """A ``--with`` product's part of a mirror: its releases' files, relative to its own folder."""
+
+    name: str
+    title: str
+    content: MirrorContent
 
 
 def unique_copies(items: Sequence[PlannedArchive]) -> tuple[CopiedArchive, ...]:

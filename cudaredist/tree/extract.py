@@ -9,16 +9,27 @@ from __future__ import annotations
 import contextlib
 import io
 import lzma
+import os
 import tarfile
+import threading
 import zipfile
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any, cast
 
 from cudaredist.errors import ConflictError, UnsafeArchiveError
+from cudaredist.tree.inflate import DeflatedMember
 from cudaredist.tree.paths import clean_member, strip_top, tree_path, zip_entry_mode
 from cudaredist.tree.staging import Mapper, Tree
 
 READ_SIZE = 1 << 20
+# A complete zip with this much compressed file data is inflated by several threads, member by
+# member, biggest first: a zip's members are independent (unlike a tar's stream), zlib and sha256
+# let go of the GIL, and one archive (libnvvm: cicc and libnvvm.so, 30 MB each) would otherwise
+# hold one core while the other waits.
+PARALLEL_ZIP_BYTES = 8 << 20
+ZIP_THREADS = 4
 
 
 def redist_mapper(component: str, archive: str) -> Mapper:
@@ -243,6 +254,7 @@ def _extract_zip(path: Path, tree: Tree, *, component: str, archive: str, mapper
                                          archive=archive, member=info.orig_filename)
             seen.add(clean)
         try:
+            files: list[tuple[zipfile.ZipInfo, str, int]] = []
             for info in infos:
                 clean = clean_member(info.orig_filename, archive=archive, zip_entry=True)
                 if not clean:
@@ -255,7 +267,42 @@ def _extract_zip(path: Path, tree: Tree, *, component: str, archive: str, mapper
                 if info.is_dir():
                     tree.add_dir(rel, component, archive)
                     continue
-                with zf.open(info) as src:
-                    tree.add_file(rel, src, mode, component, archive)
+                files.append((info, rel, mode))
+            _inflate(zf, files, tree, component=component, archive=archive)
         except (zipfile.BadZipFile, OSError, EOFError) as exc:
             raise UnsafeArchiveError(f"{archive} is corrupt: {exc}", archive=archive) from exc
+
+
+def _inflate(zf: zipfile.ZipFile, files: Sequence[tuple[zipfile.ZipInfo, str, int]], tree: Tree, *,
+             component: str, archive: str) -> None:
+    """Every file member into ``tree``: in archive order, or from several threads for a big zip
+    (zipfile's handles share the file under a lock; the tree takes claims from any thread)."""
+    def one(info: zipfile.ZipInfo, rel: str, mode: int) -> None:
+        if info.compress_type == zipfile.ZIP_DEFLATED and not info.flag_bits & 0x1 and zf.filename:
+            with open(zf.filename, "rb") as fh:  # its own handle: no lock shared with the other threads
+                tree.add_file(rel, cast(IO[bytes], DeflatedMember(fh, info)), mode, component, archive)
+            return
+        with zf.open(info) as src:
+            tree.add_file(rel, src, mode, component, archive)
+
+    threads = min(ZIP_THREADS, os.cpu_count() or 1, len(files))
+    if threads < 2 or sum(info.compress_size for info, _r, _m in files) < PARALLEL_ZIP_BYTES:
+        for info, rel, mode in files:
+            one(info, rel, mode)
+        return
+    failed = threading.Event()
+
+    def guarded(info: zipfile.ZipInfo, rel: str, mode: int) -> None:
+        if failed.is_set():
+            return
+        try:
+            one(info, rel, mode)
+        except BaseException:
+            failed.set()  # the members not started yet are skipped
+            raise
+
+    biggest_first = sorted(files, key=lambda f: -f[0].compress_size)
+    with ThreadPoolExecutor(threads, thread_name_prefix="inflate") as pool:
+        futures = [pool.submit(guarded, *f) for f in biggest_first]
+    for fut in futures:
+        fut.result()  # the first failure, biggest member first

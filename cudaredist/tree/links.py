@@ -19,6 +19,7 @@ from pathlib import Path
 
 from cudaredist import fsops
 from cudaredist.errors import UsageError
+from cudaredist.localfs import UMASK
 
 ENV_LINK_MODE = "CUDAREDIST_LINK_MODE"
 LINK_MODES = ("clone", "hardlink", "copy")
@@ -38,11 +39,13 @@ def link_mode(given: str | None = None) -> str:
     return value
 
 
-def place(src: Path, dest: Path, mode: str, perm: int) -> str:
+def place(src: str | Path, dest: str | Path, mode: str, perm: int, size: int | None = None) -> str:
     """Create ``dest`` (which must not exist) with ``src``'s bytes; returns how: clone|hardlink|copy.
 
     ``perm`` is applied to clones and copies; a hard link shares the cache file's own mode, which
-    the unpacked cache keeps equal to the recorded one."""
+    the unpacked cache keeps equal to the recorded one. ``size``: ``src``'s, when known (no fstat).
+    A caller that saw a clone come back as a copy may ask for ``copy`` for the next files between
+    the same two filesystems: the same result, without the failing ioctl each time."""
     # the cache adds unpacked/<64 hex>/tree/ to every path: Windows needs \\?\ past MAX_PATH
     src_os, dest_os = fsops.long_path(src), fsops.long_path(dest)
     if mode == "hardlink":
@@ -59,12 +62,14 @@ def place(src: Path, dest: Path, mode: str, perm: int) -> str:
     # (ext4, tmpfs, NTFS), the copy goes on into that same file; no second create, no unlink.
     fd_in = os.open(src_os, os.O_RDONLY | _BINARY)
     try:
-        fd_out = os.open(dest_os, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _BINARY, 0o600)
+        # created with its mode where the umask leaves it whole (no fchmod then); else 0600 and set
+        exact = perm & ~UMASK == perm
+        fd_out = os.open(dest_os, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _BINARY, perm if exact else 0o600)
         try:
             how = "clone" if mode == "clone" and _clone_fd(fd_in, fd_out) else "copy"
             if how == "copy":
-                _copy_fd(fd_in, fd_out)
-            if hasattr(os, "fchmod"):
+                _copy_fd(fd_in, fd_out, size)
+            if hasattr(os, "fchmod") and not exact:
                 os.fchmod(fd_out, perm)
         finally:
             os.close(fd_out)
@@ -102,9 +107,9 @@ def _clonefile(src: str, dest: str) -> bool:  # pragma: no cover - macOS only
     raise OSError(err, os.strerror(err), str(dest))
 
 
-def _copy_fd(fi: int, fo: int) -> None:
+def _copy_fd(fi: int, fo: int, size: int | None = None) -> None:
     """A whole-file copy in the kernel where it can (copy_file_range, then sendfile), else 1 MiB reads."""
-    left = os.fstat(fi).st_size
+    left = os.fstat(fi).st_size if size is None else size
     kernel = [f for f in (_copy_file_range, _sendfile) if f is not None]
     while left > 0 and kernel:
         try:

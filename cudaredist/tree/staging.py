@@ -91,9 +91,13 @@ class Tree:
         self._claims: dict[str, _Claim] = {}
         self._links: set[str] = set()
         self._dirs: set[str] = set()  # created and checked to resolve inside the tree
+        # keys of directories whose every ancestor (and themselves) is claimed as a directory: a
+        # claim never changes kind, so their parents need no second look
+        self._dir_chains: set[str] = set()
         self._records: dict[str, FileRecord] = {}
         self._deferred_links: list[tuple[str, str, str]] = []
         self._written = 0
+        self._clones = True  # until a clone into this tree came back as a copy
 
     # -- claims ------------------------------------------------------------------------------------
     def _check_parents(self, rel: str, component: str, archive: str) -> None:
@@ -116,10 +120,14 @@ class Tree:
     def _claim(self, rel: str, kind: str, component: str, archive: str) -> _Claim | None:
         """Claim ``rel``; returns the earlier claim if another archive has it."""
         with self._cond:
-            self._check_parents(rel, component, archive)
-            for i in range(1, rel.count("/") + 1):
-                parent = rel.rsplit("/", i)[0]
-                self._claims.setdefault(self._key(parent), _Claim(component, "dir", done=True, path=parent))
+            parent = rel.rpartition("/")[0]
+            if parent and self._key(parent) not in self._dir_chains:
+                self._check_parents(rel, component, archive)
+                for i in range(1, rel.count("/") + 1):
+                    parent = rel.rsplit("/", i)[0]
+                    key = self._key(parent)
+                    self._claims.setdefault(key, _Claim(component, "dir", done=True, path=parent))
+                    self._dir_chains.add(key)
             key = self._key(rel)
             prev = self._claims.get(key)
             if prev is None:
@@ -204,21 +212,23 @@ class Tree:
         path = os.path.join(self.root, *rel_dir.split("/"))
         try:
             os.mkdir(fsops.long_path(path))
+            made = True  # a new real directory in a parent that resolves inside: so does it
         except FileExistsError:
-            pass
+            made = False
         except OSError as exc:
             raise self._local(exc, path) from exc
-        try:
-            real = fsops.short_path(os.path.realpath(fsops.long_path(path)))
-        except OSError as exc:
-            raise self._local(exc, path) from exc
-        if real != self._real_root and not real.startswith(self._real_root + os.sep):
-            raise UnsafeArchiveError(
-                f"{archive}: the directory {rel_dir!r} resolves to {real}, outside the tree (through "
-                "a symlink, or names that differ only in case); refused", archive=archive,
-                member=rel_dir)
-        if not os.path.isdir(fsops.long_path(real)):
-            raise self._local(NotADirectoryError(errno.ENOTDIR, "Not a directory"), path)
+        if not made:  # something was there already (or a name that folds onto it): where does it lead?
+            try:
+                real = fsops.short_path(os.path.realpath(fsops.long_path(path)))
+            except OSError as exc:
+                raise self._local(exc, path) from exc
+            if real != self._real_root and not real.startswith(self._real_root + os.sep):
+                raise UnsafeArchiveError(
+                    f"{archive}: the directory {rel_dir!r} resolves to {real}, outside the tree (through "
+                    "a symlink, or names that differ only in case); refused", archive=archive,
+                    member=rel_dir)
+            if not os.path.isdir(fsops.long_path(real)):
+                raise self._local(NotADirectoryError(errno.ENOTDIR, "Not a directory"), path)
         with self._cond:
             self._dirs.add(rel_dir)
 
@@ -347,7 +357,7 @@ class Tree:
         except OSError as exc:
             raise self._local(exc, source) from exc
 
-    def add_placed(self, rec: FileRecord, src: Path, how: str, component: str, archive: str) -> None:
+    def add_placed(self, rec: FileRecord, src: str | Path, how: str, component: str, archive: str) -> None:
         """A file or link of the unpacked cache (already checked and hashed) into this tree:
         cloned, hard-linked or copied (:mod:`cudaredist.tree.links`), with the same claims."""
         if rec.link:
@@ -360,11 +370,15 @@ class Tree:
         from cudaredist.tree.links import place
 
         rel = self._spelled(rec.path)
-        dest = self.root / rel
+        dest = os.path.join(self.root, rel)
         try:
             self._ensure_dir(rel.rpartition("/")[0], archive)
             try:
-                place(src, dest, how, rec.mode)  # long paths: place() takes care
+                # a filesystem (pair) that could not clone one file cannot clone the next: copy
+                used = place(src, dest, "copy" if how == "clone" and not self._clones else how, rec.mode,
+                             rec.size)  # long paths: place() takes care
+                if how == "clone" and used == "copy":
+                    self._clones = False
             except FileExistsError as exc:
                 raise ConflictError(f"{archive}: {rel} already exists in the tree", path=rel,
                                     second=component) from exc
@@ -373,8 +387,10 @@ class Tree:
         except BaseException:
             self._abandon(rel)
             raise
-        self._settle(rel, rec.sha256)
-        with self._cond:
+        with self._cond:  # settled and recorded under one hold of the lock
+            claim = self._claims[self._key(rel)]
+            claim.digest, claim.done = rec.sha256, True
+            self._cond.notify_all()
             self._written += rec.size
             self._records[rel] = FileRecord(rel, rec.size, rec.sha256, rec.mode, component=component)
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 import io
 import struct
 import tempfile
-import zlib
 from dataclasses import dataclass
 from typing import IO, cast
 
 from cudaredist.errors import ConflictError, UnsafeArchiveError
+from cudaredist.tree.inflate import ZlibError, zlib
 from cudaredist.tree.paths import clean_member, zip_entry_mode
 from cudaredist.tree.staging import CHUNK, Mapper, Tree
 
@@ -317,7 +317,7 @@ def extract_zip_stream(raw: IO[bytes], tree: Tree, *, component: str, archive: s
             entries.append(_member(stream, tree, seen, component=component, archive=archive,
                                    mapper=mapper))
         centrals = _central_directory(stream)
-    except zlib.error as exc:
+    except ZlibError as exc:
         raise UnsafeArchiveError(f"{archive} is corrupt: {exc}", archive=archive) from exc
     except FileExistsError as exc:
         raise ConflictError(f"{archive}: {exc.filename} already exists in the tree",

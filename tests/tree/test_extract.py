@@ -347,3 +347,96 @@ def test_conflict_detected_when_extracting_concurrently(tmp_path: Path, tree: Tr
     assert len(conflicts) == 1 and isinstance(conflicts[0], ConflictError)
     assert {conflicts[0].first, conflicts[0].second} == {"comp_a", "comp_b"}
     assert (tree.root / "lib/big").read_bytes() in (big_a, big_b)
+
+
+# -- a big complete zip is inflated by several threads ------------------------------------------------
+class _Threads(Tree):
+    """A tree that notes which thread wrote each file."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.writers: dict[str, str] = {}
+
+    def add_file(self, rel: str, src: object, mode: int, component: str, archive: str) -> None:  # type: ignore[override]
+        import threading
+
+        self.writers[rel] = threading.current_thread().name
+        super().add_file(rel, src, mode, component, archive)  # type: ignore[arg-type]
+
+
+def _big_zip(tmp_path: Path, n: int = 6) -> tuple[Path, dict[str, bytes]]:
+    body = {f"bin/tool{i}": os.urandom(3 << 20) for i in range(n)}  # incompressible: 18 MB of deflate
+    return _zip(tmp_path, {f"{ZTOP}/bin/": Dir(), **{f"{ZTOP}/{k}": v for k, v in body.items()}}), body
+
+
+def test_a_big_zip_is_inflated_by_several_threads(tmp_path: Path) -> None:
+    path, body = _big_zip(tmp_path)
+    tree = _Threads(tmp_path / "t")
+    tree.root.mkdir()
+    _extract(path, tree)
+    records = {r.path: r for r in tree.finish()}
+    assert set(records) == set(body)
+    for rel, data in body.items():
+        assert (tree.root / rel).read_bytes() == data
+        assert records[rel].sha256 == hashlib.sha256(data).hexdigest()
+    if (os.cpu_count() or 1) > 1:
+        assert {name.rsplit("_", 1)[0] for name in tree.writers.values()} == {"inflate"}
+        assert len(set(tree.writers.values())) > 1
+
+
+def test_a_corrupt_member_of_a_big_zip_fails_the_whole_archive(tmp_path: Path) -> None:
+    path, body = _big_zip(tmp_path)
+    data = bytearray(path.read_bytes())
+    victim = next(iter(body.values()))
+    at = bytes(data).index(victim[:64])  # stored as is (incompressible): flip a byte of its data
+    data[at + 1000] ^= 0xFF
+    path.write_bytes(bytes(data))
+    tree = Tree(tmp_path / "t")
+    tree.root.mkdir()
+    with pytest.raises(UnsafeArchiveError, match="corrupt"):
+        _extract(path, tree)
+
+
+@pytest.mark.parametrize("big", [False, True])
+def test_a_local_header_naming_another_file_is_refused(tmp_path: Path, big: bool) -> None:
+    """The central directory names the member; a local header that says otherwise (another file's
+    bytes reached under this name) is a corrupt zip, whichever thread inflates it."""
+    if big:
+        path, _body = _big_zip(tmp_path)
+    else:
+        path = _zip(tmp_path, {f"{ZTOP}/bin/": Dir(), f"{ZTOP}/bin/tool0": b"x" * 5000})
+    data = path.read_bytes()
+    name = f"{ZTOP}/bin/tool0".encode()
+    path.write_bytes(data.replace(name, f"{ZTOP}/bin/toolZ".encode(), 1))  # the local header comes first
+    tree = Tree(tmp_path / "t")
+    tree.root.mkdir()
+    with pytest.raises(UnsafeArchiveError, match="corrupt.*differ"):
+        _extract(path, tree)
+
+
+def test_a_tree_tries_one_clone_where_the_filesystem_cannot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    """A clone that comes back as a copy (ext4, tmpfs, NTFS) is not tried again for the tree's other
+    files: they are copied straight away, with the same bytes and modes."""
+    from cudaredist.tree import links
+    from cudaredist.tree.staging import FileRecord
+
+    tries: list[int] = []
+
+    def no_clone(fd_in: int, fd_out: int) -> bool:
+        tries.append(fd_out)
+        return False
+
+    monkeypatch.setattr(links, "_clone_fd", no_clone)
+    src = tmp_path / "entry"
+    src.mkdir()
+    tree = Tree(tmp_path / "t")
+    tree.root.mkdir()
+    for i, mode in enumerate((0o644, 0o755, 0o644)):
+        data = f"file {i}".encode() * 100
+        (src / f"f{i}").write_bytes(data)
+        rec = FileRecord(f"bin/f{i}", len(data), hashlib.sha256(data).hexdigest(), mode)
+        tree.add_placed(rec, src / f"f{i}", "clone", "comp", "a.zip")
+        assert (tree.root / f"bin/f{i}").read_bytes() == data
+        assert_mode(tree.root / f"bin/f{i}", mode)
+    assert len(tries) == 1

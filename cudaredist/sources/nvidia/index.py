@@ -108,8 +108,10 @@ class Index:
             if not d.is_dir():
                 raise FetchError(f"the base directory {d} does not exist", url=base)
             return labels_from_names(os.listdir(d))
-        data = self.transport.get_bytes(base, quick=quick)
-        self.cache.store_index(base, LISTING, data)
+        data = self.cache.fresh_index(base, LISTING)
+        if data is None:
+            data = self.transport.get_bytes(base, quick=quick)
+            self.cache.store_index(base, LISTING, data)
         return labels_from_listing(data.decode("utf-8", "replace"))
 
     def _cached_labels(self, base: str) -> list[str]:
@@ -138,8 +140,11 @@ class Index:
                 raise OfflineError(
                     f"--offline: {name} ({url}) is not in the cache {self.cache.root}", url=url)
             return data
-        data = self.transport.get_bytes(url, quick=quick)
-        if not is_local(base):
+        if is_local(base):
+            return self.transport.get_bytes(url, quick=quick)
+        data = self.cache.fresh_index(base, name)
+        if data is None:
+            data = self.transport.get_bytes(url, quick=quick)
             self.cache.store_index(base, name, data)
         return data
 

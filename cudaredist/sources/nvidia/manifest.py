@@ -103,7 +103,8 @@ def _component(key: str, obj: dict[str, Any], source: str) -> Component:
         # an archive entry that lost its relative_path is broken, not a variant dict to skip
         if not value.keys().isdisjoint(("relative_path", "sha256", "size", "md5")):
             archives[plat] = _archive(value, where, source)
-            continue
+        # a flat entry may hold variant subkeys too (cuDNN 9.27.0's windows-arm64: a flat _cuda13.4
+        # build and a "cuda13" one in one object)
         nested = {v: _archive(a, f"{where}.{v}", source)
                   for v, a in value.items() if isinstance(a, dict)}
         if nested:

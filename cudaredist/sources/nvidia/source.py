@@ -2,17 +2,31 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
 from cudaredist.cache import Cache
-from cudaredist.errors import CudaRedistError, ManifestError, UsageError
+from cudaredist.errors import CudaRedistError, ManifestError, PlanError, UsageError
 from cudaredist.fetch.transport import Transport
-from cudaredist.plan import Plan, join_url, version_key, with_bases
+from cudaredist.plan import Plan, PlannedArchive, join_url, version_key, with_bases
+from cudaredist.profiles import (
+    ProductRequest,
+    get_profile,
+    needed_components,
+    needs_notes,
+    parse_product_requests,
+)
 from cudaredist.sources import Layout, Where
-from cudaredist.sources.mirroring import Document, MirrorContent, ServedManifest, unique_copies
+from cudaredist.sources.mirroring import (
+    Document,
+    MirrorContent,
+    ProductMirror,
+    ServedManifest,
+    unique_copies,
+)
 from cudaredist.sources.nvidia.index import (
     Bases,
     Index,
@@ -21,7 +35,8 @@ from cudaredist.sources.nvidia.index import (
     plan_release,
     trusted_bases,
 )
-from cudaredist.sources.nvidia.manifest import check_relative_path
+from cudaredist.sources.nvidia.manifest import check_relative_path, parse_manifest
+from cudaredist.sources.nvidia.products import env_base, product_base, product_bases, resolve_product
 from cudaredist.sources.nvidia.releases import train_of
 from cudaredist.tree.extract import redist_mapper
 from cudaredist.trust import Trust
@@ -78,32 +93,107 @@ class NvidiaSource:
         return self.index.release(train, self.trusted())
 
     def resolve(self, train: str, platforms: Sequence[str], *, profile: str | None,
-                components: Sequence[str]) -> list[Plan]:
+                components: Sequence[str], products: Sequence[str] = ()) -> list[Plan]:
+        requests = parse_product_requests(products)  # a bad --with fails before any network
         release = self.release(train)
         why = f"{release.base} ({self.trust.reason(release.base) or 'trusted by the caller'})"
         return [replace(p, hashes_from=why)
-                for p in plan_release(release, platforms, profile=profile, components=components)]
+                for p in self._plans(release, platforms, profile, components, requests)]
+
+    def _plans(self, release: Release, platforms: Sequence[str], profile: str | None,
+               components: Sequence[str], requests: Sequence[ProductRequest]) -> list[Plan]:
+        """The toolkit's plan per platform, with each product's archives and release added; the
+        ``--component`` values a product's manifest has are the product's."""
+        if not requests:
+            return plan_release(release, platforms, profile=profile, components=components)
+        trusted, base_url = self.trusted(), self._base_url()
+        mapped = {r.name: product_bases(trusted, r.name, base_url=base_url, trust=self.trust)
+                  for r in requests}
+        plans = []
+        for platform in platforms:
+            picked = [resolve_product(self.index, r, mapped[r.name], platform=platform,
+                                      cuda_release=release.label, components=components)
+                      for r in requests]
+            claimed = {c for p in picked for c in p.claimed}
+            releases = {p.release.name: p.release.release for p in picked}
+            toolkit = needed_components(requests, [c for c in components if c not in claimed], releases)
+            try:
+                plan = plan_release(release, [platform], profile=profile, components=toolkit)[0]
+            except PlanError as exc:
+                needing = [r.product.title for r in requests
+                           if exc.component in r.product.needs_for(releases.get(r.name, ""))]
+                if not needing:
+                    raise
+                raise PlanError(f"{exc}; {' and '.join(needing)} cannot work without it (its libraries "
+                                "load it)", component=exc.component, release=exc.release,
+                                platform=exc.platform) from exc
+            notes = needs_notes(requests, components, plan.components, releases)
+            if profile is not None:  # what the profile itself asks for is not there for the product
+                notes = [n for n in notes if n.split()[0] not in
+                         {x for spec in get_profile(profile).specs for x in spec.names}]
+            plans.append(replace(plan, items=plan.items + tuple(i for p in picked for i in p.items),
+                                 products=tuple(p.release for p in picked), notes=(*plan.notes, *notes)))
+        return plans
+
+    def _base_url(self) -> str:
+        return default_bases(self.where.base_url, None)[-1]
 
     def relocate(self, plan: Plan) -> Plan:
-        return with_bases(plan, self.bases(plan.base_url))
+        bases = self.bases(plan.base_url)
+
+        def at(base: str, product: str) -> str:
+            # the lock's own base: the product folder it was locked from (an override then included)
+            if base == plan.base_url and not os.environ.get(env_base(product)):
+                return plan.product_base(product)
+            return product_base(base, product, override=base == self._base_url())
+
+        return with_bases(plan, bases, at)
 
     def mirror_content(self, trains: Sequence[str], platforms: Sequence[str], *, profile: str | None,
-                       components: Sequence[str], xz_preset: int | None) -> MirrorContent:
-        """The archives as served, each release's manifest bytes, and (online) the licence files."""
+                       components: Sequence[str], xz_preset: int | None,
+                       products: Sequence[str] = ()) -> MirrorContent:
+        """The archives as served, each release's manifest bytes, and (online) the licence files;
+        each ``--with`` product's the same, for its own folder."""
         if xz_preset is not None:
             raise UsageError("--xz-preset needs --source pypi: NVIDIA's archives are mirrored as served")
+        requests = parse_product_requests(products)
         releases: dict[str, tuple[Release, list[Plan]]] = {}
         for train in trains:
             release = self.release(train)
             if release.label not in releases:
-                releases[release.label] = (release, plan_release(release, platforms, profile=profile,
-                                                                 components=components))
-        copies = unique_copies([item for _r, plans in releases.values() for p in plans for item in p.items])
+                releases[release.label] = (release, self._plans(release, platforms, profile, components,
+                                                                requests))
+        plans = [p for _r, ps in releases.values() for p in ps]
+        content = self._content([r for r, _p in releases.values()],
+                                [i for p in plans for i in p.items if not i.product])
+        parts = []
+        for request in requests:
+            parts.append(ProductMirror(request.name, request.product.title, self._content(
+                self._product_releases(request, plans), [i for p in plans for i in p.items
+                                                         if i.product == request.name])))
+        return replace(content, products=tuple(parts))
+
+    def _content(self, releases: Sequence[Release], items: Sequence[PlannedArchive]) -> MirrorContent:
+        copies = unique_copies(items)
         documents, notes = ([], []) if self.where.offline else _licenses(
-            [r for r, _plans in releases.values()], {c.item.component for c in copies})
-        return MirrorContent(releases=tuple(releases), copies=copies, documents=tuple(documents),
-                             manifests=tuple(ServedManifest(r.label, r.data) for r, _p in releases.values()),
+            releases, {c.item.component for c in copies})
+        return MirrorContent(releases=tuple(r.label for r in releases), copies=copies,
+                             documents=tuple(documents),
+                             manifests=tuple(ServedManifest(r.label, r.data) for r in releases),
                              notes=tuple(notes))
+
+    def _product_releases(self, request: ProductRequest, plans: Sequence[Plan]) -> list[Release]:
+        """The releases of one product the plans picked, as served (one per label)."""
+        mapped = product_bases(self.trusted(), request.name, base_url=self._base_url(), trust=self.trust)
+        found: dict[str, Release] = {}
+        for plan in plans:
+            for p in plan.products:
+                if p.name == request.name and p.release not in found:
+                    data = self.index.manifest_bytes(p.base_url, p.release)
+                    manifest = parse_manifest(data, label=p.release,
+                                              source=join_url(p.base_url, f"redistrib_{p.release}.json"))
+                    found[p.release] = Release(p.release, p.base_url, mapped.archives, manifest, data)
+        return list(found.values())
 
 
 def _licenses(releases: Sequence[Release], wanted: set[str]) -> tuple[list[Document], list[str]]:

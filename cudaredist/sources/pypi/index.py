@@ -176,8 +176,10 @@ class WheelIndex:
             return data
         if is_local(page_url):
             return self.transport.get_bytes(page_url + "index.html")
-        data = self._get_page(root, page_url, name, quick=quick)
-        self.cache.store_index(root, key, data)
+        data = self.cache.fresh_index(root, key)
+        if data is None:
+            data = self._get_page(root, page_url, name, quick=quick)
+            self.cache.store_index(root, key, data)
         return data
 
     def _get_page(self, root: str, url: str, name: str, *, quick: bool = False) -> bytes:
@@ -382,16 +384,23 @@ def _plan_item(index: WheelIndex, name: str, specs: list[str], release: Release,
 
 
 def resolve_plan(index: WheelIndex, train: str, *, platform: str, profile: str | None = "nvcc",
-                 components: Sequence[str] = (), pre: bool = False) -> Plan:
+                 components: Sequence[str] = (), pre: bool = False,
+                 products: Sequence[str] = ()) -> Plan:
     """Resolve ``train`` on the index; select the wheels of ``profile`` (+ ``components``) for ``platform``.
 
     ``profile=None`` installs exactly ``components`` (extras, component names or wheel
     names). Every failure happens here, before any wheel is downloaded.
     """
+    from cudaredist.profiles import needed_components, parse_product_requests
+    from cudaredist.sources.pypi.products import plan_product
+
     data = index.data
     data.platform(platform)
+    requests = parse_product_requests(products)
     release = index.resolve(train, pre=pre)
     label = release.label
+    picked = [plan_product(index, r, platform=platform, cuda_release=label) for r in requests]
+    components = needed_components(requests, components, {r.name: r.release for r, _item in picked})
     notes: list[str] = []
     specs: list[ExtraSpec] = []
     if profile is not None:
@@ -419,7 +428,7 @@ def resolve_plan(index: WheelIndex, train: str, *, platform: str, profile: str |
     with ThreadPoolExecutor(min(8, len(wanted))) as pool:
         results = list(pool.map(lambda kv: _plan_item(index, kv[0], kv[1], release, platform, pre),
                                 wanted.items()))
-    items = tuple(item for item, _n in results)
+    items = tuple(item for item, _n in results) + tuple(item for _r, item in picked)
     for _item, extra_notes in results:
         notes.extend(extra_notes)
     present = {i.component for i in items}
@@ -428,14 +437,17 @@ def resolve_plan(index: WheelIndex, train: str, *, platform: str, profile: str |
     served = index.served.get(canonicalize_name(data.metapackage), index.index_url)
     return Plan(release=label, release_date=release.date, platform=platform, base_url=served,
                 profile=profile or "custom", items=items, source="pypi", notes=tuple(notes),
-                hashes_from=f"{served} ({index.trust.reason(served) or 'trusted by the caller'})")
+                hashes_from=f"{served} ({index.trust.reason(served) or 'trusted by the caller'})",
+                products=tuple(r for r, _item in picked))
 
 
 def resolve_plans(index: WheelIndex, train: str, platforms: Sequence[str], *, profile: str | None = "nvcc",
-                  components: Sequence[str] = (), pre: bool = False) -> list[Plan]:
+                  components: Sequence[str] = (), pre: bool = False,
+                  products: Sequence[str] = ()) -> list[Plan]:
     """One plan per platform, all of the release ``train`` resolves to (``lock`` and ``mirror``)."""
     # one index object: its project pages are read once, so every platform sees the same release
-    return [resolve_plan(index, train, platform=p, profile=profile, components=components, pre=pre)
+    return [resolve_plan(index, train, platform=p, profile=profile, components=components, pre=pre,
+                         products=products)
             for p in platforms]
 
 

@@ -60,14 +60,17 @@ class Packed:
     license_text: bytes   # the wheel's licence file (b"" if it has none)
 
 
-def archive_stem(component: str, platform: str, version: str) -> str:
-    return f"{component}-{platform}-{version}-archive"
+def archive_stem(component: str, platform: str, version: str, variant: str = "") -> str:
+    """NVIDIA's name; a product's archives name the CUDA variant they were built for
+    (``cudnn-linux-x86_64-9.27.0.42_cuda13-archive``)."""
+    return f"{component}-{platform}-{version}{'_' + variant if variant else ''}-archive"
 
 
-def relative_path(component: str, platform: str, version: str, data: WheelData | None = None) -> str:
+def relative_path(component: str, platform: str, version: str, data: WheelData | None = None,
+                  variant: str = "") -> str:
     """Where NVIDIA keeps this archive under the redist base."""
     ext = "zip" if (data or wheel_data()).platform(platform).is_windows else "tar.xz"
-    return f"{component}/{platform}/{archive_stem(component, platform, version)}.{ext}"
+    return f"{component}/{platform}/{archive_stem(component, platform, version, variant)}.{ext}"
 
 
 def archive_member(path: str, component: str) -> str:
@@ -133,11 +136,11 @@ def wheel_members(zf: zipfile.ZipFile, *, component: str, version: str, platform
 
 
 def repack(wheel: Path, dest: Path, *, component: str, version: str, platform: str, preset: int = 6,
-           data: WheelData | None = None) -> Packed:
+           data: WheelData | None = None, variant: str = "") -> Packed:
     """Write the redist archive of ``wheel`` to ``dest`` (the caller renames it into place)."""
     data = data or wheel_data()
     windows = data.platform(platform).is_windows
-    top = archive_stem(component, platform, version)
+    top = archive_stem(component, platform, version, variant)
     name = f"{top}.{'zip' if windows else 'tar.xz'}"
     try:
         zf = zipfile.ZipFile(wheel)

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from cudaredist.cache import Cache
 from cudaredist.fetch.transport import Transport
-from cudaredist.plan import Plan
+from cudaredist.plan import Plan, PlannedArchive
 from cudaredist.sources import Layout, Where
-from cudaredist.sources.mirroring import BuiltArchive, BuiltManifest, MirrorContent, unique_builds
+from cudaredist.sources.mirroring import (
+    BuiltArchive,
+    BuiltManifest,
+    MirrorContent,
+    ProductMirror,
+    unique_builds,
+)
 from cudaredist.sources.nvidia.manifest import check_relative_path
 from cudaredist.sources.pypi.index import WheelIndex, list_trains, resolve_plans
 from cudaredist.sources.pypi.wheels import member_mapper
@@ -22,6 +29,14 @@ LAYOUT = Layout(
     after=lambda item, platform, tree, paths: add_soname_links(
         tree, paths, component=item.component, archive=item.archive.filename),
 )
+
+
+def _build(item: PlannedArchive, platform: str, variant: str = "") -> BuiltArchive:
+    from cudaredist.sources.pypi.repack import relative_path
+
+    rel = check_relative_path(relative_path(item.component, platform, item.version, variant=variant),
+                              f"{item.component}.{platform}", item.archive.filename)
+    return BuiltArchive(item, platform, rel, variant)
 
 
 class PypiSource:
@@ -41,34 +56,55 @@ class PypiSource:
         return list_trains(self.index)
 
     def resolve(self, train: str, platforms: Sequence[str], *, profile: str | None,
-                components: Sequence[str]) -> list[Plan]:
-        return resolve_plans(self.index, train, platforms, profile=profile, components=components)
+                components: Sequence[str], products: Sequence[str] = ()) -> list[Plan]:
+        return resolve_plans(self.index, train, platforms, profile=profile, components=components,
+                             products=products)
 
     def relocate(self, plan: Plan) -> Plan:
         return plan  # a wheel is fetched from the URL the lock pins: no index, no base
 
     def mirror_content(self, trains: Sequence[str], platforms: Sequence[str], *, profile: str | None,
-                       components: Sequence[str], xz_preset: int | None) -> MirrorContent:
+                       components: Sequence[str], xz_preset: int | None,
+                       products: Sequence[str] = ()) -> MirrorContent:
         """A redist archive built from each wheel (:mod:`.repack`), listed in manifests written from
-        what was built."""
-        from cudaredist.sources.pypi.repack import relative_path
+        what was built; each ``--with`` product's wheels the same, in its own folder, named and
+        listed as NVIDIA lays a product out (per CUDA variant: ``_cuda13`` archives, ``cuda13`` keys)."""
+        from cudaredist.profiles import parse_product_requests
 
+        requests = parse_product_requests(products)
         by_release: dict[str, list[Plan]] = {}
         for train in trains:
-            plans = self.resolve(train, platforms, profile=profile, components=components)
+            plans = self.resolve(train, platforms, profile=profile, components=components, products=products)
             by_release.setdefault(plans[0].release, plans)
-        manifests: list[BuiltManifest] = []
+        preset = 6 if xz_preset is None else xz_preset
         notes: list[str] = []
+        toolkit: list[BuiltManifest] = []
+        parts: dict[str, dict[str, list[BuiltArchive]]] = {r.name: {} for r in requests}
+        dates: dict[tuple[str, str], str] = {}
         for plans in by_release.values():
             builds = []
             for plan in plans:
                 notes.extend(n for n in plan.notes if n not in notes)
+                variants = {p.name: p for p in plan.products}
                 for item in plan.items:
-                    rel = check_relative_path(relative_path(item.component, plan.platform, item.version),
-                                              f"{item.component}.{plan.platform}", item.archive.filename)
-                    builds.append(BuiltArchive(item, plan.platform, rel))
-            manifests.append(BuiltManifest(plans[0].release, plans[0].release_date, tuple(builds)))
-        return MirrorContent(releases=tuple(by_release),
-                             builds=unique_builds([b for m in manifests for b in m.archives]),
-                             manifests=tuple(manifests), notes=tuple(notes),
-                             xz_preset=6 if xz_preset is None else xz_preset)
+                    if not item.product:
+                        builds.append(_build(item, plan.platform))
+                        continue
+                    made = variants[item.product]
+                    parts[item.product].setdefault(made.release, []).append(
+                        _build(item, plan.platform, made.cuda_variant))
+                    dates[(item.product, made.release)] = made.release_date
+            toolkit.append(BuiltManifest(plans[0].release, plans[0].release_date, tuple(builds)))
+        content = MirrorContent(releases=tuple(by_release),
+                                builds=unique_builds([b for m in toolkit for b in m.archives]),
+                                manifests=tuple(toolkit), notes=tuple(notes), xz_preset=preset)
+        mirrors = []
+        for request in requests:
+            manifests = [BuiltManifest(label, dates[(request.name, label)], tuple(builds),
+                                       product=request.name)
+                         for label, builds in parts[request.name].items()]
+            mirrors.append(ProductMirror(request.name, request.product.title, MirrorContent(
+                releases=tuple(m.label for m in manifests),
+                builds=unique_builds([b for m in manifests for b in m.archives]),
+                manifests=tuple(manifests), xz_preset=preset)))
+        return replace(content, products=tuple(mirrors))

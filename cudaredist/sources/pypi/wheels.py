@@ -91,6 +91,8 @@ class WheelData:
     real_names: Mapping[str, str]
     platforms: Mapping[str, WheelPlatform]
     notes: tuple[Note, ...]
+    # component -> the wheel's top directory when it is not nvidia/<dir>/ (cuTENSOR's: cutensor/)
+    roots: Mapping[str, str] = field(default_factory=dict)
 
     def profile(self, name: str) -> WheelProfile:
         if name not in self.profiles:
@@ -164,7 +166,8 @@ def parse_wheel_data(raw: Mapping[str, Any]) -> WheelData:
     notes = tuple(Note(str(n["component"]), tuple(n.get("platforms", [])), str(n["text"]))
                   for n in raw.get("notes", []))
     return WheelData(str(raw.get("metapackage", "cuda-toolkit")), _profiles(raw.get("profiles", {})),
-                     packages, relocate, dict(raw.get("real_names", {})), platforms, notes)
+                     packages, relocate, dict(raw.get("real_names", {})), platforms, notes,
+                     {str(k): str(v) for k, v in raw.get("roots", {}).items()})
 
 
 @cache
@@ -239,10 +242,21 @@ def marker_env(platform: WheelPlatform, extra: str = "") -> dict[str, str]:
 
 def applies(req: Requirement, env: Mapping[str, str]) -> bool:
     """Whether ``req``'s environment marker holds for ``env`` (see :func:`marker_env`)."""
-    try:
-        return req.marker is None or req.marker.evaluate(dict(env))
-    except (UndefinedComparison, UndefinedEnvironmentName) as exc:
-        raise ManifestError(f"cannot evaluate the environment marker of {req}: {exc}") from exc
+    if req.marker is None:
+        return True
+    # a plan asks the same few markers of the same environment thousands of times (every extra of
+    # the metapackage for every component): packaging's evaluation is the slow part of a resolve
+    key = (str(req.marker), tuple(sorted(env.items())))
+    hit = _MARKERS.get(key)
+    if hit is None:
+        try:
+            hit = _MARKERS[key] = req.marker.evaluate(dict(env))
+        except (UndefinedComparison, UndefinedEnvironmentName) as exc:
+            raise ManifestError(f"cannot evaluate the environment marker of {req}: {exc}") from exc
+    return hit
+
+
+_MARKERS: dict[tuple[str, tuple[tuple[str, str], ...]], bool] = {}
 
 
 @dataclass(frozen=True)
@@ -388,6 +402,7 @@ def member_mapper(component: str, version: str, platform: str,
     plat = data.platform(platform)
     per_os = data.relocate.get(component, {})
     rules = (*per_os.get("windows" if plat.is_windows else "linux", ()), *per_os.get("all", ()))
+    root = data.roots.get(component)
 
     def mapper(clean: str) -> str | None:
         parts = clean.split("/")
@@ -398,9 +413,14 @@ def member_mapper(component: str, version: str, platform: str,
             if parts[1:2] == ["licenses"] and inner:
                 return f"licenses/{component}/{'/'.join(inner)}"
             return None
-        if parts[0] != "nvidia" or len(parts) < 3:
+        if root is not None and parts[0] == root and len(parts) >= 2:
+            rest = parts[1:]
+            if rest == ["LICENSE"] or rest == ["LICENSE.txt"]:
+                return tree_path(rest[0], component=component)
+        elif parts[0] != "nvidia" or len(parts) < 3:
             return None
-        rest = parts[2:]
+        else:
+            rest = parts[2:]
         if rest[0] in (".metadata", "__pycache__") or rest[-1] == "__init__.py":
             return None
         rel = "/".join(rest)

@@ -1,0 +1,83 @@
+"""Library products from a package index (``--source pypi --with cudnn``): NVIDIA's wheel of each
+product for the toolkit's CUDA major (``nvidia-cudnn-cu13``, ``nvidia-cudss-cu12``, ...; names in
+``[products.*]`` of profiles.toml), mapped into the same tree as the toolkit's wheels (I/O)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from packaging.version import Version
+
+from cudaredist.errors import FetchError, PlanError, ResolveError
+from cudaredist.plan import Archive, PlannedArchive, ProductRelease
+from cudaredist.profiles import ProductRequest
+from cudaredist.sources.pypi.simple import IndexFile
+from cudaredist.sources.pypi.wheels import parse_wheel_name, pick_wheel, wheel_platforms
+
+if TYPE_CHECKING:
+    from cudaredist.sources.pypi.index import WheelIndex
+
+LAYOUT = "wheel"
+
+
+def _label(version: Version) -> str:
+    """A product wheel's version as a release label: ``9.28.1.4`` -> ``9.28.1``, like the redist's."""
+    return ".".join(str(p) for p in (*version.release, 0, 0)[:3])
+
+
+def plan_product(index: WheelIndex, request: ProductRequest, *, platform: str,
+                 cuda_release: str) -> tuple[ProductRelease, PlannedArchive]:
+    """The newest wheel of the product for ``cuda_release``'s major that ``request`` allows and that
+    fits ``platform``; else a :class:`ResolveError` naming what the index has for that platform."""
+    from cudaredist.sources.pypi.index import _require_digest
+    product, major = request.product, cuda_release.split(".")[0]
+    name = product.wheel_name(major)
+    try:
+        files = index.files(name)
+    except FetchError as exc:
+        if exc.status != 404:
+            raise
+        raise ResolveError(
+            f"{product.title} for CUDA {major} is not on {index.index_url}: the index has no project "
+            f"{name} (NVIDIA's {product.title} wheel for CUDA {major}); use --source nvidia, or another "
+            "CUDA train", requested=str(request), where=index.index_url) from exc
+    by_version: dict[Version, list[IndexFile]] = {}
+    for f in files:
+        parsed = parse_wheel_name(f.filename)
+        if parsed is not None and parsed[0] == name and not parsed[1].is_prerelease:
+            by_version.setdefault(parsed[1], []).append(f)
+    plat = index.data.platform(platform)
+    allowed = [v for v in sorted(by_version, reverse=True) if request.matches(str(v))]
+    for version in allowed:
+        chosen = pick_wheel([f for f in by_version[version] if not f.yanked], plat)
+        if chosen is None:
+            continue
+        _require_digest(chosen)
+        component = product.specs[0].names[0]
+        url, fallbacks = chosen.url, tuple[str, ...]()
+        at_mirror = index.mirror_file(name, chosen.filename)
+        if at_mirror is not None:
+            url, fallbacks = at_mirror, (() if index.no_fallback else (chosen.url,))
+        item = PlannedArchive(component, str(version),
+                              Archive(chosen.filename, chosen.sha256, index.size(chosen)), url,
+                              layout=LAYOUT, fallback_urls=fallbacks, product=request.name)
+        served = index.served.get(name, index.index_url)
+        release = ProductRelease(request.name, _label(version), str(request), chosen.upload_time[:10],
+                                 served, f"cuda{major}")
+        return release, item
+    known = list(index.data.platforms.values())
+
+    def where(fs: list[IndexFile]) -> str:
+        return ", ".join(sorted({p for f in fs if (w := parse_wheel_name(f.filename))
+                                 for p in wheel_platforms(w[2], known)}))
+
+    fits = [f"{v} ({where(by_version[v])})" for v in sorted(by_version)]
+    asked = f" {request.spec}" if request.spec else ""
+    if not allowed:
+        raise ResolveError(
+            f"{product.title}{asked} has no wheel {name} on {index.index_url} for CUDA {major}; its "
+            f"releases there: {', '.join(str(v) for v in sorted(by_version, reverse=True)[:12]) or 'none'}",
+            requested=str(request), where=index.index_url)
+    raise PlanError(
+        f"{product.title}{asked} has no wheel {name} for {platform} on {index.index_url} (its wheels: "
+        f"{'; '.join(fits[-8:]) or 'none'})", component=name, release=cuda_release, platform=platform)

@@ -1,0 +1,134 @@
+"""A warm install asks no server: index pages and manifests fetched less than the index TTL ago
+answer for it (cache/store.py ``fresh_index``); ``--refresh``, a TTL of 0 or an older copy ask again."""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import respx
+
+from cudaredist.api import InstallRequest, install
+from cudaredist.cache import Cache
+from cudaredist.cache.store import ENV_INDEX_TTL, index_ttl_default
+from cudaredist.fetch.transport import Transport
+from cudaredist.sources import Where
+from cudaredist.sources.nvidia.index import LISTING, Index
+from tests.loopback import QuietHandler, serving
+from tests.sources.nvidia.test_index import BASE, _listing, _manifest
+
+Serve = Callable[[Path], str]
+
+
+@pytest.fixture
+def router() -> Iterator[respx.MockRouter]:
+    with respx.mock(assert_all_called=False, assert_all_mocked=True) as r:
+        yield r
+
+
+def _routes(router: respx.MockRouter) -> tuple[respx.Route, respx.Route]:
+    listing = router.get(BASE).mock(return_value=httpx.Response(200, text=_listing("13.0.1")))
+    manifest = router.get(f"{BASE}redistrib_13.0.1.json").mock(
+        return_value=httpx.Response(200, content=_manifest("13.0.1")))
+    return listing, manifest
+
+
+def _resolve(cache: Cache) -> str:
+    with Transport(httpx.Client()) as transport:
+        return Index(transport, cache).release("13.0", [BASE]).label
+
+
+def test_a_fresh_copy_answers_for_the_server(router: respx.MockRouter, tmp_path: Path) -> None:
+    listing, manifest = _routes(router)
+    assert _resolve(Cache(tmp_path / "c", index_ttl=600)) == "13.0.1"
+    assert (listing.call_count, manifest.call_count) == (1, 1)
+    assert _resolve(Cache(tmp_path / "c", index_ttl=600)) == "13.0.1"  # another run, same cache
+    assert (listing.call_count, manifest.call_count) == (1, 1)
+
+
+@pytest.mark.parametrize("age", [601.0, -120.0])  # older than the TTL; from the future (a clock set back)
+def test_a_copy_not_fresh_is_fetched_again(router: respx.MockRouter, tmp_path: Path, age: float) -> None:
+    listing, manifest = _routes(router)
+    cache = Cache(tmp_path / "c", index_ttl=600)
+    _resolve(cache)
+    for name in (LISTING, "redistrib_13.0.1.json"):
+        path = cache.index_dir(BASE) / name
+        os.utime(path, (time.time() - age, time.time() - age))
+    _resolve(cache)
+    assert (listing.call_count, manifest.call_count) == (2, 2)
+
+
+def test_without_a_ttl_every_run_asks(router: respx.MockRouter, tmp_path: Path) -> None:
+    listing, manifest = _routes(router)
+    _resolve(Cache(tmp_path / "c"))  # commands other than install: 0
+    _resolve(Cache(tmp_path / "c"))
+    assert (listing.call_count, manifest.call_count) == (2, 2)
+
+
+def test_the_ttl_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV_INDEX_TTL, raising=False)
+    assert index_ttl_default() == 600.0
+    for raw, want in (("0", 0.0), ("30", 30.0), ("-5", 0.0), ("soon", 600.0)):
+        monkeypatch.setenv(ENV_INDEX_TTL, raw)
+        assert index_ttl_default() == want
+
+
+class _Counting(QuietHandler):
+    def __init__(self, *args: object, seen: list[str], **kw: object) -> None:
+        self.seen = seen
+        super().__init__(*args, **kw)  # type: ignore[arg-type]
+
+    def do_GET(self) -> None:
+        self.seen.append(self.path)
+        super().do_GET()
+
+
+def _install(base: str, prefix: Path, cache: Path, *, refresh: bool = False) -> None:
+    out = install(InstallRequest(trains=("13.0",), prefix=prefix, platform="linux-x86_64", cache_dir=cache,
+                                 refresh=refresh, where=Where(base_url=base)))
+    assert not out.failed and not out.done[0].noop
+
+
+def test_a_warm_install_asks_no_server_and_refresh_asks(mirror: Path, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV_INDEX_TTL, raising=False)
+    seen: list[str] = []
+    with serving(functools.partial(_Counting, directory=str(mirror), seen=seen)) as base:
+        _install(base, tmp_path / "p1", tmp_path / "cache")
+        assert any(p.endswith(".json") for p in seen)
+        seen.clear()
+        _install(base, tmp_path / "p2", tmp_path / "cache")  # a fresh prefix from a warm cache
+        assert seen == []
+        _install(base, tmp_path / "p3", tmp_path / "cache", refresh=True)
+        assert "/redistrib_13.0.1.json" in seen and "/" in seen
+        seen.clear()
+        monkeypatch.setenv(ENV_INDEX_TTL, "0")
+        _install(base, tmp_path / "p4", tmp_path / "cache")
+        assert "/redistrib_13.0.1.json" in seen
+
+
+def test_the_package_index_pages_are_fresh_for_the_ttl(tmp_path: Path) -> None:
+    from cudaredist.sources.pypi import index as pypi
+    from tests.sources.pypi.test_pypi_source import INDEX, FakeIndex, add_release_13_0, transport
+
+    fake = FakeIndex()
+    with respx.mock(assert_all_called=False) as router:
+        fake.mount(router)
+        add_release_13_0(fake)
+
+        def plan(ttl: float) -> object:
+            idx = pypi.WheelIndex(transport(), Cache(tmp_path / "c", index_ttl=ttl), index_url=INDEX)
+            return pypi.resolve_plan(idx, "13.0", platform="linux-x86_64")
+
+        first = plan(600)
+        pages = [u for u in fake.requests if "/simple/" in u]
+        assert pages
+        assert plan(600) == first
+        assert [u for u in fake.requests if "/simple/" in u] == pages  # no page asked again
+        plan(0)
+        assert len([u for u in fake.requests if "/simple/" in u]) == 2 * len(pages)
