@@ -16,4 +16,4 @@ echo "== cuBLAS program"; $T/bin/nvcc -arch=sm_90 -o $W/gemm $K/gemm.cu -lcublas
 LD_LIBRARY_PATH=$T/lib64 ldd $W/gemm | grep -E "cublas|cudart" || true
 LD_LIBRARY_PATH=$T/lib64 $W/gemm
 echo "== PyTorch extension"; mkdir -p $W/build
-time env CUDA_HOME=$T PATH=$T/bin:$PATH TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 /opt/torch/.venv/bin/python $K/ext_test.py $W/build
+time env CUDA_HOME=$T PATH=$T/bin:$PATH TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 /opt/torch/.venv/bin/python $K/check_extension.py $W/build
