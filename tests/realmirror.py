@@ -5,8 +5,7 @@ component wheels from PyPI, re-packed as redist archives) for linux-x86_64 and
 windows-x86_64, into a session temp dir. The wheels go through cudaredist's download cache:
 ``$CUDAREDIST_TEST_CACHE`` when set (kept across sessions: a warm rerun needs only PyPI's
 index pages), else a session temp dir. ``real_mirror_1302_libs`` completes a hard-linked copy of
-it with the linux-x86_64 libraries that the `build` profile and PyTorch's headers need (cuRAND,
-NVRTC, cuBLAS, cuSPARSE, cuSOLVER: 0.9 GB of wheels). Import the fixtures into a test module (the
+it with the linux-x86_64 libraries that the `build` profile needs (cuRAND, NVRTC). Import the fixtures into a test module (the
 mirror fixture needs the cache fixture in the module too)::
 
     from tests.realmirror import real_mirror_1302, real_wheel_cache  # noqa: F401
@@ -122,14 +121,16 @@ XZ_PRESET_LIBS = "0"
 @pytest.fixture(scope="session")
 def real_mirror_1302_libs(tmp_path_factory: pytest.TempPathFactory, real_wheel_cache: Path,
                           real_mirror_1302: Path) -> Path:
-    """linux-x86_64 of 13.0.2 for the `build` profile (nvcc + NVRTC, cuRAND) and TORCH_HEADER_LIBS:
-    real_mirror_1302, hard-linked (its archives verify and stay), completed with those."""
+    """linux-x86_64 of 13.0.2 for the `build` profile (nvcc + NVRTC, cuRAND): real_mirror_1302,
+    hard-linked (its archives verify and stay), completed with those. (Not TORCH_HEADER_LIBS: re-packing
+    cuBLAS/cuSPARSE/cuSOLVER's fatbins into xz took ~190 s of a CI run; the torch-headers compile uses
+    the wheels, and test_mirror_installs_the_tree_the_wheels_install shows both routes give one tree.)"""
 
     def make(d: Path) -> Path:
         root = d / "mirror"
         shutil.copytree(real_mirror_1302, root, copy_function=os.link)
         return _build_mirror(root, real_wheel_cache, platforms=("linux-x86_64",), profile="build",
-                             components=TORCH_HEADER_LIBS, preset=XZ_PRESET_LIBS)
+                             preset=XZ_PRESET_LIBS)
 
     return _once(tmp_path_factory, "real-mirror-1302-libs", make)
 

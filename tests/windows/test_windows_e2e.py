@@ -321,7 +321,9 @@ def test_source_pypi(env: dict[str, str], tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     given = os.environ.get(CACHE_VAR)
     if given and Path(given).is_dir():
-        shutil.copytree(given, cache)  # the wheels are there already; PyPI serves the index pages
+        # the wheels are there already (PyPI serves the index pages); not the unpacked entries, which
+        # hold every big library other tests installed (GBs copied for nothing)
+        shutil.copytree(given, cache, ignore=shutil.ignore_patterns("unpacked", "tmp", "locks"))
     prefix = tmp_path / "cuda pypi"
     r = cli("install", "13.0.2", "--source", "pypi", "--prefix", str(prefix),
             env=env | {"CUDAREDIST_CACHE_DIR": str(cache)})

@@ -28,6 +28,13 @@ from tests.conftest import SHARED_MANIFESTS
 PRODUCTS = ("cudnn", "cutensor", "cusparselt", "cudss")
 
 
+@pytest.fixture(autouse=True)
+def _linux_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These cases read NVIDIA's linux-x86_64 layout where no --platform is given: the host counts as a
+    linux-x86_64 one whatever runs them (the Windows CPython included)."""
+    monkeypatch.setattr("cudaredist.profiles.host_platform", lambda *_a, **_k: "linux-x86_64")
+
+
 def _files(sub: str = "") -> list[Path]:
     d = SHARED_MANIFESTS / sub if sub else SHARED_MANIFESTS
     return sorted(d.glob("redistrib_*.json")) or [d / "redistrib_absent.json"]  # keeps tests collected
@@ -43,9 +50,10 @@ def nvbase(shared_manifests: Path, tmp_path: Path) -> Path:
     compute = tmp_path / "compute"
     (compute / "cuda" / "redist").mkdir(parents=True)
     for f in shared_manifests.glob("redistrib_*.json"):
-        shutil.copy(f, compute / "cuda" / "redist" / f.name)
-    for product in PRODUCTS:
-        shutil.copytree(shared_manifests / product, compute / product / "redist")
+        shutil.copyfile(f, compute / "cuda" / "redist" / f.name)
+    for product in PRODUCTS:  # contents only: a read-only mode copied along cannot be deleted on Windows
+        shutil.copytree(shared_manifests / product, compute / product / "redist",
+                        copy_function=shutil.copyfile)
     return compute / "cuda" / "redist"
 
 
