@@ -5,8 +5,8 @@ component wheels from PyPI, re-packed as redist archives) for linux-x86_64 and
 windows-x86_64, into a session temp dir. The wheels go through cudaredist's download cache:
 ``$CUDAREDIST_TEST_CACHE`` when set (kept across sessions: a warm rerun needs only PyPI's
 index pages), else a session temp dir. ``real_mirror_1302_libs`` completes a hard-linked copy of
-it with the linux-x86_64 libraries that the `build` profile needs (cuRAND, NVRTC). Import the fixtures into a test module (the
-mirror fixture needs the cache fixture in the module too)::
+it with the linux-x86_64 libraries that the `build` profile needs (cuRAND, NVRTC). Import the
+fixtures into a test module (the mirror fixture needs the cache fixture in the module too)::
 
     from tests.realmirror import real_mirror_1302, real_wheel_cache  # noqa: F401
 """
