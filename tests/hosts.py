@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import platform
 import stat
 import sys
 import tempfile
@@ -21,6 +22,12 @@ import pytest
 
 WINDOWS = os.name == "nt"
 UNDER_WINE = WINDOWS and os.environ.get("UNDER_WINE") == "1"
+
+
+def require_linux_x86_64() -> None:
+    """Skip the calling test module unless this host runs linux-x86_64 NVIDIA binaries."""
+    if not (sys.platform == "linux" and platform.machine().lower() in ("x86_64", "amd64")):
+        pytest.skip("linux-x86_64 NVIDIA binaries run only on a linux-x86_64 host", allow_module_level=True)
 
 
 def posix_only(why: str) -> pytest.MarkDecorator:

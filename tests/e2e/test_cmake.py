@@ -5,7 +5,6 @@ cudaredist-made mirror of real NVIDIA binaries, served by nginx."""
 from __future__ import annotations
 
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from cudaredist.envexport import quote_sh
+from tests.hosts import require_linux_x86_64
 from tests.realmirror import (  # noqa: F401  (fixtures)
     host_free_env,
     nginx_serve,
@@ -29,8 +29,7 @@ PROJECT = Path(__file__).resolve().parent / "cmake_project"
 # [test] extra installs one from PyPI next to this interpreter
 MIN_CMAKE = (3, 25)
 
-if not (sys.platform == "linux" and platform.machine().lower() in ("x86_64", "amd64")):
-    pytest.skip("linux-x86_64 NVIDIA binaries run only on a linux-x86_64 host", allow_module_level=True)
+require_linux_x86_64()
 
 
 def find_cmake() -> tuple[str, str]:

@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.test_cmake import find_cmake, generator
+from tests.hosts import require_linux_x86_64
 from tests.realmirror import (  # noqa: F401  (fixtures)
     host_free_env,
     real_mirror_1302,
@@ -32,8 +31,7 @@ from tests.realmirror import (  # noqa: F401  (fixtures)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.pypi]
 
-if not (sys.platform == "linux" and platform.machine().lower() in ("x86_64", "amd64")):
-    pytest.skip("linux-x86_64 NVIDIA binaries run only on a linux-x86_64 host", allow_module_level=True)
+require_linux_x86_64()
 
 # FindCUDAToolkit's section -> the redist component that ships its libraries (CUDA 13 names;
 # None: no CUDA 13 component has it).

@@ -16,7 +16,6 @@ from it, the pypi route installs the same release's wheels from the same downloa
 from __future__ import annotations
 
 import json
-import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from tests.hosts import require_linux_x86_64
 from tests.realmirror import (  # noqa: F401  (fixtures)
     host_free_env,
     real_mirror_1302,
@@ -33,8 +33,7 @@ from tests.realmirror import (  # noqa: F401  (fixtures)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.pypi]
 
-if not (sys.platform == "linux" and platform.machine().lower() in ("x86_64", "amd64")):
-    pytest.skip("linux-x86_64 NVIDIA binaries run only on a linux-x86_64 host", allow_module_level=True)
+require_linux_x86_64()
 
 _trees: dict[str, Path] = {}
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import platform
 import subprocess
 import sys
 import sysconfig
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.hosts import require_linux_x86_64
 from tests.realmirror import (  # noqa: F401  (fixtures)
     TORCH_HEADER_LIBS,
     _once,
@@ -36,8 +36,7 @@ from tests.realmirror import (  # noqa: F401  (fixtures)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.pypi]
 
-if not (sys.platform == "linux" and platform.machine().lower() in ("x86_64", "amd64")):
-    pytest.skip("linux-x86_64 NVIDIA binaries run only on a linux-x86_64 host", allow_module_level=True)
+require_linux_x86_64()
 
 TORCH = "2.13.0"  # the CPU wheel the machine image holds (pip finds it on disk)
 TU = "#include <torch/extension.h>\n#include <ATen/cuda/CUDAContext.h>\n"

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import respx
 from typer.testing import CliRunner, Result
 
 from cudaredist.cli import app
@@ -44,14 +42,6 @@ def add_release_13_0(index: FakeIndex) -> None:
     index.add_wheel("nvidia_cuda_nvrtc", "13.0.88", LINUX_TAG,
                     {f"{CU}/lib/libnvrtc.so.13": fake_elf("libnvrtc.so.13")})
     index.add_wheel("nvidia_cuda_nvrtc", "13.0.88", WIN_TAG, {f"{CU}/bin/x86_64/nvrtc64_130_0.dll": b"MZ"})
-
-
-@pytest.fixture
-def fake_index() -> Iterator[FakeIndex]:
-    idx = FakeIndex()
-    with respx.mock(assert_all_called=False) as router:
-        idx.mount(router)
-        yield idx
 
 
 def add_cudss(index: FakeIndex) -> None:

@@ -10,7 +10,6 @@ import os
 import re
 import struct
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -238,14 +237,6 @@ def add_release_13_0(index: FakeIndex, *, windows: bool = True) -> None:
             index.add_wheel(dist, ver, WIN_TAG, files)
     # an older build of the same component must not be chosen over the pinned one
     index.add_wheel("nvidia_cuda_runtime", "13.0.48", LINUX_TAG, {f"{cu}/include/old.h": b""})
-
-
-@pytest.fixture
-def fake_index() -> Iterator[FakeIndex]:
-    idx = FakeIndex()
-    with respx.mock(assert_all_called=False) as router:
-        idx.mount(router)
-        yield idx
 
 
 def transport() -> Transport:
