@@ -357,6 +357,15 @@ class Cache:
         return out
 
     # -- index pages and manifests (for --offline) ---------------------------------------------
+    def index_page(self, base_url: str, name: str, fetch: Callable[[], bytes]) -> bytes:
+        """``name`` from ``base_url``: the stored copy while it is fresh (:meth:`fresh_index`), else
+        ``fetch()``'s bytes, stored for later runs and ``--offline``."""
+        data = self.fresh_index(base_url, name)
+        if data is None:
+            data = fetch()
+            self.store_index(base_url, name, data)
+        return data
+
     def store_index(self, base_url: str, name: str, data: bytes) -> None:
         d = self.index_dir(base_url)
         with self.lock(f"index-{d.name}"):  # a clear removes the folder under this lock

@@ -108,10 +108,7 @@ class Index:
             if not d.is_dir():
                 raise FetchError(f"the base directory {d} does not exist", url=base)
             return labels_from_names(os.listdir(d))
-        data = self.cache.fresh_index(base, LISTING)
-        if data is None:
-            data = self.transport.get_bytes(base, quick=quick)
-            self.cache.store_index(base, LISTING, data)
+        data = self.cache.index_page(base, LISTING, lambda: self.transport.get_bytes(base, quick=quick))
         return labels_from_listing(data.decode("utf-8", "replace"))
 
     def _cached_labels(self, base: str) -> list[str]:
@@ -142,11 +139,7 @@ class Index:
             return data
         if is_local(base):
             return self.transport.get_bytes(url, quick=quick)
-        data = self.cache.fresh_index(base, name)
-        if data is None:
-            data = self.transport.get_bytes(url, quick=quick)
-            self.cache.store_index(base, name, data)
-        return data
+        return self.cache.index_page(base, name, lambda: self.transport.get_bytes(url, quick=quick))
 
     def manifest(self, base: str, label: str) -> Manifest:
         return parse_manifest(self.manifest_bytes(base, label), label=label,

@@ -176,11 +176,7 @@ class WheelIndex:
             return data
         if is_local(page_url):
             return self.transport.get_bytes(page_url + "index.html")
-        data = self.cache.fresh_index(root, key)
-        if data is None:
-            data = self._get_page(root, page_url, name, quick=quick)
-            self.cache.store_index(root, key, data)
-        return data
+        return self.cache.index_page(root, key, lambda: self._get_page(root, page_url, name, quick=quick))
 
     def _get_page(self, root: str, url: str, name: str, *, quick: bool = False) -> bytes:
         try:
