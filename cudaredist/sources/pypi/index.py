@@ -187,6 +187,20 @@ class WheelIndex:
             raise FetchError(f"the index {root} has no project {name} (HTTP 404 for {url})",
                              url=url, status=404) from exc
 
+    def wheel_urls(self, project: str, chosen: IndexFile, needed_by: str, *, release: str,
+                   platform: str) -> tuple[str, tuple[str, ...]]:
+        """Where ``chosen`` is fetched from and its fallbacks: the mirror's copy first (its bytes are
+        checked against the index's sha256), the index's URL after it unless --no-fallback, which
+        refuses a wheel the mirror does not list."""
+        at_mirror = self.mirror_file(project, chosen.filename)
+        if at_mirror is not None:
+            return at_mirror, (() if self.no_fallback else (chosen.url,))
+        if self.no_fallback and self.served.get(canonicalize_name(project)) != self.mirror_url:
+            raise PlanError(f"the mirror {self.mirror_url} does not list {chosen.filename} (needed by "
+                            f"{needed_by}), and --no-fallback forbids {chosen.url}",
+                            component=project, release=release, platform=platform)
+        return chosen.url, ()
+
     def mirror_file(self, project: str, filename: str) -> str | None:
         """Where the plain-HTTP mirror serves ``filename`` (its page gives URLs only), or None."""
         mirror = self.mirror_url
@@ -366,14 +380,8 @@ def _plan_item(index: WheelIndex, name: str, specs: list[str], release: Release,
             platform=platform)
     _require_digest(chosen)
     comp = component_for(name, release.label, data)
-    url, fallbacks = chosen.url, tuple[str, ...]()
-    at_mirror = index.mirror_file(name, chosen.filename)
-    if at_mirror is not None:  # the mirror's bytes, checked against the index's sha256
-        url, fallbacks = at_mirror, (() if index.no_fallback else (chosen.url,))
-    elif index.no_fallback and index.served.get(name) != index.mirror_url:
-        raise PlanError(f"the mirror {index.mirror_url} does not list {chosen.filename} (needed by "
-                        f"{data.metapackage} {release.label}), and --no-fallback forbids {chosen.url}",
-                        component=name, release=release.label, platform=platform)
+    url, fallbacks = index.wheel_urls(name, chosen, f"{data.metapackage} {release.label}",
+                                      release=release.label, platform=platform)
     item = PlannedArchive(comp, version, Archive(chosen.filename, chosen.sha256, index.size(chosen)),
                           url, layout=LAYOUT, fallback_urls=fallbacks)
     return item, notes

@@ -54,10 +54,8 @@ def plan_product(index: WheelIndex, request: ProductRequest, *, platform: str,
             continue
         _require_digest(chosen)
         component = product.specs[0].names[0]
-        url, fallbacks = chosen.url, tuple[str, ...]()
-        at_mirror = index.mirror_file(name, chosen.filename)
-        if at_mirror is not None:
-            url, fallbacks = at_mirror, (() if index.no_fallback else (chosen.url,))
+        url, fallbacks = index.wheel_urls(name, chosen, f"{product.title} {version}",
+                                          release=cuda_release, platform=platform)
         item = PlannedArchive(component, str(version),
                               Archive(chosen.filename, chosen.sha256, index.size(chosen)), url,
                               layout=LAYOUT, fallback_urls=fallbacks, product=request.name)
