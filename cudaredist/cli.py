@@ -200,6 +200,14 @@ def trains(
                 typer.echo(f"{row['train']:<6} {row['release']:<9} {row['release_date']}")
 
 
+def _xz_preset(value: str | None) -> int | str | None:
+    if value is None or value == "store":
+        return value
+    if value.isdigit() and 0 <= int(value) <= 9:
+        return int(value)
+    raise typer.BadParameter(f"{value!r} is not a preset: give 0-9 (6 is xz's default) or store")
+
+
 @app.command("mirror")
 def mirror_cmd(
     train_list: Annotated[list[str], typer.Argument(
@@ -223,9 +231,11 @@ def mirror_cmd(
     as_json: JsonOpt = False,
     source: SourceOpt = "nvidia",
     index_url: IndexUrlOpt = None,
-    xz_preset: Annotated[int | None, typer.Option(
-        "--xz-preset", min=0, max=9, help="--source pypi: xz preset of the .tar.xz archives (the deflate "
-                                          "level of the .zip ones, 1 at least).  [default: 6]",
+    xz_preset: Annotated[str | None, typer.Option(
+        "--xz-preset", metavar="0-9|store", callback=_xz_preset,
+        help="--source pypi: xz preset of the .tar.xz archives (the deflate level of the .zip ones, 1 at "
+             "least); store: no compression (LZMA2's stored chunks, stored zip members): for the GB of "
+             "cuBLAS, cuSPARSE, cuSOLVER ... it packs at disk speed, where xz takes minutes.  [default: 6]",
         show_default=False)] = None,
 ) -> None:
     """Write a mirror laid out like NVIDIA's redist site (index.html, manifests as served, archives

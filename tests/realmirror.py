@@ -114,25 +114,38 @@ LABEL_134 = "13.4.3"
 # What ATen/cuda/CUDAContext.h includes beyond the nvcc profile (cusparse.h, cublas_v2.h, cublasLt.h,
 # cusolverDn.h): the part of the torch profile tests/e2e/test_torch_headers.py installs.
 TORCH_HEADER_LIBS = ("libcublas", "libcusparse", "libcusolver")
-# Their wheels hold compressed fatbins, which xz cannot shrink: preset 0 packs them twice as fast
-XZ_PRESET_LIBS = "0"
 
 
 @pytest.fixture(scope="session")
 def real_mirror_1302_libs(tmp_path_factory: pytest.TempPathFactory, real_wheel_cache: Path,
                           real_mirror_1302: Path) -> Path:
     """linux-x86_64 of 13.0.2 for the `build` profile (nvcc + NVRTC, cuRAND): real_mirror_1302,
-    hard-linked (its archives verify and stay), completed with those. (Not TORCH_HEADER_LIBS: re-packing
-    cuBLAS/cuSPARSE/cuSOLVER's fatbins into xz took ~190 s of a CI run; the torch-headers compile uses
-    the wheels, and test_mirror_installs_the_tree_the_wheels_install shows both routes give one tree.)"""
+    hard-linked (its archives verify and stay), completed with those, stored (``--xz-preset store``,
+    as real_mirror_1302_torch_libs)."""
 
     def make(d: Path) -> Path:
         root = d / "mirror"
         shutil.copytree(real_mirror_1302, root, copy_function=os.link)
         return _build_mirror(root, real_wheel_cache, platforms=("linux-x86_64",), profile="build",
-                             preset=XZ_PRESET_LIBS)
+                             preset="store")
 
     return _once(tmp_path_factory, "real-mirror-1302-libs", make)
+
+
+@pytest.fixture(scope="session")
+def real_mirror_1302_torch_libs(tmp_path_factory: pytest.TempPathFactory, real_wheel_cache: Path,
+                                real_mirror_1302: Path) -> Path:
+    """linux-x86_64 of 13.0.2: real_mirror_1302 (hard-linked) completed with TORCH_HEADER_LIBS, packed
+    with ``--xz-preset store``: 1.0 GB of archives, which xz's preset 0 packs at ~6 MB/s (~190 s of
+    a CI run); stored, in ~10 s."""
+
+    def make(d: Path) -> Path:
+        root = d / "mirror"
+        shutil.copytree(real_mirror_1302, root, copy_function=os.link)
+        return _build_mirror(root, real_wheel_cache, platforms=("linux-x86_64",),
+                             components=TORCH_HEADER_LIBS, preset="store")
+
+    return _once(tmp_path_factory, "real-mirror-1302-torch-libs", make)
 
 
 def _build_mirror(root: Path, real_wheel_cache: Path, label: str = LABEL,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import lzma
 import os
 import re
 import subprocess
@@ -362,12 +363,24 @@ def test_wheel_mirror_is_shaped_like_nvidias(wheels: FakeIndex, tmp_path: Path) 
     assert top + "bin/x64/cudart64_13.dll" in names and top + "lib/x64/cudart.lib" in names
 
 
+@pytest.mark.parametrize("preset", ["6", "store"])
 @pytest.mark.parametrize("platform", ["linux-x86_64", "windows-x86_64"])
-def test_wheel_mirror_installs_the_tree_the_wheels_install(platform: str, wheels: FakeIndex,
+def test_wheel_mirror_installs_the_tree_the_wheels_install(platform: str, preset: str, wheels: FakeIndex,
                                                            tmp_path: Path) -> None:
     add_release_13_0(wheels)
     out = tmp_path / "out"
-    wheel_mirror(out, "-p", platform)
+    report = wheel_mirror(out, "-p", platform, "--xz-preset", preset)
+    if preset == "store":  # nothing compressed: the archives hold their members' bytes as they are
+        import zipfile
+
+        for a in report["archives"]:
+            path = out / a["relative_path"]
+            if path.suffix == ".zip":
+                with zipfile.ZipFile(path) as zf:
+                    assert {i.compress_type for i in zf.infolist()} == {zipfile.ZIP_STORED}
+            else:
+                body = lzma.decompress(path.read_bytes())
+                assert len(body) < path.stat().st_size < len(body) + 128 + len(body) // 1000
     redist, from_wheels = tmp_path / "from the mirror", tmp_path / "from the wheels"
     r = cli("install", "13.0", "--base-url", str(out), "--prefix", str(redist), "-p", platform, "-q")
     assert r.exit_code == 0, r.output

@@ -153,7 +153,7 @@ def _still_good(out: Path, entry: dict[str, Any], comp: dict[str, Any]) -> bool:
 
 def build_archives(out: Path, builds: Sequence[BuiltArchive], *,
                    fetch: Callable[[PlannedArchive], tuple[Path, bool]], reporter: Reporter, jobs: int,
-                   preset: int, report: MirrorReport) -> dict[str, Made]:
+                   preset: int | str, report: MirrorReport) -> dict[str, Made]:
     """Each redist archive re-packed from its wheel, and the licence files the wheels carry.
 
     An archive that already verifies against a manifest of the mirror is kept as it is: a re-run

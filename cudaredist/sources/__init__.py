@@ -100,7 +100,7 @@ class Source(Protocol):
         ...
 
     def mirror_content(self, trains: Sequence[str], platforms: Sequence[str], *, profile: str | None,
-                       components: Sequence[str], xz_preset: int | None,
+                       components: Sequence[str], xz_preset: int | str | None,
                        products: Sequence[str] = ()) -> MirrorContent:
         """What a redist-shaped mirror of ``trains`` holds (:mod:`cudaredist.publish.mirror` writes it)."""
         ...

@@ -77,7 +77,8 @@ class MirrorContent:
     documents: tuple[Document, ...] = ()
     manifests: tuple[ServedManifest | BuiltManifest, ...] = ()
     notes: tuple[str, ...] = ()
-    xz_preset: int = 6   # of the built .tar.xz archives (the deflate level of .zip ones, 1 at least)
+    # of the built .tar.xz archives (the deflate level of .zip ones, 1 at least), or "store"
+    xz_preset: int | str = 6
     # --with products: each a mirror of its own in the product's folder (see products.product_dir)
     products: tuple[ProductMirror, ...] = ()
 

@@ -1,6 +1,7 @@
 """PyTorch's CUDA headers compile against a tree: nvcc compiles a translation unit that includes
 ``torch/extension.h`` and ``ATen/cuda/CUDAContext.h`` with the CPU PyTorch wheel's headers, against
-a CUDA 13.0.2 tree from NVIDIA's wheels (--source pypi), and every CUDA header it reads comes from that tree.
+CUDA 13.0.2 trees from both sources (NVIDIA's wheels with --source pypi; a redist mirror of them, the
+fatbin-heavy libraries packed with ``--xz-preset store``), and every CUDA header it reads comes from the tree.
 
 The tree is the nvcc profile plus what CUDAContext.h includes beyond it (cuBLAS, cuSPARSE,
 cuSOLVER: ``TORCH_HEADER_LIBS``), all of them components of the `torch` profile; the test checks
@@ -30,6 +31,7 @@ from tests.realmirror import (  # noqa: F401  (fixtures)
     _once,
     host_free_env,
     real_mirror_1302,
+    real_mirror_1302_torch_libs,
     real_wheel_cache,
     run_cudaredist,
 )
@@ -96,8 +98,9 @@ def _deps(work: Path) -> list[Path]:
     return [Path(os.path.realpath(work / p)) for p in text.split(":", 1)[1].split()]
 
 
-def test_torch_extension_headers_compile_against_the_wheels_tree(real_wheel_cache: Path,  # noqa: F811
-                                                                 torch_include: Path, tmp_path: Path) -> None:
+def test_torch_extension_headers_compile_against_both_trees(real_wheel_cache: Path,  # noqa: F811
+                                                            real_mirror_1302_torch_libs: Path,  # noqa: F811
+                                                            torch_include: Path, tmp_path: Path) -> None:
     if not (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file():
         _missing(f"no Python.h in {sysconfig.get_paths()['include']} (torch/extension.h includes it)")
     torch_profile = next(p for p in json.loads(run_cudaredist("profiles", "--json", env=host_free_env(
@@ -105,10 +108,8 @@ def test_torch_extension_headers_compile_against_the_wheels_tree(real_wheel_cach
     in_profile = {alt for c in torch_profile["components"] for alt in c["alternatives"]}
     assert set(TORCH_HEADER_LIBS) <= in_profile, in_profile
 
-    # the wheels only: a redist mirror of cuBLAS/cuSPARSE/cuSOLVER costs ~190 s of xz per CI run, and
-    # tests/e2e/test_redist_install.py::test_mirror_installs_the_tree_the_wheels_install: one tree either way
-    sources = ("pypi",)
-    trees = {s: _install(s, tmp_path / "unused", real_wheel_cache, tmp_path / s / "cuda-13.0")
+    sources = ("nvidia", "pypi")
+    trees = {s: _install(s, real_mirror_1302_torch_libs, real_wheel_cache, tmp_path / s / "cuda-13.0")
              for s in sources}
     env = host_free_env(real_wheel_cache)
 

@@ -150,7 +150,7 @@ class NvidiaSource:
         return with_bases(plan, bases, at)
 
     def mirror_content(self, trains: Sequence[str], platforms: Sequence[str], *, profile: str | None,
-                       components: Sequence[str], xz_preset: int | None,
+                       components: Sequence[str], xz_preset: int | str | None,
                        products: Sequence[str] = ()) -> MirrorContent:
         """The archives as served, each release's manifest bytes, and (online) the licence files;
         each ``--with`` product's the same, for its own folder."""

@@ -22,10 +22,11 @@ import tarfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, cast
 
 from cudaredist.errors import PlanError, UnsafeArchiveError
 from cudaredist.sources.pypi.wheels import WheelData, member_mapper, parse_metadata, wheel_data
+from cudaredist.sources.pypi.xzstore import StoredXZWriter
 from cudaredist.tree.paths import clean_member
 from cudaredist.tree.sonames import chain_links, read_soname
 
@@ -34,6 +35,10 @@ MTIME = 946684800
 ZIP_DATE = (2000, 1, 1, 0, 0, 0)
 CHUNK = 1 << 20
 SMALL_LIMIT = 4 << 20  # METADATA and licence files are read whole; a bigger one is not a text file
+# xz's preset 0-9, or "store": xz streams of LZMA2's uncompressed chunks and zips of stored members
+# (cudaredist.sources.pypi.xzstore), packed at disk speed
+XzPreset = int | str
+STORE = "store"
 
 
 @dataclass(frozen=True)
@@ -135,7 +140,7 @@ def wheel_members(zf: zipfile.ZipFile, *, component: str, version: str, platform
     return sorted(members.values(), key=lambda m: archive_member(m.path, component))
 
 
-def repack(wheel: Path, dest: Path, *, component: str, version: str, platform: str, preset: int = 6,
+def repack(wheel: Path, dest: Path, *, component: str, version: str, platform: str, preset: XzPreset = 6,
            data: WheelData | None = None, variant: str = "") -> Packed:
     """Write the redist archive of ``wheel`` to ``dest`` (the caller renames it into place)."""
     data = data or wheel_data()
@@ -153,7 +158,8 @@ def repack(wheel: Path, dest: Path, *, component: str, version: str, platform: s
             summary, license_, license_text = _about(zf, members, component)
             with open(dest, "wb") as out:
                 if windows:
-                    _write_zip(zf, members, top, component, out, level=min(9, max(1, preset)), name=name)
+                    _write_zip(zf, members, top, component, out, name=name,
+                               level=None if preset == STORE else min(9, max(1, int(preset))))
                 else:
                     _write_tar(zf, members, top, component, out, preset=preset)
         except (zipfile.BadZipFile, EOFError) as exc:  # a member that does not inflate to its CRC
@@ -187,7 +193,7 @@ def _about(zf: zipfile.ZipFile, members: list[Member], component: str) -> tuple[
 
 
 def _write_tar(zf: zipfile.ZipFile, members: list[Member], top: str, component: str, out: IO[bytes], *,
-               preset: int) -> None:
+               preset: XzPreset) -> None:
     def info(name: str, kind: bytes, mode: int) -> tarfile.TarInfo:
         ti = tarfile.TarInfo(name)
         ti.type, ti.mode, ti.mtime = kind, mode, MTIME
@@ -195,8 +201,12 @@ def _write_tar(zf: zipfile.ZipFile, members: list[Member], top: str, component: 
         ti.uname = ti.gname = ""
         return ti
 
-    with lzma.LZMAFile(out, "w", preset=preset) as xz, \
-            tarfile.open(fileobj=xz, mode="w", format=tarfile.PAX_FORMAT) as tf:
+    def xz_stream() -> IO[bytes]:
+        if preset == STORE:
+            return cast(IO[bytes], StoredXZWriter(out))
+        return lzma.LZMAFile(out, "w", preset=int(preset))
+
+    with xz_stream() as xz, tarfile.open(fileobj=xz, mode="w", format=tarfile.PAX_FORMAT) as tf:
         tf.addfile(info(top, tarfile.DIRTYPE, 0o755))
         for m in members:
             name = f"{top}/{archive_member(m.path, component)}"
@@ -214,14 +224,16 @@ def _write_tar(zf: zipfile.ZipFile, members: list[Member], top: str, component: 
 
 
 def _write_zip(zf: zipfile.ZipFile, members: list[Member], top: str, component: str, out: IO[bytes], *,
-               level: int, name: str) -> None:
+               level: int | None, name: str) -> None:
+    """``level`` None: stored members."""
     def info(arcname: str, mode: int) -> zipfile.ZipInfo:
         zi = zipfile.ZipInfo(arcname, date_time=ZIP_DATE)
         zi.create_system = 3  # Unix: the external attributes carry the mode
         zi.external_attr = mode << 16
         return zi
 
-    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=level) as zo:
+    method = zipfile.ZIP_STORED if level is None else zipfile.ZIP_DEFLATED
+    with zipfile.ZipFile(out, "w", compression=method, compresslevel=level) as zo:
         zo.writestr(info(f"{top}/", stat.S_IFDIR | 0o755), b"", compress_type=zipfile.ZIP_STORED)
         for m in members:
             arcname = f"{top}/{archive_member(m.path, component)}"
@@ -232,7 +244,7 @@ def _write_zip(zf: zipfile.ZipFile, members: list[Member], top: str, component: 
                                 component=component)
             else:
                 zi = info(arcname, stat.S_IFREG | m.mode)
-                zi.compress_type = zipfile.ZIP_DEFLATED
+                zi.compress_type = method
                 zi._compresslevel = level  # type: ignore[attr-defined]  # no public setter before 3.13
                 zi.file_size = m.size  # decides zip64 before the first byte is written
                 with zf.open(m.source) as src, zo.open(zi, "w") as dst:

@@ -64,7 +64,7 @@ class PypiSource:
         return plan  # a wheel is fetched from the URL the lock pins: no index, no base
 
     def mirror_content(self, trains: Sequence[str], platforms: Sequence[str], *, profile: str | None,
-                       components: Sequence[str], xz_preset: int | None,
+                       components: Sequence[str], xz_preset: int | str | None,
                        products: Sequence[str] = ()) -> MirrorContent:
         """A redist archive built from each wheel (:mod:`.repack`), listed in manifests written from
         what was built; each ``--with`` product's wheels the same, in its own folder, named and
