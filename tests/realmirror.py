@@ -105,9 +105,10 @@ def real_mirror_1343_windows_runtime(tmp_path_factory: pytest.TempPathFactory,
 @pytest.fixture(scope="session")
 def real_mirror_1302_cusparselt(tmp_path_factory: pytest.TempPathFactory, real_wheel_cache: Path) -> Path:
     """CUDA 13.0.2 (nvcc profile) for linux-x86_64 with cuSPARSELt 0.10 inside, at
-    ``<root>/cusparselt/redist/`` (``cudaredist mirror --with``): about 250 MB of wheels."""
+    ``<root>/cusparselt/redist/`` (``cudaredist mirror --with``): about 250 MB of wheels, stored
+    (``--xz-preset store``: preset 1 took ~100 s of a CI run over cuSPARSELt's fatbins)."""
     return _once(tmp_path_factory, "real-mirror-1302-cusparselt", lambda d: _build_mirror(
-        d, real_wheel_cache, platforms=("linux-x86_64",), products=("cusparselt=0.10",)))
+        d, real_wheel_cache, platforms=("linux-x86_64",), products=("cusparselt=0.10",), preset="store"))
 
 
 LABEL_134 = "13.4.3"

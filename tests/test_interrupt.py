@@ -63,6 +63,18 @@ def blackhole() -> Iterator[BlackHole]:
     bh.close()
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _ctrl_c_reaches_the_installs() -> Iterator[None]:
+    """A job started in the background by a non-interactive shell (``.ci/run &``) starts with SIGINT
+    ignored, and a child inherits an ignored signal: then no install here could see Ctrl-C. A
+    handler is reset to the default by exec, so with one here each install gets a terminal's Ctrl-C."""
+    before = signal.getsignal(signal.SIGINT)
+    if before is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultServer]:
     root = tmp_path_factory.mktemp("interrupt")
