@@ -131,6 +131,11 @@ class WheelIndex:
         return list(dict.fromkeys(out))
 
     @property
+    def pages_from_the_mirror_only(self) -> bool:
+        """--no-fallback with an authenticated mirror: its pages stand in for the index's."""
+        return self.no_fallback and self.readers() == [self.mirror_url]
+
+    @property
     def untrusted_mirror(self) -> str | None:
         m = self.mirror_url
         return m if m is not None and not self.trust.trusted(m) else None
@@ -150,6 +155,11 @@ class WheelIndex:
                 self.served[name] = root
                 break
             else:
+                if self.pages_from_the_mirror_only and errors[0].status == 404:
+                    raise FetchError(f"the mirror {self.mirror_url} has no project {name}, and --no-fallback "
+                                     f"forbids its page at the package index {self.index_url}: add the "
+                                     f"project to the mirror, or drop --no-fallback",
+                                     url=errors[0].url, status=404) from errors[0]
                 mirror = self.untrusted_mirror
                 if mirror is not None and not all(e.status == 404 or isinstance(e, OfflineError)
                                                   for e in errors):
@@ -175,7 +185,13 @@ class WheelIndex:
                     f"{self.cache.root}; run the same command online once", url=page_url)
             return data
         if is_local(page_url):
-            return self.transport.get_bytes(page_url + "index.html")
+            try:
+                return self.transport.get_bytes(page_url + "index.html")
+            except FetchError as exc:
+                if not isinstance(exc.__cause__, FileNotFoundError):
+                    raise
+                raise FetchError(f"the index {root} has no project {name} (no {page_url}index.html)",
+                                 url=page_url, status=404) from exc
         return self.cache.index_page(root, key, lambda: self._get_page(root, page_url, name, quick=quick))
 
     def _get_page(self, root: str, url: str, name: str, *, quick: bool = False) -> bytes:

@@ -35,7 +35,7 @@ def plan_product(index: WheelIndex, request: ProductRequest, *, platform: str,
     try:
         files = index.files(name)
     except FetchError as exc:
-        if exc.status != 404:
+        if exc.status != 404 or index.pages_from_the_mirror_only:  # the mirror lacks it: its own error
             raise
         raise ResolveError(
             f"{product.title} for CUDA {major} is not on {index.index_url}: the index has no project "

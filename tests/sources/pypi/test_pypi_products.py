@@ -189,3 +189,37 @@ def test_cudnn_windows_wheel_says_it_has_no_import_library(fake_index: FakeIndex
     r = _run("resolve", "13.0", "--with", "cudnn", "--platform", "windows-x86_64", "--json")
     assert r.exit_code == 0, r.output
     assert any("no import library (lib/x64/cudnn.lib)" in n for n in json.loads(r.stdout)["notes"])
+
+
+def test_no_fallback_refuses_a_product_wheel_the_mirror_does_not_list(fake_index: FakeIndex,
+                                                                      tmp_path: Path) -> None:
+    """A mirror directory with the toolkit's wheels (and cuBLAS, NVRTC) but no cuDSS project: with
+    --no-fallback its pages stand in for the index's, so cuDSS is refused, naming the mirror and the
+    way out, before anything is installed; without it, that one wheel comes from the index."""
+    from tests.test_trust import write_simple
+
+    add_release_13_0(fake_index)
+    add_cudss(fake_index)
+    listed = FakeIndex(html=True)
+    listed.projects = {k: v for k, v in fake_index.projects.items() if not k.startswith("nvidia-cudss")}
+    listed.blobs = {k: v for k, v in fake_index.blobs.items() if not k.startswith("nvidia_cudss")}
+    mirror = write_simple(tmp_path / "mirror", listed)
+    cudss = f"nvidia_cudss_cu13-1.0.0.35-{LINUX_TAG}.whl"
+    prefix = tmp_path / "cuda"
+    common = ("--prefix", str(prefix), "--platform", "linux-x86_64", "--cache-dir", str(tmp_path / "cache"),
+              "--mirror", str(mirror), "--with", "cudss")
+
+    r = _run("install", "13.0", *common, "--no-fallback")
+    assert r.exit_code == 1, r.output
+    assert r.stderr == (f"error: the mirror {mirror.as_uri()}/ has no project nvidia-cudss-cu13, and "
+                        f"--no-fallback forbids its page at the package index {INDEX}: add the project to "
+                        "the mirror, or drop --no-fallback\n"), r.stderr
+    assert "Traceback" not in r.output and not prefix.exists()
+    assert not [u for u in fake_index.requests if "/packages/" in u], fake_index.requests
+
+    r = _run("install", "13.0", *common)
+    assert r.exit_code == 0, r.output
+    assert (prefix / "include" / "cudss.h").read_bytes() == b"// cudss 1.0.0.35"
+    # from the index: cuDSS's wheel, and cuda-toolkit's metadata wheel (read for its pins)
+    fetched = {u.rsplit("/", 1)[1] for u in fake_index.requests if "/packages/" in u}
+    assert cudss in fetched and fetched - {cudss} <= {"cuda_toolkit-13.0.3-py2.py3-none-any.whl"}, fetched
