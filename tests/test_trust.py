@@ -512,6 +512,26 @@ def test_pypi_trojan_mirror_in_front_of_an_authenticated_index(named: type[Named
     assert not (tmp_path / "nf").exists() and trojan_sha not in cached_shas(tmp_path / "cache2")
 
 
+def test_pypi_no_fallback_takes_the_metapackage_wheel_from_the_mirror_too(named: type[NamedHost],
+                                                                          indexes: tuple[Path, Path],
+                                                                          tmp_path: Path) -> None:
+    """--no-fallback: every wheel from the mirror, cuda-toolkit's metadata wheel as well (it was
+    fetched from the index's URL). The index's copy of it is damaged here (same size, other bytes),
+    so reading it would fail its sha256; the index still answers for pages and sizes."""
+    import shutil
+
+    real, _trojan = indexes
+    mirror = named(shutil.copytree(real.parent, tmp_path / "mirror-copy"))
+    meta = real.parent / "files" / "cuda_toolkit-13.0.2-py2.py3-none-any.whl"
+    meta.write_bytes(b"\0" * meta.stat().st_size)
+    prefix = tmp_path / "cuda"
+    code, err = pypi_install(prefix, "--index-url", str(real), "--mirror", mirror.url + "simple/",
+                             "--no-fallback")
+    assert code == 0, err
+    assert f"/files/{meta.name}" in mirror.log, mirror.log
+    assert (prefix / "include/crt/host_config.h").is_file()
+
+
 def test_pypi_plain_http_index_is_refused_and_trusted_host_accepts_it(named: type[NamedHost],
                                                                       indexes: tuple[Path, Path],
                                                                       tmp_path: Path) -> None:

@@ -288,7 +288,9 @@ class WheelIndex:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def metadata(self, release: Release) -> Metadata:
-        path = self.fetch(release.file)
+        urls = self.wheel_urls(self.data.metapackage, release.file, f"CUDA {release.label}'s requirements",
+                               release=release.label, platform="")
+        path = self.fetch(release.file, urls)
         try:
             with zipfile.ZipFile(path) as zf:
                 names = [n for n in zf.namelist()
@@ -301,8 +303,9 @@ class WheelIndex:
             raise PlanError(f"{release.file.filename} is not a readable wheel: {exc}") from exc
         return parse_metadata(text)
 
-    def fetch(self, f: IndexFile) -> Path:
-        """A small file (the metapackage wheel) into the cache, verified against the index's sha256."""
+    def fetch(self, f: IndexFile, urls: tuple[str, tuple[str, ...]] | None = None) -> Path:
+        """A small file (the metapackage wheel) into the cache, verified against the index's sha256:
+        from ``urls`` (:meth:`wheel_urls`: the mirror's copy first, then its fallbacks), else ``f.url``."""
         _require_digest(f)
         size = self.size(f)
         hit = self.cache.lookup(f.sha256, size)
@@ -311,14 +314,21 @@ class WheelIndex:
         if self.offline:
             raise OfflineError(f"--offline: {f.filename} ({f.url}) is not in the cache {self.cache.root}",
                                url=f.url)
+        first, fallbacks = urls or (f.url, ())
         with self.cache.lock(f.sha256):
-            tmp = self.cache.new_temp(f.sha256[:16])
-            try:
-                self.transport.download(f.url, tmp, size=size, sha256=f.sha256)
-                return self.cache.commit(tmp, f.sha256, url=f.url, name=f.filename)
-            finally:
-                with contextlib.suppress(FileNotFoundError):
-                    tmp.unlink()
+            for i, url in enumerate((first, *fallbacks)):
+                tmp = self.cache.new_temp(f.sha256[:16])
+                try:
+                    self.transport.download(url, tmp, size=size, sha256=f.sha256)
+                    return self.cache.commit(tmp, f.sha256, url=url, name=f.filename)
+                except (FetchError, IntegrityError) as exc:
+                    if i == len(fallbacks):
+                        raise
+                    self.notes.append(f"{f.filename} from {url} failed ({exc}); trying {fallbacks[i]}")
+                finally:
+                    with contextlib.suppress(FileNotFoundError):
+                        tmp.unlink()
+        raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _require_digest(f: IndexFile) -> None:
