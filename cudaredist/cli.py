@@ -160,8 +160,27 @@ def install(
             where=Where(base_url, mirror, no_fallback, index_url, offline,
                         tuple(trusted_host) if trusted_host else None))
         talk = not (quiet or as_json)
-        outcome = do_install(request, reporter=pick(quiet=quiet or as_json, verbose=verbose),
-                             say=lambda text: typer.echo(text, err=True) if talk else None)
+        said: list[str] = []
+
+        def say(text: str) -> None:
+            if talk:
+                typer.echo(text, err=True)
+                said.append(text + "\n")
+
+        outcome = do_install(request, reporter=pick(quiet=quiet or as_json, verbose=verbose), say=say)
+        if (commands.noop_argv is not None and prefix is not None and not (as_json or force)
+                and outcome.done and not (outcome.failed or outcome.warnings)):
+            # what the same command line says next time, kept for cudaredist.noop to answer
+            from cudaredist import noop
+            from cudaredist.api import noop_message
+
+            if all(d.noop for d in outcome.done):
+                noop.remember(commands.noop_argv, commands.noop_before, "".join(said))
+            else:  # installed now: the record just written, read as the next run's no-op reads it
+                before = noop.before(commands.noop_argv)
+                message = noop_message(request)
+                if message is not None:
+                    noop.remember(commands.noop_argv, before, message + "\n" if talk else "")
         if as_json:
             emit_json(outcome.to_json())
         for warning in outcome.warnings:  # on stderr, whatever --quiet and --json say

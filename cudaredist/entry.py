@@ -2,7 +2,8 @@
 
 ``cudaredist install ...`` runs often, and its no-op (the prefix already holds the request) is
 mostly start-up: for it the command line imports and builds the install command alone
-(:data:`cudaredist.commands.install_only`); every other command line gets every command.
+(:data:`cudaredist.commands.install_only`); every other command line gets every command. The same
+no-op a second time is answered before any of that (:mod:`cudaredist.noop`).
 """
 
 from __future__ import annotations
@@ -11,9 +12,23 @@ import sys
 
 
 def main() -> None:
+    argv = sys.argv[1:]
+    if argv[:1] == ["install"]:
+        from cudaredist import noop
+
+        said = noop.answer(argv)
+        if said is not None:  # this very command was a no-op, and the prefix has not changed since
+            from cudaredist import streams
+
+            streams.configure()
+            sys.stderr.write(said)
+            sys.stderr.flush()
+            return
     from cudaredist import commands
 
-    commands.install_only = sys.argv[1:2] == ["install"]
+    commands.install_only = argv[:1] == ["install"]
+    if commands.install_only:
+        commands.noop_argv, commands.noop_before = argv, noop.before(argv)
     from cudaredist.cli import main as cli_main
 
     cli_main()

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cudaredist import __version__, fsops
+from cudaredist import __version__, fsops, noop
 from cudaredist.errors import PrefixError, RecordError
 from cudaredist.hashing import sha256_file
 from cudaredist.plan import Plan, version_key
@@ -410,6 +410,8 @@ def uninstall(prefix: Path) -> int:
             + ". Nothing was removed.", prefix=str(prefix)) from exc
     rp = record_path(prefix)
     fsops.unlink(rp)
+    with contextlib.suppress(FileNotFoundError):  # the no-op answers of cudaredist.noop
+        fsops.unlink(rp.parent / noop.STAMP)
     with contextlib.suppress(OSError):  # moved out of the tree already; a scanner's late open
         fsops.rmtree(trash)
     with contextlib.suppress(OSError):

@@ -79,7 +79,7 @@ _FLOORS = [
     ("cudaredist.cache", 1), ("cudaredist.tree", 1),
     ("cudaredist.fetch", 0),
     *((f"cudaredist.{core}", 0) for core in ("plan", "profiles", "errors", "localfs", "fsops", "hashing",
-                                              "progress", "streams")),
+                                              "progress", "streams", "noop")),
 ]
 
 
