@@ -151,15 +151,15 @@ def install(request: InstallRequest, *, reporter: Reporter | None = None,
     return outcome
 
 
-def noop_message(request: InstallRequest) -> str | None:
-    """What ``request`` says now if it is a no-op into its ``--prefix`` (the prefix's record
+def noop_outcome(request: InstallRequest) -> InstallOutcome | None:
+    """What ``request`` gives now if it is a no-op into its ``--prefix`` (the prefix's record
     already answers it), else None: read from the record, no network."""
     from cudaredist.record import canonical_prefix
 
     if request.prefix is None or request.lock is not None or len(request.trains) != 1:
         return None
     found = _satisfied(request, request.trains[0], canonical_prefix(request.prefix), None)
-    return None if found is None else found.message
+    return None if found is None else InstallOutcome(None, done=[found])
 
 
 def _lock_timeout(request: InstallRequest) -> float:

@@ -21,7 +21,9 @@ def main() -> None:
             from cudaredist import streams
 
             streams.configure()
-            sys.stderr.write(said)
+            sys.stdout.write(said[0])
+            sys.stdout.flush()
+            sys.stderr.write(said[1])
             sys.stderr.flush()
             return
     from cudaredist import commands

@@ -7,10 +7,11 @@ costs. So when the full command line has decided a no-op, it keeps what it print
 working directory, every ``CUDAREDIST_*`` variable, the host, the Python and cudaredist's version;
 beside the identity (inode, size, mtime) of the record it read. The same command again finds its
 answer there, checks the record is still that file and that no killed run left anything beside the
-prefix, and prints the answer, without typer.
+prefix, and prints the answer (``--json`` too: a no-op's JSON depends on the record alone), without
+typer.
 
 Any other command line goes the full way: another argument, an option not in :data:`REPLAYABLE`
-(those that act: ``--reinstall``, ``--refresh``, ``--lock`` ...; ``tests/test_noop.py`` makes every
+(those that act: ``--reinstall``, ``--refresh``, ``--lock`` ...: :data:`ACTING`; a test makes every
 install option be classified), a rewritten or removed record. The key is a hash, so no variable's
 value (a token in a mirror URL) is written. Best effort both ways: a stamp that cannot be read or
 written means the full way, never an error.
@@ -33,10 +34,9 @@ REPLAYABLE = frozenset({
     "--prefix", "--install-dir", "--platform", "-p", "--profile", "--component", "-c", "--only",
     "--with", "-w", "--base-url", "--mirror", "--no-fallback", "--trusted-host", "--cache-dir",
     "--offline", "--jobs", "-j", "--link-mode", "--lock-timeout", "--quiet", "-q", "--verbose", "-v",
-    "--source", "--index-url"})
+    "--source", "--index-url", "--json"})
 # the ones that act, or answer from what a file holds now: always the full way
-ACTING = frozenset({"--reinstall", "--refresh", "--replace-foreign", "--force", "--lock", "--json",
-                    "--help"})
+ACTING = frozenset({"--reinstall", "--refresh", "--replace-foreign", "--force", "--lock", "--help"})
 
 
 def prefix_of(argv: list[str]) -> str | None:
@@ -77,8 +77,8 @@ def _identity(prefix: str) -> list[int] | None:
     return [st.st_ino, st.st_size, st.st_mtime_ns]
 
 
-def answer(argv: list[str]) -> str | None:
-    """What the full command line printed (on stderr) for this no-op, if it still holds."""
+def answer(argv: list[str]) -> tuple[str, str] | None:
+    """What the full command line printed (stdout, stderr) for this no-op, if it still holds."""
     prefix = prefix_of(argv)
     if prefix is None:
         return None
@@ -92,7 +92,9 @@ def answer(argv: list[str]) -> str | None:
         said = stamp.get("answers", {}).get(_key(argv))
     except (OSError, ValueError, AttributeError):
         return None
-    return said if isinstance(said, str) else None
+    if isinstance(said, list) and len(said) == 2 and all(isinstance(x, str) for x in said):
+        return said[0], said[1]
+    return None
 
 
 def before(argv: list[str]) -> list[int] | None:
@@ -106,8 +108,8 @@ def before(argv: list[str]) -> list[int] | None:
         return None
 
 
-def remember(argv: list[str], ident: list[int] | None, said: str) -> None:
-    """Keep ``said`` (what this no-op printed on stderr) as the answer to ``argv``, if the record is
+def remember(argv: list[str], ident: list[int] | None, out: str, err: str) -> None:
+    """Keep what this no-op printed (``out``, ``err``) as the answer to ``argv``, if the record is
     still the file it was before the command line read it (``ident``, from :func:`before`): one a
     concurrent install rewrote meanwhile gets no answer it did not give."""
     prefix = prefix_of(argv)
@@ -124,7 +126,7 @@ def remember(argv: list[str], ident: list[int] | None, said: str) -> None:
             answers = dict(stamp["answers"]) if stamp.get("record") == ident else {}
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             answers = {}
-        answers[_key(argv)] = said
+        answers[_key(argv)] = [out, err]
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump({"record": ident, "answers": dict(list(answers.items())[-MAX_ANSWERS:])}, fh)
         os.replace(tmp, path)

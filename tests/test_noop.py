@@ -73,6 +73,22 @@ def test_the_same_no_op_again_is_answered_without_typer(installed: tuple[list[st
     assert again.returncode == 0 and "installed CUDA 13.0.1" in again.stderr, again.stderr
 
 
+def test_a_json_no_op_prints_the_json_of_the_full_way(mirror: Path, tmp_path: Path) -> None:
+    """install --json, then the same again: the answer's JSON is what the full no-op prints."""
+    prefix = tmp_path / "cuda"
+    args = ["install", "13.0", "--base-url", str(mirror), "--prefix", str(prefix),
+            "--platform", "linux-x86_64", "--cache-dir", str(tmp_path / "cache"), "--json"]
+    first = run(*args)
+    assert first.returncode == 0 and json.loads(first.stdout)["noop"] is False
+    fast = run(*args, importtime=True)
+    assert fast.returncode == 0 and "typer" not in imported(fast)
+    (prefix / ".cudaredist" / noop.STAMP).unlink()
+    full = run(*args, importtime=True)
+    assert full.returncode == 0 and "typer" in imported(full)
+    assert fast.stdout == full.stdout and json.loads(fast.stdout)["noop"] is True
+    assert said(fast) == said(full) == ""
+
+
 @pytest.mark.parametrize("change", ["quiet", "profile", "variable", "acting", "json", "record", "leftover",
                                     "stamp"])
 def test_anything_the_decision_read_changed_goes_the_full_way(installed: tuple[list[str], Path],
@@ -149,10 +165,10 @@ def test_an_answer_is_not_kept_for_a_record_rewritten_meanwhile(installed: tuple
     data = record.read_bytes()
     record.unlink()
     record.write_bytes(data)
-    noop.remember(args, ident, "stale\n")
+    noop.remember(args, ident, "", "stale\n")
     assert noop.answer(args) is None
-    noop.remember(args, noop.before(args), "fresh\n")
-    assert noop.answer(args) == "fresh\n"
+    noop.remember(args, noop.before(args), "", "fresh\n")
+    assert noop.answer(args) == ("", "fresh\n")
 
 
 @pytest.mark.parametrize(("argv", "prefix"), [
@@ -161,6 +177,7 @@ def test_an_answer_is_not_kept_for_a_record_rewritten_meanwhile(installed: tuple
     (["install", "13.0"], None),                            # managed: the full way
     (["install", "13.0", "--prefix", "p", "--prefix", "q"], None),
     (["install", "13.0", "--prefix", "p", "--refresh"], None),
+    (["install", "13.0", "--prefix", "p", "--lock", "cuda.lock"], None),
     (["install", "13.0", "--prefix", "p", "-qv"], None),     # a cluster of short flags: not parsed here
     (["install", "13.0", "--prefix", "p", "--", "x"], None),
     (["install", "13.0", "--prefix", "p", "--no-such-option"], None),

@@ -91,8 +91,12 @@ def translate(exc: Exception) -> CudaRedistError:
                            "run it again with --verbose and report the traceback")
 
 
+def json_text(obj: Any) -> str:
+    return json.dumps(obj, indent=2)
+
+
 def emit_json(obj: Any) -> None:
-    typer.echo(json.dumps(obj, indent=2))
+    typer.echo(json_text(obj))
 
 
 @dataclass
