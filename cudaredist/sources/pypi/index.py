@@ -8,7 +8,6 @@ JSON, or PEP 503 HTML), so a PyPI proxy or a local ``file://`` index works too.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import zipfile
 from collections.abc import Sequence
@@ -32,7 +31,6 @@ from cudaredist.errors import (
 )
 from cudaredist.fetch.client import UNREACHABLE_HINT, is_local, local_path
 from cudaredist.fetch.transport import Transport
-from cudaredist.hashing import sha256_file
 from cudaredist.plan import Archive, Plan, PlannedArchive
 from cudaredist.sources.nvidia.releases import check_train, pick_release, train_of
 from cudaredist.sources.pypi.simple import IndexFile, parse_simple_page
@@ -303,32 +301,17 @@ class WheelIndex:
             raise PlanError(f"{release.file.filename} is not a readable wheel: {exc}") from exc
         return parse_metadata(text)
 
-    def fetch(self, f: IndexFile, urls: tuple[str, tuple[str, ...]] | None = None) -> Path:
-        """A small file (the metapackage wheel) into the cache, verified against the index's sha256:
-        from ``urls`` (:meth:`wheel_urls`: the mirror's copy first, then its fallbacks), else ``f.url``."""
+    def fetch(self, f: IndexFile, urls: tuple[str, tuple[str, ...]]) -> Path:
+        """A small file (the metapackage wheel) into the cache, verified against the index's sha256,
+        through the archives' :class:`~cudaredist.fetch.fetcher.Fetcher`: from ``urls`` (the first,
+        then its fallbacks: :meth:`wheel_urls`)."""
+        from cudaredist.fetch.fetcher import Fetcher
+
         _require_digest(f)
-        size = self.size(f)
-        hit = self.cache.lookup(f.sha256, size)
-        if hit is not None and sha256_file(hit) == f.sha256:
-            return hit
-        if self.offline:
-            raise OfflineError(f"--offline: {f.filename} ({f.url}) is not in the cache {self.cache.root}",
-                               url=f.url)
-        first, fallbacks = urls or (f.url, ())
-        with self.cache.lock(f.sha256):
-            for i, url in enumerate((first, *fallbacks)):
-                tmp = self.cache.new_temp(f.sha256[:16])
-                try:
-                    self.transport.download(url, tmp, size=size, sha256=f.sha256)
-                    return self.cache.commit(tmp, f.sha256, url=url, name=f.filename)
-                except (FetchError, IntegrityError) as exc:
-                    if i == len(fallbacks):
-                        raise
-                    self.notes.append(f"{f.filename} from {url} failed ({exc}); trying {fallbacks[i]}")
-                finally:
-                    with contextlib.suppress(FileNotFoundError):
-                        tmp.unlink()
-        raise AssertionError("unreachable")  # pragma: no cover
+        url, fallbacks = urls
+        item = PlannedArchive(self.data.metapackage, "", Archive(f.filename, f.sha256, self.size(f)), url,
+                              fallback_urls=fallbacks)
+        return Fetcher(self.transport, self.cache, offline=self.offline).fetch(item)[0]
 
 
 def _require_digest(f: IndexFile) -> None:
