@@ -13,10 +13,11 @@ import sys
 
 def main() -> None:
     argv = sys.argv[1:]
-    if argv[:1] == ["install"]:
+    install = argv[:1] == ["install"]
+    if install:
         from cudaredist import noop
 
-        said = noop.answer(argv)
+        said, ident = noop.lookup(argv)
         if said is not None:  # this very command was a no-op, and the prefix has not changed since
             from cudaredist import streams
 
@@ -28,9 +29,9 @@ def main() -> None:
             return
     from cudaredist import commands
 
-    commands.install_only = argv[:1] == ["install"]
-    if commands.install_only:
-        commands.noop_argv, commands.noop_before = argv, noop.before(argv)
+    commands.install_only = install
+    if install:
+        commands.noop_argv, commands.noop_before = argv, ident
     from cudaredist.cli import main as cli_main
 
     cli_main()

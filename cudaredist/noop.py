@@ -67,7 +67,8 @@ def _key(argv: list[str]) -> str:
 
 
 def _identity(prefix: str) -> list[int] | None:
-    """The record file's (inode, size, mtime), if no killed run left staging beside the prefix."""
+    """The record file's (inode, size, mtime), if no killed run left staging beside the prefix (the
+    rule of :func:`cudaredist.record.leftovers`, which the installer cleans first)."""
     prefix = os.path.abspath(os.path.expanduser(prefix))
     st = os.stat(os.path.join(prefix, RECORD))
     parent, name = os.path.split(prefix)
@@ -77,24 +78,36 @@ def _identity(prefix: str) -> list[int] | None:
     return [st.st_ino, st.st_size, st.st_mtime_ns]
 
 
-def answer(argv: list[str]) -> tuple[str, str] | None:
-    """What the full command line printed (stdout, stderr) for this no-op, if it still holds."""
+def _stamp_path(prefix: str) -> str:
+    return os.path.join(os.path.abspath(os.path.expanduser(prefix)), ".cudaredist", STAMP)
+
+
+def lookup(argv: list[str]) -> tuple[tuple[str, str] | None, list[int] | None]:
+    """(what the full command line printed, stdout and stderr, for this no-op if it still holds;
+    the record's identity now, for :func:`remember`): one stat and one listing for the entry point."""
     prefix = prefix_of(argv)
     if prefix is None:
-        return None
+        return None, None
     try:
-        with open(os.path.join(os.path.abspath(os.path.expanduser(prefix)), ".cudaredist", STAMP),
-                  encoding="utf-8") as fh:
-            stamp = json.load(fh)
         ident = _identity(prefix)
-        if ident is None or stamp.get("record") != ident:
-            return None
-        said = stamp.get("answers", {}).get(_key(argv))
+    except OSError:
+        return None, None
+    if ident is None:
+        return None, None
+    try:
+        with open(_stamp_path(prefix), encoding="utf-8") as fh:
+            stamp = json.load(fh)
+        said = stamp.get("answers", {}).get(_key(argv)) if stamp.get("record") == ident else None
     except (OSError, ValueError, AttributeError):
-        return None
+        said = None
     if isinstance(said, list) and len(said) == 2 and all(isinstance(x, str) for x in said):
-        return said[0], said[1]
-    return None
+        return (said[0], said[1]), ident
+    return None, ident
+
+
+def answer(argv: list[str]) -> tuple[str, str] | None:
+    """What the full command line printed (stdout, stderr) for this no-op, if it still holds."""
+    return lookup(argv)[0]
 
 
 def before(argv: list[str]) -> list[int] | None:
@@ -115,7 +128,7 @@ def remember(argv: list[str], ident: list[int] | None, out: str, err: str) -> No
     prefix = prefix_of(argv)
     if prefix is None or ident is None:
         return
-    path = os.path.join(os.path.abspath(os.path.expanduser(prefix)), ".cudaredist", STAMP)
+    path = _stamp_path(prefix)
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         if _identity(prefix) != ident:

@@ -5,11 +5,15 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.archives import build_mirror, toolkit
 from tests.loopback import directory_handler, serving
+
+if TYPE_CHECKING:
+    from tests.sources.pypi.test_pypi_source import FakeIndex
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 SHARED_MANIFESTS = SHARED / "redist" / "manifests"
@@ -57,3 +61,17 @@ def shared_manifests() -> Path:
     if not SHARED_MANIFESTS.is_dir():
         pytest.skip(f"{SHARED_MANIFESTS} is absent (the real NVIDIA manifests live in ../shared)")
     return SHARED_MANIFESTS
+
+
+@pytest.fixture
+def fake_index() -> Iterator[FakeIndex]:
+    """A package index with tiny wheels shaped like NVIDIA's (tests/sources/pypi/test_pypi_source.py),
+    served through respx: what every test of the pypi source installs from."""
+    import respx
+
+    from tests.sources.pypi.test_pypi_source import FakeIndex
+
+    idx = FakeIndex()
+    with respx.mock(assert_all_called=False) as router:
+        idx.mount(router)
+        yield idx

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -360,14 +359,9 @@ def _same_keys(want: Any, got: Any) -> bool:
 
 # -- locks of the pypi source ------------------------------------------------------------------------
 @pytest.fixture
-def wheels() -> Iterator[FakeIndex]:
-    """A package index with tiny wheels shaped like NVIDIA's (tests/test_pypi.py), through respx."""
-    import respx
-
-    idx = FakeIndex()
-    with respx.mock(assert_all_called=False) as router:
-        idx.mount(router)
-        yield idx
+def wheels(fake_index: FakeIndex) -> FakeIndex:
+    """The fake package index of tests/conftest.py."""
+    return fake_index
 
 
 def pypi_lock(out: Path, *args: str) -> dict[str, Any]:

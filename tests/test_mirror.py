@@ -11,7 +11,6 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -283,14 +282,9 @@ def test_progress_in_a_non_tty_log_is_a_few_plain_lines(command: str, mirror: Pa
 
 # -- a mirror built from wheels (--source pypi) ------------------------------------------------------
 @pytest.fixture
-def wheels() -> Iterator[FakeIndex]:
-    """A package index with tiny wheels shaped like NVIDIA's (tests/test_pypi.py), through respx."""
-    import respx
-
-    idx = FakeIndex()
-    with respx.mock(assert_all_called=False) as router:
-        idx.mount(router)
-        yield idx
+def wheels(fake_index: FakeIndex) -> FakeIndex:
+    """The fake package index of tests/conftest.py."""
+    return fake_index
 
 
 def wheel_mirror(out: Path, *args: str) -> dict:  # type: ignore[type-arg]
