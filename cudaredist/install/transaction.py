@@ -175,7 +175,9 @@ class Installer:
                 try:
                     files, downloaded, cached = self._build(plan, staging, prefix=prefix)
                 except StreamBroken as broken:
-                    self.reporter.message(f"{broken.__cause__}; trying the next URL")
+                    # (its __cause__ is gone: the build re-raises from None)
+                    self.reporter.message(f"{broken.args[0]}; building the tree again, without "
+                                          "extracting while downloading")
                     fsops.rmtree(staging)
                     staging.mkdir()
                     files, downloaded, cached = self._build(plan, staging, prefix=prefix,
