@@ -146,7 +146,7 @@ def test_a_warm_install_from_an_html_index_asks_no_server(tmp_path: Path,
     with respx.mock(assert_all_called=False) as router:
         fake.mount(router)
         for n, prefix in enumerate((tmp_path / "p1", tmp_path / "p2")):
-            seen, calls = len(fake.requests), len(router.calls)
+            calls = len(router.calls)
             out = install(InstallRequest(trains=("13.0",), prefix=prefix, platform="linux-x86_64",
                                          cache_dir=tmp_path / "cache", source="pypi",
                                          where=Where(index_url=INDEX)))
