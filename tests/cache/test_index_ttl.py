@@ -153,3 +153,23 @@ def test_a_warm_install_from_an_html_index_asks_no_server(tmp_path: Path,
             assert not out.failed and not out.done[0].noop
             asked = [f"{c.request.method} {c.request.url}" for c in list(router.calls)[calls:]]
             assert n == 0 or asked == [], asked
+
+
+def test_the_index_lock_waits_as_long_as_lock_timeout_says(mirror: Path, tmp_path: Path) -> None:
+    """Another process holds the lock of the base's index pages: --lock-timeout 0.5 gives up after
+    half a second (it waited a fixed 600 s)."""
+    import filelock
+
+    from cudaredist.errors import BusyError
+
+    with serving(functools.partial(QuietHandler, directory=str(mirror))) as base:
+        cache = Cache(tmp_path / "cache")
+        cache.prepare()
+        (cache.root / "locks").mkdir(exist_ok=True)
+        held = filelock.FileLock(str(cache.root / "locks" / f"index-{cache.index_dir(base).name}.lock"))
+        with held:
+            t0 = time.monotonic()
+            with pytest.raises(BusyError, match="for more than 0.5s"):
+                install(InstallRequest(trains=("13.0",), prefix=tmp_path / "p", platform="linux-x86_64",
+                                       cache_dir=cache.root, lock_timeout=0.5, where=Where(base_url=base)))
+            assert time.monotonic() - t0 < 30
