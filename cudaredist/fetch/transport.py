@@ -199,7 +199,7 @@ class Transport:
                     f"refusing to read a manifest or index page through {url}: it redirects to {hop}, "
                     f"which may not supply hashes (plain HTTP, not a loopback address, not named by "
                     f"--trusted-host), so whoever answers for {host_label(hop)} could choose what runs "
-                    f"here. Nothing was downloaded. Use {hop} directly over https://, or "
+                    f"here. Nothing was downloaded. Name an https:// URL of that place instead, or pass "
                     f"--trusted-host {host_label(hop)} if that host and the network to it are yours.",
                     url=hop, host=host_label(hop))
         self.moved[url] = hops[-1]
