@@ -122,6 +122,33 @@ def check_nvcc(tk: Toolkit, env: Mapping[str, str]) -> tuple[Check, str | None]:
     return Check("nvcc", "ok", said), reported
 
 
+# -- msbuild ------------------------------------------------------------------------------------
+def check_msbuild(tk: Toolkit) -> Check:
+    """A Windows tree with nvcc: ``CUDA X.Y.props`` and ``.targets`` where CMake's
+    ``-T cuda=<tree>`` looks (NVIDIA's visual_studio_integration component)."""
+    from cudaredist.envexport import MSBUILD_DIR, cmake_line
+
+    if not tk.windows or not tk.has_nvcc:
+        return Check("msbuild", "ok", "not checked: " + ("a Linux tree" if not tk.windows else
+                                                         "the tree has no nvcc"))
+    where = tk.prefix / MSBUILD_DIR
+    train = ".".join(tk.release.split(".")[:2]) if tk.release else "*"
+    found = {ext: sorted(p.name for p in where.glob(f"CUDA {train}.{ext}")) for ext in ("props", "targets")}
+    missing = [f"CUDA {train}.{ext}" for ext, names in found.items() if not names]
+    use = cmake_line(("-T", f"cuda={tk.prefix}"))
+    if missing:
+        return Check("msbuild", "warn",
+                     f"{' and '.join(missing)} missing in {where}: CMake's Visual Studio generator "
+                     f"({use}) finds no CUDA toolset (\"No CUDA toolset found\"); "
+                     "Ninja and nvcc builds are unaffected",
+                     f"reinstall with --source nvidia (NVIDIA's wheels lack the files) and a profile "
+                     f"with nvcc: cudaredist install {tk.release or 'TRAIN'} --platform "
+                     f"{tk.platform or 'windows-x86_64'} --prefix {tk.prefix} --force; or build with "
+                     "-G Ninja")
+    return Check("msbuild", "ok", f"{found['props'][-1]} in {where}: cmake -G \"Visual Studio 17 2022\" "
+                 f"{use}")
+
+
 # -- environment --------------------------------------------------------------------------------
 def _same(a: str, b: str | Path) -> bool:
     return os.path.normcase(os.path.realpath(a)) == os.path.normcase(os.path.realpath(b))
