@@ -59,6 +59,17 @@ def test_text_groups_components_by_first_release() -> None:
                for ln in lines)
 
 
+def test_a_spec_for_some_platforms() -> None:
+    from cudaredist.errors import ManifestError
+    from cudaredist.profiles import parse_spec
+
+    spec = parse_spec({"name": "x", "platforms": ["windows-arm64"], "missing": "why"})
+    assert spec.applies_to("13.4.1", "windows-arm64") and not spec.applies_to("13.4.1", "linux-x86_64")
+    assert spec.applies_to("13.4.1") and spec.missing == "why"
+    with pytest.raises(ManifestError, match="platforms must be a list of platform names"):
+        parse_spec({"name": "x", "platforms": "windows-arm64"})
+
+
 @pytest.mark.parametrize(("args", "message"), [
     pytest.param(["--profile", "nope"], "unknown profile 'nope'; profiles: build, nvcc, runtime, torch",
                  id="unknown-profile"),
