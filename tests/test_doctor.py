@@ -151,12 +151,11 @@ def test_msbuild_files_of_a_windows_tree(tmp_path: Path, platform: str) -> None:
     assert tk is not None
     check = check_msbuild(tk)
     ext = p / "extras" / "visual_studio_integration" / "MSBuildExtensions"
-    assert check == Check("msbuild", "ok", f"CUDA 13.4.props in {ext}: "
-                                           f'cmake -G "Visual Studio 17 2022" -T cuda={p}'), check
+    assert check == Check("msbuild", "ok", f'{ext}: cmake -G "Visual Studio 17 2022" -T cuda={p}'), check
     (ext / "CUDA 13.4.targets").unlink()
     check = check_msbuild(tk)
     assert check.status == "warn" and check.detail.startswith(f"CUDA 13.4.targets missing in {ext}: ")
-    assert "No CUDA toolset found" in check.detail and "Ninja" in check.detail
+    assert "finds no CUDA toolset" in check.detail and "Ninja" in check.detail
     assert f"cudaredist install 13.4.1 --platform {platform} --prefix {p} --force" in check.fix
     assert "--source nvidia" in check.fix
 
@@ -164,7 +163,7 @@ def test_msbuild_files_of_a_windows_tree(tmp_path: Path, platform: str) -> None:
 def test_msbuild_not_checked_without_windows_nvcc(tmp_path: Path) -> None:
     assert check_msbuild(toolkit_at(tmp_path)) == Check("msbuild", "ok", "not checked: a Linux tree")
     runtime = Toolkit(tmp_path, "13.4.1", "windows-x86_64", None, False, False, True)
-    assert check_msbuild(runtime) == Check("msbuild", "ok", "not checked: the tree has no nvcc")
+    assert check_msbuild(runtime) == Check("msbuild", "ok", "not checked: no nvcc")
 
 
 # -- nvcc ---------------------------------------------------------------------------------------

@@ -147,14 +147,7 @@ def env_cmd(
     """Print the environment for a tree: eval "$(cudaredist env --prefix DIR)" or "$(cudaredist env 13.4)"."""
     set_verbose(verbose)
     with errors():
-        from cudaredist.envexport import (
-            MSBUILD_DIR,
-            SHELLS,
-            append_github,
-            default_shell,
-            environment,
-            render,
-        )
+        from cudaredist.envexport import SHELLS, append_github, default_shell, environment, render
         from cudaredist.record import require_record
 
         if shell is not None and shell not in SHELLS:
@@ -164,7 +157,7 @@ def env_cmd(
         host_windows = os.name == "nt"
         found = environment(str(target), platform=plan["platform"], release=plan["release"],
                             host_windows=host_windows,
-                            msbuild=any((target / MSBUILD_DIR).glob("CUDA *.props")))
+                            msbuild=any(c["name"] == "visual_studio_integration" for c in plan["components"]))
         for note in [] if as_json else found.notes:
             typer.echo(f"note: {note}", err=True)
         if github:

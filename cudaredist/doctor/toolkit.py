@@ -129,24 +129,17 @@ def check_msbuild(tk: Toolkit) -> Check:
     from cudaredist.envexport import MSBUILD_DIR, cmake_line
 
     if not tk.windows or not tk.has_nvcc:
-        return Check("msbuild", "ok", "not checked: " + ("a Linux tree" if not tk.windows else
-                                                         "the tree has no nvcc"))
-    where = tk.prefix / MSBUILD_DIR
+        return Check("msbuild", "ok", f"not checked: {'no nvcc' if tk.windows else 'a Linux tree'}")
+    where, use = tk.prefix / MSBUILD_DIR, cmake_line(("-T", f"cuda={tk.prefix}"))
     train = ".".join(tk.release.split(".")[:2]) if tk.release else "*"
-    found = {ext: sorted(p.name for p in where.glob(f"CUDA {train}.{ext}")) for ext in ("props", "targets")}
-    missing = [f"CUDA {train}.{ext}" for ext, names in found.items() if not names]
-    use = cmake_line(("-T", f"cuda={tk.prefix}"))
+    missing = [f"CUDA {train}.{e}" for e in ("props", "targets") if not any(where.glob(f"CUDA {train}.{e}"))]
     if missing:
-        return Check("msbuild", "warn",
-                     f"{' and '.join(missing)} missing in {where}: CMake's Visual Studio generator "
-                     f"({use}) finds no CUDA toolset (\"No CUDA toolset found\"); "
-                     "Ninja and nvcc builds are unaffected",
-                     f"reinstall with --source nvidia (NVIDIA's wheels lack the files) and a profile "
-                     f"with nvcc: cudaredist install {tk.release or 'TRAIN'} --platform "
-                     f"{tk.platform or 'windows-x86_64'} --prefix {tk.prefix} --force; or build with "
-                     "-G Ninja")
-    return Check("msbuild", "ok", f"{found['props'][-1]} in {where}: cmake -G \"Visual Studio 17 2022\" "
-                 f"{use}")
+        return Check("msbuild", "warn", f"{' and '.join(missing)} missing in {where}: CMake's Visual Studio "
+                     f"generator ({use}) finds no CUDA toolset; Ninja and nvcc builds are unaffected",
+                     f"reinstall with a profile with nvcc from --source nvidia (NVIDIA's wheels lack the "
+                     f"files): cudaredist install {tk.release or 'TRAIN'} --platform {tk.platform} --prefix "
+                     f"{tk.prefix} --force; or build with -G Ninja")
+    return Check("msbuild", "ok", f"{where}: cmake -G \"Visual Studio 17 2022\" {use}")
 
 
 # -- environment --------------------------------------------------------------------------------
