@@ -157,6 +157,7 @@ def toolkit(platform: str = "linux-x86_64", version: str = "13.0.1") -> list[Mir
     win = platform.startswith("windows")
     if win:
         arch, machine = ("arm64", ARM64) if platform == "windows-arm64" else ("x64", AMD64)
+        train = ".".join(version.split(".")[:2])  # the MSBuild files are named for it
         return [
             MirrorArchive("cuda_nvcc", platform, "13.0.88", {"bin/nvcc.exe": b"MZ nvcc", "LICENSE": b"eula"}),
             MirrorArchive("cuda_cudart", platform, "13.0.96", {
@@ -164,8 +165,7 @@ def toolkit(platform: str = "linux-x86_64", version: str = "13.0.1") -> list[Mir
                                                         machine=machine),
                 f"lib/{arch}/cudart.lib": b"lib",
                 "include/cuda_runtime.h": b"// rt", "LICENSE": b"eula"}),
-            MirrorArchive("visual_studio_integration", platform, "13.0.85",
-                          msbuild_members(".".join(version.split(".")[:2]))),
+            MirrorArchive("visual_studio_integration", platform, f"{train}.85", msbuild_members(train)),
             MirrorArchive("cuda_cccl", platform, "13.0.85", {"include/cccl/thrust/version.h": b"// t",
                                                              "LICENSE": b"cccl eula"}),
             MirrorArchive("cuda_crt", platform, "13.0.88", {"include/crt/host_config.h": b"// hc"}),

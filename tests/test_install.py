@@ -522,7 +522,7 @@ def test_windows_tree_has_the_msbuild_files_and_its_arch_libraries(
     assert sorted(p.name for p in (prefix / "lib").iterdir()) == [arch]
     body = json.loads((prefix / "version.json").read_text())
     assert body["visual_studio_integration"] == {"name": "CUDA Visual Studio Integration",
-                                                 "version": "13.0.85"}
+                                                 "version": "13.4.85"}
 
 
 def test_a_release_without_msbuild_files_installs_with_a_note(tmp_path: Path, transport: Transport,
