@@ -9,10 +9,10 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from cudaredist.cache import Cache
-from cudaredist.errors import CudaRedistError, FetchError, OfflineError, ResolveError
+from cudaredist.errors import CudaRedistError, FetchError, OfflineError, ResolveError, UsageError
 from cudaredist.fetch.client import UNREACHABLE_HINT, is_local, local_path
 from cudaredist.fetch.transport import Transport
-from cudaredist.plan import Plan, join_url, version_key
+from cudaredist.plan import Plan, archive_url, join_url, version_key
 from cudaredist.sources.nvidia.manifest import Manifest, parse_manifest
 from cudaredist.sources.nvidia.planner import make_plan
 from cudaredist.sources.nvidia.releases import (
@@ -25,6 +25,10 @@ from cudaredist.sources.nvidia.releases import (
 from cudaredist.trust import Trust, refuse, unreachable
 
 NVIDIA_BASE_URL = "https://developer.download.nvidia.com/compute/cuda/redist/"
+# --channel: NVIDIA's index of each. The preview one holds early-access releases (archives in a pool
+# beside it, ../../../pool/...), read only when asked for, as uv treats pre-releases.
+CHANNELS = {"release": NVIDIA_BASE_URL,
+            "preview": "https://packages.nvidia.com/bin-archive/release/cuda/redist/"}
 ENV_BASE_URL = "CUDAREDIST_BASE_URL"
 ENV_MIRROR = "CUDAREDIST_MIRROR"
 LISTING = "listing.html"
@@ -43,6 +47,18 @@ def normalize_base(url: str) -> str:
     if "://" in url:
         raise ResolveError(f"unsupported base URL {url!r}: use http://, https://, file:// or a directory")
     return Path(url).expanduser().absolute().as_uri() + "/"
+
+
+def channel_base(channel: str, base_url: str | None) -> str:
+    """The base URL ``--channel`` means; with ``--base-url`` too, a :class:`UsageError`."""
+    name = channel.strip().lower()
+    if name not in CHANNELS:
+        raise UsageError(f"unknown channel {channel!r}: use {' or '.join(CHANNELS)} (--channel or "
+                         "CUDAREDIST_CHANNEL)")
+    if base_url:
+        raise UsageError(f"--channel {name} and --base-url {base_url} both say which index to read: give "
+                         "one (a mirror of the channel goes in --mirror)")
+    return CHANNELS[name]
 
 
 def default_bases(base_url: str | None = None, mirror: str | None = None, *,
@@ -208,8 +224,9 @@ def plan_release(release: Release, platforms: Sequence[str], *, profile: str | N
         plan = make_plan(release.manifest, platform=platform, base_url=release.base, profile=profile,
                          components=components)
         plan = replace(plan, items=tuple(
-            replace(i, url=join_url(bases[0], i.archive.relative_path),
-                    fallback_urls=tuple(join_url(b, i.archive.relative_path) for b in bases[1:]))
+            replace(i, url=archive_url(bases[0], i.archive.relative_path, i.component),
+                    fallback_urls=tuple(archive_url(b, i.archive.relative_path, i.component)
+                                        for b in bases[1:]))
             for i in plan.items))
         plans.append(plan)
     return plans
