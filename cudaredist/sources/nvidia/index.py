@@ -64,7 +64,7 @@ def channel_base(channel: str, base_url: str | None) -> str:
 def default_bases(base_url: str | None = None, mirror: str | None = None, *,
                   fallback: bool = True) -> list[str]:
     """Bases to try in order: the mirror (--mirror / CUDAREDIST_MIRROR), then the base URL."""
-    base = normalize_base(base_url or os.environ.get(ENV_BASE_URL) or NVIDIA_BASE_URL)
+    base = normalize_base(base_url or os.environ.get(ENV_BASE_URL) or CHANNELS["release"])
     mirror = mirror or os.environ.get(ENV_MIRROR) or None
     bases = [normalize_base(mirror)] if mirror else []
     if not bases or fallback:
@@ -86,7 +86,7 @@ def trusted_bases(base_url: str | None, mirror: str | None, *, fallback: bool, t
     """The mirror and the base URL split by :mod:`cudaredist.trust`: a plain-HTTP mirror serves
     archives, never the manifest; with ``fallback`` off it still serves archives alone, and the
     manifest comes from the base. Nothing authenticated at all is refused here, before any request."""
-    base = normalize_base(base_url or os.environ.get(ENV_BASE_URL) or NVIDIA_BASE_URL)
+    base = normalize_base(base_url or os.environ.get(ENV_BASE_URL) or CHANNELS["release"])
     mirror = mirror or os.environ.get(ENV_MIRROR) or None
     mirror_url = normalize_base(mirror) if mirror else None
     archives = default_bases(base, mirror_url, fallback=fallback)
