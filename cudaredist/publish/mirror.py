@@ -8,6 +8,9 @@ A mirror directory, as written by :func:`write_mirror`::
     <component>/LICENSE.txt         the license_path files, when the source has them
     <component>/<platform>/<file>   archives at their relative_path, sha256- and size-verified
 
+Paths that climb (``../../../pool/...``) put the manifests and index page as many folders deep
+(:func:`~cudaredist.sources.mirroring.manifest_folder`), so the archives still land inside.
+
 Every file is written beside its final name and renamed into place; archives come
 through the download cache (hard-linked when it shares the filesystem), so a re-run
 only fetches what is missing and never rewrites an archive that verifies. Archives built
