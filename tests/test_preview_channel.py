@@ -169,5 +169,6 @@ def test_hostile_relative_path_is_refused_with_nothing_written(preview, rel: str
     assert r.exit_code == 1, r.output
     assert words in r.stderr and "cuda_cudart" in r.stderr and "Traceback" not in r.output
     assert not target.exists()
-    cache = tmp_path / "cache"
+    cache = tmp_path / "cache"  # no archive, no unpacked entry, and not the refused manifest either
     assert [p for d in ("archives", "unpacked", "tmp") for p in (cache / d).rglob("*") if p.is_file()] == []
+    assert list(cache.rglob("redistrib_*")) == []

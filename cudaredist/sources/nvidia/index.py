@@ -155,11 +155,11 @@ class Index:
             return data
         if is_local(base):
             return self.transport.get_bytes(url, quick=quick)
-        return self.cache.index_page(base, name, lambda: self.transport.get_bytes(url, quick=quick))
+        return self.cache.index_page(base, name, lambda: self.transport.get_bytes(url, quick=quick),
+                                     check=lambda data: read_manifest(base, label, data))
 
     def manifest(self, base: str, label: str) -> Manifest:
-        return parse_manifest(self.manifest_bytes(base, label), label=label,
-                              source=join_url(base, f"redistrib_{label}.json"))
+        return read_manifest(base, label, self.manifest_bytes(base, label))
 
     def release(self, train: str, bases: Sequence[str] | Bases) -> Release:
         """Resolve ``train`` against the first authenticated base that has it; archives come from
@@ -178,7 +178,7 @@ class Index:
                     raise
                 errors.append(exc)
                 continue
-            manifest = parse_manifest(data, label=label, source=join_url(base, f"redistrib_{label}.json"))
+            manifest = read_manifest(base, label, data)
             failed = set(readers[:i])
             return Release(label, base, tuple(b for b in bases.archives if b not in failed), manifest, data)
         fetches = [e for e in errors if isinstance(e, FetchError)]
@@ -196,6 +196,16 @@ class Index:
         if len(fetches) == len(errors) and all(isinstance(e, OfflineError) for e in fetches):
             raise OfflineError(detail, url=fetches[0].url)
         raise FetchError(detail, url=fetches[0].url)
+
+
+def read_manifest(base: str, label: str, data: bytes) -> Manifest:
+    """``redistrib_<label>.json`` of ``base`` parsed, each archive's path joined onto ``base``: a
+    path that leaves its server refuses the whole manifest, before any download."""
+    manifest = parse_manifest(data, label=label, source=join_url(base, f"redistrib_{label}.json"))
+    for c in manifest.components.values():
+        for a in (*c.archives.values(), *(a for v in c.variants.values() for a in v.values())):
+            archive_url(base, a.relative_path, c.key)
+    return manifest
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from typing import Any
 from cudaredist.cache import Cache
 from cudaredist.errors import CudaRedistError, ManifestError, PlanError, UsageError
 from cudaredist.fetch.transport import Transport
-from cudaredist.plan import Plan, PlannedArchive, archive_url, join_url, version_key, with_bases
+from cudaredist.plan import Plan, PlannedArchive, archive_url, version_key, with_bases
 from cudaredist.profiles import (
     ProductRequest,
     get_profile,
@@ -36,9 +36,10 @@ from cudaredist.sources.nvidia.index import (
     channel_base,
     default_bases,
     plan_release,
+    read_manifest,
     trusted_bases,
 )
-from cudaredist.sources.nvidia.manifest import check_relative_path, parse_manifest
+from cudaredist.sources.nvidia.manifest import check_relative_path
 from cudaredist.sources.nvidia.products import env_base, product_base, product_bases, resolve_product
 from cudaredist.sources.nvidia.releases import train_of
 from cudaredist.tree.extract import redist_mapper
@@ -198,8 +199,7 @@ class NvidiaSource:
             for p in plan.products:
                 if p.name == request.name and p.release not in found:
                     data = self.index.manifest_bytes(p.base_url, p.release)
-                    manifest = parse_manifest(data, label=p.release,
-                                              source=join_url(p.base_url, f"redistrib_{p.release}.json"))
+                    manifest = read_manifest(p.base_url, p.release, data)
                     found[p.release] = Release(p.release, p.base_url, mapped.archives, manifest, data)
         return list(found.values())
 
