@@ -152,7 +152,8 @@ def archive_url(base: str, relative_path: str, component: str = "") -> str:
         raise ManifestError(
             f"{component + ': ' if component else ''}relative_path {relative_path!r} climbs "
             f"{climb(relative_path)} folder(s) above {base}, past its site root "
-            f"{parts.scheme}://{parts.netloc}/; archives must stay on the manifest's server",
+            f"{parts.scheme}://{parts.netloc}/: refused, archives stay on the manifest's server (a mirror "
+            "of such a release keeps its manifests that many folders deep, as `cudaredist mirror` does)",
             source=base, entry=component)
     return url
 

@@ -59,8 +59,7 @@ class MirrorReport:
 
     def to_json(self) -> dict[str, Any]:
         return {"out": self.out, "base": self.base or self.out, "releases": self.releases,
-                "archives": self.archives,
-                "licenses": self.licenses, "notes": self.notes} | (
+                "archives": self.archives, "licenses": self.licenses, "notes": self.notes} | (
             {"products": self.products} if self.products else {})
 
 

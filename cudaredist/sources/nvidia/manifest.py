@@ -61,12 +61,9 @@ class Manifest:
 
 
 def check_relative_path(value: object, where: str, source: str) -> str:
-    """A manifest path is a relative URL reference, joined to the manifest's folder by
-    :func:`cudaredist.plan.archive_url` (``..`` included, as NVIDIA's preview channel serves them).
-    Refused here, naming the entry: an empty one, a scheme, a scheme-relative ``//host``, an absolute
-    path (a mirror could not hold it), a query or fragment, a backslash, a control character, an
-    empty segment, a file name of ``.`` or ``..``, and percent-encoded dots or separators (``%2e%2e``
-    is ``..`` to a server that decodes it, behind the check of how far the path climbs)."""
+    """A relative URL reference (folders and ``..``) that :func:`cudaredist.plan.archive_url` joins
+    to the manifest's folder; anything that could leave it otherwise is refused here, naming the
+    entry (an absolute path too: a mirror could not hold it; ``%2e%2e`` is ``..`` to a server)."""
     if not isinstance(value, str) or not value:
         raise ManifestError(f"{source}: {where}: relative_path must be a non-empty string, got {value!r}",
                             source=source, entry=where)
