@@ -25,6 +25,10 @@ OnlyOpt = Annotated[bool, typer.Option("--only", help="Install exactly the --com
 BaseUrlOpt = Annotated[str | None, typer.Option(
     "--base-url", envvar="CUDAREDIST_BASE_URL", show_envvar=True,
     help="Redist base URL: http(s)://, file:// or a directory. Default: NVIDIA's.")]
+ChannelOpt = Annotated[str | None, typer.Option(
+    "--channel", envvar="CUDAREDIST_CHANNEL", show_envvar=True, metavar="release|preview",
+    help="NVIDIA's index to read: release (the default, compute/cuda/redist) or preview (early-access "
+         "releases, never picked unless asked for). Instead of --base-url.")]
 MirrorOpt = Annotated[str | None, typer.Option(
     "--mirror", envvar="CUDAREDIST_MIRROR", show_envvar=True,
     help="A mirror tried before the base URL (http(s)://, file:// or a directory).")]
