@@ -93,8 +93,9 @@ def environment(prefix: str, *, platform: str, release: str, host_windows: bool,
 
 
 def cmake_line(args: tuple[str, ...]) -> str:
-    """``args`` as one command-line fragment that PowerShell, cmd and bash all read the same."""
-    return " ".join(f'"{a}"' if any(c in a for c in " &;()'`$") else a for a in args)
+    """``args`` as one command-line fragment: an argument with a space in double quotes, which
+    PowerShell, cmd and bash read alike (the action's cmake-args output is written the same way)."""
+    return " ".join(f'"{a}"' if " " in a else a for a in args)
 
 
 def _major(release: str) -> int:
