@@ -27,6 +27,10 @@ OnlyOpt = Annotated[bool, typer.Option("--only", help="Install exactly the --com
 BaseUrlOpt = Annotated[str | None, typer.Option(
     "--base-url", envvar="CUDAREDIST_BASE_URL", show_envvar=True,
     help="Redist base URL: http(s)://, file:// or a directory. Default: NVIDIA's.")]
+ChannelOpt = Annotated[str | None, typer.Option(
+    "--channel", envvar="CUDAREDIST_CHANNEL", show_envvar=True, metavar="release|preview",
+    help="NVIDIA's index to read: release (the default, compute/cuda/redist) or preview (early-access "
+         "releases, never picked unless asked for). Instead of --base-url.")]
 MirrorOpt = Annotated[str | None, typer.Option(
     "--mirror", envvar="CUDAREDIST_MIRROR", show_envvar=True,
     help="A mirror tried before the base URL (http(s)://, file:// or a directory).")]
@@ -75,8 +79,8 @@ LinkModeOpt = Annotated[str | None, typer.Option(
 # Every shared option's panel; an option named nowhere here is the command's own ("Options", first).
 PANELS: dict[str, tuple[str, ...]] = {
     "Which toolkit": ("--platform", "--profile", "--component", "--only", "--with", "--lock"),
-    "Where from": ("--source", "--base-url", "--mirror", "--no-fallback", "--trusted-host", "--index-url",
-                   "--offline", "--refresh", "--cache-dir", "--jobs"),
+    "Where from": ("--source", "--base-url", "--channel", "--mirror", "--no-fallback", "--trusted-host",
+                   "--index-url", "--offline", "--refresh", "--cache-dir", "--jobs"),
     "Install location": ("--prefix", "--install-dir", "--link-mode", "--reinstall", "--replace-foreign",
                  "--lock-timeout"),
     "Output": ("--json", "--quiet", "--verbose", "--version", "--help"),

@@ -77,7 +77,8 @@ def info(
             typer.echo(f"with:      {p.get('name')} {p.get('release')} "
                        f"({p.get('cuda_variant') or 'any CUDA'} build, --with {p.get('requested')}) "
                        f"from {p.get('base_url')}")
-        typer.echo(f"source:    {plan.get('source', 'nvidia')} {plan['base_url']}")
+        channel = f", {plan['channel']} channel" if plan.get("channel") else ""
+        typer.echo(f"source:    {plan.get('source', 'nvidia')} {plan['base_url']}{channel}")
         typer.echo(f"installed: {rec['installed_at']} by {rec['tool']}")
         prov = rec.get("provenance", {})
         if prov.get("hashes_from"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from cudaredist.errors import PlanError
-from cudaredist.plan import Archive, Plan, PlannedArchive, join_url
+from cudaredist.plan import Archive, Plan, PlannedArchive, archive_url
 from cudaredist.profiles import Spec, get_profile, parse_spec
 from cudaredist.sources.nvidia.manifest import Component, Manifest
 
@@ -82,7 +82,8 @@ def make_plan(
         if comp.key in seen:
             continue
         seen.add(comp.key)
-        items.append(PlannedArchive(comp.key, comp.version, arch, join_url(base_url, arch.relative_path)))
+        items.append(PlannedArchive(comp.key, comp.version, arch,
+                                    archive_url(base_url, arch.relative_path, comp.key)))
     return Plan(
         release=manifest.label,
         release_date=manifest.release_date,
