@@ -20,6 +20,7 @@ from cudaredist.commands.base import (
     set_verbose,
 )
 from cudaredist.commands.options import (
+    App,
     BaseUrlOpt,
     CacheDirOpt,
     ChannelOpt,
@@ -59,7 +60,7 @@ _SETTINGS: dict[str, Any] = dict(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-app = typer.Typer(**_SETTINGS)
+app = App(**_SETTINGS)
 
 
 # -- commands ---------------------------------------------------------------------------------------
@@ -406,7 +407,7 @@ def main() -> None:
     if commands.install_only:
         # `cudaredist install ...`: a group of that command alone, the same options, help and errors,
         # without importing or building the others (a no-op install is mostly start-up)
-        one = typer.Typer(**_SETTINGS)
+        one = App(**_SETTINGS)
         one.callback()(_root)
         one.command()(install)
         one(prog_name="cudaredist")
