@@ -417,6 +417,9 @@ def install() -> None:
     output("cuda-path", str(envs[0]["prefix"]))
     output("release", str(envs[0]["release"]))
     output("cuda-paths", json.dumps({t: str(e["prefix"]) for t, e in zip(trains, envs, strict=True)}))
+    # `cmake -G "Visual Studio 17 2022" <this>`: -T cuda=<tree> where the tree has NVIDIA's MSBuild
+    # files, quoted as cudaredist.envexport.cmake_line does (stdlib only here)
+    output("cmake-args", " ".join(f'"{a}"' if " " in a else a for a in envs[0].get("cmake_args", [])))
     output("cudaredist", os.environ.get("CR_CUDAREDIST", ""))
 
 

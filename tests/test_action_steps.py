@@ -100,6 +100,8 @@ def test_install_outputs_are_json_from_resolved_paths(mirror: Path, tmp_path: Pa
     assert json.loads(out["cuda-paths"]) == {"13.0": prefix}
     assert out["cuda-path"] == prefix and out["release"] == "13.0.1"
     assert out["cudaredist"] == "/tool/bin/cudaredist"
+    # a Windows tree (NVIDIA's MSBuild files) on Windows: the arguments for CMake's Visual Studio generator
+    assert out["cmake-args"] == (f'-T "cuda={prefix}"' if WINDOWS else "")
     exported = parse_github_env(files["GITHUB_ENV"].read_text())
     assert exported["CUDA_PATH"] == exported["CUDA_PATH_V13_0"] == prefix
     assert os.path.join(prefix, "bin") in files["GITHUB_PATH"].read_text().splitlines()

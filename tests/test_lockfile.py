@@ -56,9 +56,10 @@ def test_lock_records_release_base_platforms_and_archives(mirror: Path, serve, t
     manifest = json.loads((mirror / "redistrib_13.0.1.json").read_text())
     for platform, plan in got["plans"].items():
         assert plan["platform"] == platform and plan["release"] == "13.0.1"
+        msbuild = ["visual_studio_integration"] if platform.startswith("windows") else []
         assert [c["name"] for c in plan["components"]] == ["cuda_nvcc", "cuda_cudart", "cuda_cccl",
                                                            "cuda_crt", "libnvvm", "cuda_profiler_api",
-                                                           "cuda_nvtx"]
+                                                           "cuda_nvtx", *msbuild]
         for c in plan["components"]:
             entry = manifest[c["name"]][platform]
             assert c["sha256"] == entry["sha256"] and c["size"] == int(entry["size"])

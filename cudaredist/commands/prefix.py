@@ -157,7 +157,8 @@ def env_cmd(
         plan = require_record(target)["plan"]
         host_windows = os.name == "nt"
         found = environment(str(target), platform=plan["platform"], release=plan["release"],
-                            host_windows=host_windows)
+                            host_windows=host_windows,
+                            msbuild=any(c["name"] == "visual_studio_integration" for c in plan["components"]))
         for note in [] if as_json else found.notes:
             typer.echo(f"note: {note}", err=True)
         if github:

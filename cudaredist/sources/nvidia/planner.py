@@ -62,11 +62,12 @@ def make_plan(
             release=manifest.label, platform=platform)
     specs: list[Spec] = []
     if profile is not None:
-        specs.extend(s for s in get_profile(profile).specs if s.applies_to(manifest.label))
+        specs.extend(s for s in get_profile(profile).specs if s.applies_to(manifest.label, platform))
     specs.extend(parse_spec(c, "--component") for c in components)
     if not specs:
         raise PlanError("nothing to install: give a profile or at least one --component")
     items: list[PlannedArchive] = []
+    notes: list[str] = []
     seen: set[str] = set()
     for spec in specs:
         chosen: tuple[Component, Archive] | None = None
@@ -76,6 +77,9 @@ def make_plan(
             if comp and arch:
                 chosen = (comp, arch)
                 break
+        if chosen is None and spec.missing:  # a release (or a mirror built from wheels) may lack it
+            notes.append(f"CUDA {manifest.label} has no {spec} for {platform}: {spec.missing}")
+            continue
         if chosen is None:
             raise _missing(spec, manifest, platform)
         comp, arch = chosen
@@ -92,4 +96,5 @@ def make_plan(
         profile=profile or "custom",
         items=tuple(items),
         source=source,
+        notes=tuple(notes),
     )

@@ -14,6 +14,7 @@ from cudaredist.fetch.transport import Transport
 from cudaredist.plan import Plan, PlannedArchive, archive_url, version_key, with_bases
 from cudaredist.profiles import (
     ProductRequest,
+    component_root,
     get_profile,
     needed_components,
     needs_notes,
@@ -45,7 +46,8 @@ from cudaredist.sources.nvidia.releases import train_of
 from cudaredist.tree.extract import redist_mapper
 from cudaredist.trust import Trust
 
-LAYOUT = Layout(mapper=lambda item, platform: redist_mapper(item.component, item.archive.filename))
+LAYOUT = Layout(mapper=lambda item, platform: redist_mapper(item.component, item.archive.filename,
+                                                           component_root(item.component)))
 
 
 class NvidiaSource:
