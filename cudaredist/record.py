@@ -171,9 +171,12 @@ def lacking(record: dict[str, Any]) -> list[str]:
     plan = record["plan"]
     if plan.get("source", "nvidia") != "nvidia":
         return []
-    release, have = plan["release"], {c["name"] for c in plan["components"]}
+    release, platform, have = plan["release"], plan["platform"], {c["name"] for c in plan["components"]}
+    # a component the release may lack (``missing``): the plan's note says when it did
+    absent = " ".join(str(n) for n in plan.get("notes", []))
     try:
-        specs = [s for s in get_profile(plan["profile"]).specs if s.applies_to(release)] \
+        specs = [s for s in get_profile(plan["profile"]).specs if s.applies_to(release, platform)
+                 and not (s.missing and f"has no {s} for {platform}" in absent)] \
             if plan["profile"] != "custom" else []
         specs += [parse_spec(c, "--component") for c in record.get("request", {}).get("components", [])]
         specs += [parse_spec(n) for p in plan.get("products", [])

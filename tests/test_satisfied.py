@@ -143,3 +143,19 @@ def shlex_join(argv: list[str]) -> str:
     import shlex
 
     return shlex.join(argv)
+
+
+def test_a_component_the_release_lacks_is_not_drift(tmp_path: Path) -> None:
+    """visual_studio_integration (nvcc on Windows) may be absent from a release: its plan's note says
+    so, and the next run is a no-op without network rather than an 'update' each time."""
+    from tests.archives import build_mirror, toolkit
+
+    bare = tmp_path / "bare"
+    build_mirror(bare, "13.0.1", [a for a in toolkit("windows-x86_64")
+                                  if a.component != "visual_studio_integration"])
+    prefix = tmp_path / "win"
+    args = ["install", "13.0", "--prefix", str(prefix), "--platform", "windows-x86_64"]
+    first = _run(*args, "--base-url", str(bare))
+    assert first.exit_code == 0 and "has no visual_studio_integration for windows-x86_64" in first.stderr
+    r = _run(*args, "--base-url", "http://127.0.0.1:9/")
+    assert r.exit_code == 0 and "nothing to do" in r.stderr, r.output
