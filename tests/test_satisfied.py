@@ -120,15 +120,6 @@ def test_a_foreign_prefix_is_refused_before_any_network(tmp_path: Path) -> None:
     assert "127.0.0.1:9" not in r.stderr  # no attempt at the (dead) server came first
 
 
-def test_uninstall_leaves_no_lock_file_beside_the_prefix(installed: tuple[Path, list[str]],
-                                                         tmp_path: Path) -> None:
-    prefix, _args = installed
-    r = _run("uninstall", "--prefix", str(prefix))
-    assert r.exit_code == 0, r.output
-    assert not prefix.exists()
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".cuda.")) == []
-
-
 def test_the_json_answer_into_a_closed_stdout_ends_quietly(installed: tuple[Path, list[str]]) -> None:
     prefix, args = installed
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
