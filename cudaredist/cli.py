@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
@@ -13,7 +13,6 @@ from cudaredist.commands.base import (
     Ctx,
     emit_json,
     errors,
-    json_text,
     platform_or_host,
     platforms_or_host,
     print_plan,
@@ -47,9 +46,6 @@ from cudaredist.commands.options import (
     WithOpt,
 )
 from cudaredist.profiles import DEFAULT_PROFILE
-
-if TYPE_CHECKING:
-    from cudaredist.api import InstallOutcome, InstallRequest
 
 _SETTINGS: dict[str, Any] = dict(
     name="cudaredist",
@@ -176,8 +172,6 @@ def install(
                 said.append(text + "\n")
 
         outcome = do_install(request, reporter=pick(quiet=quiet or as_json, verbose=verbose), say=say)
-        if prefix is not None and not force:
-            _keep_noop_answer(request, outcome, "".join(said), as_json=as_json, talk=talk)
         if as_json:
             emit_json(outcome.to_json())
         for warning in outcome.warnings:  # on stderr, whatever --quiet and --json say
@@ -187,29 +181,6 @@ def install(
             typer.echo(f"error: {lead}{failed.error}", err=True)
         if outcome.failed:
             raise typer.Exit(outcome.exit_code)
-
-
-def _keep_noop_answer(request: InstallRequest, outcome: InstallOutcome, said: str, *, as_json: bool,
-                      talk: bool) -> None:
-    """What the same command line prints next time, kept for :mod:`cudaredist.noop` to answer."""
-    from cudaredist import noop
-    from cudaredist.api import noop_outcome
-
-    argv = commands.noop_argv
-    if argv is None or not outcome.done or outcome.failed or outcome.warnings:
-        return
-
-    def out(o: InstallOutcome) -> str:
-        return json_text(o.to_json()) + "\n" if as_json else ""
-
-    if all(d.noop for d in outcome.done):
-        noop.remember(argv, commands.noop_before, out(outcome), said)
-        return
-    # installed now: the record just written, read as the next run's no-op will read it
-    before = noop.before(argv)
-    again = noop_outcome(request)
-    if again is not None:
-        noop.remember(argv, before, out(again), "".join(d.message + "\n" for d in again.done) if talk else "")
 
 
 @app.command()

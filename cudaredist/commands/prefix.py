@@ -46,6 +46,8 @@ def verify(
             status = "ok" if report.ok else "DIFFERS"
             typer.echo(f"{status}: {report.checked} files checked, {len(report.missing)} missing, "
                        f"{len(report.changed)} changed, {len(report.extra)} extra")
+            if report.drift:
+                typer.echo(f"note: {report.drift}")
         if not report.ok:
             raise typer.Exit(1)
 
@@ -61,12 +63,14 @@ def info(
     """Show the install record of a prefix."""
     set_verbose(verbose)
     with errors():
-        from cudaredist.record import require_record
+        from cudaredist.record import drift_note, require_record
 
         target = target_prefix(prefix, train, platform=platform, install_dir=install_dir)
         rec = require_record(target)
+        drift = drift_note(target, rec)
         if as_json:
-            emit_json({k: v for k, v in rec.items() if k != "files"} | {"file_count": len(rec["files"])})
+            emit_json({k: v for k, v in rec.items() if k != "files"} | {"file_count": len(rec["files"])}
+                      | ({"drift": drift} if drift else {}))
             return
         plan = rec["plan"]
         typer.echo(f"prefix:    {target}")
@@ -89,6 +93,8 @@ def info(
             typer.echo(f"  {c['name']:<20} {c['version']:<14} sha256 {c['sha256']}")
             if c["name"] in served:
                 typer.echo(f"  {'':<20} from {served[c['name']]}")
+        if drift:
+            typer.echo(f"note: {drift}")
 
 
 def uninstall(
