@@ -11,6 +11,7 @@ found and its imports resolved, and that the runtime's own code answered.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -27,7 +28,14 @@ from tests.realmirror import (  # noqa: F401  (fixtures)
     real_wheel_cache,
     run_cudaredist,
 )
-from tests.wintools import SYSTEM_DLLS, imported_dlls, mingw_gxx, run_under_wine, wine_prefix  # noqa: F401
+from tests.wintools import (  # noqa: F401
+    SYSTEM_DLLS,
+    imported_dlls,
+    lld_link,
+    mingw_gxx,
+    run_under_wine,
+    wine_prefix,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.pypi]
 
@@ -155,3 +163,82 @@ def test_cross_compile_and_run_under_wine(release: str, request: pytest.FixtureR
     r = run_cudaredist("uninstall", "--prefix", str(prefix), env=env)
     assert r.returncode == 0, r.stderr
     assert not (prefix / "lib/x64/libcudart.dll.a").exists()
+
+
+# cublasGetProperty as cublas_api.h declares it (the header includes CCCL's through cuda_fp16.h: a
+# link test needs only the declaration); libraryPropertyType: MAJOR_VERSION 0, MINOR 1, PATCH_LEVEL 2
+CUBLAS_DECLARATION = "int cublasGetProperty(int type, int *value);"
+CUBLAS_PROGRAM = 'extern "C" ' + CUBLAS_DECLARATION + r"""
+#include <cstdio>
+int main() {
+    int major = -1, minor = -1, patch = -1;
+    int got = cublasGetProperty(0, &major);
+    cublasGetProperty(1, &minor);
+    cublasGetProperty(2, &patch);
+    std::printf("cublasGetProperty=%d version=%d.%d.%d\n", got, major, minor, patch);
+    return 0;
+}
+"""
+
+# lld-link's program: no C runtime, its entry point returns cuBLAS's major version as the exit code
+CUBLAS_START = CUBLAS_DECLARATION + """
+int start(void) { int major = -1; return cublasGetProperty(0, &major) ? 99 : major; }
+"""
+
+
+def test_pypi_cublas_links_through_the_import_library_the_tree_built(
+        real_wheel_cache: Path, wine_prefix: Path, tmp_path: Path) -> None:  # noqa: F811
+    """NVIDIA's cuBLAS wheel for Windows has bin/x64/cublas64_13.dll and no lib/x64/cublas.lib; the
+    tree gets one (and cublasLt.lib), recorded; MinGW links through it with ``-l:cublas.lib`` and
+    lld-link (an MSVC-compatible linker) with ``cublas.lib``; both programs run under Wine and get
+    cuBLAS's version from the real DLL (no GPU needed)."""
+    mingw_gxx()
+    lld = lld_link()
+    env = host_free_env(real_wheel_cache)
+    prefix = tmp_path / "cuda-win"
+    r = run_cudaredist("install", "13.0", "--source", "pypi", "--platform", "windows-x86_64", "--profile",
+                       "runtime", "-c", "libcublas", "--prefix", str(prefix), env=env)
+    assert r.returncode == 0, r.stderr
+    libs = sorted(p.name for p in (prefix / "lib" / "x64").iterdir())
+    print("lib/x64:", libs)
+    assert {"cublas.lib", "cublasLt.lib", "cudart.lib", "libcudart.dll.a"} <= set(libs)
+    assert not {"libcublas.dll.a", "libcublasLt.dll.a"} & set(libs)  # one library per DLL
+    record = json.loads((prefix / ".cudaredist" / "record.json").read_text())
+    components = {f["path"]: f["component"] for f in record["files"]}
+    assert components["lib/x64/cublas.lib"] == components["lib/x64/cublasLt.lib"] == "libcublas"
+    verify = run_cudaredist("verify", "--prefix", str(prefix), "--json", env=env)
+    assert verify.returncode == 0 and json.loads(verify.stdout)["extra"] == [], verify.stdout
+
+    home = windows_cuda_home(prefix, env)
+    out = tmp_path / "gnu"
+    out.mkdir()
+    (out / "main.cpp").write_text(CUBLAS_PROGRAM)
+    exe = out / "main.exe"
+    g = subprocess.run([mingw_gxx(), "-O2", "-static-libgcc", "-static-libstdc++", "-o", str(exe),
+                        str(out / "main.cpp"), f"-L{home}/lib/x64", "-l:cublas.lib"],
+                       capture_output=True, text=True, timeout=300)
+    assert g.returncode == 0, g.stderr[-4000:]
+    assert "cublas64_13.dll" in imported_dlls(exe)
+
+    msvc = tmp_path / "msvc"
+    msvc.mkdir()
+    (msvc / "start.c").write_text(CUBLAS_START)
+    gcc = mingw_gxx().replace("g++", "gcc")
+    c = subprocess.run([gcc, "-c", "-O2", "-fno-asynchronous-unwind-tables", "-o", str(msvc / "start.o"),
+                        str(msvc / "start.c")], capture_output=True, text=True, timeout=300)
+    assert c.returncode == 0, c.stderr[-4000:]
+    link = subprocess.run([lld, "/nologo", f"/out:{msvc / 'main.exe'}", "/entry:start", "/subsystem:console",
+                           "/nodefaultlib", str(msvc / "start.o"), f"/libpath:{home}/lib/x64", "cublas.lib"],
+                          capture_output=True, text=True, timeout=300)
+    assert link.returncode == 0, link.stdout + link.stderr
+    assert imported_dlls(msvc / "main.exe") == ["cublas64_13.dll"]
+
+    for d in (out, msvc):
+        for dll in ("cublas64_13.dll", "cublasLt64_13.dll"):
+            os.link(prefix / "bin" / "x64" / dll, d / dll)
+    ran = run_under_wine(exe, wine_prefix)
+    print(f"--- cuBLAS program (MinGW) under Wine ---\n{ran.stdout}{ran.stderr}")
+    assert ran.returncode == 0 and answers(ran.stdout)["cublasGetProperty"] == 0, (ran.stdout, ran.stderr)
+    assert re.search(r"version=13\.\d+\.\d+", ran.stdout), ran.stdout
+    ran = run_under_wine(msvc / "main.exe", wine_prefix)
+    assert ran.returncode == 13, (ran.returncode, ran.stderr)
