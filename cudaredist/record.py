@@ -210,13 +210,15 @@ class VerifyReport:
     prefix: str
     missing: list[str] = field(default_factory=list)
     changed: list[str] = field(default_factory=list)
+    # files added since the install (PyTorch's lib/x64/libcudart.a, a user's notes): listed, never
+    # a damage; uninstall leaves them
     extra: list[str] = field(default_factory=list)
     checked: int = 0
     reasons: dict[str, str] = field(default_factory=dict)  # changed path -> what changed
 
     @property
     def ok(self) -> bool:
-        return not (self.missing or self.changed or self.extra)
+        return not (self.missing or self.changed)
 
     def to_json(self) -> dict[str, Any]:
         return {"prefix": self.prefix, "ok": self.ok, "checked": self.checked,
