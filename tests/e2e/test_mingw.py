@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from cudaredist.tree.implib import read_exports
 from tests.realmirror import (  # noqa: F401  (fixtures)
     LABEL,
     LABEL_134,
@@ -242,3 +243,116 @@ def test_pypi_cublas_links_through_the_import_library_the_tree_built(
     assert re.search(r"version=13\.\d+\.\d+", ran.stdout), ran.stdout
     ran = run_under_wine(msvc / "main.exe", wine_prefix)
     assert ran.returncode == 13, (ran.returncode, ran.stderr)
+
+
+# What AOTInductor's generated model code reaches in the tree: the driver API (kernel launches
+# through cuda.lib) and the runtime (cudart64_13.dll through -lcudart); run() only asks for versions
+MODEL_SOURCE = r"""
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+extern "C" __declspec(dllexport) int model_run(int launch, int *runtime, int *driver) {
+    CUresult init = cuInit(0);
+    if (launch) {  // referenced as a generated model does, never reached here
+        CUmodule module; CUfunction fn;
+        cuModuleLoadData(&module, "");
+        cuModuleGetFunction(&fn, module, "triton_poi_fused_relu_0");
+        cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, nullptr, nullptr, nullptr);
+        cudaStreamSynchronize(nullptr);
+    }
+    cudaRuntimeGetVersion(runtime);
+    *driver = (int)init;
+    return (int)cudaDriverGetVersion(driver);
+}
+"""
+
+LOADER_SOURCE = r"""
+#include <cstdio>
+#include <windows.h>
+int main() {
+    HMODULE dll = LoadLibraryA("model.dll");
+    if (!dll) { std::printf("LoadLibrary=%lu\n", GetLastError()); return 1; }
+    typedef int (*run_t)(int, int *, int *);
+    run_t run = (run_t)GetProcAddress(dll, "model_run");
+    int runtime = -1, driver = -1;
+    int got = run(0, &runtime, &driver);
+    std::printf("model_run=%d runtime=%d\n", got, runtime);
+    return 0;
+}
+"""
+
+
+def torch_link_line(home: str, source: Path, out: Path, lib_dirs: list[str]) -> list[str]:
+    """The command torch 2.11's cpp_builder runs for aot_inductor.cross_target_platform="windows"
+    (the part about the tree): g++ from MinGW-w64, -shared, static libstdc++/libgcc and winpthread,
+    then ``-lcuda -lcudart`` and ``-L$WINDOWS_CUDA_HOME/lib/x64`` after the output."""
+    return [mingw_gxx(), str(source), "-D", "USE_CUDA", "-O3", "-DNDEBUG", "-shared", "-Wall", "-std=c++17",
+            "-Wno-unused-variable", "-Wno-unknown-pragmas", f"-I{home}/include", "-static-libstdc++",
+            "-static-libgcc", "-Wl,-Bstatic", "-lwinpthread", "-Wl,-Bdynamic", "-o", str(out),
+            "-lcuda", "-lcudart", *(f"-L{d}" for d in lib_dirs)]
+
+
+def test_aotinductor_link_line_and_the_files_torch_adds(real_wheel_cache: Path, wine_prefix: Path,  # noqa: F811
+                                                        tmp_path: Path) -> None:
+    """The part of PyTorch's AOTInductor cross-compile that needs no GPU: a model DLL linked with
+    torch's line against a ``--profile runtime`` tree (``-lcudart`` takes the tree's
+    libcudart.dll.a; without it GNU ld meets cudart.lib's MSVC objects and fails), importing
+    cudart64_13.dll, loaded under Wine. Then what newer torch does when it finds no
+    ``lib/x64/libcudart.a``: it writes one (and a .def) into WINDOWS_CUDA_HOME/lib/x64, so the
+    folder is writable, ``verify`` lists the two as extra and passes, and uninstall keeps them."""
+    mingw_gxx()
+    env = host_free_env(real_wheel_cache)
+    prefix = tmp_path / "cuda-win"
+    r = run_cudaredist("install", "13.0", "--source", "pypi", "--platform", "windows-x86_64", "--profile",
+                       "runtime", "--prefix", str(prefix), env=env)
+    assert r.returncode == 0, r.stderr
+    home = windows_cuda_home(prefix, env)
+    lib_x64 = Path(home) / "lib" / "x64"
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "model.cpp").write_text(MODEL_SOURCE)
+    (build / "loader.cpp").write_text(LOADER_SOURCE)
+
+    # the control: the tree's folder without libcudart.dll.a, as an unpacked NVIDIA archive is
+    bare = tmp_path / "bare-lib-x64"
+    shutil.copytree(lib_x64, bare, ignore=shutil.ignore_patterns("libcudart.dll.a"))
+    failed = subprocess.run(torch_link_line(home, build / "model.cpp", build / "bare.dll", [str(bare)]),
+                            capture_output=True, text=True, timeout=300)
+    assert failed.returncode != 0 and re.search(r"__GSHandlerCheck|__security_cookie|__guard_dispatch",
+                                                failed.stderr), failed.stderr[-3000:]
+
+    dll = build / "model.dll"
+    linked = subprocess.run(torch_link_line(home, build / "model.cpp", dll, [str(lib_x64)]),
+                            capture_output=True, text=True, timeout=300)
+    assert linked.returncode == 0, linked.stderr[-4000:]
+    assert [d for d in imported_dlls(dll) if d not in SYSTEM_DLLS] == ["cudart64_13.dll"]
+    loader = subprocess.run([mingw_gxx(), "-O2", "-static-libgcc", "-static-libstdc++", "-o",
+                             str(build / "loader.exe"), str(build / "loader.cpp")],
+                            capture_output=True, text=True, timeout=300)
+    assert loader.returncode == 0, loader.stderr[-4000:]
+    shutil.copy2(prefix / "bin" / "x64" / "cudart64_13.dll", build / "cudart64_13.dll")
+    ran = run_under_wine(build / "loader.exe", wine_prefix)
+    print(f"--- AOTInductor-like model DLL under Wine ---\n{ran.stdout}{ran.stderr}")
+    assert ran.returncode == 0, (ran.stdout, ran.stderr)
+    got = answers(ran.stdout)
+    assert got["model_run"] in NO_DRIVER and "runtime" in got, ran.stdout  # it ran cudart's code
+
+    # newer torch: no libcudart.a in the -L folders, so gendef + dlltool write one into the
+    # first writable folder that holds cudart.lib (WINDOWS_CUDA_HOME/lib/x64)
+    assert os.access(lib_x64, os.W_OK)
+    exports = read_exports((prefix / "bin" / "x64" / "cudart64_13.dll").read_bytes())
+    (lib_x64 / "cudart64_13.def").write_text("LIBRARY cudart64_13.dll\nEXPORTS\n"
+                                             + "".join(f"{e.name}\n" for e in exports.exports))
+    dlltool = subprocess.run(["x86_64-w64-mingw32-dlltool", "-d", str(lib_x64 / "cudart64_13.def"), "-l",
+                              str(lib_x64 / "libcudart.a"), "-D", "cudart64_13.dll"],
+                             capture_output=True, text=True, timeout=300)
+    assert dlltool.returncode == 0, dlltool.stderr
+    relinked = subprocess.run(torch_link_line(home, build / "model.cpp", build / "again.dll", [str(lib_x64)]),
+                              capture_output=True, text=True, timeout=300)
+    assert relinked.returncode == 0, relinked.stderr[-4000:]
+    verify = run_cudaredist("verify", "--prefix", str(prefix), env=env)
+    print(verify.stdout)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    for added in ("lib/x64/cudart64_13.def", "lib/x64/libcudart.a"):
+        assert f"extra    {added}" in verify.stdout, verify.stdout
+    assert run_cudaredist("uninstall", "--prefix", str(prefix), env=env).returncode == 0
+    assert sorted(p.name for p in lib_x64.iterdir()) == ["cudart64_13.def", "libcudart.a"]
