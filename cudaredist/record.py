@@ -210,9 +210,7 @@ class VerifyReport:
     prefix: str
     missing: list[str] = field(default_factory=list)
     changed: list[str] = field(default_factory=list)
-    # files added since the install (PyTorch's lib/x64/libcudart.a, a user's notes): listed, never
-    # a damage; uninstall leaves them
-    extra: list[str] = field(default_factory=list)
+    extra: list[str] = field(default_factory=list)  # added since (torch's lib/x64/libcudart.a): no damage
     checked: int = 0
     reasons: dict[str, str] = field(default_factory=dict)  # changed path -> what changed
 

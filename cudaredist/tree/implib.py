@@ -1,12 +1,10 @@
 """Import libraries for a Windows tree, built from the DLLs' export tables.
 
-Two gaps, one format. MinGW's GNU ld cannot link 13.x ``lib/x64/cudart.lib``: it is no pure
-import library but MSVC objects built with control-flow guard and /GS (``undefined reference
-to __guard_dispatch_icall_fptr``, ``__GSHandlerCheck``), so the tree gets
-``lib/x64/libcudart.dll.a`` beside it (GNU ld looks for ``libNAME.dll.a`` before ``NAME.lib``;
-MSVC never looks at it). And NVIDIA's wheels carry no import library for most DLLs
-(``bin/x64/cublas64_13.dll`` but no ``lib/x64/cublas.lib``), so the tree gets ``cublas.lib``,
-which MSVC's link, lld-link and GNU ld all read.
+Two gaps, one format. GNU ld cannot link 13.x ``lib/x64/cudart.lib``, MSVC objects built with
+control-flow guard and /GS (``undefined reference to __GSHandlerCheck``), so the tree gets
+``lib/x64/libcudart.dll.a`` beside it (GNU ld takes ``libNAME.dll.a`` before ``NAME.lib``; MSVC
+never reads it). And NVIDIA's wheels carry no import library for most DLLs (``cublas64_13.dll``
+but no ``lib/x64/cublas.lib``): the tree gets one, which MSVC's link, lld-link and GNU ld read.
 
 The library is what Microsoft's ``lib.exe`` and llvm-dlltool write (the PE/COFF
 specification's "import library" format): an ``ar`` archive with a symbol table, one
@@ -299,8 +297,7 @@ def library_name(dll_file: str) -> str:
 
 
 def _dll_exports(path: Path, rel: str) -> DllExports:
-    """The exports of the DLL at ``path``, read through a map: only its headers and export table
-    are paged in (cublasLt64_13.dll is 480 MB)."""
+    """Through a map: only the headers and the export table are read (cublasLt64_13.dll: 480 MB)."""
     with open(path, "rb") as fh:
         try:
             view = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
@@ -311,16 +308,10 @@ def _dll_exports(path: Path, rel: str) -> DllExports:
 
 
 def add_import_libraries(tree: Tree, warn: Callable[[str], object] = lambda _msg: None) -> list[str]:
-    """Give each runtime DLL of the tree an import library, written through ``tree`` (so the
-    install record hashes it); returns the tree paths written.
-
-    A DLL in ``[nvvm/]bin/`` or ``[nvvm/]bin/<arch>/`` belongs to ``lib/<arch>/NAME.lib`` of its
-    machine. Where that exists (NVIDIA's, which for cudart is MSVC objects that GNU ld cannot
-    link), the DLL gets ``libNAME.dll.a`` beside it: GNU ld takes it for ``-lNAME`` first, MSVC
-    never reads it. Where it does not (NVIDIA's wheels carry only cudart's), the DLL gets
-    ``NAME.lib``, which MSVC's link, lld-link and GNU ld (``-lNAME``) all read. A library name two
-    DLLs claim is left alone (which one is meant is not guessed), and so is a DLL whose export
-    table cannot be read (``warn`` says so: its users lose a link step, not the install)."""
+    """Write through ``tree`` (so the record hashes it) ``libNAME.dll.a`` beside each DLL's
+    ``[nvvm/]lib/<arch>/NAME.lib``, or ``NAME.lib`` where there is none; returns the paths written.
+    A name two DLLs claim is left alone (which one is meant is not guessed), and so is a DLL whose
+    exports cannot be read (``warn`` says so: its users lose a link step, not the install)."""
     written: list[str] = []
     for base in ("", "nvvm/"):
         bin_dir = tree.root / base / "bin"
