@@ -20,8 +20,10 @@ from cudaredist.commands.base import (
     set_verbose,
 )
 from cudaredist.commands.options import (
+    App,
     BaseUrlOpt,
     CacheDirOpt,
+    ChannelOpt,
     ComponentOpt,
     IndexUrlOpt,
     InstallDirOpt,
@@ -58,7 +60,7 @@ _SETTINGS: dict[str, Any] = dict(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-app = typer.Typer(**_SETTINGS)
+app = App(**_SETTINGS)
 
 
 # -- commands ---------------------------------------------------------------------------------------
@@ -71,6 +73,7 @@ def resolve(
     only: OnlyOpt = False,
     with_: WithOpt = None,
     base_url: BaseUrlOpt = None,
+    channel: ChannelOpt = None,
     mirror: MirrorOpt = None,
     no_fallback: NoFallbackOpt = False,
     trusted_host: TrustedHostOpt = None,
@@ -85,7 +88,7 @@ def resolve(
     set_verbose(verbose)
     with errors():
         ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, source=source, index_url=index_url,
-                  trusted_hosts=trusted_host)
+                  trusted_hosts=trusted_host, channel=channel)
         with ctx.open() as src:
             plan = src.resolve(train, [platform_or_host(platform)], profile=None if only else profile,
                                components=component or [], products=with_ or [])[0]
@@ -112,6 +115,7 @@ def install(
     only: OnlyOpt = False,
     with_: WithOpt = None,
     base_url: BaseUrlOpt = None,
+    channel: ChannelOpt = None,
     mirror: MirrorOpt = None,
     no_fallback: NoFallbackOpt = False,
     trusted_host: TrustedHostOpt = None,
@@ -162,7 +166,7 @@ def install(
             reinstall=reinstall or force, replace_foreign=replace_foreign, refresh=refresh,
             link_mode=link_mode, lock_timeout=lock_timeout, jobs=jobs, cache_dir=cache_dir,
             where=Where(base_url, mirror, no_fallback, index_url, offline,
-                        tuple(trusted_host) if trusted_host else None))
+                        tuple(trusted_host) if trusted_host else None, channel))
         talk = not (quiet or as_json)
         said: list[str] = []
 
@@ -211,6 +215,7 @@ def _keep_noop_answer(request: InstallRequest, outcome: InstallOutcome, said: st
 @app.command()
 def trains(
     base_url: BaseUrlOpt = None,
+    channel: ChannelOpt = None,
     mirror: MirrorOpt = None,
     no_fallback: NoFallbackOpt = False,
     trusted_host: TrustedHostOpt = None,
@@ -225,7 +230,7 @@ def trains(
     set_verbose(verbose)
     with errors():
         ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, source=source, index_url=index_url,
-                  trusted_hosts=trusted_host)
+                  trusted_hosts=trusted_host, channel=channel)
         with ctx.open() as src:
             rows, where, name = src.trains(), src.location(), src.name
         if as_json:
@@ -255,6 +260,7 @@ def mirror_cmd(
     only: OnlyOpt = False,
     with_: WithOpt = None,
     base_url: BaseUrlOpt = None,
+    channel: ChannelOpt = None,
     mirror: MirrorOpt = None,
     no_fallback: NoFallbackOpt = False,
     trusted_host: TrustedHostOpt = None,
@@ -284,7 +290,7 @@ def mirror_cmd(
 
         platforms = platforms_or_host(platform)
         ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, jobs, source=source,
-                  index_url=index_url, trusted_hosts=trusted_host)
+                  index_url=index_url, trusted_hosts=trusted_host, channel=channel)
         reporter = pick(quiet=quiet or as_json, verbose=verbose)
         with ctx.open() as src:
             try:
@@ -310,7 +316,8 @@ def mirror_cmd(
             typer.echo(f"mirror {report.out}: CUDA {', '.join(report.releases)}{added} for "
                        f"{', '.join(platforms)}: {len(report.archives)} archives ({how}, "
                        f"{report.count('present')} already there), {len(report.licenses)} license "
-                       "files added", err=True)
+                       "files added" + (f"; its manifests are in {report.base} (give that to --mirror)"
+                                        if report.base != report.out else ""), err=True)
 
 
 @app.command("lock")
@@ -327,6 +334,7 @@ def lock_cmd(
         "--hash", help="Print only the content key: a stable hex key of the resolved archives "
                        "(a CI cache key).")] = False,
     base_url: BaseUrlOpt = None,
+    channel: ChannelOpt = None,
     mirror: MirrorOpt = None,
     no_fallback: NoFallbackOpt = False,
     trusted_host: TrustedHostOpt = None,
@@ -344,7 +352,7 @@ def lock_cmd(
 
         platforms = platforms_or_host(platform)
         ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, source=source, index_url=index_url,
-                  trusted_hosts=trusted_host)
+                  trusted_hosts=trusted_host, channel=channel)
         with ctx.open() as src:
             plans = src.resolve(train, platforms, profile=None if only else profile,
                                 components=component or [], products=with_ or [])
@@ -399,7 +407,7 @@ def main() -> None:
     if commands.install_only:
         # `cudaredist install ...`: a group of that command alone, the same options, help and errors,
         # without importing or building the others (a no-op install is mostly start-up)
-        one = typer.Typer(**_SETTINGS)
+        one = App(**_SETTINGS)
         one.callback()(_root)
         one.command()(install)
         one(prog_name="cudaredist")

@@ -112,6 +112,7 @@ class Ctx:
     source: str | None = "nvidia"  # None: not given (install --lock takes the lock's)
     index_url: str | None = None
     trusted_hosts: list[str] | None = None
+    channel: str | None = None
 
     def cache(self) -> Any:
         from cudaredist.cache import Cache
@@ -126,7 +127,7 @@ class Ctx:
 
         transport = Transport(connections=self.jobs)
         where = Where(self.base_url, self.mirror, self.no_fallback, self.index_url, self.offline,
-                      tuple(self.trusted_hosts) if self.trusted_hosts else None)
+                      tuple(self.trusted_hosts) if self.trusted_hosts else None, self.channel)
         try:
             yield open_source(source or self.source, transport, self.cache(), where)
         finally:
@@ -151,7 +152,8 @@ def human(n: int) -> str:
 
 def print_plan(plan: Plan) -> None:
     typer.echo(f"CUDA {plan.release} ({plan.release_date or 'date unknown'}) for {plan.platform}, "
-               f"profile {plan.profile}, from {plan.base_url}")
+               f"profile {plan.profile}, from {plan.base_url}"
+               + (f" ({plan.channel} channel)" if plan.channel else ""))
     for p in plan.products:
         from cudaredist.profiles import product_title
 

@@ -8,6 +8,7 @@ written by cudaredist, a program linked against it by GNU ld and run under Wine.
 from __future__ import annotations
 
 import io
+import shutil
 import struct
 import subprocess
 from pathlib import Path
@@ -28,6 +29,7 @@ from cudaredist.tree.implib import (
 from cudaredist.tree.staging import Tree
 from tests.pe import make_dll
 from tests.wintools import (  # noqa: F401
+    _missing,
     imported_dlls,
     lld_link,
     mingw_gxx,
@@ -344,3 +346,68 @@ def test_dll_without_a_library_gets_one_msvc_and_gnu_linkers_read(tmp_path: Path
     assert (ran.returncode, ran.stdout.strip()) == (0, "1005 43 tiny"), ran.stderr
     ran = run_under_wine(out / "msvc.exe", wine_prefix)
     assert ran.returncode == 5 + 42, (ran.returncode, ran.stderr)
+
+
+# Windows on Arm: no GNU binutils there; llvm-mingw links with lld's MinGW driver (ld.lld -m arm64pe)
+TINY_ARM64 = """
+    .text
+    .globl tiny_add
+    .p2align 2
+tiny_add:
+    add w0, w0, w1
+    ret
+    .data
+    .globl tiny_counter
+    .p2align 2
+tiny_counter:
+    .word 42
+"""
+
+MAIN_ARM64 = """
+    .text
+    .globl mainCRTStartup
+    .p2align 2
+mainCRTStartup:
+    stp x29, x30, [sp, #-16]!
+    bl tiny_add
+    adrp x8, __imp_tiny_counter
+    ldr x8, [x8, :lo12:__imp_tiny_counter]
+    ldp x29, x30, [sp], #16
+    ret
+"""
+
+
+def _llvm(tool: str, *args: str) -> str:
+    found = shutil.which(tool)
+    if found is None:
+        _missing(tool, "apt-get install lld llvm")
+        raise AssertionError("unreachable")
+    r = subprocess.run([found, *args], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, f"{tool} {' '.join(args)}:\n{r.stderr[-3000:]}"
+    return r.stdout
+
+
+def test_arm64_import_library_links_with_lld(tmp_path: Path) -> None:
+    """An ARM64 DLL (assembled by llvm-mc, linked by lld-link), its import library written by
+    cudaredist, a program linked with -ltiny by lld's MinGW driver: the program imports both
+    exports from the DLL, the code one through a thunk, the data one through __imp_."""
+    for name, text in (("tiny.s", TINY_ARM64), ("main.s", MAIN_ARM64)):
+        (tmp_path / name).write_text(text)
+        _llvm("llvm-mc", "-triple=aarch64-pc-windows-msvc", "-filetype=obj", str(tmp_path / name),
+              "-o", str(tmp_path / name.replace(".s", ".obj")))
+    dll = tmp_path / "tiny64_1.dll"
+    _llvm("lld-link", "/dll", "/noentry", "/nodefaultlib", "/machine:arm64", "/export:tiny_add",
+          "/export:tiny_counter,DATA", f"/out:{dll}", str(tmp_path / "tiny.obj"))
+    info = read_exports(dll.read_bytes())
+    assert info.machine == MACHINE_ARM64
+    assert {e.name: e.data for e in info.exports} == {"tiny_add": False, "tiny_counter": True}
+    lib = tmp_path / "lib" / "arm64"
+    lib.mkdir(parents=True)
+    (lib / "libtiny.dll.a").write_bytes(import_library(info))
+    exe = tmp_path / "main.exe"
+    _llvm("ld.lld", "-m", "arm64pe", "-o", str(exe), str(tmp_path / "main.obj"), f"-L{lib}", "-ltiny",
+          "-e", "mainCRTStartup", "--subsystem", "console")
+    imports = _llvm("llvm-readobj", "--coff-imports", str(exe))
+    assert "Name: tiny64_1.dll" in imports
+    assert "Symbol: tiny_add (0)" in imports and "Symbol: tiny_counter (0)" in imports
+    assert "Arch: aarch64" in imports
