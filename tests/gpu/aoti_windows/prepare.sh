@@ -9,7 +9,7 @@
 #                  mpfr), used only where the GPU machine has no x86_64-w64-mingw32-g++ of its own
 set -euo pipefail
 R=$(cd "$(dirname "$0")/../../.." && pwd); cd "$R"
-O=build/gpu/aoti_windows; PY=${PYTHON:-$R/.venv/bin/python}
+O=build/gpu/aoti_windows; PY=${PYTHON:-$R/.venv/bin/python}  # one with this checkout's cudaredist
 rm -rf $O; mkdir -p $O
 bash tests/gpu/deps.sh $O/deps
 $PY -m cudaredist mirror 13.0.2 --source pypi --profile runtime --platform windows-x86_64 --out $O/mirror -q
