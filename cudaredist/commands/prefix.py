@@ -28,8 +28,8 @@ def verify(
     as_json: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Re-hash the tree against its install record: missing, changed (content, exec bits, link
-    targets) and extra files."""
+    """Re-hash the tree against its install record: missing and changed files (content, exec bits,
+    link targets) fail it; extra files, added since the install, are listed."""
     set_verbose(verbose)
     with errors():
         from cudaredist.record import verify as do_verify
@@ -45,7 +45,8 @@ def verify(
                     typer.echo(f"{kind:8} {path}" + (f" ({why})" if why else ""))
             status = "ok" if report.ok else "DIFFERS"
             typer.echo(f"{status}: {report.checked} files checked, {len(report.missing)} missing, "
-                       f"{len(report.changed)} changed, {len(report.extra)} extra")
+                       f"{len(report.changed)} changed, {len(report.extra)} extra"
+                       + (" (added since the install, kept by uninstall)" if report.extra else ""))
             if report.drift:
                 typer.echo(f"note: {report.drift}")
         if not report.ok:
