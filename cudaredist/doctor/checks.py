@@ -4,16 +4,10 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
-
-if sys.version_info >= (3, 11):
-    pass
-else:  # pragma: no cover
-    pass
 
 Status = Literal["ok", "warn", "fail"]
 _RANK = {"ok": 0, "warn": 1, "fail": 2}

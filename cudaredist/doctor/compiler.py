@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -13,10 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-if sys.version_info >= (3, 11):
-    pass
-else:  # pragma: no cover
-    pass
 from cudaredist.doctor.checks import _RANK, Check, Toolkit, Which, _first_line, _run, _which
 from cudaredist.doctor.toolkit import _not_run
 from cudaredist.profiles import platform_rule

@@ -4,17 +4,11 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from cudaredist.errors import CudaRedistError
-
-if sys.version_info >= (3, 11):
-    pass
-else:  # pragma: no cover
-    pass
 from cudaredist.doctor.checks import Check, Toolkit, Which, _first_line, _run, _short, _which
+from cudaredist.errors import CudaRedistError
 
 
 # -- toolkit ------------------------------------------------------------------------------------
