@@ -72,13 +72,14 @@ def extract(path: Path | None, tree: Tree, *, component: str, archive: str, mapp
 
 
 def _open_tar(raw: IO[bytes]) -> tarfile.TarFile:
-    """A front-to-back tar reader. xz goes through LZMAFile: tarfile's own "r|xz" decompresses
-    in 10 KiB steps and re-joins its buffers, a tenth of the time on big archives."""
-    head = raw.read(6)
+    """A front-to-back tar reader over ``raw`` (a file or a download being written, both
+    unbuffered). xz goes through LZMAFile: tarfile's own "r|xz" decompresses in 10 KiB steps and
+    re-joins its buffers, a tenth of the time on big archives."""
     # LZMAFile and tarfile read 8-64 KiB at a time: one 1 MiB read of the source serves many
     # (a followed download takes a lock and a seek for each read).
-    rest = cast(IO[bytes], io.BufferedReader(_Prepend(head, raw), READ_SIZE))
-    if head == b"\xfd7zXZ\x00":
+    buffered = io.BufferedReader(cast(io.RawIOBase, raw), READ_SIZE)
+    rest = cast(IO[bytes], buffered)
+    if buffered.peek(6)[:6] == b"\xfd7zXZ\x00":
         # tarfile reads headers from it; member data is read from it directly (_member_data)
         return tarfile.open(fileobj=cast(IO[bytes], _Forward(lzma.LZMAFile(rest))), mode="r:")
     return tarfile.open(fileobj=rest, mode="r|*", bufsize=1 << 16)
@@ -131,12 +132,11 @@ class _MemberData(io.RawIOBase):
         if n <= 0:
             return b""
         data = self._stream.read(n)
-        if len(data) < n:
-            while len(data) < n:  # the decompressor may return less than asked before its end
-                more = self._stream.read(n - len(data))
-                if not more:
-                    raise tarfile.ReadError("unexpected end of data")
-                data += more
+        while len(data) < n:  # the decompressor may return less than asked before its end
+            more = self._stream.read(n - len(data))
+            if not more:
+                raise tarfile.ReadError("unexpected end of data")
+            data += more
         self._left -= n
         return data
 
@@ -156,35 +156,6 @@ def _member_data(tf: tarfile.TarFile, m: tarfile.TarInfo) -> IO[bytes]:
     src = tf.extractfile(m)
     assert src is not None
     return src
-
-
-class _Prepend(io.RawIOBase):
-    """``head`` followed by the rest of ``raw`` (so the format can be sniffed from a stream)."""
-
-    def __init__(self, head: bytes, raw: IO[bytes]) -> None:
-        super().__init__()
-        self._head = head
-        self._raw = raw
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buf: Any) -> int:
-        if self._head:
-            n = min(len(buf), len(self._head))
-            buf[:n] = self._head[:n]
-            self._head = self._head[n:]
-            return n
-        readinto = getattr(self._raw, "readinto", None)
-        if readinto is not None:
-            return int(readinto(buf) or 0)
-        data = self._raw.read(len(buf))
-        buf[: len(data)] = data
-        return len(data)
-
-    def close(self) -> None:
-        self._raw.close()
-        super().close()
 
 
 def _extract_tar(path: Path | None, tree: Tree, *, component: str, archive: str, mapper: Mapper,
