@@ -16,21 +16,6 @@ ORDER = ("toolkit", "nvcc", "host-compiler", "probe", "msbuild", "driver", "gpu"
 Which = Callable[[str, str | None], str | None]  # (command, PATH) -> path or None
 Loader = Callable[[str], Any]  # ctypes.CDLL
 
-# CUresult values the driver check names (cuda.h)
-CUDA_SUCCESS = 0
-CUDA_ERROR_NO_DEVICE = 100
-CUDA_ERROR_STUB_LIBRARY = 34
-_CU_ERRORS = {1: "CUDA_ERROR_INVALID_VALUE", 2: "CUDA_ERROR_OUT_OF_MEMORY",
-              3: "CUDA_ERROR_NOT_INITIALIZED", 4: "CUDA_ERROR_DEINITIALIZED",
-              34: "CUDA_ERROR_STUB_LIBRARY", 35: "CUDA_ERROR_INSUFFICIENT_DRIVER",
-              46: "CUDA_ERROR_DEVICE_UNAVAILABLE", 100: "CUDA_ERROR_NO_DEVICE",
-              101: "CUDA_ERROR_INVALID_DEVICE", 304: "CUDA_ERROR_OPERATING_SYSTEM",
-              803: "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
-              804: "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE", 999: "CUDA_ERROR_UNKNOWN"}
-_ATTR_CC_MAJOR = 75  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
-_ATTR_CC_MINOR = 76
-
-
 @dataclass(frozen=True)
 class Check:
     """One check's verdict: ``fix`` is what to do when the status is not ok ("" when ok)."""

@@ -93,8 +93,7 @@ def compiler_version(hc: HostCompiler, env: Mapping[str, str]) -> str:
     """The compiler's own banner line ("gcc (Debian 12.2.0-14) 12.2.0", "Microsoft (R) C/C++ ...")."""
     if hc.path is None:
         return ""
-    rc, out = _run([hc.path] if hc.msvc else [hc.path, "--version"], env, timeout=30)
-    return _first_line(out) if out else ""
+    return _first_line(_run([hc.path] if hc.msvc else [hc.path, "--version"], env, timeout=30)[1])
 
 
 @dataclass(frozen=True)
@@ -148,13 +147,6 @@ def cccl_msvc_rule(text: str) -> Literal["error", "message", "none"]:
     return "message" if re.search(r"#\s*pragma\s+message", block) else "none"
 
 
-def cccl_preprocessor_header(include: Path) -> Path | None:
-    for rel in ("cccl/cuda/std/__cccl/preprocessor.h", "cuda/std/__cccl/preprocessor.h"):
-        if (include / rel).is_file():
-            return include / rel
-    return None
-
-
 def zc_preprocessor_given(env: Mapping[str, str]) -> str:
     """Where /Zc:preprocessor reaches cl.exe ("" if nowhere): nvcc's flag variables (as
     -Xcompiler) or CL / _CL_, the variables cl.exe itself reads."""
@@ -166,7 +158,9 @@ def zc_preprocessor_given(env: Mapping[str, str]) -> str:
 
 def check_msvc_preprocessor(include: Path, env: Mapping[str, str]) -> Check:
     """Whether this tree's CCCL needs /Zc:preprocessor from cl.exe, and whether it gets it."""
-    header = cccl_preprocessor_header(include)
+    header = next((include / rel for rel in ("cccl/cuda/std/__cccl/preprocessor.h",
+                                             "cuda/std/__cccl/preprocessor.h")
+                   if (include / rel).is_file()), None)
     rule = cccl_msvc_rule(header.read_text(encoding="utf-8", errors="replace")) if header else "none"
     given = zc_preprocessor_given(env)
     fix = ('pass it to cl.exe through nvcc: set NVCC_APPEND_FLAGS="-Xcompiler=/Zc:preprocessor" (CMake: '
@@ -309,12 +303,10 @@ def explain_probe_failure(output: str) -> tuple[str, str]:
     lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
     first = next((ln for ln in lines if re.search(r"\berror\b|fatal|not found|cannot", ln, re.I)),
                  lines[0] if lines else "no output")
-    for pattern, meaning in _MEANINGS:
-        if re.search(pattern, first, re.I):
-            return first, meaning
-    for pattern, meaning in _MEANINGS:  # the first line did not say; the rest of the output may
-        if re.search(pattern, output, re.I):
-            return first, meaning
+    for text in (first, output):  # when the first line does not say, the rest of the output may
+        for pattern, meaning in _MEANINGS:
+            if re.search(pattern, text, re.I):
+                return first, meaning
     return first, "the toolkit could not build a minimal CUDA program"
 
 

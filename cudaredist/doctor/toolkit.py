@@ -138,14 +138,10 @@ def check_msbuild(tk: Toolkit) -> Check:
 
 
 # -- environment --------------------------------------------------------------------------------
-def _same(a: str, b: str | Path) -> bool:
-    return os.path.normcase(os.path.realpath(a)) == os.path.normcase(os.path.realpath(b))
-
-
-def _inside(path: str, root: str | Path) -> bool:
-    p = os.path.normcase(os.path.realpath(path))
-    r = os.path.normcase(os.path.realpath(root))
-    return p == r or p.startswith(r.rstrip(os.sep) + os.sep)
+def _inside(path: str, root: str | Path, *, same: bool = False) -> bool:
+    """``path`` is ``root`` or (unless ``same``) below it, links resolved, case folded where the OS does."""
+    p, r = (os.path.normcase(os.path.realpath(x)) for x in (path, root))
+    return p == r or (not same and p.startswith(r.rstrip(os.sep) + os.sep))
 
 
 def check_environment(env: Mapping[str, str], tk: Toolkit | None, *, which: Which = _which,
@@ -164,7 +160,7 @@ def check_environment(env: Mapping[str, str], tk: Toolkit | None, *, which: Whic
     problems: list[str] = []
     if tk is not None and not tk.native:  # a cross-compiling tree: only WINDOWS_CUDA_HOME names it
         home = env.get("WINDOWS_CUDA_HOME")
-        if tk.windows and (not home or not _same(home, tk.prefix)):
+        if tk.windows and (not home or not _inside(home, tk.prefix, same=True)):
             return Check("environment", "warn",
                          f"WINDOWS_CUDA_HOME is {home or 'unset'}, not this tree ({tk.prefix})",
                          load_hint(str(tk.prefix), host_windows=windows))
@@ -172,7 +168,7 @@ def check_environment(env: Mapping[str, str], tk: Toolkit | None, *, which: Whic
     if tk is not None:
         for var in ("CUDA_PATH", "CUDA_HOME"):
             value = env.get(var)
-            if value and not _same(value, tk.prefix):
+            if value and not _inside(value, tk.prefix, same=True):
                 problems.append(f"{var}={value} names another toolkit than {tk.prefix}")
         if tk.has_nvcc:
             if plain is None:
