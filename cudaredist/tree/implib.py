@@ -146,11 +146,6 @@ def _read_exports(data: bytes | mmap.mmap, where: str) -> DllExports:
 
 
 # -- writing the import library --------------------------------------------------------------------
-def _section(name: bytes, size: int, offset: int, nrelocs: int, reloc_off: int, flags: int) -> bytes:
-    return struct.pack("<8sIIIIIIHHI", name, 0, 0, size, offset if size else 0,
-                       reloc_off if nrelocs else 0, 0, nrelocs, 0, flags)
-
-
 def _symbol(name: bytes, strtab: bytearray, value: int, section: int, storage: int) -> bytes:
     if len(name) <= 8:
         raw = name.ljust(8, b"\0")
@@ -179,7 +174,8 @@ def _coff(machine: int, sections: Sequence[tuple[bytes, bytes, Sequence[tuple[in
         reloc_off = header_size + len(body)
         for r_off, r_sym in relocs:
             body += struct.pack("<IIH", r_off, r_sym, reloc_type)
-        headers += _section(name, len(content), offset, len(relocs), reloc_off, flags)
+        headers += struct.pack("<8sIIIIIIHHI", name, 0, 0, len(content), offset if content else 0,
+                               reloc_off if relocs else 0, 0, len(relocs), 0, flags)
     strtab = bytearray()
     symtab = b"".join(_symbol(n, strtab, v, s, c) for n, v, s, c in symbols)
     characteristics = 0x0100 if machine == MACHINE_I386 else 0  # IMAGE_FILE_32BIT_MACHINE
@@ -204,19 +200,6 @@ def _import_descriptor(dll: str, stem: str, machine: int) -> bytes:
         (b"__NULL_IMPORT_DESCRIPTOR", 0, 0, _SYM_EXTERNAL),
         (b"\x7f" + stem.encode() + b"_NULL_THUNK_DATA", 0, 0, _SYM_EXTERNAL),
     ])
-
-
-def _null_import_descriptor(machine: int) -> bytes:
-    return _coff(machine, [(b".idata$3", bytes(20), [], _ALIGN_4 | _DATA_RW)],
-                 [(b"__NULL_IMPORT_DESCRIPTOR", 0, 1, _SYM_EXTERNAL)])
-
-
-def _null_thunk(stem: str, machine: int) -> bytes:
-    width = 4 if machine == MACHINE_I386 else 8
-    align = _ALIGN_4 if width == 4 else _ALIGN_8
-    return _coff(machine, [(b".idata$5", bytes(width), [], align | _DATA_RW),
-                           (b".idata$4", bytes(width), [], align | _DATA_RW)],
-                 [(b"\x7f" + stem.encode() + b"_NULL_THUNK_DATA", 0, 1, _SYM_EXTERNAL)])
 
 
 def _short_import(dll: str, machine: int, exp: Export) -> bytes:
@@ -274,10 +257,17 @@ def import_library(info: DllExports) -> bytes:
                                  "can be written for (x86, x64, arm64)", dll=dll)
     stem = dll.rsplit(".", 1)[0] if "." in dll else dll
     thunk = b"\x7f" + stem.encode() + b"_NULL_THUNK_DATA"
+    # the directory's terminator; the terminators of the lookup and address tables (one pointer each)
+    width, align = (4, _ALIGN_4) if info.machine == MACHINE_I386 else (8, _ALIGN_8)
+    null_descriptor = _coff(info.machine, [(b".idata$3", bytes(20), [], _ALIGN_4 | _DATA_RW)],
+                            [(b"__NULL_IMPORT_DESCRIPTOR", 0, 1, _SYM_EXTERNAL)])
+    null_thunk = _coff(info.machine, [(b".idata$5", bytes(width), [], align | _DATA_RW),
+                                      (b".idata$4", bytes(width), [], align | _DATA_RW)],
+                       [(thunk, 0, 1, _SYM_EXTERNAL)])
     members: list[tuple[str, bytes, Sequence[bytes]]] = [
         (dll, _import_descriptor(dll, stem, info.machine), [b"__IMPORT_DESCRIPTOR_" + stem.encode()]),
-        (dll, _null_import_descriptor(info.machine), [b"__NULL_IMPORT_DESCRIPTOR"]),
-        (dll, _null_thunk(stem, info.machine), [thunk]),
+        (dll, null_descriptor, [b"__NULL_IMPORT_DESCRIPTOR"]),
+        (dll, null_thunk, [thunk]),
     ]
     for exp in info.exports:
         syms = [b"__imp_" + exp.name.encode()] + ([] if exp.data else [exp.name.encode()])
