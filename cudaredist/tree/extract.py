@@ -213,25 +213,21 @@ def _extract_zip(path: Path, tree: Tree, *, component: str, archive: str, mapper
     except (zipfile.BadZipFile, OSError) as exc:
         raise UnsafeArchiveError(f"{archive} is not a readable zip archive: {exc}", archive=archive) from exc
     with zf:
-        infos = zf.infolist()
-        seen: set[str] = set()
-        for info in infos:
+        entries: dict[str, zipfile.ZipInfo] = {}
+        for info in zf.infolist():
             # the name as the archive spells it: on Windows zipfile turns backslashes into "/" in
             # .filename, which would let a Windows host accept what every other host refuses
             clean = clean_member(info.orig_filename, archive=archive, zip_entry=True)
             # one name twice is ambiguous in any zip; names differing only in case are the tree's to judge
             # (one path where the target folds case, as for a tar)
-            if clean in seen:
+            if clean in entries:
                 raise UnsafeArchiveError(f"{archive}: entry {info.orig_filename!r} appears twice; refused",
                                          archive=archive, member=info.orig_filename)
-            seen.add(clean)
+            entries[clean] = info
         try:
             files: list[tuple[zipfile.ZipInfo, str, int]] = []
-            for info in infos:
-                clean = clean_member(info.orig_filename, archive=archive, zip_entry=True)
-                if not clean:
-                    continue
-                rel = mapper(clean)
+            for clean, info in entries.items():
+                rel = mapper(clean) if clean else None
                 if rel is None:
                     continue
                 mode = zip_entry_mode(info.create_system, info.external_attr, archive=archive,

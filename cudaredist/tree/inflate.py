@@ -51,16 +51,13 @@ class DeflatedMember:
     def read(self, n: int = -1) -> bytes:
         """``n`` bytes (fewer only at the end), as a file's ``read``."""
         want = READ if n is None or n < 0 else n
-        if len(self._pending) < want:
-            parts = [self._pending]
-            have = len(self._pending)
-            self._pending = b""
-            while have < want and (piece := self._more(want - have)):
-                parts.append(piece)
-                have += len(piece)
-            self._pending = b"".join(parts)
-        out, self._pending = self._pending[:want], self._pending[want:]
-        return out
+        parts, have = [self._pending], len(self._pending)
+        while have < want and (piece := self._more(want - have)):
+            parts.append(piece)
+            have += len(piece)
+        data = b"".join(parts)
+        self._pending = data[want:]
+        return data[:want]
 
     def _more(self, want: int) -> bytes:
         """The next inflated bytes (at most ``want``), b"" at the end (after checking it)."""
