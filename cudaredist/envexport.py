@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from cudaredist.errors import PrefixError, UsageError
+from cudaredist.plan import version_key
 from cudaredist.profiles import platform_rule
 
 SHELLS = ("sh", "bash", "zsh", "fish", "pwsh", "cmd")
@@ -78,7 +79,7 @@ def environment(prefix: str, *, platform: str, release: str, host_windows: bool,
                  (f"CUDA_PATH_V{'_'.join(major_minor)}", prefix))
     bins = [join(prefix, "bin")]
     arch = platform_rule(platform).arch
-    if tree_windows and arch and _major(release) >= 13:
+    if tree_windows and arch and version_key(release) >= (13,):
         bins.append(join(prefix, "bin", arch))  # CUDA 13 moved the runtime DLLs here
     prepend: list[tuple[str, tuple[str, ...]]] = [("PATH", tuple(bins))]
     if not tree_windows:
@@ -97,11 +98,6 @@ def cmake_line(args: tuple[str, ...]) -> str:
     """``args`` as one command-line fragment: an argument with a space in double quotes, which
     PowerShell, cmd and bash read alike (the action's cmake-args output is written the same way)."""
     return " ".join(f'"{a}"' if " " in a else a for a in args)
-
-
-def _major(release: str) -> int:
-    head = release.split(".", 1)[0]
-    return int(head) if head.isdigit() else 0
 
 
 # -- quoting -----------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from typing import Any
 from cudaredist.doctor.checks import Check, Loader, Toolkit, _run, _short
 from cudaredist.doctor.toolkit import _host_is_windows, _not_run
 from cudaredist.errors import ManifestError
+from cudaredist.plan import version_key
 
 # CUresult values the driver check names (cuda.h)
 CUDA_SUCCESS = 0
@@ -184,17 +185,12 @@ def _branch_advice(major: int, branches: Mapping[int, DriverBranch], windows: bo
             + f", which runs every CUDA {major}.x")
 
 
-def _release_key(release: str) -> tuple[int, int]:
-    parts = [int(p) for p in re.findall(r"\d+", release)[:2]] + [0, 0]
-    return parts[0], parts[1]
-
-
 def check_driver(info: DriverInfo, release: str | None, *, windows: bool | None = None,
                  branches: Mapping[int, DriverBranch] | None = None) -> Check:
     windows = _host_is_windows() if windows is None else windows
     if branches is None:
         branches = driver_branches()
-    wanted = _release_key(release) if release else None
+    wanted = (version_key(release) + (0, 0))[:2] if release else None
     install = _branch_advice(wanted[0], branches, windows) if wanted else "an NVIDIA driver"
     where = f" from {info.path}" if info.path else ""
     if not info.loaded:
