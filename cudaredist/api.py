@@ -11,17 +11,14 @@ options into an :class:`InstallRequest` and renders the :class:`InstallOutcome`.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from cudaredist.errors import CudaRedistError, UsageError
 from cudaredist.profiles import DEFAULT_PROFILE
 from cudaredist.sources import Where, check_source
-
-_T = TypeVar("_T")
 
 if TYPE_CHECKING:
     from cudaredist.install import Installer, InstallResult
@@ -251,28 +248,20 @@ def _run(request: InstallRequest, wanted: list[str], fixed: Path | None, outcome
                 f"{', '.join(plan.components)}) -> {target}")
             for note in plan.notes:
                 say(f"note: {note}")
-
-            result = _each(outcome, fixed, train, functools.partial(
-                installer.install, plan, target, reinstall=request.reinstall,
-                replace_foreign=request.replace_foreign, requested=components))
-            if result is not None:
-                outcome.warnings += result.warnings
-                outcome.done.append(_row(result, plan))
-                say(outcome.done[-1].message)
+            try:
+                result = installer.install(plan, target, reinstall=request.reinstall,
+                                           replace_foreign=request.replace_foreign, requested=components)
+            except CudaRedistError as exc:
+                if fixed is not None:
+                    raise
+                outcome.failed.append(Failed(train, exc))  # in the install dir: the train's, the others go on
+                continue
+            outcome.warnings += result.warnings
+            outcome.done.append(_row(result, plan))
+            say(outcome.done[-1].message)
     finally:
         reporter.close()
         transport.close()
-
-
-def _each(outcome: InstallOutcome, fixed: Path | None, train: str, step: Callable[[], _T]) -> _T | None:
-    """``step()``; in the install dir, a failure is the train's (listed, and the others go on)."""
-    if fixed is not None:
-        return step()
-    try:
-        return step()
-    except CudaRedistError as exc:
-        outcome.failed.append(Failed(train, exc))
-        return None
 
 
 def _prefetch(installer: Installer, plans: list[tuple[str, Plan]],
