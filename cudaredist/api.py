@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from cudaredist.errors import CudaRedistError, UsageError
 from cudaredist.profiles import DEFAULT_PROFILE
@@ -211,6 +211,7 @@ def _run(request: InstallRequest, wanted: list[str], fixed: Path | None, outcome
     from cudaredist.cache.store import index_ttl_default
     from cudaredist.fetch.transport import Transport
     from cudaredist.install import Installer
+    from cudaredist.managed import toolkit_name
     from cudaredist.progress import Silent
     from cudaredist.sources import open_source
 
@@ -243,7 +244,8 @@ def _run(request: InstallRequest, wanted: list[str], fixed: Path | None, outcome
         if len(plans) > 1:
             plans = _prefetch(installer, plans, outcome)
         for train, plan in plans:
-            target = fixed if fixed is not None else _managed_target(outcome.install_dir, plan)
+            # no --prefix: the install dir
+            target = fixed or cast(Path, outcome.install_dir) / toolkit_name(plan.release, plan.platform)
             say(f"CUDA {plan.release}{_with_text(plan.to_json())} for {plan.platform} ({plan.profile}: "
                 f"{', '.join(plan.components)}) -> {target}")
             for note in plan.notes:
@@ -303,13 +305,6 @@ def _read_lock(request: InstallRequest, wanted: list[str]) -> tuple[Lock, Plan]:
                     components=list(request.components) if (request.components or request.only) else None,
                     source=None if request.source is None else check_source(request.source),
                     products=list(request.products) if request.products else None)
-
-
-def _managed_target(root: Path | None, plan: Plan) -> Path:
-    from cudaredist.managed import toolkit_name
-
-    assert root is not None  # no --prefix: the install dir
-    return root / toolkit_name(plan.release, plan.platform)
 
 
 def _row(result: InstallResult, plan: Plan) -> Installed:

@@ -7,6 +7,7 @@ the active conda environment, and NVIDIA's pip wheels in this interpreter's site
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -35,13 +36,11 @@ class Found:
 
 def release_of(root: Path) -> str:
     """The toolkit release of the tree at ``root``, from version.json or include/cuda.h."""
-    try:
+    with contextlib.suppress(OSError, ValueError, AttributeError):
         data = json.loads((root / "version.json").read_text("utf-8"))
         version = data.get("cuda", {}).get("version") or data.get("cuda_cudart", {}).get("version")
         if isinstance(version, str):
             return version
-    except (OSError, ValueError, AttributeError):
-        pass
     for header in (root / "include" / "cuda.h", *root.glob("targets/*/include/cuda.h")):
         try:
             text = header.read_text("utf-8", "replace")

@@ -204,8 +204,7 @@ def _supported_fix(hc: HostCompiler, tk: Toolkit) -> str:
 def check_host_compiler(tk: Toolkit, env: Mapping[str, str], *, windows: bool | None = None,
                         which: Which = _which) -> Check:
     """The compiler nvcc will use, judged by the tree's own ``include/crt/host_config.h``."""
-    skip = _not_run(tk)
-    if skip:
+    if skip := _not_run(tk):
         return Check("host-compiler", "ok", skip)
     windows = tk.windows if windows is None else windows
     hc = select_host_compiler(env, windows=windows, which=which)
@@ -312,8 +311,7 @@ def explain_probe_failure(output: str) -> tuple[str, str]:
 
 def check_probe(tk: Toolkit, env: Mapping[str, str], *, timeout: float = 300) -> Check:
     """Compile and link a kernel and a host call with the tree's nvcc, like CMake's try-compile."""
-    skip = _not_run(tk)
-    if skip:
+    if skip := _not_run(tk):
         return Check("probe", "ok", skip)
     nvcc = tk.nvcc()
     with tempfile.TemporaryDirectory(prefix="cudaredist-probe-") as tmp:

@@ -188,8 +188,7 @@ def _branch_advice(major: int, branches: Mapping[int, DriverBranch], windows: bo
 def check_driver(info: DriverInfo, release: str | None, *, windows: bool | None = None,
                  branches: Mapping[int, DriverBranch] | None = None) -> Check:
     windows = _host_is_windows() if windows is None else windows
-    if branches is None:
-        branches = driver_branches()
+    branches = driver_branches() if branches is None else branches
     wanted = (version_key(release) + (0, 0))[:2] if release else None
     install = _branch_advice(wanted[0], branches, windows) if wanted else "an NVIDIA driver"
     where = f" from {info.path}" if info.path else ""

@@ -46,8 +46,7 @@ def check_toolkit(prefix: Path, *, host_windows: bool | None = None) -> tuple[Ch
     windows = platform.startswith("windows")
     nvcc_version = next((str(c["version"]) for c in plan.get("components", [])
                          if c.get("name") == "cuda_nvcc"), None)
-    names = [f["path"] for f in rec.get("files", [])]
-    has_nvcc = any(n in ("bin/nvcc", "bin/nvcc.exe") for n in names)
+    has_nvcc = any(f["path"] in ("bin/nvcc", "bin/nvcc.exe") for f in rec.get("files", []))
     tk = Toolkit(prefix, release, platform, nvcc_version, has_nvcc, windows == host_windows, windows)
     report = verify(prefix, fast=True)
     # exec bits: a tree copied through a tool that drops them has an nvcc that cannot start
@@ -87,8 +86,7 @@ def _not_run(tk: Toolkit) -> str | None:
 
 def check_nvcc(tk: Toolkit, env: Mapping[str, str]) -> tuple[Check, str | None]:
     """``bin/nvcc --version`` runs and reports the record's release; returns the X.Y it reports."""
-    skip = _not_run(tk)
-    if skip:
+    if skip := _not_run(tk):
         return Check("nvcc", "ok", skip), None
     nvcc = tk.nvcc()
     if not nvcc.is_file():

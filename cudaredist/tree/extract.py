@@ -176,9 +176,7 @@ def _tar_members(tf: tarfile.TarFile, tree: Tree, *, component: str, archive: st
     try:
         for m in tf:
             clean = clean_member(m.name, archive=archive)
-            if not clean:
-                continue
-            rel = mapper(clean)
+            rel = mapper(clean) if clean else None
             if rel is None:
                 continue
             if m.isdir():
@@ -188,8 +186,7 @@ def _tar_members(tf: tarfile.TarFile, tree: Tree, *, component: str, archive: st
             elif m.issym():
                 tree.add_symlink(rel, m.linkname, component, archive)
             elif m.islnk():
-                target = clean_member(m.linkname, archive=archive)
-                target_rel = mapper(target)
+                target_rel = mapper(clean_member(m.linkname, archive=archive))
                 if target_rel is None:
                     raise UnsafeArchiveError(f"{archive}: hard link {m.name!r} -> {m.linkname!r} "
                                              "leaves the archive's tree; refused",

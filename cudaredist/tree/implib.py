@@ -212,41 +212,29 @@ def _short_import(dll: str, machine: int, exp: Export) -> bytes:
 
 def _ar(members: Sequence[tuple[str, bytes, Sequence[bytes]]]) -> bytes:
     """A GNU-style ar archive with a first linker member ("/") indexing every member's symbols."""
-    longnames = bytearray()
-    headers: list[bytes] = []
-    for name, _data, _syms in members:
-        if len(name) < 16:
-            headers.append(f"{name}/".encode())
-        else:
-            headers.append(f"/{len(longnames)}".encode())
-            longnames += name.encode() + b"/\n"
-
-    def header(name: bytes, size: int) -> bytes:
+    def member(name: bytes, data: bytes) -> bytes:
         # timestamp, owner, group 0 and mode 644: the same DLL always gives the same bytes
-        return b"%-16s%-12d%-6d%-6d%-8s%-10d`\n" % (name, 0, 0, 0, b"644", size)
+        head = b"%-16s%-12d%-6d%-6d%-8s%-10d`\n" % (name, 0, 0, 0, b"644", len(data))
+        return head + data + b"\n" * (len(data) & 1)
 
-    def padded(b: bytes) -> bytes:
-        return b + b"\n" * (len(b) & 1)
-
+    longnames = bytearray()
+    bodies: list[bytes] = []
+    for name, data, _syms in members:
+        if len(name) < 16:
+            bodies.append(member(f"{name}/".encode(), data))
+        else:
+            bodies.append(member(f"/{len(longnames)}".encode(), data))
+            longnames += name.encode() + b"/\n"
+    names = member(b"//", bytes(longnames)) if longnames else b""
     nsyms = sum(len(syms) for _n, _d, syms in members)
     strings = b"".join(s + b"\0" for _n, _d, syms in members for s in syms)
-    symtab_size = 4 + 4 * nsyms + len(strings)
-    offset = 8 + 60 + len(padded(bytes(symtab_size)))
-    if longnames:
-        offset += 60 + len(padded(bytes(longnames)))
+    offset = 8 + len(member(b"/", bytes(4 + 4 * nsyms + len(strings)))) + len(names)
     offsets: list[int] = []
-    for (_name, data, syms) in members:
+    for body, (_name, _data, syms) in zip(bodies, members, strict=True):
         offsets += [offset] * len(syms)
-        offset += 60 + len(padded(data))
-    out = io.BytesIO()
-    out.write(b"!<arch>\n")
-    out.write(header(b"/", symtab_size))
-    out.write(padded(struct.pack(f">I{nsyms}I", nsyms, *offsets) + strings))
-    if longnames:
-        out.write(header(b"//", len(longnames)) + padded(bytes(longnames)))
-    for hdr, (_name, data, _syms) in zip(headers, members, strict=True):
-        out.write(header(hdr, len(data)) + padded(data))
-    return out.getvalue()
+        offset += len(body)
+    symtab = member(b"/", struct.pack(f">I{nsyms}I", nsyms, *offsets) + strings)
+    return b"!<arch>\n" + symtab + names + b"".join(bodies)
 
 
 def import_library(info: DllExports) -> bytes:
