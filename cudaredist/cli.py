@@ -14,7 +14,6 @@ from cudaredist.commands.base import (
     emit_json,
     errors,
     json_text,
-    platform_or_host,
     platforms_or_host,
     print_plan,
     set_verbose,
@@ -29,6 +28,7 @@ from cudaredist.commands.options import (
     JsonOpt,
     LinkModeOpt,
     LockOpt,
+    LockTimeoutOpt,
     MirrorOpt,
     NoFallbackOpt,
     OfflineOpt,
@@ -84,10 +84,12 @@ def resolve(
     """Show the install plan without installing: release, and per component version, URL, size, sha256."""
     set_verbose(verbose)
     with errors():
+        from cudaredist.profiles import host_platform
+
         ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, source=source, index_url=index_url,
                   trusted_hosts=trusted_host)
         with ctx.open() as src:
-            plan = src.resolve(train, [platform_or_host(platform)], profile=None if only else profile,
+            plan = src.resolve(train, [host_platform(platform)], profile=None if only else profile,
                                components=component or [], products=with_ or [])[0]
         if as_json:
             emit_json(plan.to_json())
@@ -105,9 +107,7 @@ def install(
     prefix: PrefixOpt = None,
     install_dir: InstallDirOpt = None,
     platform: PlatformOpt = None,
-    profile: Annotated[str | None, typer.Option(
-        "--profile", help="Component profile: nvcc, runtime, build, torch (`cudaredist profiles` "
-        f"lists them).  [default: {DEFAULT_PROFILE}]")] = None,
+    profile: ProfileOpt = None,
     component: ComponentOpt = None,
     only: OnlyOpt = False,
     with_: WithOpt = None,
@@ -129,18 +129,12 @@ def install(
                                         help="Deprecated: --reinstall.")] = False,
     refresh: Annotated[bool, typer.Option("--refresh", help="Look for a newer release of the train "
                                                             "even if the prefix satisfies it.")] = False,
-    lock_timeout: Annotated[float | None, typer.Option(
-        "--lock-timeout", envvar="CUDAREDIST_LOCK_TIMEOUT",
-        help="Seconds to wait for another process holding the prefix or cache (default 600).")] = None,
+    lock_timeout: LockTimeoutOpt = None,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
     as_json: JsonOpt = False,
     lock: LockOpt = None,
-    source: Annotated[str | None, typer.Option(
-        "--source", envvar="CUDAREDIST_SOURCE", show_envvar=True,
-        help="nvidia: NVIDIA's redist archives; pypi: NVIDIA's wheels, through the cuda-toolkit "
-             "metapackage (see docs/pypi-source.md). With --lock: the lock's; another one is refused.  "
-             "[default: nvidia]", show_default=False)] = None,
+    source: SourceOpt = None,
     index_url: IndexUrlOpt = None,
 ) -> None:
     """Install toolkit trees: into --prefix, or by train into the install dir (`cudaredist list`).

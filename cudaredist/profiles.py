@@ -126,9 +126,12 @@ def known_platforms() -> list[str]:
     return sorted(_data().get("platforms", {}))
 
 
-def host_platform(system: str | None = None, machine: str | None = None) -> str:
-    system = (system or _platform.system()).lower()
-    machine = (machine or _platform.machine()).lower()
+def host_platform(asked: str | None = None) -> str:
+    """``asked`` (a --platform) if given, else this host's CUDA redist platform: the one place that
+    decides the platform a command acts for."""
+    if asked:
+        return asked
+    system, machine = _platform.system().lower(), _platform.machine().lower()
     for name in known_platforms():
         if (system, machine) in platform_rule(name).hosts:
             return name

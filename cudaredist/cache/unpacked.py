@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from cudaredist import fsops
+from cudaredist.cache.store import evict
 from cudaredist.localfs import disk_error, is_case_insensitive
 from cudaredist.plan import PlannedArchive
 from cudaredist.tree.staging import FileRecord, Tree
@@ -85,7 +86,7 @@ class UnpackedCache:
             return None
         entry, raw = found
         if not self._unchanged(entry, raw):
-            self.evict(key)
+            evict(self._dir(key))
             return None
         with contextlib.suppress(OSError):
             os.utime(entry.path / RECORD)  # last used, for prune
@@ -175,14 +176,6 @@ class UnpackedCache:
         except OSError:
             if self._read(key) is None:  # not a finished entry in the way: a real failure
                 raise
-
-    def evict(self, key: str) -> None:
-        d = self._dir(key)
-        if d.exists():
-            gone = self.root / f".gone-{key[:16]}-{uuid.uuid4().hex[:8]}"
-            with contextlib.suppress(OSError):
-                fsops.rename(d, gone)  # atomically not an entry any more, then removed at leisure
-                fsops.rmtree(gone)
 
     def entries(self) -> list[UnpackedEntry]:
         """The complete entries (a directory named by its key with its files.json), for maintenance."""

@@ -133,16 +133,12 @@ class Ctx:
             transport.close()
 
 
-def platform_or_host(platform: str | None) -> str:
-    from cudaredist.profiles import host_platform
-
-    return platform or host_platform()
-
-
 def platforms_or_host(values: list[str] | None) -> list[str]:
     """--platform values, repeated or comma-separated, in order, once each; default the host's."""
     out = [p.strip() for v in values or [] for p in v.split(",") if p.strip()]
-    return list(dict.fromkeys(out)) or [platform_or_host(None)]
+    from cudaredist.profiles import host_platform
+
+    return list(dict.fromkeys(out)) or [host_platform()]
 
 
 def human(n: int) -> str:

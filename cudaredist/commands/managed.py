@@ -12,6 +12,7 @@ import typer
 
 from cudaredist.commands.base import emit_json, errors, fail, human, set_verbose
 from cudaredist.commands.options import InstallDirOpt, JsonOpt, PlatformOpt, Train, VerboseOpt
+from cudaredist.fsops import WINDOWS
 from cudaredist.managed import host
 
 
@@ -102,7 +103,7 @@ def run_cmd(
         toolkit = find_one(managed_dir(install_dir), train, platform or host())
         plan = require_record(toolkit.path)["plan"]
         env = applied(environment(str(toolkit.path), platform=plan["platform"], release=plan["release"],
-                                  host_windows=os.name == "nt"), os.environ)
+                                  host_windows=WINDOWS), os.environ)
         if not command:
             fail("give the command to run after --, e.g. cudaredist run 13.4 -- nvcc --version", 2)
         program = command[0]

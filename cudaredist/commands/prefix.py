@@ -11,11 +11,13 @@ from cudaredist.commands.base import emit_json, errors, fail, set_verbose, targe
 from cudaredist.commands.options import (
     InstallDirOpt,
     JsonOpt,
+    LockTimeoutOpt,
     PlatformOpt,
     PrefixOpt,
     ToolkitArg,
     VerboseOpt,
 )
+from cudaredist.fsops import WINDOWS
 
 
 def verify(
@@ -98,13 +100,14 @@ def uninstall(
     remove_all: Annotated[bool, typer.Option(
         "--all", help="With a TRAIN: remove all its managed toolkits (every patch and platform).")] = False,
     verbose: VerboseOpt = False,
-    lock_timeout: Annotated[float | None, typer.Option("--lock-timeout")] = None,
+    lock_timeout: LockTimeoutOpt = None,
 ) -> None:
     """Remove exactly what cudaredist installed in the prefix (other files stay), or the managed
     toolkits of a TRAIN."""
     set_verbose(verbose)
     with errors():
-        from cudaredist.install import lock_timeout_default, prefix_lock
+        from cudaredist.cache.store import lock_wait
+        from cudaredist.install import prefix_lock
         from cudaredist.managed import find, link_trains
         from cudaredist.managed import install_dir as managed_dir
         from cudaredist.record import uninstall as do_uninstall
@@ -121,7 +124,7 @@ def uninstall(
         else:
             root = None
             targets = [target_prefix(prefix, train)]
-        timeout = lock_timeout_default() if lock_timeout is None else lock_timeout
+        timeout = lock_wait(lock_timeout)
         for target in targets:
             with prefix_lock(target, timeout):
                 n = do_uninstall(target)
@@ -154,7 +157,7 @@ def env_cmd(
             fail(f"unknown --shell {shell!r}; choose one of {', '.join(SHELLS)}", 2)
         target = target_prefix(prefix, train, platform=platform, install_dir=install_dir)
         plan = require_record(target)["plan"]
-        host_windows = os.name == "nt"
+        host_windows = WINDOWS
         found = environment(str(target), platform=plan["platform"], release=plan["release"],
                             host_windows=host_windows)
         for note in [] if as_json else found.notes:

@@ -6,10 +6,9 @@ from __future__ import annotations
 from cudaredist.install.transaction import (
     Installer,
     InstallResult,
-    lock_timeout_default,
     prefix_lock,
     recover,
     swap_into_place,
 )
 
-__all__ = ["InstallResult", "Installer", "lock_timeout_default", "prefix_lock", "recover", "swap_into_place"]
+__all__ = ["InstallResult", "Installer", "prefix_lock", "recover", "swap_into_place"]

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from cudaredist import fsops
 from cudaredist.cache import Cache
+from cudaredist.cache.store import ENV_LOCK_TIMEOUT, lock_wait
 from cudaredist.errors import (
     BusyError,
     PrefixError,
@@ -47,8 +48,6 @@ from cudaredist.tree.implib import add_import_libraries
 from cudaredist.tree.staging import FileRecord, Tree
 from cudaredist.tree.versionjson import version_json
 
-ENV_LOCK_TIMEOUT = "CUDAREDIST_LOCK_TIMEOUT"
-DEFAULT_LOCK_TIMEOUT = 600.0
 
 @dataclass(frozen=True)
 class InstallResult:
@@ -60,14 +59,6 @@ class InstallResult:
     files: int = 0
     seconds: float = 0.0
     warnings: tuple[str, ...] = ()  # for stderr even when quiet: e.g. an old tree left behind
-
-
-def lock_timeout_default() -> float:
-    raw = os.environ.get(ENV_LOCK_TIMEOUT)
-    try:
-        return float(raw) if raw else DEFAULT_LOCK_TIMEOUT
-    except ValueError:
-        return DEFAULT_LOCK_TIMEOUT
 
 
 @contextlib.contextmanager
@@ -171,7 +162,7 @@ class Installer:
         self.link_mode = links.link_mode(link_mode)
         self.reporter = reporter or Silent()
         self.jobs = max(1, jobs)
-        self.lock_timeout = lock_timeout_default() if lock_timeout is None else lock_timeout
+        self.lock_timeout = lock_wait(lock_timeout)
         self.extract_workers = extract_workers or max(1, min(4, os.cpu_count() or 1))
         self.fetcher = Fetcher(transport, cache, reporter=self.reporter, offline=offline,
                                lock_timeout=self.lock_timeout)

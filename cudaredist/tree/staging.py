@@ -20,11 +20,11 @@ from typing import IO
 
 from cudaredist import fsops
 from cudaredist.errors import ConflictError, CudaRedistError, LocalDiskError, UnsafeArchiveError
+from cudaredist.fsops import WINDOWS
 from cudaredist.localfs import disk_error, fold
 from cudaredist.tree.paths import link_target_inside
 
 CHUNK = 1 << 20
-WINDOWS = os.name == "nt"  # tests flip it to check the Windows rules on any host
 _OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
 
 # (clean member path) -> tree path, or None to skip the member
@@ -277,7 +277,7 @@ class Tree:
                     size += len(chunk)
                     with self._cond:
                         self._written += len(chunk)
-                if os.name != "nt":
+                if not WINDOWS:
                     try:
                         os.fchmod(fd, mode)  # umask-independent
                     except OSError as exc:
@@ -336,7 +336,7 @@ class Tree:
             if rec is None or rec.link or rec.component != component or rec.mode == mode:
                 return
             self._records[rel] = dataclasses.replace(rec, mode=mode)
-        if os.name != "nt":
+        if not WINDOWS:
             os.chmod(self.root / rel, mode)
 
     def add_hardlink(self, rel: str, target_rel: str, component: str, archive: str) -> None:
