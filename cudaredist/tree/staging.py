@@ -6,7 +6,6 @@ as it is written (conflict detection and the install record), and every write st
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import hashlib
 import os
@@ -326,18 +325,6 @@ class Tree:
         self._settle(rel, target)
         with self._cond:
             self._records[rel] = FileRecord(rel, 0, "", 0o777, link=target, component=component)
-
-    def set_mode(self, rel: str, mode: int, component: str) -> None:
-        """Give a file this component wrote its mode after the fact: a zip read front to back
-        learns modes only from its central directory, at the end."""
-        mode = 0o755 if mode & 0o111 else 0o644
-        with self._cond:
-            rec = self._records.get(rel)
-            if rec is None or rec.link or rec.component != component or rec.mode == mode:
-                return
-            self._records[rel] = dataclasses.replace(rec, mode=mode)
-        if not WINDOWS:
-            os.chmod(self.root / rel, mode)
 
     def add_hardlink(self, rel: str, target_rel: str, component: str, archive: str) -> None:
         """Hard links become copies of a file that the same tree already holds."""
