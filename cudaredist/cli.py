@@ -10,41 +10,32 @@ import typer
 
 from cudaredist import __version__, commands
 from cudaredist.commands.base import (
+    OPTIONS,
+    SELECTION,
     Ctx,
+    Selection,
     emit_json,
     errors,
+    grouped,
     json_text,
     platforms_or_host,
     print_plan,
     set_verbose,
 )
 from cudaredist.commands.options import (
-    BaseUrlOpt,
-    CacheDirOpt,
-    ComponentOpt,
-    IndexUrlOpt,
     InstallDirOpt,
     JobsOpt,
     JsonOpt,
     LinkModeOpt,
     LockOpt,
     LockTimeoutOpt,
-    MirrorOpt,
-    NoFallbackOpt,
-    OfflineOpt,
-    OnlyOpt,
     PlatformOpt,
     PlatformsOpt,
     PrefixOpt,
-    ProfileOpt,
     QuietOpt,
-    SourceOpt,
     Train,
-    TrustedHostOpt,
     VerboseOpt,
-    WithOpt,
 )
-from cudaredist.profiles import DEFAULT_PROFILE
 
 if TYPE_CHECKING:
     from cudaredist.api import InstallOutcome, InstallRequest
@@ -63,21 +54,12 @@ app = typer.Typer(**_SETTINGS)
 
 # -- commands ---------------------------------------------------------------------------------------
 @app.command()
+@grouped
 def resolve(
     train: Train,
     platform: PlatformOpt = None,
-    profile: ProfileOpt = DEFAULT_PROFILE,
-    component: ComponentOpt = None,
-    only: OnlyOpt = False,
-    with_: WithOpt = None,
-    base_url: BaseUrlOpt = None,
-    mirror: MirrorOpt = None,
-    no_fallback: NoFallbackOpt = False,
-    trusted_host: TrustedHostOpt = None,
-    cache_dir: CacheDirOpt = None,
-    offline: OfflineOpt = False,
-    source: SourceOpt = "nvidia",
-    index_url: IndexUrlOpt = None,
+    sel: Selection = SELECTION,
+    ctx: Ctx = OPTIONS,
     as_json: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -86,11 +68,8 @@ def resolve(
     with errors():
         from cudaredist.profiles import host_platform
 
-        ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, source=source, index_url=index_url,
-                  trusted_hosts=trusted_host)
         with ctx.open() as src:
-            plan = src.resolve(train, [host_platform(platform)], profile=None if only else profile,
-                               components=component or [], products=with_ or [])[0]
+            plan = src.resolve(train, [host_platform(platform)], **sel.resolving())[0]
         if as_json:
             emit_json(plan.to_json())
         else:
@@ -98,6 +77,7 @@ def resolve(
 
 
 @app.command()
+@grouped
 def install(
     trains: Annotated[list[str] | None, typer.Argument(
         metavar="[TRAIN]...", help="CUDA trains (13.4 = newest 13.4.x; 13 = newest 13.x) or exact releases "
@@ -107,16 +87,8 @@ def install(
     prefix: PrefixOpt = None,
     install_dir: InstallDirOpt = None,
     platform: PlatformOpt = None,
-    profile: ProfileOpt = None,
-    component: ComponentOpt = None,
-    only: OnlyOpt = False,
-    with_: WithOpt = None,
-    base_url: BaseUrlOpt = None,
-    mirror: MirrorOpt = None,
-    no_fallback: NoFallbackOpt = False,
-    trusted_host: TrustedHostOpt = None,
-    cache_dir: CacheDirOpt = None,
-    offline: OfflineOpt = False,
+    sel: Selection = SELECTION,
+    ctx: Ctx = OPTIONS,
     jobs: JobsOpt = 8,
     link_mode: LinkModeOpt = None,
     reinstall: Annotated[bool, typer.Option(
@@ -134,8 +106,6 @@ def install(
     verbose: VerboseOpt = False,
     as_json: JsonOpt = False,
     lock: LockOpt = None,
-    source: SourceOpt = None,
-    index_url: IndexUrlOpt = None,
 ) -> None:
     """Install toolkit trees: into --prefix, or by train into the install dir (`cudaredist list`).
     Atomic: a failure leaves every prefix as it was."""
@@ -144,19 +114,18 @@ def install(
         from cudaredist.api import InstallRequest
         from cudaredist.api import install as do_install
         from cudaredist.progress import pick
-        from cudaredist.sources import Where
 
         if force:
             typer.echo("note: --force is deprecated and means --reinstall; to replace a directory "
                        "cudaredist did not install, pass --replace-foreign", err=True)
         request = InstallRequest(
             trains=tuple(trains or ()), prefix=prefix, install_dir=install_dir, platform=platform,
-            profile=profile, components=tuple(component or ()), only=only, products=tuple(with_ or ()),
-            lock=lock, source=source,
+            profile=sel.profile, components=tuple(sel.component or ()), only=sel.only,
+            products=tuple(sel.with_ or ()),
+            lock=lock, source=ctx.source,
             reinstall=reinstall or force, replace_foreign=replace_foreign, refresh=refresh,
-            link_mode=link_mode, lock_timeout=lock_timeout, jobs=jobs, cache_dir=cache_dir,
-            where=Where(base_url, mirror, no_fallback, index_url, offline,
-                        tuple(trusted_host) if trusted_host else None))
+            link_mode=link_mode, lock_timeout=lock_timeout, jobs=jobs, cache_dir=ctx.cache_dir,
+            where=ctx.where())
         talk = not (quiet or as_json)
         said: list[str] = []
 
@@ -203,23 +172,15 @@ def _keep_noop_answer(request: InstallRequest, outcome: InstallOutcome, said: st
 
 
 @app.command()
+@grouped
 def trains(
-    base_url: BaseUrlOpt = None,
-    mirror: MirrorOpt = None,
-    no_fallback: NoFallbackOpt = False,
-    trusted_host: TrustedHostOpt = None,
-    cache_dir: CacheDirOpt = None,
-    offline: OfflineOpt = False,
-    source: SourceOpt = "nvidia",
-    index_url: IndexUrlOpt = None,
+    ctx: Ctx = OPTIONS,
     as_json: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """List the published trains, each with its newest release and date."""
     set_verbose(verbose)
     with errors():
-        ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, source=source, index_url=index_url,
-                  trusted_hosts=trusted_host)
         with ctx.open() as src:
             rows, where, name = src.trains(), src.location(), src.name
         if as_json:
@@ -238,28 +199,19 @@ def _xz_preset(value: str | None) -> int | str | None:
 
 
 @app.command("mirror")
+@grouped
 def mirror_cmd(
     train_list: Annotated[list[str], typer.Argument(
         metavar="TRAIN...", help="Trains or releases to mirror (13.4 = newest 13.4.x, 13.0.2, ...).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="The mirror directory (created, or completed "
                                                             "in place).")],
     platform: PlatformsOpt = None,
-    profile: ProfileOpt = DEFAULT_PROFILE,
-    component: ComponentOpt = None,
-    only: OnlyOpt = False,
-    with_: WithOpt = None,
-    base_url: BaseUrlOpt = None,
-    mirror: MirrorOpt = None,
-    no_fallback: NoFallbackOpt = False,
-    trusted_host: TrustedHostOpt = None,
-    cache_dir: CacheDirOpt = None,
-    offline: OfflineOpt = False,
+    sel: Selection = SELECTION,
+    ctx: Ctx = OPTIONS,
     jobs: JobsOpt = 8,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
     as_json: JsonOpt = False,
-    source: SourceOpt = "nvidia",
-    index_url: IndexUrlOpt = None,
     xz_preset: Annotated[str | None, typer.Option(
         "--xz-preset", metavar="0-9|store", callback=_xz_preset,
         help="--source pypi: xz preset of the .tar.xz archives (the deflate level of the .zip ones, 1 at "
@@ -277,15 +229,11 @@ def mirror_cmd(
         from cudaredist.publish.mirror import write_mirror
 
         platforms = platforms_or_host(platform)
-        ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, jobs, source=source,
-                  index_url=index_url, trusted_hosts=trusted_host)
         reporter = pick(quiet=quiet or as_json, verbose=verbose)
-        with ctx.open() as src:
+        with ctx.open(jobs) as src:
             try:
-                content = src.mirror_content(train_list, platforms, profile=None if only else profile,
-                                             components=component or [], xz_preset=xz_preset,
-                                             products=with_ or [])
-                fetcher = Fetcher(src.transport, ctx.cache(), reporter=reporter, offline=offline)
+                content = src.mirror_content(train_list, platforms, xz_preset=xz_preset, **sel.resolving())
+                fetcher = Fetcher(src.transport, ctx.cache(), reporter=reporter, offline=ctx.offline)
                 report = write_mirror(out, content, fetch=fetcher.fetch, get_bytes=src.transport.get_bytes,
                                       reporter=reporter, jobs=jobs)
             finally:
@@ -308,27 +256,18 @@ def mirror_cmd(
 
 
 @app.command("lock")
+@grouped
 def lock_cmd(
     train: Train,
     platform: PlatformsOpt = None,
-    profile: ProfileOpt = DEFAULT_PROFILE,
-    component: ComponentOpt = None,
-    only: OnlyOpt = False,
-    with_: WithOpt = None,
+    sel: Selection = SELECTION,
     output: Annotated[Path | None, typer.Option(
         "--output", "-o", help="Write the lock file here (default: print it).")] = None,
     hash_only: Annotated[bool, typer.Option(
         "--hash", help="Print only the content key: a stable hex key of the resolved archives "
                        "(a CI cache key).")] = False,
-    base_url: BaseUrlOpt = None,
-    mirror: MirrorOpt = None,
-    no_fallback: NoFallbackOpt = False,
-    trusted_host: TrustedHostOpt = None,
-    cache_dir: CacheDirOpt = None,
-    offline: OfflineOpt = False,
+    ctx: Ctx = OPTIONS,
     verbose: VerboseOpt = False,
-    source: SourceOpt = "nvidia",
-    index_url: IndexUrlOpt = None,
 ) -> None:
     """Resolve TRAIN for each --platform and write a lock file: release, the base URL that served it,
     components, URLs, sha256 and sizes. `install --lock FILE` installs exactly that."""
@@ -337,12 +276,9 @@ def lock_cmd(
         from cudaredist.publish.lockfile import build_lock, dumps, write_lock
 
         platforms = platforms_or_host(platform)
-        ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, source=source, index_url=index_url,
-                  trusted_hosts=trusted_host)
         with ctx.open() as src:
-            plans = src.resolve(train, platforms, profile=None if only else profile,
-                                components=component or [], products=with_ or [])
-        locked = build_lock(plans, train=train, components=component or [])
+            plans = src.resolve(train, platforms, **sel.resolving())
+        locked = build_lock(plans, train=train, components=sel.component or [])
         if output is not None:
             write_lock(output, locked)
             typer.echo(f"wrote {output}: CUDA {locked['release']} for {', '.join(platforms)}, "

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
+import inspect
 import json
 import subprocess
 import traceback
-from collections.abc import Iterator
+import typing
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,10 +18,26 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from cudaredist.commands.options import (
+    BaseUrlOpt,
+    CacheDirOpt,
+    ComponentOpt,
+    IndexUrlOpt,
+    MirrorOpt,
+    NoFallbackOpt,
+    OfflineOpt,
+    OnlyOpt,
+    ProfileOpt,
+    SourceOpt,
+    TrustedHostOpt,
+    WithOpt,
+)
 from cudaredist.errors import CudaRedistError, ToolError
+from cudaredist.profiles import DEFAULT_PROFILE
 
 if TYPE_CHECKING:  # the CLI starts without the cache, the sources and httpx
     from cudaredist.plan import Plan
+    from cudaredist.sources import Where
 
 _VERBOSE = False
 
@@ -99,19 +119,25 @@ def emit_json(obj: Any) -> None:
     typer.echo(json_text(obj))
 
 
-@dataclass
+@dataclass(frozen=True)
 class Ctx:
-    """What a command needs for resolving and fetching, built from its options."""
+    """Where a command resolves and fetches from: the options install, resolve, trains, mirror and
+    lock share (a command takes them as one ``ctx: Ctx`` parameter, see :func:`grouped`)."""
 
-    cache_dir: Path | None
-    offline: bool
-    base_url: str | None
-    mirror: str | None
-    no_fallback: bool
-    jobs: int = 8
-    source: str | None = "nvidia"  # None: not given (install --lock takes the lock's)
-    index_url: str | None = None
-    trusted_hosts: list[str] | None = None
+    base_url: BaseUrlOpt = None
+    mirror: MirrorOpt = None
+    no_fallback: NoFallbackOpt = False
+    trusted_host: TrustedHostOpt = None
+    cache_dir: CacheDirOpt = None
+    offline: OfflineOpt = False
+    source: SourceOpt = None  # None: not given (install --lock takes the lock's)
+    index_url: IndexUrlOpt = None
+
+    def where(self) -> Where:
+        from cudaredist.sources import Where
+
+        return Where(self.base_url, self.mirror, self.no_fallback, self.index_url, self.offline,
+                     tuple(self.trusted_host) if self.trusted_host else None)
 
     def cache(self) -> Any:
         from cudaredist.cache import Cache
@@ -119,18 +145,63 @@ class Ctx:
         return Cache(self.cache_dir)
 
     @contextmanager
-    def open(self, source: str | None = None) -> Iterator[Any]:
-        """The source to ask (``source`` overrides the command's), over one transport."""
+    def open(self, jobs: int = 8) -> Iterator[Any]:
+        """The source to ask, over one transport of ``jobs`` connections."""
         from cudaredist.fetch.transport import Transport
-        from cudaredist.sources import Where, open_source
+        from cudaredist.sources import open_source
 
-        transport = Transport(connections=self.jobs)
-        where = Where(self.base_url, self.mirror, self.no_fallback, self.index_url, self.offline,
-                      tuple(self.trusted_hosts) if self.trusted_hosts else None)
+        transport = Transport(connections=jobs)
         try:
-            yield open_source(source or self.source, transport, self.cache(), where)
+            yield open_source(self.source, transport, self.cache(), self.where())
         finally:
             transport.close()
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What to install: the options install, resolve, mirror and lock share (see :func:`grouped`)."""
+
+    profile: ProfileOpt = None
+    component: ComponentOpt = None
+    only: OnlyOpt = False
+    with_: WithOpt = None
+
+    def resolving(self) -> dict[str, Any]:
+        """The keyword arguments of a source's ``resolve`` and ``mirror_content``."""
+        return {"profile": None if self.only else (self.profile or DEFAULT_PROFILE),
+                "components": self.component or [], "products": self.with_ or []}
+
+
+# what a command's ``ctx: Ctx = OPTIONS`` (``sel: Selection = SELECTION``) stands for: typer fills
+# it from the options
+OPTIONS, SELECTION = Ctx(), Selection()
+
+
+def grouped(command: Callable[..., None]) -> Callable[..., None]:
+    """``command`` as typer should see it: a parameter annotated with a group of options (a dataclass
+    whose fields are options, such as :class:`Ctx`) stands for those options, and the command gets
+    the group built from them. One declaration of options many commands share."""
+    sig = inspect.signature(command, eval_str=True)
+    params: list[inspect.Parameter] = []
+    groups: dict[str, Any] = {}
+    for p in sig.parameters.values():
+        if dataclasses.is_dataclass(p.annotation):
+            groups[p.name] = p.annotation
+            hints = typing.get_type_hints(p.annotation, include_extras=True)
+            params += [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
+                                         annotation=hints[f.name]) for f in dataclasses.fields(p.annotation)]
+        else:
+            params.append(p.replace(kind=inspect.Parameter.KEYWORD_ONLY))
+
+    @functools.wraps(command)
+    def run(**kw: Any) -> None:
+        for name, group in groups.items():
+            kw[name] = group(**{f.name: kw.pop(f.name) for f in dataclasses.fields(group)})
+        command(**kw)
+
+    run.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    run.__annotations__ = {p.name: p.annotation for p in params}
+    return run
 
 
 def platforms_or_host(values: list[str] | None) -> list[str]:

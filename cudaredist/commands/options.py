@@ -57,7 +57,7 @@ InstallDirOpt = Annotated[Path | None, typer.Option(
 SourceOpt = Annotated[str | None, typer.Option(
     "--source", envvar="CUDAREDIST_SOURCE", show_envvar=True, show_default=False,
     help="nvidia: NVIDIA's redist archives; pypi: NVIDIA's wheels, through the cuda-toolkit "
-         "metapackage (see docs/pypi-source.md). With --lock: the lock's; another one is refused.  "
+         "metapackage (see docs/pypi-source.md); install --lock: the lock's, another one is refused.  "
          "[default: nvidia]")]
 IndexUrlOpt = Annotated[str | None, typer.Option(
     "--index-url", envvar="PIP_INDEX_URL", show_envvar=True,
