@@ -45,7 +45,7 @@ def test_fast_start_imports_nothing_heavy() -> None:
 
 
 _OTHER_COMMANDS = ("cudaredist.commands.managed", "cudaredist.commands.cache", "cudaredist.commands.doctor",
-                   "cudaredist.commands.prefix", "cudaredist.commands.profiles")
+                   "cudaredist.commands.prefix", "cudaredist.commands.profiles", "cudaredist.commands.source")
 
 
 @pytest.mark.parametrize("args", [["install", "--help"], ["--help"]])

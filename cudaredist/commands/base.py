@@ -122,7 +122,7 @@ def emit_json(obj: Any) -> None:
 @dataclass(frozen=True)
 class Ctx:
     """Where a command resolves and fetches from: the options install, resolve, trains, mirror and
-    lock share (a command takes them as one ``ctx: Ctx`` parameter, see :func:`grouped`)."""
+    lock share (a command takes them as one ``ctx: Ctx`` parameter, see :func:`command`)."""
 
     base_url: BaseUrlOpt = None
     mirror: MirrorOpt = None
@@ -159,7 +159,7 @@ class Ctx:
 
 @dataclass(frozen=True)
 class Selection:
-    """What to install: the options install, resolve, mirror and lock share (see :func:`grouped`)."""
+    """What to install: the options install, resolve, mirror and lock share (see :func:`command`)."""
 
     profile: ProfileOpt = None
     component: ComponentOpt = None
@@ -177,11 +177,12 @@ class Selection:
 OPTIONS, SELECTION = Ctx(), Selection()
 
 
-def grouped(command: Callable[..., None]) -> Callable[..., None]:
-    """``command`` as typer should see it: a parameter annotated with a group of options (a dataclass
-    whose fields are options, such as :class:`Ctx`) stands for those options, and the command gets
-    the group built from them. One declaration of options many commands share."""
-    sig = inspect.signature(command, eval_str=True)
+def command(body: Callable[..., None]) -> Callable[..., None]:
+    """A command as typer should see it: a parameter annotated with a group of options (a dataclass
+    whose fields are options: :class:`Ctx`, :class:`Selection`) stands for those options, and
+    ``body`` gets the group built from them; ``--verbose`` is applied and :func:`errors` is the
+    boundary around it. Every command is one."""
+    sig = inspect.signature(body, eval_str=True)
     params: list[inspect.Parameter] = []
     groups: dict[str, Any] = {}
     for p in sig.parameters.values():
@@ -193,11 +194,13 @@ def grouped(command: Callable[..., None]) -> Callable[..., None]:
         else:
             params.append(p.replace(kind=inspect.Parameter.KEYWORD_ONLY))
 
-    @functools.wraps(command)
+    @functools.wraps(body)
     def run(**kw: Any) -> None:
-        for name, group in groups.items():
-            kw[name] = group(**{f.name: kw.pop(f.name) for f in dataclasses.fields(group)})
-        command(**kw)
+        set_verbose(bool(kw.get("verbose")))
+        with errors():
+            for name, group in groups.items():
+                kw[name] = group(**{f.name: kw.pop(f.name) for f in dataclasses.fields(group)})
+            body(**kw)
 
     run.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
     run.__annotations__ = {p.name: p.annotation for p in params}

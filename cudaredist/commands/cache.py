@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from cudaredist.commands.base import emit_json, errors, human, set_verbose
+from cudaredist.commands.base import command, emit_json, human
 from cudaredist.commands.options import CacheDirOpt, JsonOpt, VerboseOpt
 
 if TYPE_CHECKING:
@@ -16,36 +16,35 @@ app = typer.Typer(help="Inspect and clean the download cache.", no_args_is_help=
 
 
 @app.command("dir")
+@command
 def cache_dir_cmd(cache_dir: CacheDirOpt = None) -> None:
     """Print the cache directory."""
-    with errors():
-        from cudaredist.cache import Cache
+    from cudaredist.cache import Cache
 
-        typer.echo(str(Cache(cache_dir).root))
+    typer.echo(str(Cache(cache_dir).root))
 
 
 @app.command("list")
+@command
 def cache_list(cache_dir: CacheDirOpt = None, as_json: JsonOpt = False, verbose: VerboseOpt = False) -> None:
     """List cached archives and the unpacked entries made from them, with their sizes."""
-    set_verbose(verbose)
-    with errors():
-        from cudaredist.cache import Cache
-        from cudaredist.cache.maintenance import unpacked_entries
+    from cudaredist.cache import Cache
+    from cudaredist.cache.maintenance import unpacked_entries
 
-        cache = Cache(cache_dir)
-        entries, unpacked = cache.entries(), unpacked_entries(cache)
-        if as_json:
-            emit_json([{"kind": "archive", "sha256": e.sha256, "name": e.name, "size": e.size,
-                        "url": e.url, "last_used": e.last_used} for e in entries]
-                      + [{"kind": "unpacked", "key": u.key, "name": u.name, "size": u.size,
-                          "last_used": u.last_used} for u in unpacked])
-            return
-        for e in entries:
-            typer.echo(f"archive   {e.sha256[:16]}  {human(e.size):>10}  {e.name}")
-        for u in unpacked:
-            typer.echo(f"unpacked  {u.key[:16]}  {human(u.size):>10}  {u.name}")
-        typer.echo(f"{len(entries)} archives ({human(sum(e.size for e in entries))}), {len(unpacked)} "
-                   f"unpacked ({human(sum(u.size for u in unpacked))}) in {cache.root}")
+    cache = Cache(cache_dir)
+    entries, unpacked = cache.entries(), unpacked_entries(cache)
+    if as_json:
+        emit_json([{"kind": "archive", "sha256": e.sha256, "name": e.name, "size": e.size,
+                    "url": e.url, "last_used": e.last_used} for e in entries]
+                  + [{"kind": "unpacked", "key": u.key, "name": u.name, "size": u.size,
+                      "last_used": u.last_used} for u in unpacked])
+        return
+    for e in entries:
+        typer.echo(f"archive   {e.sha256[:16]}  {human(e.size):>10}  {e.name}")
+    for u in unpacked:
+        typer.echo(f"unpacked  {u.key[:16]}  {human(u.size):>10}  {u.name}")
+    typer.echo(f"{len(entries)} archives ({human(sum(e.size for e in entries))}), {len(unpacked)} "
+               f"unpacked ({human(sum(u.size for u in unpacked))}) in {cache.root}")
 
 
 def _report(done: str, cleaned: Cleaned) -> None:
@@ -58,6 +57,7 @@ def _report(done: str, cleaned: Cleaned) -> None:
 
 
 @app.command("prune")
+@command
 def cache_prune(cache_dir: CacheDirOpt = None,
                 days: Annotated[float, typer.Option("--days", help="Drop entries unused this long.")] = 30.0,
                 max_size: Annotated[str | None, typer.Option(
@@ -66,24 +66,21 @@ def cache_prune(cache_dir: CacheDirOpt = None,
                 verbose: VerboseOpt = False) -> None:
     """Drop partial downloads, and archives and unpacked entries not used for --days (and beyond
     --max-size); entries in use are left."""
-    set_verbose(verbose)
-    with errors():
-        from cudaredist.cache import Cache
-        from cudaredist.cache.maintenance import parse_size, prune
+    from cudaredist.cache import Cache
+    from cudaredist.cache.maintenance import parse_size, prune
 
-        c = Cache(cache_dir)
-        limit = parse_size(max_size) if max_size is not None else None
-        _report(f"pruned {c.root}", prune(c, older_than_days=days, max_size=limit))
+    c = Cache(cache_dir)
+    limit = parse_size(max_size) if max_size is not None else None
+    _report(f"pruned {c.root}", prune(c, older_than_days=days, max_size=limit))
 
 
 @app.command("clear")
+@command
 def cache_clear(cache_dir: CacheDirOpt = None, verbose: VerboseOpt = False) -> None:
     """Delete every cached archive, unpacked entry, partial download and index page. Refuses a
     directory that is not a cudaredist cache; entries a running install holds are left."""
-    set_verbose(verbose)
-    with errors():
-        from cudaredist.cache import Cache
-        from cudaredist.cache.maintenance import clear
+    from cudaredist.cache import Cache
+    from cudaredist.cache.maintenance import clear
 
-        c = Cache(cache_dir)
-        _report(f"cleared {c.root}", clear(c))
+    c = Cache(cache_dir)
+    _report(f"cleared {c.root}", clear(c))

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from cudaredist.commands.base import emit_json, errors, fail, set_verbose, target_prefix
+from cudaredist.commands.base import command, emit_json, fail, target_prefix
 from cudaredist.commands.options import (
     InstallDirOpt,
     JsonOpt,
@@ -20,6 +20,7 @@ from cudaredist.commands.options import (
 from cudaredist.fsops import WINDOWS
 
 
+@command
 def verify(
     train: ToolkitArg = None,
     prefix: PrefixOpt = None,
@@ -32,26 +33,25 @@ def verify(
 ) -> None:
     """Re-hash the tree against its install record: missing, changed (content, exec bits, link
     targets) and extra files."""
-    set_verbose(verbose)
-    with errors():
-        from cudaredist.record import verify as do_verify
+    from cudaredist.record import verify as do_verify
 
-        report = do_verify(target_prefix(prefix, train, platform=platform, install_dir=install_dir),
-                           fast=fast)
-        if as_json:
-            emit_json(report.to_json())
-        else:
-            for kind in ("missing", "changed", "extra"):
-                for path in getattr(report, kind):
-                    why = report.reasons.get(path) if kind == "changed" else None
-                    typer.echo(f"{kind:8} {path}" + (f" ({why})" if why else ""))
-            status = "ok" if report.ok else "DIFFERS"
-            typer.echo(f"{status}: {report.checked} files checked, {len(report.missing)} missing, "
-                       f"{len(report.changed)} changed, {len(report.extra)} extra")
-        if not report.ok:
-            raise typer.Exit(1)
+    report = do_verify(target_prefix(prefix, train, platform=platform, install_dir=install_dir),
+                       fast=fast)
+    if as_json:
+        emit_json(report.to_json())
+    else:
+        for kind in ("missing", "changed", "extra"):
+            for path in getattr(report, kind):
+                why = report.reasons.get(path) if kind == "changed" else None
+                typer.echo(f"{kind:8} {path}" + (f" ({why})" if why else ""))
+        status = "ok" if report.ok else "DIFFERS"
+        typer.echo(f"{status}: {report.checked} files checked, {len(report.missing)} missing, "
+                   f"{len(report.changed)} changed, {len(report.extra)} extra")
+    if not report.ok:
+        raise typer.Exit(1)
 
 
+@command
 def info(
     train: ToolkitArg = None,
     prefix: PrefixOpt = None,
@@ -61,37 +61,36 @@ def info(
     verbose: VerboseOpt = False,
 ) -> None:
     """Show the install record of a prefix."""
-    set_verbose(verbose)
-    with errors():
-        from cudaredist.record import require_record
+    from cudaredist.record import require_record
 
-        target = target_prefix(prefix, train, platform=platform, install_dir=install_dir)
-        rec = require_record(target)
-        if as_json:
-            emit_json({k: v for k, v in rec.items() if k != "files"} | {"file_count": len(rec["files"])})
-            return
-        plan = rec["plan"]
-        typer.echo(f"prefix:    {target}")
-        typer.echo(f"release:   CUDA {plan['release']} ({plan.get('release_date') or 'date unknown'})")
-        typer.echo(f"platform:  {plan['platform']}")
-        typer.echo(f"profile:   {plan['profile']}")
-        for p in plan.get("products", []):
-            typer.echo(f"with:      {p.get('name')} {p.get('release')} "
-                       f"({p.get('cuda_variant') or 'any CUDA'} build, --with {p.get('requested')}) "
-                       f"from {p.get('base_url')}")
-        typer.echo(f"source:    {plan.get('source', 'nvidia')} {plan['base_url']}")
-        typer.echo(f"installed: {rec['installed_at']} by {rec['tool']}")
-        prov = rec.get("provenance", {})
-        if prov.get("hashes_from"):
-            typer.echo(f"hashes:    from {prov['hashes_from']}")
-        typer.echo(f"files:     {len(rec['files'])}")
-        served = prov.get("archives", {})
-        for c in plan["components"]:
-            typer.echo(f"  {c['name']:<20} {c['version']:<14} sha256 {c['sha256']}")
-            if c["name"] in served:
-                typer.echo(f"  {'':<20} from {served[c['name']]}")
+    target = target_prefix(prefix, train, platform=platform, install_dir=install_dir)
+    rec = require_record(target)
+    if as_json:
+        emit_json({k: v for k, v in rec.items() if k != "files"} | {"file_count": len(rec["files"])})
+        return
+    plan = rec["plan"]
+    typer.echo(f"prefix:    {target}")
+    typer.echo(f"release:   CUDA {plan['release']} ({plan.get('release_date') or 'date unknown'})")
+    typer.echo(f"platform:  {plan['platform']}")
+    typer.echo(f"profile:   {plan['profile']}")
+    for p in plan.get("products", []):
+        typer.echo(f"with:      {p.get('name')} {p.get('release')} "
+                   f"({p.get('cuda_variant') or 'any CUDA'} build, --with {p.get('requested')}) "
+                   f"from {p.get('base_url')}")
+    typer.echo(f"source:    {plan.get('source', 'nvidia')} {plan['base_url']}")
+    typer.echo(f"installed: {rec['installed_at']} by {rec['tool']}")
+    prov = rec.get("provenance", {})
+    if prov.get("hashes_from"):
+        typer.echo(f"hashes:    from {prov['hashes_from']}")
+    typer.echo(f"files:     {len(rec['files'])}")
+    served = prov.get("archives", {})
+    for c in plan["components"]:
+        typer.echo(f"  {c['name']:<20} {c['version']:<14} sha256 {c['sha256']}")
+        if c["name"] in served:
+            typer.echo(f"  {'':<20} from {served[c['name']]}")
 
 
+@command
 def uninstall(
     train: ToolkitArg = None,
     prefix: PrefixOpt = None,
@@ -104,35 +103,34 @@ def uninstall(
 ) -> None:
     """Remove exactly what cudaredist installed in the prefix (other files stay), or the managed
     toolkits of a TRAIN."""
-    set_verbose(verbose)
-    with errors():
-        from cudaredist.cache.store import lock_wait
-        from cudaredist.install import prefix_lock
-        from cudaredist.managed import find, link_trains
-        from cudaredist.managed import install_dir as managed_dir
-        from cudaredist.record import uninstall as do_uninstall
+    from cudaredist.cache.store import lock_wait
+    from cudaredist.install import prefix_lock
+    from cudaredist.managed import find, link_trains
+    from cudaredist.managed import install_dir as managed_dir
+    from cudaredist.record import uninstall as do_uninstall
 
-        if prefix is None and train is not None:
-            root = managed_dir(install_dir)
-            hits = find(root, train, platform)
-            if len(hits) > 1 and not remove_all:
-                fail(f"{len(hits)} managed toolkits match {train}: "
-                     f"{', '.join(h.path.name for h in hits)}; pass --all to remove them all, or "
-                     "name one (e.g. a full release, or --platform)", 2)
-            targets = [h.path for h in hits] or [target_prefix(None, train, platform=platform,
-                                                               install_dir=install_dir)]
-        else:
-            root = None
-            targets = [target_prefix(prefix, train)]
-        timeout = lock_wait(lock_timeout)
-        for target in targets:
-            with prefix_lock(target, timeout):
-                n = do_uninstall(target)
-            typer.echo(f"removed {n} files from {target}")
-        if root is not None:
-            link_trains(root, timeout=timeout, warn=lambda w: typer.echo(w, err=True))
+    if prefix is None and train is not None:
+        root = managed_dir(install_dir)
+        hits = find(root, train, platform)
+        if len(hits) > 1 and not remove_all:
+            fail(f"{len(hits)} managed toolkits match {train}: "
+                 f"{', '.join(h.path.name for h in hits)}; pass --all to remove them all, or "
+                 "name one (e.g. a full release, or --platform)", 2)
+        targets = [h.path for h in hits] or [target_prefix(None, train, platform=platform,
+                                                           install_dir=install_dir)]
+    else:
+        root = None
+        targets = [target_prefix(prefix, train)]
+    timeout = lock_wait(lock_timeout)
+    for target in targets:
+        with prefix_lock(target, timeout):
+            n = do_uninstall(target)
+        typer.echo(f"removed {n} files from {target}")
+    if root is not None:
+        link_trains(root, timeout=timeout, warn=lambda w: typer.echo(w, err=True))
 
 
+@command
 def env_cmd(
     train: ToolkitArg = None,
     prefix: PrefixOpt = None,
@@ -148,30 +146,28 @@ def env_cmd(
     verbose: VerboseOpt = False,
 ) -> None:
     """Print the environment for a tree: eval "$(cudaredist env --prefix DIR)" or "$(cudaredist env 13.4)"."""
-    set_verbose(verbose)
-    with errors():
-        from cudaredist.envexport import SHELLS, append_github, default_shell, environment, render
-        from cudaredist.record import require_record
+    from cudaredist.envexport import SHELLS, append_github, default_shell, environment, render
+    from cudaredist.record import require_record
 
-        if shell is not None and shell not in SHELLS:
-            fail(f"unknown --shell {shell!r}; choose one of {', '.join(SHELLS)}", 2)
-        target = target_prefix(prefix, train, platform=platform, install_dir=install_dir)
-        plan = require_record(target)["plan"]
-        host_windows = WINDOWS
-        found = environment(str(target), platform=plan["platform"], release=plan["release"],
-                            host_windows=host_windows)
-        for note in [] if as_json else found.notes:
-            typer.echo(f"note: {note}", err=True)
-        if github:
-            append_github(found, os.environ)
-            for name, value in found.variables:
-                typer.echo(f"set {name}={value}", err=True)
-            for var, dirs in found.prepend:
-                typer.echo(f"prepended to {var}: {os.pathsep.join(dirs)}", err=True)
-        elif as_json:
-            emit_json({"prefix": str(target), "release": plan["release"], "platform": plan["platform"]}
-                       | found.to_json())
-        else:
-            typer.echo(render(found, shell or default_shell(host_windows)), nl=False)
+    if shell is not None and shell not in SHELLS:
+        fail(f"unknown --shell {shell!r}; choose one of {', '.join(SHELLS)}", 2)
+    target = target_prefix(prefix, train, platform=platform, install_dir=install_dir)
+    plan = require_record(target)["plan"]
+    host_windows = WINDOWS
+    found = environment(str(target), platform=plan["platform"], release=plan["release"],
+                        host_windows=host_windows)
+    for note in [] if as_json else found.notes:
+        typer.echo(f"note: {note}", err=True)
+    if github:
+        append_github(found, os.environ)
+        for name, value in found.variables:
+            typer.echo(f"set {name}={value}", err=True)
+        for var, dirs in found.prepend:
+            typer.echo(f"prepended to {var}: {os.pathsep.join(dirs)}", err=True)
+    elif as_json:
+        emit_json({"prefix": str(target), "release": plan["release"], "platform": plan["platform"]}
+                   | found.to_json())
+    else:
+        typer.echo(render(found, shell or default_shell(host_windows)), nl=False)
 
 
