@@ -23,12 +23,16 @@ from cudaredist.commands.options import (
     CacheDirOpt,
     ComponentOpt,
     IndexUrlOpt,
+    InstallDirOpt,
     MirrorOpt,
     NoFallbackOpt,
     OfflineOpt,
     OnlyOpt,
+    PlatformOpt,
+    PrefixOpt,
     ProfileOpt,
     SourceOpt,
+    ToolkitArg,
     TrustedHostOpt,
     WithOpt,
 )
@@ -238,18 +242,28 @@ def print_plan(plan: Plan) -> None:
 
 
 
-def target_prefix(prefix: Path | None, train: str | None, *, platform: str | None = None,
-                  install_dir: Path | None = None) -> Path:
-    """The tree a command acts on: ``--prefix``, or the best managed toolkit of TRAIN."""
-    from cudaredist.managed import find_one
-    from cudaredist.managed import install_dir as managed_dir
-    from cudaredist.record import canonical_prefix
+@dataclass(frozen=True)
+class Toolkit:
+    """The installed tree a command acts on (verify, info, env, uninstall, doctor): ``--prefix``, or
+    the best managed toolkit of TRAIN (see :func:`command`)."""
 
-    if prefix is not None and train is not None:
-        fail("give --prefix DIR or a TRAIN, not both", 2)
-    if prefix is not None:
-        return canonical_prefix(prefix)
-    if train is None:
-        fail("give --prefix DIR, or the TRAIN of a managed toolkit (see `cudaredist list`)", 2)
-    assert train is not None
-    return find_one(managed_dir(install_dir), train, platform).path
+    train: ToolkitArg = None
+    prefix: PrefixOpt = None
+    platform: PlatformOpt = None
+    install_dir: InstallDirOpt = None
+
+    def target(self) -> Path:
+        from cudaredist.managed import find_one, install_dir
+        from cudaredist.record import canonical_prefix
+
+        if self.prefix is not None and self.train is not None:
+            fail("give --prefix DIR or a TRAIN, not both", 2)
+        if self.prefix is not None:
+            return canonical_prefix(self.prefix)
+        if self.train is None:
+            fail("give --prefix DIR, or the TRAIN of a managed toolkit (see `cudaredist list`)", 2)
+        assert self.train is not None
+        return find_one(install_dir(self.install_dir), self.train, self.platform).path
+
+
+TOOLKIT = Toolkit()

@@ -3,22 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
 
 import typer
 
-from cudaredist.commands.base import command, emit_json, fail
-from cudaredist.commands.options import InstallDirOpt, JsonOpt, PlatformOpt, PrefixOpt, VerboseOpt
+from cudaredist.commands.base import TOOLKIT, Toolkit, command, emit_json, fail
+from cudaredist.commands.options import JsonOpt, VerboseOpt
 
 
 @command
 def doctor(
-    train: Annotated[str | None, typer.Argument(
-        metavar="[TRAIN]", help="Check the managed toolkit of this train (instead of --prefix).",
-        show_default=False)] = None,
-    prefix: PrefixOpt = None,
-    platform: PlatformOpt = None,
-    install_dir: InstallDirOpt = None,
+    tk: Toolkit = TOOLKIT,
     as_json: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -31,18 +25,18 @@ def doctor(
     from cudaredist.managed import install_dir as managed_dir
     from cudaredist.record import canonical_prefix
 
-    if train is not None and prefix is not None:
+    if tk.train is not None and tk.prefix is not None:
         fail("give either TRAIN or --prefix, not both", 2)
-    root = managed_dir(install_dir)
+    root = managed_dir(tk.install_dir)
 
     def managed(t: str) -> Path | None:
-        found = best(root, t, platform)
+        found = best(root, t, tk.platform)
         if found is None:  # a toolkit of the train whose record is damaged: the check says so
-            damaged = next((p for p, _e in scan(root).damaged if scan_matches(p, t, platform)), None)
+            damaged = next((p for p, _e in scan(root).damaged if scan_matches(p, t, tk.platform)), None)
             return damaged
         return found.path
 
-    report = doc.run(canonical_prefix(prefix) if prefix is not None else None, train=train,
+    report = doc.run(canonical_prefix(tk.prefix) if tk.prefix is not None else None, train=tk.train,
                      find=managed)
     if as_json:
         emit_json(report.to_json())

@@ -7,14 +7,10 @@ from typing import Annotated
 
 import typer
 
-from cudaredist.commands.base import command, emit_json, fail, target_prefix
+from cudaredist.commands.base import TOOLKIT, Toolkit, command, emit_json, fail
 from cudaredist.commands.options import (
-    InstallDirOpt,
     JsonOpt,
     LockTimeoutOpt,
-    PlatformOpt,
-    PrefixOpt,
-    ToolkitArg,
     VerboseOpt,
 )
 from cudaredist.fsops import WINDOWS
@@ -22,10 +18,7 @@ from cudaredist.fsops import WINDOWS
 
 @command
 def verify(
-    train: ToolkitArg = None,
-    prefix: PrefixOpt = None,
-    platform: PlatformOpt = None,
-    install_dir: InstallDirOpt = None,
+    tk: Toolkit = TOOLKIT,
     fast: Annotated[bool, typer.Option("--fast", help="Compare sizes, exec bits and link targets; "
                                                       "do not re-hash.")] = False,
     as_json: JsonOpt = False,
@@ -35,7 +28,7 @@ def verify(
     targets) and extra files."""
     from cudaredist.record import verify as do_verify
 
-    report = do_verify(target_prefix(prefix, train, platform=platform, install_dir=install_dir),
+    report = do_verify(tk.target(),
                        fast=fast)
     if as_json:
         emit_json(report.to_json())
@@ -53,17 +46,14 @@ def verify(
 
 @command
 def info(
-    train: ToolkitArg = None,
-    prefix: PrefixOpt = None,
-    platform: PlatformOpt = None,
-    install_dir: InstallDirOpt = None,
+    tk: Toolkit = TOOLKIT,
     as_json: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Show the install record of a prefix."""
     from cudaredist.record import require_record
 
-    target = target_prefix(prefix, train, platform=platform, install_dir=install_dir)
+    target = tk.target()
     rec = require_record(target)
     if as_json:
         emit_json({k: v for k, v in rec.items() if k != "files"} | {"file_count": len(rec["files"])})
@@ -92,10 +82,7 @@ def info(
 
 @command
 def uninstall(
-    train: ToolkitArg = None,
-    prefix: PrefixOpt = None,
-    platform: PlatformOpt = None,
-    install_dir: InstallDirOpt = None,
+    tk: Toolkit = TOOLKIT,
     remove_all: Annotated[bool, typer.Option(
         "--all", help="With a TRAIN: remove all its managed toolkits (every patch and platform).")] = False,
     verbose: VerboseOpt = False,
@@ -109,18 +96,17 @@ def uninstall(
     from cudaredist.managed import install_dir as managed_dir
     from cudaredist.record import uninstall as do_uninstall
 
-    if prefix is None and train is not None:
-        root = managed_dir(install_dir)
-        hits = find(root, train, platform)
+    if tk.prefix is None and tk.train is not None:
+        root = managed_dir(tk.install_dir)
+        hits = find(root, tk.train, tk.platform)
         if len(hits) > 1 and not remove_all:
-            fail(f"{len(hits)} managed toolkits match {train}: "
+            fail(f"{len(hits)} managed toolkits match {tk.train}: "
                  f"{', '.join(h.path.name for h in hits)}; pass --all to remove them all, or "
                  "name one (e.g. a full release, or --platform)", 2)
-        targets = [h.path for h in hits] or [target_prefix(None, train, platform=platform,
-                                                           install_dir=install_dir)]
+        targets = [h.path for h in hits] or [tk.target()]
     else:
         root = None
-        targets = [target_prefix(prefix, train)]
+        targets = [tk.target()]
     timeout = lock_wait(lock_timeout)
     for target in targets:
         with prefix_lock(target, timeout):
@@ -132,10 +118,7 @@ def uninstall(
 
 @command
 def env_cmd(
-    train: ToolkitArg = None,
-    prefix: PrefixOpt = None,
-    platform: PlatformOpt = None,
-    install_dir: InstallDirOpt = None,
+    tk: Toolkit = TOOLKIT,
     shell: Annotated[str | None, typer.Option(
         "--shell", help="sh, bash, zsh, fish, pwsh or cmd.  [default: sh; pwsh on Windows]",
         show_default=False)] = None,
@@ -151,7 +134,7 @@ def env_cmd(
 
     if shell is not None and shell not in SHELLS:
         fail(f"unknown --shell {shell!r}; choose one of {', '.join(SHELLS)}", 2)
-    target = target_prefix(prefix, train, platform=platform, install_dir=install_dir)
+    target = tk.target()
     plan = require_record(target)["plan"]
     host_windows = WINDOWS
     found = environment(str(target), platform=plan["platform"], release=plan["release"],
