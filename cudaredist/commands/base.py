@@ -34,6 +34,7 @@ from cudaredist.commands.options import (
     SourceOpt,
     ToolkitArg,
     TrustedHostOpt,
+    VerboseOpt,
     WithOpt,
 )
 from cudaredist.errors import CudaRedistError, ToolError
@@ -184,11 +185,12 @@ OPTIONS, SELECTION = Ctx(), Selection()
 def command(body: Callable[..., None]) -> Callable[..., None]:
     """A command as typer should see it: a parameter annotated with a group of options (a dataclass
     whose fields are options: :class:`Ctx`, :class:`Selection`) stands for those options, and
-    ``body`` gets the group built from them; ``--verbose`` is applied and :func:`errors` is the
-    boundary around it. Every command is one."""
+    ``body`` gets the group built from them; ``--verbose`` (every command has it) is applied and
+    :func:`errors` is the boundary around it. Every command is one."""
     sig = inspect.signature(body, eval_str=True)
     params: list[inspect.Parameter] = []
     groups: dict[str, Any] = {}
+    wants_verbose = "verbose" in sig.parameters  # else taken here: every command has --verbose
     for p in sig.parameters.values():
         if dataclasses.is_dataclass(p.annotation):
             groups[p.name] = p.annotation
@@ -197,10 +199,13 @@ def command(body: Callable[..., None]) -> Callable[..., None]:
                                          annotation=hints[f.name]) for f in dataclasses.fields(p.annotation)]
         else:
             params.append(p.replace(kind=inspect.Parameter.KEYWORD_ONLY))
+    if not wants_verbose:
+        params.append(inspect.Parameter("verbose", inspect.Parameter.KEYWORD_ONLY, default=False,
+                                        annotation=VerboseOpt))
 
     @functools.wraps(body)
     def run(**kw: Any) -> None:
-        set_verbose(bool(kw.get("verbose")))
+        set_verbose(bool(kw["verbose"] if wants_verbose else kw.pop("verbose")))
         with errors():
             for name, group in groups.items():
                 kw[name] = group(**{f.name: kw.pop(f.name) for f in dataclasses.fields(group)})

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from cudaredist.commands.base import command, emit_json, human
-from cudaredist.commands.options import CacheDirOpt, JsonOpt, VerboseOpt
+from cudaredist.commands.options import CacheDirOpt, JsonOpt
 
 if TYPE_CHECKING:
     from cudaredist.cache.maintenance import Cleaned
@@ -26,7 +26,7 @@ def cache_dir_cmd(cache_dir: CacheDirOpt = None) -> None:
 
 @app.command("list")
 @command
-def cache_list(cache_dir: CacheDirOpt = None, as_json: JsonOpt = False, verbose: VerboseOpt = False) -> None:
+def cache_list(cache_dir: CacheDirOpt = None, as_json: JsonOpt = False) -> None:
     """List cached archives and the unpacked entries made from them, with their sizes."""
     from cudaredist.cache import Cache
     from cudaredist.cache.maintenance import unpacked_entries
@@ -62,8 +62,8 @@ def cache_prune(cache_dir: CacheDirOpt = None,
                 days: Annotated[float, typer.Option("--days", help="Drop entries unused this long.")] = 30.0,
                 max_size: Annotated[str | None, typer.Option(
                     "--max-size", help="Then drop the least recently used entries until the cache holds "
-                                       "at most this much (e.g. 5G, 800M).", show_default=False)] = None,
-                verbose: VerboseOpt = False) -> None:
+                                       "at most this much (e.g. 5G, 800M).",
+                    show_default=False)] = None) -> None:
     """Drop partial downloads, and archives and unpacked entries not used for --days (and beyond
     --max-size); entries in use are left."""
     from cudaredist.cache import Cache
@@ -76,7 +76,7 @@ def cache_prune(cache_dir: CacheDirOpt = None,
 
 @app.command("clear")
 @command
-def cache_clear(cache_dir: CacheDirOpt = None, verbose: VerboseOpt = False) -> None:
+def cache_clear(cache_dir: CacheDirOpt = None) -> None:
     """Delete every cached archive, unpacked entry, partial download and index page. Refuses a
     directory that is not a cudaredist cache; entries a running install holds are left."""
     from cudaredist.cache import Cache

@@ -7,14 +7,13 @@ from pathlib import Path
 import typer
 
 from cudaredist.commands.base import TOOLKIT, Toolkit, command, emit_json, fail
-from cudaredist.commands.options import JsonOpt, VerboseOpt
+from cudaredist.commands.options import JsonOpt
 
 
 @command
 def doctor(
     tk: Toolkit = TOOLKIT,
     as_json: JsonOpt = False,
-    verbose: VerboseOpt = False,
 ) -> None:
     """Why CUDA does not work here: the tree, nvcc, the host compiler, a probe build, the driver,
     the GPUs and the environment, each ok, warn or fail with the fix. Exit 1 if any fails.

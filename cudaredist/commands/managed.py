@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from cudaredist.commands.base import command, emit_json, fail, human, set_verbose
-from cudaredist.commands.options import InstallDirOpt, JsonOpt, PlatformOpt, Train, VerboseOpt
+from cudaredist.commands.options import InstallDirOpt, JsonOpt, PlatformOpt, Train
 from cudaredist.fsops import WINDOWS
 from cudaredist.managed import host
 
@@ -23,7 +23,6 @@ def list_cmd(
         "--all", help="Also toolkits found on the system (CUDA_PATH, /usr/local/cuda*, conda, pip "
                       "wheels), with how each was found.")] = False,
     as_json: JsonOpt = False,
-    verbose: VerboseOpt = False,
 ) -> None:
     """List managed toolkits (release, platform, profile, size, path), newest first."""
     from cudaredist.managed import install_dir as managed_dir
@@ -58,7 +57,6 @@ def find_cmd(
     train: Train,
     platform: PlatformOpt = None,
     install_dir: InstallDirOpt = None,
-    verbose: VerboseOpt = False,
 ) -> None:
     """Print the path of the newest installed managed toolkit of TRAIN (exit 1 when there is none)."""
     from cudaredist.managed import find, scan
@@ -83,7 +81,6 @@ def run_cmd(
         metavar="-- COMMAND...", help="The command to run with the toolkit's environment.")],
     platform: PlatformOpt = None,
     install_dir: InstallDirOpt = None,
-    verbose: VerboseOpt = False,
 ) -> None:
     """Run COMMAND with the environment of TRAIN's managed toolkit: cudaredist run 13.4 -- nvcc ...
 

@@ -11,7 +11,6 @@ from cudaredist.commands.base import TOOLKIT, Toolkit, command, emit_json, fail
 from cudaredist.commands.options import (
     JsonOpt,
     LockTimeoutOpt,
-    VerboseOpt,
 )
 from cudaredist.fsops import WINDOWS
 
@@ -22,7 +21,6 @@ def verify(
     fast: Annotated[bool, typer.Option("--fast", help="Compare sizes, exec bits and link targets; "
                                                       "do not re-hash.")] = False,
     as_json: JsonOpt = False,
-    verbose: VerboseOpt = False,
 ) -> None:
     """Re-hash the tree against its install record: missing, changed (content, exec bits, link
     targets) and extra files."""
@@ -48,7 +46,6 @@ def verify(
 def info(
     tk: Toolkit = TOOLKIT,
     as_json: JsonOpt = False,
-    verbose: VerboseOpt = False,
 ) -> None:
     """Show the install record of a prefix."""
     from cudaredist.record import require_record
@@ -85,7 +82,6 @@ def uninstall(
     tk: Toolkit = TOOLKIT,
     remove_all: Annotated[bool, typer.Option(
         "--all", help="With a TRAIN: remove all its managed toolkits (every patch and platform).")] = False,
-    verbose: VerboseOpt = False,
     lock_timeout: LockTimeoutOpt = None,
 ) -> None:
     """Remove exactly what cudaredist installed in the prefix (other files stay), or the managed
@@ -126,7 +122,6 @@ def env_cmd(
         "--github", help="Append to $GITHUB_ENV and $GITHUB_PATH (a GitHub Actions step) instead "
                          "of printing.")] = False,
     as_json: JsonOpt = False,
-    verbose: VerboseOpt = False,
 ) -> None:
     """Print the environment for a tree: eval "$(cudaredist env --prefix DIR)" or "$(cudaredist env 13.4)"."""
     from cudaredist.envexport import SHELLS, append_github, default_shell, environment, render

@@ -35,7 +35,6 @@ def resolve(
     sel: Selection = SELECTION,
     ctx: Ctx = OPTIONS,
     as_json: JsonOpt = False,
-    verbose: VerboseOpt = False,
 ) -> None:
     """Show the install plan without installing: release, and per component version, URL, size, sha256."""
     from cudaredist.profiles import host_platform
@@ -52,7 +51,6 @@ def resolve(
 def trains(
     ctx: Ctx = OPTIONS,
     as_json: JsonOpt = False,
-    verbose: VerboseOpt = False,
 ) -> None:
     """List the published trains, each with its newest release and date."""
     with ctx.open() as src:
@@ -137,7 +135,6 @@ def lock_cmd(
         "--hash", help="Print only the content key: a stable hex key of the resolved archives "
                        "(a CI cache key).")] = False,
     ctx: Ctx = OPTIONS,
-    verbose: VerboseOpt = False,
 ) -> None:
     """Resolve TRAIN for each --platform and write a lock file: release, the base URL that served it,
     components, URLs, sha256 and sizes. `install --lock FILE` installs exactly that."""

@@ -67,6 +67,11 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
+def _taken(archive: str, rel: str, component: str) -> ConflictError:
+    """A path the tree claims for one archive's member already exists on disk (made by another)."""
+    return ConflictError(f"{archive}: {rel} already exists in the tree", path=rel, second=component)
+
+
 class Tree:
     """A staging directory filled concurrently by several archives.
 
@@ -260,8 +265,7 @@ class Tree:
             try:
                 fd = os.open(fsops.long_path(dest), _OPEN_FLAGS, mode)
             except FileExistsError as exc:
-                raise ConflictError(f"{archive}: {rel} already exists in the tree", path=rel,
-                                    second=component) from exc
+                raise _taken(archive, rel, component) from exc
             except OSError as exc:
                 raise self._local(exc, dest) from exc
             try:
@@ -310,8 +314,7 @@ class Tree:
             try:
                 fsops.symlink(target, dest)
             except FileExistsError as exc:
-                raise ConflictError(f"{archive}: {rel} already exists in the tree", path=rel,
-                                    second=component) from exc
+                raise _taken(archive, rel, component) from exc
             except OSError as exc:
                 if not WINDOWS:
                     # POSIX has symlinks: a failure here is real, not a missing right
@@ -367,8 +370,7 @@ class Tree:
                 if how == "clone" and used == "copy":
                     self._clones = False
             except FileExistsError as exc:
-                raise ConflictError(f"{archive}: {rel} already exists in the tree", path=rel,
-                                    second=component) from exc
+                raise _taken(archive, rel, component) from exc
             except OSError as exc:  # both sides are this machine's disks
                 raise self._local(exc, dest) from exc
         except BaseException:
