@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]  # the action's checkout: pyproject.t
 TRAIN_RE = re.compile(r"\d+(\.\d+){0,2}")
 PLATFORM_RE = re.compile(r"[a-z]+-[a-z0-9_]+")
 WINDOWS = os.name == "nt"
+PINS = ROOT / "action" / "requirements.txt"  # the dependencies, pinned with hashes (action/update-pins.sh)
 BUILD_TIMEOUT = 600  # seconds: a tool build older than this was abandoned
 
 
@@ -151,7 +152,7 @@ def check() -> None:
 # -- the action's own cudaredist -------------------------------------------------------------------
 def _source_hash() -> str:
     h = hashlib.sha256()
-    files = [ROOT / "pyproject.toml", *sorted((ROOT / "cudaredist").rglob("*.py")),
+    files = [ROOT / "pyproject.toml", PINS, *sorted((ROOT / "cudaredist").rglob("*.py")),
              *sorted(p for p in (ROOT / "manifests").rglob("*") if p.is_file())]
     for f in files:
         h.update(f.relative_to(ROOT).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
@@ -219,11 +220,21 @@ def _build(key: str, directory: Path) -> None:
                             "python3-venv), or put 'uses: actions/setup-python@v5' before this action, or "
                             "set CUDAREDIST_PYTHON to a Python 3.10+ that has venv.",
                             "cudaredist could not install itself")
-        pip = [str(_venv_python(tmp / "venv")), "-m", "pip", "install", "--quiet",
-               "--disable-pip-version-check", "--no-warn-script-location", str(ROOT)]
+        # every dependency exactly as pinned, each file checked against its sha256 (action/requirements.txt):
+        # a new release of a dependency can neither break nor take over the runners
+        pip = [str(_venv_python(tmp / "venv")), "-m", "pip", "install", "--quiet", "--require-hashes",
+               "--disable-pip-version-check", "--no-warn-script-location", "-r", str(PINS)]
         r = subprocess.run(pip, capture_output=True, text=True)
         if r.returncode != 0:
-            raise _pip_failed("pip install of the action's cudaredist", r, tmp)
+            raise _pip_failed("pip install of the action's pinned dependencies", r, tmp)
+        # cudaredist itself is the action's own source, copied in (no build step, no build backend
+        # fetched unpinned): the package and the profile data beside it, on the venv's path
+        for part in ("cudaredist", "manifests"):
+            shutil.copytree(ROOT / part, tmp / "src" / part, ignore=shutil.ignore_patterns("__pycache__"))
+        purelib = subprocess.run([str(_venv_python(tmp / "venv")), "-c",
+                                  "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                                 capture_output=True, text=True, check=True).stdout.strip()
+        Path(purelib, "cudaredist-action.pth").write_text(f"{directory / 'src'}\n", encoding="utf-8")
         # the venv works under its final name too: nothing of it is started through pip's scripts
         _write_launchers(tmp / "bin", _venv_python(directory / "venv"))
         (tmp / "ready").write_text(key + "\n", encoding="utf-8")
@@ -406,6 +417,9 @@ def install() -> None:
     output("cuda-path", str(envs[0]["prefix"]))
     output("release", str(envs[0]["release"]))
     output("cuda-paths", json.dumps({t: str(e["prefix"]) for t, e in zip(trains, envs, strict=True)}))
+    # `cmake -G "Visual Studio 17 2022" <this>`: -T cuda=<tree> where the tree has NVIDIA's MSBuild
+    # files, quoted as cudaredist.envexport.cmake_line does (stdlib only here)
+    output("cmake-args", " ".join(f'"{a}"' if " " in a else a for a in envs[0].get("cmake_args", [])))
     output("cudaredist", os.environ.get("CR_CUDAREDIST", ""))
 
 

@@ -9,6 +9,7 @@ import typer
 
 from cudaredist import __version__, commands
 from cudaredist.commands.install import install
+from cudaredist.commands.options import App
 
 _SETTINGS: dict[str, Any] = dict(
     name="cudaredist",
@@ -19,7 +20,7 @@ _SETTINGS: dict[str, Any] = dict(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-app = typer.Typer(**_SETTINGS)
+app = App(**_SETTINGS)
 
 
 def _version(value: bool) -> None:
@@ -67,7 +68,7 @@ def main() -> None:
     if commands.install_only:
         # `cudaredist install ...`: a group of that command alone, the same options, help and errors,
         # without importing or building the others (a no-op install is mostly start-up)
-        one = typer.Typer(**_SETTINGS)
+        one = App(**_SETTINGS)
         one.callback()(_root)
         one.command()(install)
         one(prog_name="cudaredist")

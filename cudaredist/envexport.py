@@ -4,12 +4,16 @@ What is set, for a tree of release X.Y installed in PREFIX:
 
     native tree (Linux tree on a POSIX host, Windows tree on Windows):
         CUDA_PATH, CUDA_HOME, CUDA_PATH_VX_Y = PREFIX
-        PATH            += PREFIX/bin  (Windows 13.x: also PREFIX\\bin\\x64, where the DLLs moved)
+        PATH            += PREFIX/bin  (Windows 13.x: also PREFIX\\bin\\x64, where the DLLs moved;
+                        windows-arm64: PREFIX\\bin\\arm64)
         LD_LIBRARY_PATH += PREFIX/lib, PREFIX/nvvm/lib64  (Linux trees: libNVVM lives apart, and
                         cuda-pathfinder, numba-cuda's locator, asks the loader before CUDA_HOME)
     Windows tree on a non-Windows host (WSL / Linux cross-compiling for Windows):
         WINDOWS_CUDA_HOME = PREFIX     (what torch's cross-compile paths read); PATH is left alone,
                                        and CUDA_HOME stays free for a native toolkit
+
+A Windows tree with NVIDIA's MSBuild files also gives the CMake arguments for the Visual Studio
+generator, ``-T cuda=PREFIX`` (``cmake_args``: printed as a note, in --json, an output of the action).
 
 Every renderer quotes so that any path (spaces, quotes, ``$``, backslashes) comes out as
 exactly one word; what no quoting of a shell can carry is refused with an error.
@@ -26,11 +30,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from cudaredist.errors import PrefixError, UsageError
+from cudaredist.profiles import platform_rule
 
 SHELLS = ("sh", "bash", "zsh", "fish", "pwsh", "cmd")
 # PowerShell also closes a single-quoted string on the typographic single quotes
 _PWSH_QUOTES = "'\u2018\u2019\u201a\u201b"
 _DRIVE = re.compile(r"^([A-Za-z]):[\\/]")
+# where CMake's `-T cuda=<tree>` looks for NVIDIA's MSBuild files (CUDA X.Y.props, .targets)
+MSBUILD_DIR = "extras/visual_studio_integration/MSBuildExtensions"
 
 
 @dataclass(frozen=True)
@@ -42,14 +49,17 @@ class Environment:
     prepend: tuple[tuple[str, tuple[str, ...]], ...]
     host_windows: bool
     notes: tuple[str, ...] = ()
+    cmake_args: tuple[str, ...] = ()   # what makes CMake's Visual Studio generator use the tree
 
     def to_json(self) -> dict[str, object]:
         return {"set": dict(self.variables), "prepend": {k: list(v) for k, v in self.prepend},
-                "notes": list(self.notes)}
+                "notes": list(self.notes), "cmake_args": list(self.cmake_args)}
 
 
-def environment(prefix: str, *, platform: str, release: str, host_windows: bool) -> Environment:
-    """The environment for a tree of ``platform``/``release`` at ``prefix`` (a path of this host)."""
+def environment(prefix: str, *, platform: str, release: str, host_windows: bool,
+                msbuild: bool = False) -> Environment:
+    """The environment for a tree of ``platform``/``release`` at ``prefix`` (a path of this host);
+    ``msbuild``: the tree has NVIDIA's MSBuild files (the visual_studio_integration component)."""
     tree_windows = platform.startswith("windows")
     join = ntpath.join if host_windows else posixpath.join
     if tree_windows and not host_windows:
@@ -66,8 +76,9 @@ def environment(prefix: str, *, platform: str, release: str, host_windows: bool)
     variables = (("CUDA_PATH", prefix), ("CUDA_HOME", prefix),
                  (f"CUDA_PATH_V{'_'.join(major_minor)}", prefix))
     bins = [join(prefix, "bin")]
-    if tree_windows and _major(release) >= 13:
-        bins.append(join(prefix, "bin", "x64"))  # CUDA 13 moved the runtime DLLs here
+    arch = platform_rule(platform).arch
+    if tree_windows and arch and _major(release) >= 13:
+        bins.append(join(prefix, "bin", arch))  # CUDA 13 moved the runtime DLLs here
     prepend: list[tuple[str, tuple[str, ...]]] = [("PATH", tuple(bins))]
     if not tree_windows:
         # libnvvm.so sits in nvvm/lib64, off lib/: without it here, a loader that finds another
@@ -75,7 +86,16 @@ def environment(prefix: str, *, platform: str, release: str, host_windows: bool)
         # Windows PATH stays as NVIDIA's installer sets it (bin): cuda-pathfinder finds
         # nvvm\bin\x64 through CUDA_PATH, after PATH, where no NVIDIA installer puts an nvvm\bin.
         prepend.append(("LD_LIBRARY_PATH", (join(prefix, "lib"), join(prefix, "nvvm", "lib64"))))
-    return Environment(variables, tuple(prepend), host_windows)
+    cmake = ("-T", f"cuda={prefix}") if tree_windows and msbuild else ()
+    notes = (f"CMake's Visual Studio generator: cmake -G \"Visual Studio 17 2022\" {cmake_line(cmake)}",
+             ) if cmake else ()
+    return Environment(variables, tuple(prepend), host_windows, notes, cmake)
+
+
+def cmake_line(args: tuple[str, ...]) -> str:
+    """``args`` as one command-line fragment: an argument with a space in double quotes, which
+    PowerShell, cmd and bash read alike (the action's cmake-args output is written the same way)."""
+    return " ".join(f'"{a}"' if " " in a else a for a in args)
 
 
 def _major(release: str) -> int:

@@ -32,7 +32,7 @@ MAX_ANSWERS = 16
 # install's options whose effect on a no-op is all in the arguments (each also with "=VALUE")
 REPLAYABLE = frozenset({
     "--prefix", "--install-dir", "--platform", "-p", "--profile", "--component", "-c", "--only",
-    "--with", "-w", "--base-url", "--mirror", "--no-fallback", "--trusted-host", "--cache-dir",
+    "--with", "-w", "--base-url", "--channel", "--mirror", "--no-fallback", "--trusted-host", "--cache-dir",
     "--offline", "--jobs", "-j", "--link-mode", "--lock-timeout", "--quiet", "-q", "--verbose", "-v",
     "--source", "--index-url", "--json"})
 # the ones that act, or answer from what a file holds now: always the full way

@@ -8,6 +8,9 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+from cudaredist.errors import ManifestError
 
 
 def version_key(text: str) -> tuple[int, ...]:
@@ -79,6 +82,7 @@ class Plan:
     # why the archives' hashes are believed: "<url> (HTTPS)", "the lock file <path>" (cudaredist.trust)
     hashes_from: str = ""
     products: tuple[ProductRelease, ...] = ()
+    channel: str = ""   # --channel that served it ("": not given, NVIDIA's release index or --base-url)
 
     @property
     def total_size(self) -> int:
@@ -120,11 +124,38 @@ class Plan:
             ],
             "notes": list(self.notes),
         } | ({"hashes_from": self.hashes_from} if self.hashes_from else {}) | (
-            {"products": [p.to_json() for p in self.products]} if self.products else {})
+            {"products": [p.to_json() for p in self.products]} if self.products else {}) | (
+            {"channel": self.channel} if self.channel else {})
 
 
 def join_url(base: str, relative: str) -> str:
     return base.rstrip("/") + "/" + relative
+
+
+def climb(relative_path: str) -> int:
+    """How many folders above its base a relative path reaches (``../../../pool/x`` -> 3)."""
+    depth = low = 0
+    for part in relative_path.split("/")[:-1]:
+        depth += -1 if part == ".." else 0 if part == "." else 1
+        low = min(low, depth)
+    return -low
+
+
+def archive_url(base: str, relative_path: str, component: str = "") -> str:
+    """An archive's URL: ``relative_path`` (checked by the manifest parser) joined to the manifest's
+    folder ``base`` as RFC 3986 says, ``..`` included; a path that climbs past the site root
+    (``scheme://host:port/``, or ``/`` of a directory) is a :class:`ManifestError` naming it."""
+    parts = urlsplit(base)
+    depth = parts.path.rstrip("/").count("/")   # "/bin-archive/release/cuda/redist/" -> 4
+    url = urljoin(base if base.endswith("/") else base + "/", relative_path)
+    if climb(relative_path) > depth or urlsplit(url)[:2] != parts[:2]:
+        raise ManifestError(
+            f"{component + ': ' if component else ''}relative_path {relative_path!r} climbs "
+            f"{climb(relative_path)} folder(s) above {base}, past its site root "
+            f"{parts.scheme}://{parts.netloc}/: refused, archives stay on the manifest's server (a mirror "
+            "of such a release keeps its manifests that many folders deep, as `cudaredist mirror` does)",
+            source=base, entry=component)
+    return url
 
 
 def plan_from_json(obj: dict[str, Any]) -> Plan:
@@ -142,7 +173,8 @@ def plan_from_json(obj: dict[str, Any]) -> Plan:
         for p in obj.get("products", ()))
     return Plan(obj["release"], obj.get("release_date", ""), obj["platform"], obj["base_url"],
                 obj.get("profile", "custom"), items, obj.get("source", "nvidia"),
-                tuple(obj.get("notes", ())), str(obj.get("hashes_from", "")), products)
+                tuple(obj.get("notes", ())), str(obj.get("hashes_from", "")), products,
+                str(obj.get("channel", "")))
 
 
 def with_bases(plan: Plan, bases: Sequence[str],
@@ -154,7 +186,7 @@ def with_bases(plan: Plan, bases: Sequence[str],
 
     def under(base: str, item: PlannedArchive) -> str:
         root = product_base(base, item.product) if item.product and product_base else base
-        return join_url(root, item.archive.relative_path)
+        return archive_url(root, item.archive.relative_path, item.component)
 
     items = tuple(replace(i, url=under(bases[0], i), fallback_urls=tuple(under(b, i) for b in bases[1:]))
                   for i in plan.items)

@@ -24,13 +24,18 @@ DEFAULT_PROFILE = "nvcc"
 
 @dataclass(frozen=True)
 class Spec:
-    """One wanted component: alternatives (renames) and the first release that needs it."""
+    """One wanted component: alternatives (renames), the first release that needs it, the
+    platforms it is for (empty: every one), and for one a release may lack, the note saying so."""
 
     names: tuple[str, ...]
     since: str = ""
+    platforms: tuple[str, ...] = ()
+    missing: str = ""
 
-    def applies_to(self, release: str) -> bool:
-        return not self.since or version_key(release) >= version_key(self.since)
+    def applies_to(self, release: str, platform: str | None = None) -> bool:
+        """``platform`` None: on any platform (``cudaredist profiles`` shows the platforms apart)."""
+        return ((not self.since or version_key(release) >= version_key(self.since))
+                and (platform is None or not self.platforms or platform in self.platforms))
 
     def __str__(self) -> str:
         return "|".join(self.names)
@@ -49,6 +54,7 @@ class PlatformRule:
     name: str
     links: tuple[tuple[str, str], ...]
     hosts: tuple[tuple[str, str], ...]
+    arch: str = ""   # Windows: the folder of bin/ and lib/ that holds the DLLs and .lib files
 
     @property
     def is_windows(self) -> bool:
@@ -79,16 +85,23 @@ def _data() -> dict[str, Any]:
 
 
 def parse_spec(item: object, where: str = "profile") -> Spec:
+    platforms: object = []
+    missing = ""
     if isinstance(item, str):
         names, since = item, ""
     elif isinstance(item, dict) and isinstance(item.get("name"), str):
-        names, since = item["name"], str(item.get("since", ""))
+        names, since, platforms = item["name"], str(item.get("since", "")), item.get("platforms", [])
+        missing = str(item.get("missing", ""))
     else:
-        raise ManifestError(f"{where}: a component must be a name or {{name, since}}, got {item!r}")
+        raise ManifestError(f"{where}: a component must be a name or {{name, since, platforms, missing}}, "
+                            f"got {item!r}")
     parts = tuple(n.strip() for n in names.split("|") if n.strip())
     if not parts:
         raise ManifestError(f"{where}: empty component name")
-    return Spec(parts, since)
+    if not isinstance(platforms, list) or not all(isinstance(p, str) for p in platforms):
+        raise ManifestError(f"{where}: {names}: platforms must be a list of platform names, "
+                            f"got {platforms!r}")
+    return Spec(parts, since, tuple(platforms), missing)
 
 
 def get_profile(name: str) -> Profile:
@@ -119,7 +132,7 @@ def platform_rule(name: str) -> PlatformRule:
         return PlatformRule(name, (), ())
     links = tuple(sorted((str(k), str(v)) for k, v in body.get("links", {}).items()))
     hosts = tuple((str(o), str(m)) for o, m in body.get("host", []))
-    return PlatformRule(name, links, hosts)
+    return PlatformRule(name, links, hosts, str(body.get("arch", "")))
 
 
 def known_platforms() -> list[str]:
@@ -143,6 +156,12 @@ def host_platform(asked: str | None = None) -> str:
 def component_title(component: str) -> str:
     """NVIDIA's display name of a component (``[names]`` in profiles.toml), else its key."""
     return str(_data().get("names", {}).get(component, component))
+
+
+def component_root(component: str) -> str:
+    """The tree folder a component's archive is unpacked into (``[roots]`` in profiles.toml), or
+    ``""`` for the tree's root."""
+    return str(_data().get("roots", {}).get(component, ""))
 
 
 def profile_names() -> list[str]:

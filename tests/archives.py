@@ -10,7 +10,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.pe import make_dll
+from tests.pe import AMD64, ARM64, make_dll
 
 # A member spec: path -> bytes (a file), or a Link / Dir / Special / Mode(bytes, mode)
 
@@ -152,15 +152,20 @@ def build_mirror(root: Path, label: str, archives: list[MirrorArchive], *,
 
 def toolkit(platform: str = "linux-x86_64", version: str = "13.0.1") -> list[MirrorArchive]:
     """A small but realistically shaped nvcc profile: nvcc, cudart (with a .so chain), cccl, crt, nvvm,
-    profiler API, NVTX."""
+    profiler API, NVTX; on Windows the MSBuild files of ``version``'s train too, and the DLLs and
+    .lib files in bin/arm64 and lib/arm64 for windows-arm64."""
     win = platform.startswith("windows")
     if win:
+        arch, machine = ("arm64", ARM64) if platform == "windows-arm64" else ("x64", AMD64)
+        train = ".".join(version.split(".")[:2])  # the MSBuild files are named for it
         return [
             MirrorArchive("cuda_nvcc", platform, "13.0.88", {"bin/nvcc.exe": b"MZ nvcc", "LICENSE": b"eula"}),
             MirrorArchive("cuda_cudart", platform, "13.0.96", {
-                "bin/x64/cudart64_13.dll": make_dll("cudart64_13.dll", code=("cudaMalloc",), data=()),
-                "lib/x64/cudart.lib": b"lib",
+                f"bin/{arch}/cudart64_13.dll": make_dll("cudart64_13.dll", code=("cudaMalloc",), data=(),
+                                                        machine=machine),
+                f"lib/{arch}/cudart.lib": b"lib",
                 "include/cuda_runtime.h": b"// rt", "LICENSE": b"eula"}),
+            MirrorArchive("visual_studio_integration", platform, f"{train}.85", msbuild_members(train)),
             MirrorArchive("cuda_cccl", platform, "13.0.85", {"include/cccl/thrust/version.h": b"// t",
                                                              "LICENSE": b"cccl eula"}),
             MirrorArchive("cuda_crt", platform, "13.0.88", {"include/crt/host_config.h": b"// hc"}),
@@ -181,6 +186,14 @@ def toolkit(platform: str = "linux-x86_64", version: str = "13.0.1") -> list[Mir
         MirrorArchive("libnvvm", platform, "13.0.88", {"nvvm/bin/cicc": Exe(b"\x7fELF cicc")}),
         *_headers(platform),
     ]
+
+
+def msbuild_members(train: str) -> Members:
+    """NVIDIA's visual_studio_integration zip below its top folder (the files of its 13.x zips)."""
+    ext = "visual_studio_integration/MSBuildExtensions"
+    return {f"{ext}/CUDA {train}.props": b"<Project/>", f"{ext}/CUDA {train}.targets": b"<Project/>",
+            f"{ext}/CUDA {train}.Version.props": b"<Project/>", f"{ext}/CUDA {train}.xml": b"<Rules/>",
+            f"{ext}/Nvda.Build.CudaTasks.v{train}.dll": b"MZ tasks", "LICENSE": b"eula"}
 
 
 def _headers(platform: str) -> list[MirrorArchive]:

@@ -22,6 +22,7 @@ _SCRUB = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "h
           "all_proxy", "no_proxy", "SSL_CERT_FILE", "SSL_CERT_DIR", "CUDAREDIST_BASE_URL",
           "CUDAREDIST_MIRROR", "CUDAREDIST_CACHE_DIR", "CUDAREDIST_LOCK_TIMEOUT", "CUDAREDIST_SOURCE",
           "CUDA_PATH", "CUDA_HOME", "GITHUB_ENV", "GITHUB_PATH", "PIP_INDEX_URL", "CUDAREDIST_TRUSTED_HOST",
+          "CUDAREDIST_CHANNEL",
           # where a --with product's folder is (CUDAREDIST_CUDNN_BASE_URL, ...)
           *(f"CUDAREDIST_{p.upper()}_BASE_URL" for p in ("cudnn", "cutensor", "cusparselt", "cudss")))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 
 AMD64 = 0x8664
+ARM64 = 0xAA64
 _TEXT, _DATA, _EDATA = 0x1000, 0x2000, 0x3000
 _FILE_ALIGN = 0x200
 

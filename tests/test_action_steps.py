@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -99,6 +100,8 @@ def test_install_outputs_are_json_from_resolved_paths(mirror: Path, tmp_path: Pa
     assert json.loads(out["cuda-paths"]) == {"13.0": prefix}
     assert out["cuda-path"] == prefix and out["release"] == "13.0.1"
     assert out["cudaredist"] == "/tool/bin/cudaredist"
+    # a Windows tree (NVIDIA's MSBuild files) on Windows: the arguments for CMake's Visual Studio generator
+    assert out["cmake-args"] == (f'-T "cuda={prefix}"' if WINDOWS else "")
     exported = parse_github_env(files["GITHUB_ENV"].read_text())
     assert exported["CUDA_PATH"] == exported["CUDA_PATH_V13_0"] == prefix
     assert os.path.join(prefix, "bin") in files["GITHUB_PATH"].read_text().splitlines()
@@ -249,7 +252,47 @@ def test_a_failed_pip_install_leaves_nothing_in_the_tool_cache(tmp_path: Path) -
     r, files = step("tool", tmp_path, RUNNER_TOOL_CACHE=str(tmp_path / "tools"), PIP_CONFIG_FILE=os.devnull,
                     PIP_NO_INDEX="1", PIP_FIND_LINKS=None, PIP_INDEX_URL=None)
     assert r.returncode == 1
-    said = "::error title=cudaredist could not install itself::pip install of the action's cudaredist"
+    said = ("::error title=cudaredist could not install itself::pip install of the action's pinned "
+            "dependencies")
     assert said in r.stdout
     assert "PIP_INDEX_URL" in r.stdout
     assert _tool_cache_left(tmp_path / "tools") == [] and outputs(files) == {}
+
+
+def _pins() -> list[tuple[str, str, str, list[str]]]:
+    """action/requirements.txt as (name, version, marker, hashes)."""
+    pins = []
+    for block in re.split(r"\n(?=[A-Za-z])", (ROOT / "action" / "requirements.txt").read_text()):
+        head = block.split("\\")[0].strip()
+        if not head or head.startswith("#"):
+            continue
+        spec, _, marker = head.partition(";")
+        name, _, version = spec.strip().partition("==")
+        pins.append((name, version, marker.strip(), re.findall(r"--hash=sha256:([0-9a-f]{64})", block)))
+    return pins
+
+
+@pytest.mark.parametrize("python", ["3.10", "3.11", "3.12", "3.13", "3.14"])
+@pytest.mark.parametrize("system", ["linux", "win32", "darwin"])
+def test_the_action_installs_every_dependency_pinned_with_hashes(python: str, system: str) -> None:
+    """Every [project] dependency has exactly one pin on every runner the action supports, inside the
+    range pyproject.toml allows, with the sha256 of its files: pip --require-hashes installs it."""
+    import tomllib
+    from packaging.markers import Marker
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    env = {"python_version": python, "python_full_version": f"{python}.0", "sys_platform": system,
+           "platform_system": {"linux": "Linux", "win32": "Windows", "darwin": "Darwin"}[system],
+           "os_name": "nt" if system == "win32" else "posix", "implementation_name": "cpython",
+           "platform_machine": "x86_64"}
+    pins = [(canonicalize_name(n), v, h) for n, v, m, h in _pins() if not m or Marker(m).evaluate(env)]
+    assert pins and all(h for _, _, h in pins), "every pin carries its files' hashes"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    for dep in map(Requirement, project["dependencies"]):
+        if dep.marker and not dep.marker.evaluate(env):
+            continue
+        versions = [v for n, v, _ in pins if n == canonicalize_name(dep.name)]
+        assert len(versions) == 1, f"{dep.name}: pinned {versions} for Python {python} on {system}"
+        assert dep.specifier.contains(versions[0], prereleases=True), \
+            f"{dep.name}=={versions[0]} is outside {dep.specifier}: run action/update-pins.sh"

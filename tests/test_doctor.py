@@ -39,7 +39,8 @@ from cudaredist.doctor.driver import (
     check_gpu,
     probe_driver,
 )
-from cudaredist.doctor.toolkit import check_environment, check_nvcc, check_toolkit
+from cudaredist.doctor.toolkit import check_environment, check_msbuild, check_nvcc, check_toolkit
+from tests.archives import build_mirror, toolkit
 from tests.hosts import posix_only, skip_on_windows
 from tests.realmirror import host_free_env, real_mirror_1302, real_wheel_cache, run_cudaredist  # noqa: F401
 
@@ -70,9 +71,9 @@ def script(path: Path, body: str) -> Path:
 
 
 def toolkit_at(prefix: Path, *, release: str | None = "13.0.2", windows: bool = False,
-               native: bool = True, nvcc_version: str | None = "13.0.88") -> Toolkit:
-    return Toolkit(prefix, release, "windows-x86_64" if windows else "linux-x86_64", nvcc_version,
-                   True, native, windows)
+               native: bool = True, nvcc_version: str | None = "13.0.88", arm64: bool = False) -> Toolkit:
+    platform = ("windows-arm64" if arm64 else "windows-x86_64") if windows else "linux-x86_64"
+    return Toolkit(prefix, release, platform, nvcc_version, True, native, windows)
 
 
 # -- toolkit ------------------------------------------------------------------------------------
@@ -134,6 +135,35 @@ def test_a_windows_tree_on_linux_is_not_run(mirror: Path, tmp_path: Path) -> Non
     env_check = check_environment({"WINDOWS_CUDA_HOME": str(p)}, tk)
     assert env_check.status == "ok"
     assert check_environment({}, tk).status == "warn"
+
+
+# -- msbuild ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("platform", [pytest.param("windows-x86_64", id="x64"),
+                                      pytest.param("windows-arm64", id="arm64")])
+def test_msbuild_files_of_a_windows_tree(tmp_path: Path, platform: str) -> None:
+    """CMake's -T cuda=<tree> needs CUDA X.Y.props and .targets in extras/.../MSBuildExtensions."""
+    mirror, p = tmp_path / "mirror", tmp_path / "win"
+    build_mirror(mirror, "13.4.1", toolkit(platform, "13.4.1"))
+    r = runner.invoke(app, ["install", "13.4", "--prefix", str(p), "--platform", platform,
+                            "--base-url", str(mirror), "-q"])
+    assert r.exit_code == 0, r.stderr
+    tk = check_toolkit(p, host_windows=False)[1]
+    assert tk is not None
+    check = check_msbuild(tk)
+    ext = p / "extras" / "visual_studio_integration" / "MSBuildExtensions"
+    assert check == Check("msbuild", "ok", f'{ext}: cmake -G "Visual Studio 17 2022" -T cuda={p}'), check
+    (ext / "CUDA 13.4.targets").unlink()
+    check = check_msbuild(tk)
+    assert check.status == "warn" and check.detail.startswith(f"CUDA 13.4.targets missing in {ext}: ")
+    assert "finds no CUDA toolset" in check.detail and "Ninja" in check.detail
+    assert f"cudaredist install 13.4.1 --platform {platform} --prefix {p} --force" in check.fix
+    assert "--source nvidia" in check.fix
+
+
+def test_msbuild_not_checked_without_windows_nvcc(tmp_path: Path) -> None:
+    assert check_msbuild(toolkit_at(tmp_path)) == Check("msbuild", "ok", "not checked: a Linux tree")
+    runtime = Toolkit(tmp_path, "13.4.1", "windows-x86_64", None, False, False, True)
+    assert check_msbuild(runtime) == Check("msbuild", "ok", "not checked: no nvcc")
 
 
 # -- nvcc ---------------------------------------------------------------------------------------
@@ -221,6 +251,11 @@ def test_select_host_compiler_windows(tmp_path: Path) -> None:
     check = check_host_compiler(tk, {"PATH": str(tmp_path)}, windows=True)
     assert check.status == "fail" and "cl.exe" in check.detail
     assert "vcvars64.bat" in check.fix and "msvc-dev-cmd" in check.fix
+    # a windows-arm64 tree builds with the ARM64 compiler
+    check = check_host_compiler(toolkit_at(tmp_path, windows=True, arm64=True), {"PATH": str(tmp_path)},
+                                windows=True)
+    assert "'ARM64 Native Tools Command Prompt'" in check.fix and "vcvarsarm64.bat" in check.fix
+    assert "arch: arm64" in check.fix and "x64" not in check.fix
 
 
 def test_no_compiler_at_all(tmp_path: Path) -> None:

@@ -67,16 +67,36 @@ def test_linux_tree_on_linux() -> None:
     assert env.notes == ()
 
 
-@pytest.mark.parametrize(("release", "bins"), [
-    pytest.param("13.0.2", ("C:\\cuda\\bin", "C:\\cuda\\bin\\x64"), id="13.x-dlls-in-bin-x64"),
-    pytest.param("12.9.1", ("C:\\cuda\\bin",), id="12.x-dlls-in-bin"),
+@pytest.mark.parametrize(("platform", "release", "bins"), [
+    pytest.param("windows-x86_64", "13.0.2", ("C:\\cuda\\bin", "C:\\cuda\\bin\\x64"),
+                 id="13.x-dlls-in-bin-x64"),
+    pytest.param("windows-x86_64", "12.9.1", ("C:\\cuda\\bin",), id="12.x-dlls-in-bin"),
+    pytest.param("windows-arm64", "13.4.1", ("C:\\cuda\\bin", "C:\\cuda\\bin\\arm64"),
+                 id="arm64-dlls-in-bin-arm64"),
 ])
-def test_windows_tree_on_windows(release: str, bins: tuple[str, ...]) -> None:
-    env = environment("C:\\cuda", platform="windows-x86_64", release=release, host_windows=True)
+def test_windows_tree_on_windows(platform: str, release: str, bins: tuple[str, ...]) -> None:
+    env = environment("C:\\cuda", platform=platform, release=release, host_windows=True)
     train = "_".join(release.split(".")[:2])
     assert dict(env.variables) == {"CUDA_PATH": "C:\\cuda", "CUDA_HOME": "C:\\cuda",
                                    f"CUDA_PATH_V{train}": "C:\\cuda"}
     assert env.prepend == (("PATH", bins),)  # no LD_LIBRARY_PATH on Windows
+    assert env.cmake_args == () and env.notes == ()  # no MSBuild files: -T cuda= would fail
+
+
+@pytest.mark.parametrize(("prefix", "line"), [
+    pytest.param("D:\\a\\_temp\\cuda-13.4", "-T cuda=D:\\a\\_temp\\cuda-13.4", id="plain"),
+    pytest.param("C:\\my cuda", '-T "cuda=C:\\my cuda"', id="space"),
+])
+@pytest.mark.parametrize("platform", [pytest.param("windows-x86_64", id="x64"),
+                                      pytest.param("windows-arm64", id="arm64")])
+def test_windows_tree_with_msbuild_files_gives_the_cmake_line(prefix: str, line: str, platform: str) -> None:
+    env = environment(prefix, platform=platform, release="13.4.1", host_windows=True, msbuild=True)
+    assert env.cmake_args == ("-T", f"cuda={prefix}")
+    assert env.to_json()["cmake_args"] == ["-T", f"cuda={prefix}"]
+    assert env.notes == (f'CMake\'s Visual Studio generator: cmake -G "Visual Studio 17 2022" {line}',)
+    # CMake's generator is Windows-only: a cross-compiling tree on Linux gets no CMake arguments
+    cross = environment("/mnt/c/cuda", platform=platform, release="13.4.1", host_windows=False, msbuild=True)
+    assert cross.cmake_args == ()
 
 
 def test_windows_tree_on_linux_is_for_cross_compiling() -> None:
@@ -281,7 +301,7 @@ def test_command_shells_and_json(mirror: Path, tmp_path: Path) -> None:
         "prefix": str(prefix), "release": "13.0.1", "platform": "linux-x86_64",
         "set": {"CUDA_PATH": str(prefix), "CUDA_HOME": str(prefix), "CUDA_PATH_V13_0": str(prefix)},
         "prepend": {"PATH": [f"{prefix}/bin"], "LD_LIBRARY_PATH": [f"{prefix}/lib", f"{prefix}/nvvm/lib64"]},
-        "notes": []}
+        "notes": [], "cmake_args": []}
     r = cli("env", "--prefix", str(prefix), "--shell", "tcsh")
     assert r.exit_code == 2 and "unknown --shell 'tcsh'" in r.stderr
     r = cli("env", "--prefix", str(tmp_path / "nothing"))
@@ -306,6 +326,10 @@ def test_windows_tree_on_windows_host_defaults_to_pwsh(mirror: Path, tmp_path: P
     assert r.exit_code == 0, r.output
     assert r.stdout.splitlines()[0] == f"$env:CUDA_PATH = {quote_pwsh(str(prefix))}"
     assert quote_pwsh(str(prefix / "bin" / "x64")) in r.stdout
+    # the tree has NVIDIA's MSBuild files: the one line for CMake's Visual Studio generator
+    assert f'cmake -G "Visual Studio 17 2022" -T "cuda={prefix}"' in r.stderr
+    assert json.loads(cli("env", "--prefix", str(prefix), "--json").stdout)["cmake_args"] == [
+        "-T", f"cuda={prefix}"]
 
 
 # -- GitHub Actions --------------------------------------------------------------------------------

@@ -491,3 +491,51 @@ def test_version_json_is_nvidias_format_and_an_installed_file(mirror: Path, tran
     assert verify(prefix).ok
     uninstall(prefix)
     assert not (prefix / "version.json").exists()
+
+
+# -- Windows trees --------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("platform", "arch"), [pytest.param(WINDOWS, "x64", id="x64"),
+                                                pytest.param("windows-arm64", "arm64", id="arm64")])
+def test_windows_tree_has_the_msbuild_files_and_its_arch_libraries(
+        tmp_path: Path, transport: Transport, cache: Cache, prefix: Path, platform: str, arch: str) -> None:
+    """NVIDIA's MSBuild files under extras/ (where CMake's -T cuda=<tree> looks) with the nvcc profile,
+    and the GNU import library of cudart beside its .lib in lib/<arch> (bin/arm64, lib/arm64 on Arm)."""
+    from cudaredist.tree.implib import MACHINE_AMD64, MACHINE_ARM64, import_library, read_exports
+
+    mirror = tmp_path / "winmirror"
+    build_mirror(mirror, "13.4.1", toolkit(platform, "13.4.1"))
+    install(transport, cache, mirror, "13.4", prefix, platform=platform)
+    assert_installed(prefix, "13.4.1", cache)
+    ext = prefix / "extras" / "visual_studio_integration" / "MSBuildExtensions"
+    assert sorted(p.name for p in ext.iterdir()) == [
+        "CUDA 13.4.Version.props", "CUDA 13.4.props", "CUDA 13.4.targets", "CUDA 13.4.xml",
+        "Nvda.Build.CudaTasks.v13.4.dll"]
+    assert not (prefix / "visual_studio_integration").exists()
+    assert (prefix / "licenses" / "visual_studio_integration" / "LICENSE").is_file()
+    files = {f["path"]: f for f in read_record(prefix)["files"]}  # type: ignore[index]
+    assert files["extras/visual_studio_integration/MSBuildExtensions/CUDA 13.4.props"][
+        "component"] == "visual_studio_integration"
+    dll = read_exports((prefix / "bin" / arch / "cudart64_13.dll").read_bytes())
+    assert dll.machine == (MACHINE_ARM64 if arch == "arm64" else MACHINE_AMD64)
+    assert (prefix / "lib" / arch / "libcudart.dll.a").read_bytes() == import_library(dll)
+    assert files[f"lib/{arch}/libcudart.dll.a"]["component"] == "cuda_cudart"
+    assert sorted(p.name for p in (prefix / "lib").iterdir()) == [arch]
+    body = json.loads((prefix / "version.json").read_text())
+    assert body["visual_studio_integration"] == {"name": "CUDA Visual Studio Integration",
+                                                 "version": "13.4.85"}
+
+
+def test_a_release_without_msbuild_files_installs_with_a_note(tmp_path: Path, transport: Transport,
+                                                              cache: Cache, prefix: Path) -> None:
+    """A mirror built from NVIDIA's wheels has no visual_studio_integration: the tree still installs,
+    and the plan says what is missing and what it means."""
+    mirror = tmp_path / "wheelmirror"
+    build_mirror(mirror, "13.4.1", [a for a in toolkit(WINDOWS, "13.4.1")
+                                    if a.component != "visual_studio_integration"])
+    plan = plan_for(transport, cache, mirror, "13.4", platform=WINDOWS)
+    assert "visual_studio_integration" not in plan.components
+    assert len(plan.notes) == 1
+    assert plan.notes[0].startswith("CUDA 13.4.1 has no visual_studio_integration for windows-x86_64: "
+                                    "CMake's Visual Studio generator (-T cuda=<tree>) finds no CUDA toolset")
+    install(transport, cache, mirror, "13.4", prefix, platform=WINDOWS)
+    assert not (prefix / "extras").exists()

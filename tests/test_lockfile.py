@@ -56,9 +56,10 @@ def test_lock_records_release_base_platforms_and_archives(mirror: Path, serve, t
     manifest = json.loads((mirror / "redistrib_13.0.1.json").read_text())
     for platform, plan in got["plans"].items():
         assert plan["platform"] == platform and plan["release"] == "13.0.1"
+        msbuild = ["visual_studio_integration"] if platform.startswith("windows") else []
         assert [c["name"] for c in plan["components"]] == ["cuda_nvcc", "cuda_cudart", "cuda_cccl",
                                                            "cuda_crt", "libnvvm", "cuda_profiler_api",
-                                                           "cuda_nvtx"]
+                                                           "cuda_nvtx", *msbuild]
         for c in plan["components"]:
             entry = manifest[c["name"]][platform]
             assert c["sha256"] == entry["sha256"] and c["size"] == int(entry["size"])
@@ -209,8 +210,12 @@ def _set_sha(obj: dict[str, Any]) -> None:
     obj["plans"]["linux-x86_64"]["components"][0]["sha256"] = "0" * 64
 
 
-def _set_path(obj: dict[str, Any]) -> None:
-    obj["plans"]["linux-x86_64"]["components"][0]["relative_path"] = "../../etc/passwd"
+def _set_path(obj: dict[str, Any]) -> None:  # past the root of the mirror's filesystem
+    obj["plans"]["linux-x86_64"]["components"][0]["relative_path"] = "../" * 64 + "etc/passwd"
+
+
+def _set_host(obj: dict[str, Any]) -> None:
+    obj["plans"]["linux-x86_64"]["components"][0]["relative_path"] = "//evil.example/x.tar.xz"
 
 
 def _set_release(obj: dict[str, Any]) -> None:
@@ -221,7 +226,8 @@ def _set_release(obj: dict[str, Any]) -> None:
     pytest.param(_set_sha, False, "was edited after `cudaredist lock` wrote it", id="sha256"),
     pytest.param(_set_release, False, "was edited", id="release"),
     pytest.param(_set_sha, True, "content_key does not match", id="sha256-and-digest"),
-    pytest.param(_set_path, True, "is not a plain relative path", id="path-traversal"),
+    pytest.param(_set_path, True, "past its site root", id="path-traversal"),
+    pytest.param(_set_host, True, "another server", id="path-other-host"),
     pytest.param(_set_release, True, "is for linux-x86_64 CUDA 13.0.1, not linux-x86_64 CUDA 13.4.2",
                  id="release-and-digest"),
     pytest.param(lambda o: o.update(lock_version=2), False, "not a cudaredist lock of version 1",

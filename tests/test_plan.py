@@ -26,9 +26,14 @@ TORCH_EXTRA = (("libcublas",), ("libcusparse",), ("libcusolver",), ("libcurand",
                ("cuda_nvrtc",), ("libnvjitlink",))
 
 
-def nvcc_groups(label: str) -> tuple[tuple[str, ...], ...]:
+# NVIDIA's MSBuild files, which CMake's Visual Studio generator needs: with nvcc on Windows only
+MSBUILD = (("visual_studio_integration",),)
+
+
+def nvcc_groups(label: str, platform: str) -> tuple[tuple[str, ...], ...]:
     base = NVCC_13 if version_key(label) >= (13,) else NVCC_12
-    return base + (HEADERS if version_key(label) >= (11, 8) else HEADERS[1:])
+    return (base + (HEADERS if version_key(label) >= (11, 8) else HEADERS[1:])
+            + (MSBUILD if platform.startswith("windows") else ()))
 
 
 def _load(label: str) -> tuple[bytes, dict[str, Any]]:
@@ -81,7 +86,7 @@ def test_nvcc_profile_for_every_listed_platform(shared_manifests: Path, label: s
     data, raw = _load(label)
     manifest = parse_manifest(data, label=label)
     thirteen = version_key(label) >= (13,)
-    groups = nvcc_groups(label)
+    groups = nvcc_groups(label, platform)
     chosen = _expect(raw, groups, platform)
     if None in chosen:
         missing = groups[chosen.index(None)]
@@ -119,7 +124,8 @@ def test_build_and_runtime_profiles_13x(shared_manifests: Path, label: str, plat
                                         profile: str) -> None:
     data, raw = _load(label)
     # runtime: cuda_runtime.h includes crt/host_config.h, in cuda_crt from 13.0 on
-    groups = {"build": nvcc_groups(label) + BUILD_EXTRA, "torch": nvcc_groups(label) + TORCH_EXTRA,
+    groups = {"build": nvcc_groups(label, platform) + BUILD_EXTRA,
+              "torch": nvcc_groups(label, platform) + TORCH_EXTRA,
               "runtime": (("cuda_cudart",), ("cuda_crt",))}[profile]
     chosen = _expect(raw, groups, platform)
     assert None not in chosen, f"{label} {platform} lacks one of {groups}"

@@ -30,8 +30,13 @@ def test_json_per_train_applies_the_since_rules() -> None:
     assert sorted(rows) == ["build", "nvcc", "runtime", "torch"]
     nvcc = rows["nvcc"]["trains"]
     assert nvcc["13.0"] == ["cuda_nvcc", "cuda_cudart", "cccl|cuda_cccl", "cuda_crt", "libnvvm",
-                            "cuda_profiler_api", "cuda_nvtx"]
-    assert nvcc["12.9"] == ["cuda_nvcc", "cuda_cudart", "cccl|cuda_cccl", "cuda_profiler_api", "cuda_nvtx"]
+                            "cuda_profiler_api", "cuda_nvtx", "visual_studio_integration"]
+    assert nvcc["12.9"] == ["cuda_nvcc", "cuda_cudart", "cccl|cuda_cccl", "cuda_profiler_api", "cuda_nvtx",
+                            "visual_studio_integration"]
+    # the MSBuild files come with every nvcc profile, on Windows only
+    platforms = {c["name"]: c["platforms"] for c in rows["torch"]["components"]}
+    assert platforms["visual_studio_integration"] == ["windows-x86_64", "windows-arm64"]
+    assert platforms["cuda_nvcc"] is None
     assert "cuda_profiler_api" not in nvcc["11.7"]  # in cuda_cudart before 11.8
     torch = rows["torch"]
     assert torch["extends"] == "nvcc"
@@ -49,6 +54,20 @@ def test_text_groups_components_by_first_release() -> None:
     assert lines[0].startswith("nvcc: compile and link CUDA C++")
     assert any(ln.split() == ["from", "13.0:", "cuda_crt", "libnvvm"] for ln in lines)
     assert any(ln.split() == ["from", "11.8:", "cuda_profiler_api"] for ln in lines)
+    assert any(ln.split()[:2] == ["every", "release:"]
+               and ln.endswith("visual_studio_integration (windows-x86_64 and windows-arm64 only)")
+               for ln in lines)
+
+
+def test_a_spec_for_some_platforms() -> None:
+    from cudaredist.errors import ManifestError
+    from cudaredist.profiles import parse_spec
+
+    spec = parse_spec({"name": "x", "platforms": ["windows-arm64"], "missing": "why"})
+    assert spec.applies_to("13.4.1", "windows-arm64") and not spec.applies_to("13.4.1", "linux-x86_64")
+    assert spec.applies_to("13.4.1") and spec.missing == "why"
+    with pytest.raises(ManifestError, match="platforms must be a list of platform names"):
+        parse_spec({"name": "x", "platforms": "windows-arm64"})
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -63,7 +82,8 @@ def test_bad_input_is_one_paragraph(args: list[str], message: str) -> None:
 
 
 def test_both_sources_offer_every_profile_and_map_every_component() -> None:
-    """Every component of every profile has a wheel mapped in pypi.toml, and a profile of the same name."""
+    """Every component of every profile has a wheel mapped in pypi.toml, and a profile of the same name;
+    one the wheels lack (the MSBuild files) is optional, with a note from either source."""
     raw = tomllib.loads((data_dir() / "pypi.toml").read_text())
     data = parse_wheel_data(raw)
     assert sorted(data.profiles) == sorted(profile_names())
@@ -71,4 +91,7 @@ def test_both_sources_offer_every_profile_and_map_every_component() -> None:
     mapped |= {new for _comp, renames in data.packages.values() for _since, new in renames}
     for name in profile_names():
         for spec in get_profile(name).specs:
+            if spec.missing:
+                assert any(n in note.text for note in data.notes for n in spec.names), spec
+                continue
             assert any(n in mapped for n in spec.names), f"{name}: no wheel maps to {spec}"

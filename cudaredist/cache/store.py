@@ -359,12 +359,16 @@ class Cache:
         return out
 
     # -- index pages and manifests (for --offline) ---------------------------------------------
-    def index_page(self, base_url: str, name: str, fetch: Callable[[], bytes]) -> bytes:
+    def index_page(self, base_url: str, name: str, fetch: Callable[[], bytes],
+                   check: Callable[[bytes], object] | None = None) -> bytes:
         """``name`` from ``base_url``: the stored copy while it is fresh (:meth:`fresh_index`), else
-        ``fetch()``'s bytes, stored for later runs and ``--offline``."""
+        ``fetch()``'s bytes, stored for later runs and ``--offline`` once ``check`` (which raises)
+        accepts them: a refused manifest is asked for again next time."""
         data = self.fresh_index(base_url, name)
         if data is None:
             data = fetch()
+            if check is not None:
+                check(data)
             self.store_index(base_url, name, data)
         return data
 

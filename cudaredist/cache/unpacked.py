@@ -39,7 +39,7 @@ from cudaredist.localfs import disk_error, is_case_insensitive
 from cudaredist.plan import PlannedArchive
 from cudaredist.tree.staging import FileRecord, Tree
 
-UNPACKED_VERSION = 1
+UNPACKED_VERSION = 2  # 2: [roots] (visual_studio_integration under extras/)
 RECORD = "files.json"
 _KEY = re.compile(r"[0-9a-f]{64}")
 

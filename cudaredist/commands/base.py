@@ -21,6 +21,7 @@ import typer
 from cudaredist.commands.options import (
     BaseUrlOpt,
     CacheDirOpt,
+    ChannelOpt,
     ComponentOpt,
     IndexUrlOpt,
     InstallDirOpt,
@@ -130,6 +131,7 @@ class Ctx:
     lock share (a command takes them as one ``ctx: Ctx`` parameter, see :func:`command`)."""
 
     base_url: BaseUrlOpt = None
+    channel: ChannelOpt = None
     mirror: MirrorOpt = None
     no_fallback: NoFallbackOpt = False
     trusted_host: TrustedHostOpt = None
@@ -142,7 +144,7 @@ class Ctx:
         from cudaredist.sources import Where
 
         return Where(self.base_url, self.mirror, self.no_fallback, self.index_url, self.offline,
-                     tuple(self.trusted_host) if self.trusted_host else None)
+                     tuple(self.trusted_host) if self.trusted_host else None, self.channel)
 
     def cache(self) -> Any:
         from cudaredist.cache import Cache
@@ -230,7 +232,8 @@ def human(n: int) -> str:
 
 def print_plan(plan: Plan) -> None:
     typer.echo(f"CUDA {plan.release} ({plan.release_date or 'date unknown'}) for {plan.platform}, "
-               f"profile {plan.profile}, from {plan.base_url}")
+               f"profile {plan.profile}, from {plan.base_url}"
+               + (f" ({plan.channel} channel)" if plan.channel else ""))
     for p in plan.products:
         from cudaredist.profiles import product_title
 

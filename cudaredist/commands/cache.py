@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from cudaredist.commands.base import command, emit_json, human
-from cudaredist.commands.options import CacheDirOpt, JsonOpt
+from cudaredist.commands.options import App, CacheDirOpt, JsonOpt
 
 if TYPE_CHECKING:
     from cudaredist.cache.maintenance import Cleaned
 
-app = typer.Typer(help="Inspect and clean the download cache.", no_args_is_help=True)
+app = App(help="Inspect and clean the download cache.", no_args_is_help=True)
 
 
 @app.command("dir")

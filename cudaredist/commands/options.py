@@ -1,11 +1,13 @@
-"""The command-line options the commands share (typer annotations; no logic)."""
+"""The command-line options the commands share (typer annotations), and how ``--help`` lays them out."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 from cudaredist.profiles import DEFAULT_PROFILE
 
@@ -29,6 +31,10 @@ OnlyOpt = Annotated[bool, typer.Option("--only", help="Install exactly the --com
 BaseUrlOpt = Annotated[str | None, typer.Option(
     "--base-url", envvar="CUDAREDIST_BASE_URL", show_envvar=True,
     help="Redist base URL: http(s)://, file:// or a directory. Default: NVIDIA's.")]
+ChannelOpt = Annotated[str | None, typer.Option(
+    "--channel", envvar="CUDAREDIST_CHANNEL", show_envvar=True, metavar="release|preview",
+    help="NVIDIA's index to read: release (the default, compute/cuda/redist) or preview (early-access "
+         "releases, never picked unless asked for). Instead of --base-url.")]
 MirrorOpt = Annotated[str | None, typer.Option(
     "--mirror", envvar="CUDAREDIST_MIRROR", show_envvar=True,
     help="A mirror tried before the base URL (http(s)://, file:// or a directory).")]
@@ -76,3 +82,91 @@ LockTimeoutOpt = Annotated[float | None, typer.Option(
     "--lock-timeout", min=0, show_default=False,
     help="Seconds to wait for another process holding the prefix or cache.  [env var: "
          "CUDAREDIST_LOCK_TIMEOUT; default: 600]")]
+
+
+# -- --help: options and commands grouped by purpose, as uv's help is ----------------------------------
+# Every shared option's panel; an option named nowhere here is the command's own ("Options", first).
+PANELS: dict[str, tuple[str, ...]] = {
+    "Which toolkit": ("--platform", "--profile", "--component", "--only", "--with", "--lock"),
+    "Where from": ("--source", "--base-url", "--channel", "--mirror", "--no-fallback", "--trusted-host",
+                   "--index-url", "--offline", "--refresh", "--cache-dir", "--jobs"),
+    "Install location": ("--prefix", "--install-dir", "--link-mode", "--reinstall", "--replace-foreign",
+                 "--lock-timeout"),
+    "Output": ("--json", "--quiet", "--verbose", "--version", "--help"),
+}
+# An option's value in --help when its definition names none (plain words, not click's <str>).
+METAVARS = {"--platform": "PLATFORM", "--profile": "PROFILE", "--component": "NAME", "--lock": "FILE",
+            "--source": "nvidia|pypi", "--base-url": "URL", "--mirror": "URL", "--index-url": "URL",
+            "--cache-dir": "DIR", "--jobs": "N", "--prefix": "DIR", "--install-dir": "DIR",
+            "--link-mode": "clone|hardlink|copy", "--lock-timeout": "SECONDS", "--out": "DIR",
+            "--output": "FILE", "--shell": "SHELL", "--days": "DAYS", "--max-size": "SIZE",
+            "--train": "TRAIN", "--xz-preset": "PRESET"}
+COMMAND_PANELS: dict[str, tuple[str, ...]] = {
+    "Install and use": ("install", "env", "run", "find", "list", "uninstall"),
+    "Look before or after": ("resolve", "trains", "profiles", "info", "verify", "doctor"),
+    "For CI and fleets": ("lock", "mirror", "cache"),
+}
+
+
+def panel_of(param: Any) -> str:
+    names = set(param.opts)
+    return next((p for p, opts in PANELS.items() if names & set(opts)), "Options")
+
+
+def _write_panels(cmd: Any, ctx: Any, formatter: Any) -> None:
+    # (click's types, duck-typed: typer vendors click from 0.28 on, as typer.core does itself)
+    panels: dict[str, list[tuple[str, str]]] = {"Arguments": [], "Options": [], **{p: [] for p in PANELS}}
+    for param in cmd.get_params(ctx):
+        if param.param_type_name == "option" and param.metavar is None and not param.is_flag:
+            param.metavar = next((METAVARS[o] for o in param.opts if o in METAVARS),
+                                 (param.name or "value").upper())
+        record = param.get_help_record(ctx)
+        if record is not None:
+            panels["Arguments" if param.param_type_name == "argument" else panel_of(param)].append(record)
+    _write_sections(formatter, list(panels.items()))
+
+
+def _write_sections(formatter: Any, sections: list[tuple[str, list[tuple[str, str]]]]) -> None:
+    """Each non-empty section under its title, the first column one width in all of them."""
+    width = min(30, max((len(name) for _, rows in sections for name, _ in rows), default=0))
+    for title, rows in sections:
+        if rows:
+            with formatter.section(title):
+                formatter.write_dl([(name.ljust(width), text) for name, text in rows])
+
+
+class HelpCommand(TyperCommand):
+    """A command whose --help shows its options in the panels above."""
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        _write_panels(self, ctx, formatter)
+
+
+class HelpGroup(TyperGroup):
+    """The top level (and ``cache``): its commands in the panels above, ``install`` first."""
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        _write_panels(self, ctx, formatter)
+        names = self.list_commands(ctx)
+        top = ctx.parent is None  # the panels are the top level's; `cache` lists its commands plainly
+        grouped = [(t, [n for n in cmds if n in names]) for t, cmds in COMMAND_PANELS.items()] if top else []
+        placed = {n for _, cmds in grouped for n in cmds}
+        grouped.append(("Commands", [n for n in names if n not in placed]))
+        width = formatter.width - 6 - max((len(n) for n in names), default=0)
+        _write_sections(formatter, [(title, [(n, c.get_short_help_str(width)) for n in cmds
+                                             if (c := self.get_command(ctx, n)) is not None and not c.hidden])
+                                    for title, cmds in grouped])
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+class App(typer.Typer):
+    """typer.Typer whose commands and groups lay their --help out by purpose."""
+
+    def __init__(self, **settings: Any) -> None:
+        super().__init__(cls=HelpGroup, **settings)
+
+    def command(self, name: str | None = None, **kwargs: Any) -> Callable[[_F], _F]:
+        kwargs.setdefault("cls", HelpCommand)
+        return super().command(name, **kwargs)

@@ -64,7 +64,8 @@ def info(
         typer.echo(f"with:      {p.get('name')} {p.get('release')} "
                    f"({p.get('cuda_variant') or 'any CUDA'} build, --with {p.get('requested')}) "
                    f"from {p.get('base_url')}")
-    typer.echo(f"source:    {plan.get('source', 'nvidia')} {plan['base_url']}")
+    channel = f", {plan['channel']} channel" if plan.get("channel") else ""
+    typer.echo(f"source:    {plan.get('source', 'nvidia')} {plan['base_url']}{channel}")
     typer.echo(f"installed: {rec['installed_at']} by {rec['tool']}")
     prov = rec.get("provenance", {})
     if prov.get("hashes_from"):
@@ -133,7 +134,8 @@ def env_cmd(
     plan = require_record(target)["plan"]
     host_windows = WINDOWS
     found = environment(str(target), platform=plan["platform"], release=plan["release"],
-                        host_windows=host_windows)
+                        host_windows=host_windows,
+                        msbuild=any(c["name"] == "visual_studio_integration" for c in plan["components"]))
     for note in [] if as_json else found.notes:
         typer.echo(f"note: {note}", err=True)
     if github:

@@ -25,8 +25,8 @@ def _rows(names: list[str], trains: list[str]) -> list[dict[str, Any]]:
         specs = list(dict.fromkeys(prof.specs))  # a profile extending another may repeat one
         row: dict[str, Any] = {
             "name": name, "description": prof.description, "extends": prof.extends or None,
-            "components": [{"name": str(s), "alternatives": list(s.names), "since": s.since or None}
-                           for s in specs]}
+            "components": [{"name": str(s), "alternatives": list(s.names), "since": s.since or None,
+                            "platforms": list(s.platforms) or None} for s in specs]}
         if trains:
             row["trains"] = {t: [str(s) for s in specs if s.applies_to(t)] for t in trains}
         rows.append(row)
@@ -58,7 +58,8 @@ def profiles_cmd(train: TrainsOpt = None, profile: ProfileNameOpt = None, as_jso
             continue
         by_since: dict[str, list[str]] = {}
         for c in row["components"]:
-            by_since.setdefault(c["since"] or "", []).append(c["name"])
+            only = f" ({' and '.join(c['platforms'])} only)" if c["platforms"] else ""
+            by_since.setdefault(c["since"] or "", []).append(c["name"] + only)
         for since in sorted(by_since, key=version_key):
             label = f"from {since}:" if since else "every release:"
             typer.echo(f"  {label:<15} {' '.join(by_since[since])}")

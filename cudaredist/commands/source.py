@@ -121,7 +121,8 @@ def mirror_cmd(
         typer.echo(f"mirror {report.out}: CUDA {', '.join(report.releases)}{added} for "
                    f"{', '.join(platforms)}: {len(report.archives)} archives ({how}, "
                    f"{report.count('present')} already there), {len(report.licenses)} license "
-                   "files added", err=True)
+                   "files added" + (f"; its manifests are in {report.base} (give that to --mirror)"
+                                    if report.base != report.out else ""), err=True)
 
 
 @command

@@ -11,6 +11,8 @@ together in the order a build meets them:
                    (preprocessed with that compiler), never by a version table; on MSVC whether
                    the tree's CCCL needs /Zc:preprocessor
     probe          a kernel and a host call compiled and linked with bin/nvcc, in a temp dir
+    msbuild        a Windows tree: NVIDIA's MSBuild files where CMake's Visual Studio generator
+                   (-T cuda=<tree>) looks for them
     driver         libcuda.so.1 / nvcuda.dll through ctypes: absent, the stub, too old, minor compat
     gpu            devices and compute capabilities, and the -arch / CMAKE_CUDA_ARCHITECTURES value
     environment    CUDA_PATH / CUDA_HOME / PATH naming another toolkit; what a plain `nvcc` runs
@@ -33,7 +35,12 @@ from cudaredist.doctor.driver import (
     nvcc_gpu_codes,
     probe_driver,
 )
-from cudaredist.doctor.toolkit import check_environment, check_nvcc, check_toolkit
+from cudaredist.doctor.toolkit import (
+    check_environment,
+    check_msbuild,
+    check_nvcc,
+    check_toolkit,
+)
 from cudaredist.fsops import WINDOWS
 
 
@@ -81,6 +88,7 @@ def run(prefix: Path | None = None, *, train: str | None = None, inputs: Inputs 
             release = release or reported
             checks.append(check_host_compiler(tk, env, windows=tk.windows, which=inputs.which))
             checks.append(check_probe(tk, env))
+            checks.append(check_msbuild(tk))
     info = probe_driver(inputs.driver_library or default_driver_library(inputs.host_windows),
                         loader=inputs.loader)
     checks.append(check_driver(info, release, windows=inputs.host_windows))

@@ -17,7 +17,7 @@ else:  # pragma: no cover
 
 Status = Literal["ok", "warn", "fail"]
 _RANK = {"ok": 0, "warn": 1, "fail": 2}
-ORDER = ("toolkit", "nvcc", "host-compiler", "probe", "driver", "gpu", "environment")
+ORDER = ("toolkit", "nvcc", "host-compiler", "probe", "msbuild", "driver", "gpu", "environment")
 
 Which = Callable[[str, str | None], str | None]  # (command, PATH) -> path or None
 Loader = Callable[[str], Any]  # ctypes.CDLL

@@ -19,6 +19,7 @@ else:  # pragma: no cover
     pass
 from cudaredist.doctor.checks import _RANK, Check, Toolkit, Which, _first_line, _run, _which
 from cudaredist.doctor.toolkit import _not_run
+from cudaredist.profiles import platform_rule
 
 
 # -- host compiler ------------------------------------------------------------------------------
@@ -190,11 +191,18 @@ def check_msvc_preprocessor(include: Path, env: Mapping[str, str]) -> Check:
                  "releases refuse it; /Zc:preprocessor is set nowhere", fix)
 
 
-def _supported_fix(hc: HostCompiler) -> str:
+def _msvc_prompt(tk: Toolkit) -> str:
+    """Visual Studio's developer prompt for the tree's architecture (bin\\arm64 for windows-arm64)."""
+    if platform_rule(tk.platform or "").arch == "arm64":
+        return ("'ARM64 Native Tools Command Prompt' (or vcvarsarm64.bat; in GitHub Actions "
+                "ilammy/msvc-dev-cmd@v1 with `arch: arm64`")
+    return "'x64 Native Tools Command Prompt' (or vcvars64.bat; in GitHub Actions ilammy/msvc-dev-cmd@v1"
+
+
+def _supported_fix(hc: HostCompiler, tk: Toolkit) -> str:
     if hc.msvc:
-        example = ("install a Visual Studio version the #error above accepts and open its "
-                   "'x64 Native Tools' prompt (or run its vcvars64.bat; in GitHub Actions "
-                   "ilammy/msvc-dev-cmd with `toolset:`), or point NVCC_CCBIN at that cl.exe's directory")
+        example = (f"install a Visual Studio version the #error above accepts and open its "
+                   f"{_msvc_prompt(tk)} and `toolset:`), or point NVCC_CCBIN at that cl.exe's directory")
     else:
         example = ("install a compiler version the #error above accepts and point nvcc at it: "
                    "export NVCC_CCBIN=/usr/bin/g++-13 (any version this toolkit supports; CMake: "
@@ -216,9 +224,8 @@ def check_host_compiler(tk: Toolkit, env: Mapping[str, str], *, windows: bool | 
         if windows:
             return Check("host-compiler", "fail",
                          f"nvcc needs MSVC's cl.exe and finds none ({hc.source}: {hc.spec} not found)",
-                         "run the build from Visual Studio's 'x64 Native Tools Command Prompt' (or call "
-                         "vcvars64.bat first; in GitHub Actions: uses: ilammy/msvc-dev-cmd@v1), or set "
-                         "NVCC_CCBIN to the directory that holds cl.exe")
+                         f"run the build from Visual Studio's {_msvc_prompt(tk)}), or set NVCC_CCBIN "
+                         "to the directory that holds cl.exe")
         return Check("host-compiler", "fail",
                      f"nvcc will run {hc.spec} ({hc.source}), which is not found",
                      "install a C++ compiler (Debian/Ubuntu: apt-get install g++), or set NVCC_CCBIN "
@@ -241,11 +248,11 @@ def check_host_compiler(tk: Toolkit, env: Mapping[str, str], *, windows: bool | 
                             f"{who} is refused by {what} include/crt/host_config.h (\"{verdict.error}\"); "
                             f"nvcc accepts it only because -allow-unsupported-compiler is set in "
                             f"{hc.flags_source}, which may fail to compile or build wrong code",
-                            _supported_fix(hc)))
+                            _supported_fix(hc, tk)))
     else:
         checks.append(Check("host-compiler", "fail",
                             f"{who} is refused by {what} include/crt/host_config.h: \"{verdict.error}\"",
-                            _supported_fix(hc)))
+                            _supported_fix(hc, tk)))
     if hc.linker == "":
         checks.append(Check("host-compiler", "fail", "nvcc links with g++, which is not on PATH",
                             "install g++ (Debian/Ubuntu: apt-get install g++), or set NVCC_CCBIN to a C++ "

@@ -119,6 +119,26 @@ def check_nvcc(tk: Toolkit, env: Mapping[str, str]) -> tuple[Check, str | None]:
     return Check("nvcc", "ok", said), reported
 
 
+# -- msbuild ------------------------------------------------------------------------------------
+def check_msbuild(tk: Toolkit) -> Check:
+    """A Windows tree with nvcc: ``CUDA X.Y.props`` and ``.targets`` where CMake's
+    ``-T cuda=<tree>`` looks (NVIDIA's visual_studio_integration component)."""
+    from cudaredist.envexport import MSBUILD_DIR, cmake_line
+
+    if not tk.windows or not tk.has_nvcc:
+        return Check("msbuild", "ok", f"not checked: {'no nvcc' if tk.windows else 'a Linux tree'}")
+    where, use = tk.prefix / MSBUILD_DIR, cmake_line(("-T", f"cuda={tk.prefix}"))
+    train = ".".join(tk.release.split(".")[:2]) if tk.release else "*"
+    missing = [f"CUDA {train}.{e}" for e in ("props", "targets") if not any(where.glob(f"CUDA {train}.{e}"))]
+    if missing:
+        return Check("msbuild", "warn", f"{' and '.join(missing)} missing in {where}: CMake's Visual Studio "
+                     f"generator ({use}) finds no CUDA toolset; Ninja and nvcc builds are unaffected",
+                     f"reinstall with a profile with nvcc from --source nvidia (NVIDIA's wheels lack the "
+                     f"files): cudaredist install {tk.release or 'TRAIN'} --platform {tk.platform} --prefix "
+                     f"{tk.prefix} --force; or build with -G Ninja")
+    return Check("msbuild", "ok", f"{where}: cmake -G \"Visual Studio 17 2022\" {use}")
+
+
 # -- environment --------------------------------------------------------------------------------
 def _same(a: str, b: str | Path) -> bool:
     return os.path.normcase(os.path.realpath(a)) == os.path.normcase(os.path.realpath(b))

@@ -33,7 +33,7 @@ from typing import Any
 
 from cudaredist.errors import LockFileError, ManifestError
 from cudaredist.localfs import directory_as_file
-from cudaredist.plan import Plan, join_url, plan_from_json, version_key
+from cudaredist.plan import Plan, archive_url, plan_from_json, version_key
 from cudaredist.sources.nvidia.manifest import check_relative_path
 
 LOCK_VERSION = 1
@@ -101,8 +101,8 @@ def _plain(plan: Plan) -> Plan:
     plan = replace(plan, hashes_from="")  # an install from the lock believes the lock
     if plan.source != "nvidia":  # the index's own URL: the last one (a mirror's comes first)
         return replace(plan, items=tuple(replace(i, url=i.urls[-1], fallback_urls=()) for i in plan.items))
-    return replace(plan, items=tuple(replace(i, url=join_url(plan.product_base(i.product),
-                                                             i.archive.relative_path),
+    return replace(plan, items=tuple(replace(i, url=archive_url(plan.product_base(i.product),
+                                                                i.archive.relative_path, i.component),
                                              fallback_urls=()) for i in plan.items))
 
 
@@ -192,6 +192,7 @@ def _check_plan(plan: Plan, platform: str, release: str, source: str, where: str
                                 f"archive ({LAYOUTS[source]!r})", path=where)
         try:
             check_relative_path(item.archive.relative_path, entry, where)
+            archive_url(plan.product_base(item.product), item.archive.relative_path, entry)
         except ManifestError as exc:
             raise LockFileError(str(exc), path=where) from exc
         if not isinstance(item.archive.sha256, str) or not _HEX64.match(item.archive.sha256):

@@ -8,6 +8,9 @@ A mirror directory, as written by :func:`write_mirror`::
     <component>/LICENSE.txt         the license_path files, when the source has them
     <component>/<platform>/<file>   archives at their relative_path, sha256- and size-verified
 
+Paths that climb (``../../../pool/...``) put the manifests and index page as many folders deep
+(:func:`~cudaredist.sources.mirroring.manifest_folder`), so the archives still land inside.
+
 Every file is written beside its final name and renamed into place; archives come
 through the download cache (hard-linked when it shares the filesystem), so a re-run
 only fetches what is missing and never rewrites an archive that verifies. Archives built
@@ -28,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from cudaredist.cache.store import lock_wait
-from cudaredist.errors import BusyError, FetchError
+from cudaredist.errors import BusyError, FetchError, ManifestError
 from cudaredist.hashing import sha256_file
 from cudaredist.localfs import UMASK
 from cudaredist.plan import PlannedArchive
@@ -44,6 +47,7 @@ INDEX_PAGE = "index.html"
 class MirrorReport:
     out: str
     releases: list[str] = field(default_factory=list)
+    base: str = ""   # the folder holding the manifests, to install from (``out`` or a folder in it)
     archives: list[dict[str, Any]] = field(default_factory=list)
     licenses: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -55,13 +59,18 @@ class MirrorReport:
         return sum(1 for a in self.archives if a["status"] == status)
 
     def to_json(self) -> dict[str, Any]:
-        return {"out": self.out, "releases": self.releases, "archives": self.archives,
-                "licenses": self.licenses, "notes": self.notes} | (
+        return {"out": self.out, "base": self.base or self.out, "releases": self.releases,
+                "archives": self.archives, "licenses": self.licenses, "notes": self.notes} | (
             {"products": self.products} if self.products else {})
 
 
 def dest_path(out: Path, relative_path: str) -> Path:
-    return out.joinpath(*relative_path.split("/"))
+    """``relative_path`` inside the mirror ``out``; one that could name a file elsewhere is refused."""
+    parts = relative_path.split("/")
+    if any(p in ("", ".", "..") or "\\" in p or ":" in p for p in parts):
+        raise ManifestError(f"{relative_path!r} would not name a file inside the mirror {out}; "
+                            "nothing was written there", source=str(out), entry=relative_path)
+    return out.joinpath(*parts)
 
 
 def temp_beside(dest: Path) -> Path:
@@ -157,8 +166,10 @@ def write_mirror(
 
     reporter = reporter or Silent()
     out = out.absolute()
+    top = dest_path(out, content.folder) if content.folder else out  # where the manifests go
     out.mkdir(parents=True, exist_ok=True)
-    report = MirrorReport(str(out), releases=list(content.releases), notes=list(content.notes))
+    report = MirrorReport(str(out), releases=list(content.releases), notes=list(content.notes),
+                          base=str(top))
     with contextlib.nullcontext() if locked else mirror_lock(out, lock_wait(lock_timeout)):
         _copy_archives(out, content.copies, fetch, reporter, jobs, report)
         made = wheelmirror.build_archives(out, content.builds, fetch=fetch, reporter=reporter, jobs=jobs,
@@ -168,9 +179,9 @@ def write_mirror(
             if isinstance(manifest, BuiltManifest):
                 wheelmirror.write_manifest(out, manifest, made)
             else:
-                write_if_changed(out / f"redistrib_{manifest.label}.json", manifest.data)
+                write_if_changed(top / f"redistrib_{manifest.label}.json", manifest.data)
         for product in content.products:  # each in its own folder, where install looks for it
-            where = product_dir(out, product.name)
+            where = product_dir(top, product.name)
             part = write_mirror(where, product.content, fetch=fetch, get_bytes=get_bytes, reporter=reporter,
                                 jobs=jobs, lock_timeout=lock_timeout, locked=where.is_relative_to(out))
             report.products.append({"name": product.name, "title": product.title,
@@ -178,9 +189,9 @@ def write_mirror(
             report.archives += [row | {"product": product.name} for row in part.archives]
             report.licenses += [str(Path(part.out, rel)) for rel in part.licenses]
             report.notes += [n for n in part.notes if n not in report.notes]
-        labels = labels_from_names(os.listdir(out))
-        dirs = [p.name for p in out.iterdir() if p.is_dir() and not p.name.startswith(".")]
-        write_if_changed(out / INDEX_PAGE, index_page(sort_labels(labels), dirs).encode())
+        labels = labels_from_names(os.listdir(top))
+        dirs = [p.name for p in top.iterdir() if p.is_dir() and not p.name.startswith(".")]
+        write_if_changed(top / INDEX_PAGE, index_page(sort_labels(labels), dirs).encode())
     report.archives.sort(key=lambda a: (a.get("product", ""), a["relative_path"]))
     return report
 
@@ -199,15 +210,16 @@ Fetch = Callable[[PlannedArchive], tuple[Path, bool]]
 def _copy_archives(out: Path, copies: Sequence[CopiedArchive], fetch: Fetch, reporter: Reporter, jobs: int,
                    report: MirrorReport) -> None:
     """Each archive as served: those that verify in place are kept, the rest fetched and placed."""
-    need = [c.item for c in copies if not _present(dest_path(out, c.relative_path), c.item)]
-    report.archives.extend(_row(c.item, "present") for c in copies if c.item not in need)
+    need = [c for c in copies if not _present(dest_path(out, c.relative_path), c.item)]
+    report.archives.extend(_row(c.item, "present") for c in copies if c not in need)
     if not need:
         return
-    reporter.start(sum(i.archive.size for i in need), len(need))
+    reporter.start(sum(c.item.archive.size for c in need), len(need))
 
-    def one(item: PlannedArchive) -> dict[str, Any]:
+    def one(copy: CopiedArchive) -> dict[str, Any]:
+        item = copy.item
         path, cached = fetch(item)
-        place_archive(path, dest_path(out, item.archive.relative_path))
+        place_archive(path, dest_path(out, copy.relative_path))
         reporter.archive_done(item.archive.filename, item.archive.size, cached=cached)
         return _row(item, "cached" if cached else "downloaded")
 

@@ -72,6 +72,7 @@ class Where:
     offline: bool = False           # only what the cache holds
     # --trusted-host HOST[:PORT] values (None: CUDAREDIST_TRUSTED_HOST); see cudaredist.trust
     trusted_hosts: tuple[str, ...] | None = None
+    channel: str | None = None      # nvidia: --channel (release, preview), the base URL it means
 
 
 class Source(Protocol):
@@ -110,6 +111,8 @@ def open_source(name: str | None, transport: Transport, cache: Cache, where: Whe
     """The source ``name`` (``--source`` / ``CUDAREDIST_SOURCE`` / nvidia)."""
     where = check_where(where)
     if check_source(name) == "pypi":
+        if where.channel:
+            raise UsageError("--channel names one of NVIDIA's redist indexes: it needs --source nvidia")
         from cudaredist.sources.pypi.source import PypiSource
 
         return PypiSource(transport, cache, where)

@@ -8,23 +8,23 @@ bad request fails before the mirror directory is touched.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import posixpath
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from cudaredist.errors import ConflictError
-from cudaredist.plan import PlannedArchive
+from cudaredist.plan import PlannedArchive, climb
 
 
 @dataclass(frozen=True)
 class CopiedArchive:
-    """An archive mirrored as the source serves it, at its own relative path: fetched through the
-    cache (its sha256 and size verified), then linked or copied into place."""
+    """An archive mirrored as the source serves it, at ``relative_path`` inside the mirror (where its
+    manifest's path leads from the mirror's manifest folder): fetched through the cache (its sha256
+    and size verified), then linked or copied into place."""
 
     item: PlannedArchive
-
-    @property
-    def relative_path(self) -> str:
-        return self.item.archive.relative_path
+    relative_path: str
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,8 @@ class MirrorContent:
     xz_preset: int | str = 6
     # --with products: each a mirror of its own in the product's folder (see products.product_dir)
     products: tuple[ProductMirror, ...] = ()
+    # where the manifests and index.html go inside the mirror ("": at its top; see manifest_folder)
+    folder: str = ""
 
 
 @dataclass(frozen=True)
@@ -92,19 +94,33 @@ class ProductMirror:
     content: MirrorContent
 
 
-def unique_copies(items: Sequence[PlannedArchive]) -> tuple[CopiedArchive, ...]:
-    """One copy per relative path; two releases listing one path with other bytes are a
+def manifest_folder(base: str, relative_paths: Iterable[str]) -> str:
+    """Where a mirror keeps the manifests of ``base`` so that they, byte-identical, still lead to the
+    archives inside it: paths that climb k folders above the manifest's folder (NVIDIA's preview
+    channel: ``../../../pool/...``) put it k folders deep, under the last k folder names of ``base``;
+    k = 0 (``compute/cuda/redist``) is the mirror's top."""
+    k = max((climb(p) for p in relative_paths), default=0)
+    return "/".join([s for s in urlsplit(base).path.split("/") if s][-k:]) if k else ""
+
+
+def in_mirror(folder: str, relative_path: str) -> str:
+    """A file's path inside the mirror: ``relative_path`` joined to the manifests' ``folder``."""
+    return posixpath.normpath(posixpath.join(folder, relative_path))
+
+
+def unique_copies(items: Sequence[PlannedArchive], folder: str = "") -> tuple[CopiedArchive, ...]:
+    """One copy per path in the mirror; two releases listing one path with other bytes are a
     :class:`ConflictError`."""
     seen: dict[str, PlannedArchive] = {}
     for item in items:
-        rel = item.archive.relative_path
+        rel = in_mirror(folder, item.archive.relative_path)
         first = seen.setdefault(rel, item)
         if first.archive.sha256 != item.archive.sha256:
             raise ConflictError(
                 f"two releases list {rel} with different sha256 ({first.archive.sha256[:16]}… "
                 f"and {item.archive.sha256[:16]}…); mirror them into separate directories",
                 path=rel, first=first.archive.sha256, second=item.archive.sha256)
-    return tuple(CopiedArchive(item) for item in seen.values())
+    return tuple(CopiedArchive(item, rel) for rel, item in seen.items())
 
 
 def unique_builds(builds: Sequence[BuiltArchive]) -> tuple[BuiltArchive, ...]:

@@ -32,15 +32,16 @@ PARALLEL_ZIP_BYTES = 8 << 20
 ZIP_THREADS = 4
 
 
-def redist_mapper(component: str, archive: str) -> Mapper:
-    """Strip the single top folder of a redist archive (its name is taken from the first member)."""
+def redist_mapper(component: str, archive: str, root: str = "") -> Mapper:
+    """Strip the single top folder of a redist archive (its name is taken from the first member);
+    the rest goes under ``root`` (a folder of the tree, "" for its root)."""
     top: list[str] = []
 
     def mapper(clean: str) -> str | None:
         head, rest = strip_top(clean, top[0] if top else None, archive=archive)
         if not top:
             top.append(head)
-        return tree_path(rest, component=component) if rest else None
+        return tree_path(rest, component=component, root=root) if rest else None
 
     return mapper
 

@@ -53,15 +53,15 @@ def strip_top(clean: str, top: str | None, *, archive: str) -> tuple[str, str]:
     return head, rest
 
 
-def tree_path(rest: str, *, component: str) -> str:
-    """Where a path inside the top folder goes in the tree.
+def tree_path(rest: str, *, component: str, root: str = "") -> str:
+    """Where a path inside the top folder goes in the tree (under ``root``, a folder of the tree).
 
     Each archive carries its own LICENSE at the top; they differ between components
     (CCCL's EULA is not the toolkit's), so they are kept per component.
     """
     if rest in ("LICENSE", "LICENSE.txt"):
         return f"licenses/{component}/{rest}"
-    return rest
+    return f"{root}/{rest}" if root else rest
 
 
 def link_target_inside(link_path: str, target: str, *, archive: str) -> str:

@@ -29,6 +29,7 @@ import pytest
 
 from tests.archives import build_mirror, toolkit
 from tests.realmirror import HOST_CUDA_VARS, real_mirror_1302, real_wheel_cache  # noqa: F401  (fixtures)
+from tests.test_action_steps import _pins
 
 pytestmark = [pytest.mark.e2e, pytest.mark.pypi]
 
@@ -227,3 +228,17 @@ def test_the_tool_is_built_once_and_reused(act_runs: tuple[ActRun, ActRun]) -> N
     assert "cudaredist from the tool cache" in cold.job_text("cache-second")  # it ran after cache-first
     _expect(warm, "single", "cudaredist from the tool cache")
     assert "installing cudaredist from" not in warm.job_text("single")
+    # exactly the pins of action/requirements.txt (pip --require-hashes), and the action's own source
+    venv = cold.tool_cache / "cudaredist" / tools[0] / "venv"
+    python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    code = ("import importlib.metadata as m, cudaredist; print(cudaredist.__file__); "
+            "print(*(f'{d.metadata[\"Name\"]}=={d.version}' for d in m.distributions()))")
+    where, installed = subprocess.run([str(python), "-I", "-c", code], text=True, capture_output=True,
+                                      cwd=venv, check=True).stdout.splitlines()
+    assert Path(where).parent == cold.tool_cache / "cudaredist" / tools[0] / "src" / "cudaredist"
+    from packaging.markers import Marker
+    from packaging.utils import canonicalize_name as canon
+
+    pinned = {(canon(n), v) for n, v, m, _ in _pins() if not m or Marker(m).evaluate()}
+    got = {(canon(n), v) for n, _, v in (d.partition("==") for d in installed.split())}
+    assert {(n, v) for n, v in got if n not in ("pip", "setuptools")} == pinned

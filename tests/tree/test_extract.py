@@ -191,6 +191,25 @@ def test_truncated_tar(tmp_path: Path, tree: Tree) -> None:
 ZTOP = "comp-windows-x86_64-1.0-archive"
 
 
+def test_msbuild_files_go_where_nvidias_installer_and_cmake_put_them(tmp_path: Path, tree: Tree) -> None:
+    """NVIDIA's visual_studio_integration zip holds <top>/visual_studio_integration/MSBuildExtensions/;
+    CMake's -T cuda=<tree> looks in <tree>/extras/visual_studio_integration/MSBuildExtensions/."""
+    from cudaredist.plan import Archive, PlannedArchive
+    from cudaredist.sources.nvidia.source import LAYOUT
+    from tests.archives import msbuild_members
+
+    name = "visual_studio_integration-windows-arm64-13.4.49-archive.zip"
+    top = name.removesuffix(".zip")
+    path = _zip(tmp_path, {f"{top}/{k}": v for k, v in msbuild_members("13.4").items()}, name)
+    item = PlannedArchive("visual_studio_integration", "13.4.49", Archive(f"x/{name}", "0" * 64, 1), "u")
+    extract(path, tree, component=item.component, archive=name, mapper=LAYOUT.mapper(item, "windows-arm64"))
+    ext = "extras/visual_studio_integration/MSBuildExtensions"
+    assert sorted(r.path for r in tree.finish()) == [
+        f"{ext}/CUDA 13.4.Version.props", f"{ext}/CUDA 13.4.props", f"{ext}/CUDA 13.4.targets",
+        f"{ext}/CUDA 13.4.xml", f"{ext}/Nvda.Build.CudaTasks.v13.4.dll",
+        "licenses/visual_studio_integration/LICENSE"]
+
+
 def test_zip_extracts_files_and_dirs(tmp_path: Path, tree: Tree) -> None:
     _extract(_zip(tmp_path, {f"{ZTOP}/": Dir(), f"{ZTOP}/bin/x64/cudart64_13.dll": b"MZ",
                              f"{ZTOP}/lib/x64/": Dir(), f"{ZTOP}/LICENSE": b"eula"}), tree)

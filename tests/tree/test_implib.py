@@ -8,6 +8,7 @@ written by cudaredist, a program linked against it by GNU ld and run under Wine.
 from __future__ import annotations
 
 import io
+import shutil
 import struct
 import subprocess
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 from cudaredist.errors import ImportLibraryError
 from cudaredist.tree.implib import (
     MACHINE_AMD64,
+    MACHINE_ARM64,
     DllExports,
     Export,
     add_import_libraries,
@@ -27,7 +29,14 @@ from cudaredist.tree.implib import (
 )
 from cudaredist.tree.staging import Tree
 from tests.pe import make_dll
-from tests.wintools import imported_dlls, mingw_gxx, mingw_objdump, run_under_wine, wine_prefix  # noqa: F401
+from tests.wintools import (  # noqa: F401
+    _missing,
+    imported_dlls,
+    mingw_gxx,
+    mingw_objdump,
+    run_under_wine,
+    wine_prefix,
+)
 
 
 # -- reading exports -------------------------------------------------------------------------------
@@ -184,6 +193,15 @@ def test_pairs_follow_the_tree(tmp_path: Path) -> None:
     assert pairs(tmp_path / "empty") == []
 
 
+def test_pairs_on_windows_on_arm(tmp_path: Path) -> None:
+    """windows-arm64 trees keep DLLs in bin/arm64 and libraries in lib/arm64: the GNU import
+    library goes beside the .lib there."""
+    _touch(tmp_path, "bin/arm64/cudart64_13.dll", "lib/arm64/cudart.lib", "lib/arm64/cuda.lib",
+           "bin/nvcc.exe")
+    assert [(p.dll, p.implib) for p in pairs(tmp_path)] == [
+        ("bin/arm64/cudart64_13.dll", "lib/arm64/libcudart.dll.a")]
+
+
 def test_added_through_the_tree(tmp_path: Path) -> None:
     tree = Tree(tmp_path)
     tree.add_file("bin/x64/tiny64_1.dll", io.BytesIO(make_dll()), 0o644, "cuda_cudart", "a.zip")
@@ -258,3 +276,68 @@ def test_mingw_dll_round_trip(tmp_path: Path, wine_prefix: Path) -> None:  # noq
     (app / "tiny64_1.dll").write_bytes((dll_dir / "tiny64_1.dll").read_bytes())
     r = run_under_wine(app / "main.exe", wine_prefix)
     assert (r.returncode, r.stdout.strip()) == (0, "1005 43 tiny"), r.stderr
+
+
+# Windows on Arm: no GNU binutils there; llvm-mingw links with lld's MinGW driver (ld.lld -m arm64pe)
+TINY_ARM64 = """
+    .text
+    .globl tiny_add
+    .p2align 2
+tiny_add:
+    add w0, w0, w1
+    ret
+    .data
+    .globl tiny_counter
+    .p2align 2
+tiny_counter:
+    .word 42
+"""
+
+MAIN_ARM64 = """
+    .text
+    .globl mainCRTStartup
+    .p2align 2
+mainCRTStartup:
+    stp x29, x30, [sp, #-16]!
+    bl tiny_add
+    adrp x8, __imp_tiny_counter
+    ldr x8, [x8, :lo12:__imp_tiny_counter]
+    ldp x29, x30, [sp], #16
+    ret
+"""
+
+
+def _llvm(tool: str, *args: str) -> str:
+    found = shutil.which(tool)
+    if found is None:
+        _missing(tool, "apt-get install lld llvm")
+        raise AssertionError("unreachable")
+    r = subprocess.run([found, *args], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, f"{tool} {' '.join(args)}:\n{r.stderr[-3000:]}"
+    return r.stdout
+
+
+def test_arm64_import_library_links_with_lld(tmp_path: Path) -> None:
+    """An ARM64 DLL (assembled by llvm-mc, linked by lld-link), its import library written by
+    cudaredist, a program linked with -ltiny by lld's MinGW driver: the program imports both
+    exports from the DLL, the code one through a thunk, the data one through __imp_."""
+    for name, text in (("tiny.s", TINY_ARM64), ("main.s", MAIN_ARM64)):
+        (tmp_path / name).write_text(text)
+        _llvm("llvm-mc", "-triple=aarch64-pc-windows-msvc", "-filetype=obj", str(tmp_path / name),
+              "-o", str(tmp_path / name.replace(".s", ".obj")))
+    dll = tmp_path / "tiny64_1.dll"
+    _llvm("lld-link", "/dll", "/noentry", "/nodefaultlib", "/machine:arm64", "/export:tiny_add",
+          "/export:tiny_counter,DATA", f"/out:{dll}", str(tmp_path / "tiny.obj"))
+    info = read_exports(dll.read_bytes())
+    assert info.machine == MACHINE_ARM64
+    assert {e.name: e.data for e in info.exports} == {"tiny_add": False, "tiny_counter": True}
+    lib = tmp_path / "lib" / "arm64"
+    lib.mkdir(parents=True)
+    (lib / "libtiny.dll.a").write_bytes(import_library(info))
+    exe = tmp_path / "main.exe"
+    _llvm("ld.lld", "-m", "arm64pe", "-o", str(exe), str(tmp_path / "main.obj"), f"-L{lib}", "-ltiny",
+          "-e", "mainCRTStartup", "--subsystem", "console")
+    imports = _llvm("llvm-readobj", "--coff-imports", str(exe))
+    assert "Name: tiny64_1.dll" in imports
+    assert "Symbol: tiny_add (0)" in imports and "Symbol: tiny_counter (0)" in imports
+    assert "Arch: aarch64" in imports

@@ -89,6 +89,12 @@ def test_tree_path(rest: str, expected: str) -> None:
     assert tree_path(rest, component="cuda_cccl") == expected
 
 
+def test_tree_path_under_a_root() -> None:
+    assert tree_path("visual_studio_integration/MSBuildExtensions/CUDA 13.4.props", component="c",
+                     root="extras") == "extras/visual_studio_integration/MSBuildExtensions/CUDA 13.4.props"
+    assert tree_path("LICENSE", component="c", root="extras") == "licenses/c/LICENSE"
+
+
 @pytest.mark.parametrize(("link", "target", "expected"), [
     pytest.param("lib/libcudart.so", "libcudart.so.13", "lib/libcudart.so.13", id="sibling"),
     pytest.param("lib64", "lib", "lib", id="top-level"),

@@ -9,10 +9,10 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from cudaredist.cache import Cache
-from cudaredist.errors import CudaRedistError, FetchError, OfflineError, ResolveError
+from cudaredist.errors import CudaRedistError, FetchError, OfflineError, ResolveError, UsageError
 from cudaredist.fetch.client import UNREACHABLE_HINT, is_local, local_path
 from cudaredist.fetch.transport import Transport
-from cudaredist.plan import Plan, join_url, version_key
+from cudaredist.plan import Plan, archive_url, join_url, version_key
 from cudaredist.sources.nvidia.manifest import Manifest, parse_manifest
 from cudaredist.sources.nvidia.planner import make_plan
 from cudaredist.sources.nvidia.releases import (
@@ -25,6 +25,10 @@ from cudaredist.sources.nvidia.releases import (
 from cudaredist.trust import Trust, refuse, unreachable
 
 NVIDIA_BASE_URL = "https://developer.download.nvidia.com/compute/cuda/redist/"
+# --channel: NVIDIA's index of each. The preview one holds early-access releases (archives in a pool
+# beside it, ../../../pool/...), read only when asked for, as uv treats pre-releases.
+CHANNELS = {"release": NVIDIA_BASE_URL,
+            "preview": "https://packages.nvidia.com/bin-archive/release/cuda/redist/"}
 ENV_BASE_URL = "CUDAREDIST_BASE_URL"
 ENV_MIRROR = "CUDAREDIST_MIRROR"
 LISTING = "listing.html"
@@ -45,10 +49,22 @@ def normalize_base(url: str) -> str:
     return Path(url).expanduser().absolute().as_uri() + "/"
 
 
+def channel_base(channel: str, base_url: str | None) -> str:
+    """The base URL ``--channel`` means; with ``--base-url`` too, a :class:`UsageError`."""
+    name = channel.strip().lower()
+    if name not in CHANNELS:
+        raise UsageError(f"unknown channel {channel!r}: use {' or '.join(CHANNELS)} (--channel or "
+                         "CUDAREDIST_CHANNEL)")
+    if base_url:
+        raise UsageError(f"--channel {name} and --base-url {base_url} both say which index to read: give "
+                         "one (a mirror of the channel goes in --mirror)")
+    return CHANNELS[name]
+
+
 def default_bases(base_url: str | None = None, mirror: str | None = None, *,
                   fallback: bool = True) -> list[str]:
     """Bases to try in order: the mirror (--mirror / CUDAREDIST_MIRROR), then the base URL."""
-    base = normalize_base(base_url or os.environ.get(ENV_BASE_URL) or NVIDIA_BASE_URL)
+    base = normalize_base(base_url or os.environ.get(ENV_BASE_URL) or CHANNELS["release"])
     mirror = mirror or os.environ.get(ENV_MIRROR) or None
     bases = [normalize_base(mirror)] if mirror else []
     if not bases or fallback:
@@ -70,7 +86,7 @@ def trusted_bases(base_url: str | None, mirror: str | None, *, fallback: bool, t
     """The mirror and the base URL split by :mod:`cudaredist.trust`: a plain-HTTP mirror serves
     archives, never the manifest; with ``fallback`` off it still serves archives alone, and the
     manifest comes from the base. Nothing authenticated at all is refused here, before any request."""
-    base = normalize_base(base_url or os.environ.get(ENV_BASE_URL) or NVIDIA_BASE_URL)
+    base = normalize_base(base_url or os.environ.get(ENV_BASE_URL) or CHANNELS["release"])
     mirror = mirror or os.environ.get(ENV_MIRROR) or None
     mirror_url = normalize_base(mirror) if mirror else None
     archives = default_bases(base, mirror_url, fallback=fallback)
@@ -139,11 +155,11 @@ class Index:
             return data
         if is_local(base):
             return self.transport.get_bytes(url, quick=quick)
-        return self.cache.index_page(base, name, lambda: self.transport.get_bytes(url, quick=quick))
+        return self.cache.index_page(base, name, lambda: self.transport.get_bytes(url, quick=quick),
+                                     check=lambda data: read_manifest(base, label, data))
 
     def manifest(self, base: str, label: str) -> Manifest:
-        return parse_manifest(self.manifest_bytes(base, label), label=label,
-                              source=join_url(base, f"redistrib_{label}.json"))
+        return read_manifest(base, label, self.manifest_bytes(base, label))
 
     def release(self, train: str, bases: Sequence[str] | Bases) -> Release:
         """Resolve ``train`` against the first authenticated base that has it; archives come from
@@ -162,7 +178,7 @@ class Index:
                     raise
                 errors.append(exc)
                 continue
-            manifest = parse_manifest(data, label=label, source=join_url(base, f"redistrib_{label}.json"))
+            manifest = read_manifest(base, label, data)
             failed = set(readers[:i])
             return Release(label, base, tuple(b for b in bases.archives if b not in failed), manifest, data)
         fetches = [e for e in errors if isinstance(e, FetchError)]
@@ -180,6 +196,16 @@ class Index:
         if len(fetches) == len(errors) and all(isinstance(e, OfflineError) for e in fetches):
             raise OfflineError(detail, url=fetches[0].url)
         raise FetchError(detail, url=fetches[0].url)
+
+
+def read_manifest(base: str, label: str, data: bytes) -> Manifest:
+    """``redistrib_<label>.json`` of ``base`` parsed, each archive's path joined onto ``base``: a
+    path that leaves its server refuses the whole manifest, before any download."""
+    manifest = parse_manifest(data, label=label, source=join_url(base, f"redistrib_{label}.json"))
+    for c in manifest.components.values():
+        for a in (*c.archives.values(), *(a for v in c.variants.values() for a in v.values())):
+            archive_url(base, a.relative_path, c.key)
+    return manifest
 
 
 @dataclass(frozen=True)
@@ -208,8 +234,9 @@ def plan_release(release: Release, platforms: Sequence[str], *, profile: str | N
         plan = make_plan(release.manifest, platform=platform, base_url=release.base, profile=profile,
                          components=components)
         plan = replace(plan, items=tuple(
-            replace(i, url=join_url(bases[0], i.archive.relative_path),
-                    fallback_urls=tuple(join_url(b, i.archive.relative_path) for b in bases[1:]))
+            replace(i, url=archive_url(bases[0], i.archive.relative_path, i.component),
+                    fallback_urls=tuple(archive_url(b, i.archive.relative_path, i.component)
+                                        for b in bases[1:]))
             for i in plan.items))
         plans.append(plan)
     return plans

@@ -1,4 +1,15 @@
-"""Parse NVIDIA's ``redistrib_X.Y.Z.json`` into frozen, validated models (pure)."""
+"""Parse NVIDIA's ``redistrib_X.Y.Z.json`` into frozen, validated models (pure).
+
+The rules for a manifest whose shape changes, all here. A missing ``name``, ``version``,
+``license``, ``license_path``, ``md5``, ``release_date`` or ``release_label`` is a default (the key,
+"", the file name's label); a missing ``relative_path``, ``sha256`` or ``size`` in an archive entry
+is refused, naming the entry. Unknown keys are skipped at every level: scalars and lists
+(``release_product``, ``cuda_variant``), and objects that hold no archive keys. A component
+``version`` is text, numeric or not; a ``release_label`` that is not the file name's release is
+refused, one with a pre-release suffix on it (``13.4.0-ea``) is that release. A platform key NVIDIA
+adds (``windows-arm64``, ``linux-all``) is a platform like any other; one that is not a name
+(``[A-Za-z0-9._-]``) is refused. ``relative_path``: :func:`check_relative_path`.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +26,8 @@ _HEX64 = re.compile(r"[0-9a-fA-F]{64}")
 # ASCII digits only: str.isdigit() also accepts "²", which int() refuses
 _SIZE = re.compile(r"[0-9]{1,20}")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_ARCHIVE_KEYS = ("relative_path", "sha256", "size", "md5")
 # A single archive larger than this is not a CUDA component; it is a hostile manifest.
 MAX_ARCHIVE_SIZE = 64 * 1024**3
 
@@ -48,27 +61,29 @@ class Manifest:
 
 
 def check_relative_path(value: object, where: str, source: str) -> str:
-    """A manifest path must stay under the base URL: relative, no '..', no scheme, no backslash."""
+    """A relative URL reference (folders and ``..``) that :func:`cudaredist.plan.archive_url` joins
+    to the manifest's folder; anything that could leave it otherwise is refused here, naming the
+    entry (an absolute path too: a mirror could not hold it; ``%2e%2e`` is ``..`` to a server)."""
     if not isinstance(value, str) or not value:
         raise ManifestError(f"{source}: {where}: relative_path must be a non-empty string, got {value!r}",
                             source=source, entry=where)
-    # "%2e%2e/" is "../" once a server or a file:// base decodes it; "?" and "#" end the path
-    if not (_plain(value) and _plain(unquote(value))) or any(ch in value for ch in "?#"):
+    parts = value.split("/")
+    why = ("names a scheme (another server, or a drive)" if _SCHEME.match(value) else
+           "starts with '/' (an absolute path, or //host: another server)" if value.startswith("/") else
+           "has a query or fragment ('?' or '#')" if any(ch in value for ch in "?#") else
+           "has a backslash" if "\\" in value else
+           "has a control character" if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value) else
+           "has an empty folder name ('//')" if "" in parts else
+           "ends in '.' or '..', not a file name" if parts[-1] in (".", "..") else
+           "percent-encodes a dot segment or a separator (%2e%2e, %2f)" if any(
+               p != unquote(p) and (unquote(p) in (".", "..") or any(c in unquote(p) for c in "/\\"))
+               for p in parts) else "")
+    if why:
         raise ManifestError(
-            f"{source}: {where}: relative_path {value!r} is not a plain relative path "
-            "(absolute paths, URLs, '..' and backslashes are refused)",
+            f"{source}: {where}: relative_path {value!r} {why}; an archive's path must be relative "
+            "to the manifest's folder (folders and '..' only) and stay on its server",
             source=source, entry=where)
     return value
-
-
-def _plain(path: str) -> bool:
-    return not (
-        path.startswith(("/", "\\"))
-        or _SCHEME.match(path) is not None
-        or "\\" in path
-        or any(part in ("..", ".", "") for part in path.split("/"))
-        or any(ord(ch) < 0x20 for ch in path)
-    )
 
 
 def _archive(obj: dict[str, Any], where: str, source: str) -> Archive:
@@ -101,14 +116,17 @@ def _component(key: str, obj: dict[str, Any], source: str) -> Component:
             continue  # name, version, license, cuda_variant lists, future scalar keys
         where = f"{key}.{plat}"
         # an archive entry that lost its relative_path is broken, not a variant dict to skip
-        if not value.keys().isdisjoint(("relative_path", "sha256", "size", "md5")):
+        if not value.keys().isdisjoint(_ARCHIVE_KEYS):
             archives[plat] = _archive(value, where, source)
         # a flat entry may hold variant subkeys too (cuDNN 9.27.0's windows-arm64: a flat _cuda13.4
         # build and a "cuda13" one in one object)
-        nested = {v: _archive(a, f"{where}.{v}", source)
-                  for v, a in value.items() if isinstance(a, dict)}
+        nested = {v: _archive(a, f"{where}.{v}", source) for v, a in value.items()
+                  if isinstance(a, dict) and not a.keys().isdisjoint(_ARCHIVE_KEYS)}
         if nested:
             variants[plat] = nested
+        if (plat in archives or nested) and not _NAME.fullmatch(plat):
+            raise ManifestError(f"{source}: {key}: platform key {plat!r} is not a platform name (letters, "
+                                "digits, '.', '_' and '-')", source=source, entry=where)
     version = obj.get("version", "")
     return Component(
         key=key,
@@ -136,10 +154,11 @@ def parse_manifest(data: bytes | str, *, label: str = "", source: str = "") -> M
         if isinstance(value, dict):
             components[key] = _component(key, value, source)
     found = obj.get("release_label")
-    if isinstance(found, str) and label and found != label:
+    if isinstance(found, str) and label and found != label and not re.fullmatch(
+            re.escape(label) + r"[-_+ ~][A-Za-z0-9._ -]{1,32}", found):
         raise ManifestError(f"{source}: release_label is {found!r} but the file name says {label!r}",
                             source=source, entry="release_label")
-    final_label = found if isinstance(found, str) and found else label
+    final_label = label or (found if isinstance(found, str) else "")
     date = obj.get("release_date", "")
     return Manifest(label=final_label, release_date=date if isinstance(date, str) else "",
                     components=components, source=source)

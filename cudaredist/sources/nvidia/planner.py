@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from cudaredist.errors import PlanError
-from cudaredist.plan import Archive, Plan, PlannedArchive, join_url
+from cudaredist.plan import Archive, Plan, PlannedArchive, archive_url
 from cudaredist.profiles import Spec, get_profile, parse_spec
 from cudaredist.sources.nvidia.manifest import Component, Manifest
 
@@ -62,11 +62,12 @@ def make_plan(
             release=manifest.label, platform=platform)
     specs: list[Spec] = []
     if profile is not None:
-        specs.extend(s for s in get_profile(profile).specs if s.applies_to(manifest.label))
+        specs.extend(s for s in get_profile(profile).specs if s.applies_to(manifest.label, platform))
     specs.extend(parse_spec(c, "--component") for c in components)
     if not specs:
         raise PlanError("nothing to install: give a profile or at least one --component")
     items: list[PlannedArchive] = []
+    notes: list[str] = []
     seen: set[str] = set()
     for spec in specs:
         chosen: tuple[Component, Archive] | None = None
@@ -76,13 +77,17 @@ def make_plan(
             if comp and arch:
                 chosen = (comp, arch)
                 break
+        if chosen is None and spec.missing:  # a release (or a mirror built from wheels) may lack it
+            notes.append(f"CUDA {manifest.label} has no {spec} for {platform}: {spec.missing}")
+            continue
         if chosen is None:
             raise _missing(spec, manifest, platform)
         comp, arch = chosen
         if comp.key in seen:
             continue
         seen.add(comp.key)
-        items.append(PlannedArchive(comp.key, comp.version, arch, join_url(base_url, arch.relative_path)))
+        items.append(PlannedArchive(comp.key, comp.version, arch,
+                                    archive_url(base_url, arch.relative_path, comp.key)))
     return Plan(
         release=manifest.label,
         release_date=manifest.release_date,
@@ -91,4 +96,5 @@ def make_plan(
         profile=profile or "custom",
         items=tuple(items),
         source=source,
+        notes=tuple(notes),
     )

@@ -22,7 +22,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from cudaredist.errors import CudaRedistError, FetchError, PlanError, ResolveError
-from cudaredist.plan import Archive, PlannedArchive, ProductRelease, join_url, version_key
+from cudaredist.plan import Archive, PlannedArchive, ProductRelease, archive_url, join_url, version_key
 from cudaredist.profiles import ProductRequest, Spec, parse_spec
 from cudaredist.sources.nvidia.index import Bases, Index, normalize_base
 from cudaredist.sources.nvidia.manifest import Component, Manifest
@@ -159,8 +159,8 @@ def plan_product(manifest: Manifest, request: ProductRequest, *, platform: str, 
             continue
         variant = variant or tag
         items.append(PlannedArchive(
-            comp.key, comp.version, archive, join_url(bases[0], archive.relative_path),
-            fallback_urls=tuple(join_url(b, archive.relative_path) for b in bases[1:]),
+            comp.key, comp.version, archive, archive_url(bases[0], archive.relative_path, comp.key),
+            fallback_urls=tuple(archive_url(b, archive.relative_path, comp.key) for b in bases[1:]),
             product=request.name))
     release = ProductRelease(request.name, manifest.label, str(request), manifest.release_date, base_url,
                              variant)

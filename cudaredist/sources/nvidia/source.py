@@ -11,9 +11,10 @@ from typing import Any
 from cudaredist.cache import Cache
 from cudaredist.errors import CudaRedistError, ManifestError, PlanError, UsageError
 from cudaredist.fetch.transport import Transport
-from cudaredist.plan import Plan, PlannedArchive, join_url, version_key, with_bases
+from cudaredist.plan import Plan, PlannedArchive, archive_url, version_key, with_bases
 from cudaredist.profiles import (
     ProductRequest,
+    component_root,
     get_profile,
     needed_components,
     needs_notes,
@@ -25,23 +26,28 @@ from cudaredist.sources.mirroring import (
     MirrorContent,
     ProductMirror,
     ServedManifest,
+    in_mirror,
+    manifest_folder,
     unique_copies,
 )
 from cudaredist.sources.nvidia.index import (
     Bases,
     Index,
     Release,
+    channel_base,
     default_bases,
     plan_release,
+    read_manifest,
     trusted_bases,
 )
-from cudaredist.sources.nvidia.manifest import check_relative_path, parse_manifest
+from cudaredist.sources.nvidia.manifest import check_relative_path
 from cudaredist.sources.nvidia.products import env_base, product_base, product_bases, resolve_product
 from cudaredist.sources.nvidia.releases import train_of
 from cudaredist.tree.extract import redist_mapper
 from cudaredist.trust import Trust
 
-LAYOUT = Layout(mapper=lambda item, platform: redist_mapper(item.component, item.archive.filename))
+LAYOUT = Layout(mapper=lambda item, platform: redist_mapper(item.component, item.archive.filename,
+                                                           component_root(item.component)))
 
 
 class NvidiaSource:
@@ -50,6 +56,9 @@ class NvidiaSource:
 
     def __init__(self, transport: Transport, cache: Cache, where: Where) -> None:
         self.transport = transport
+        if where.channel:  # one base URL from here on, as if given
+            where = replace(where, base_url=channel_base(where.channel, where.base_url),
+                            channel=where.channel.strip().lower())
         self.where = where
         self.index = Index(transport, cache, offline=where.offline)
         self.trust = Trust.of(where.trusted_hosts)
@@ -97,7 +106,7 @@ class NvidiaSource:
         requests = parse_product_requests(products)  # a bad --with fails before any network
         release = self.release(train)
         why = f"{release.base} ({self.trust.reason(release.base) or 'trusted by the caller'})"
-        return [replace(p, hashes_from=why)
+        return [replace(p, hashes_from=why, channel=self.where.channel or "")
                 for p in self._plans(release, platforms, profile, components, requests)]
 
     def _plans(self, release: Release, platforms: Sequence[str], profile: str | None,
@@ -174,13 +183,15 @@ class NvidiaSource:
         return replace(content, products=tuple(parts))
 
     def _content(self, releases: Sequence[Release], items: Sequence[PlannedArchive]) -> MirrorContent:
-        copies = unique_copies(items)
+        folder = manifest_folder(releases[0].base if releases else "",
+                                 [i.archive.relative_path for i in items])
+        copies = unique_copies(items, folder)
         documents, notes = ([], []) if self.where.offline else _licenses(
-            releases, {c.item.component for c in copies})
+            releases, {c.item.component for c in copies}, folder)
         return MirrorContent(releases=tuple(r.label for r in releases), copies=copies,
                              documents=tuple(documents),
                              manifests=tuple(ServedManifest(r.label, r.data) for r in releases),
-                             notes=tuple(notes))
+                             notes=tuple(notes), folder=folder)
 
     def _product_releases(self, request: ProductRequest, plans: Sequence[Plan]) -> list[Release]:
         """The releases of one product the plans picked, as served (one per label)."""
@@ -190,13 +201,13 @@ class NvidiaSource:
             for p in plan.products:
                 if p.name == request.name and p.release not in found:
                     data = self.index.manifest_bytes(p.base_url, p.release)
-                    manifest = parse_manifest(data, label=p.release,
-                                              source=join_url(p.base_url, f"redistrib_{p.release}.json"))
+                    manifest = read_manifest(p.base_url, p.release, data)
                     found[p.release] = Release(p.release, p.base_url, mapped.archives, manifest, data)
         return list(found.values())
 
 
-def _licenses(releases: Sequence[Release], wanted: set[str]) -> tuple[list[Document], list[str]]:
+def _licenses(releases: Sequence[Release], wanted: set[str],
+              folder: str) -> tuple[list[Document], list[str]]:
     """Each mirrored component's license_path file, from the release's base and then its fallbacks;
     a path the manifest gets wrong is a note."""
     documents: list[Document] = []
@@ -209,11 +220,11 @@ def _licenses(releases: Sequence[Release], wanted: set[str]) -> tuple[list[Docum
                 continue
             try:
                 rel = check_relative_path(comp.license_path, f"{key}.license_path", release.label)
+                urls = tuple(archive_url(base, rel, key) for base in (release.base, *release.fallbacks))
             except ManifestError as exc:
                 notes.append(str(exc))
                 continue
-            if rel not in done:
+            if rel not in done and not in_mirror(folder, rel).startswith(".."):  # not above the archives
                 done.add(rel)
-                documents.append(Document(rel, tuple(join_url(base, rel)
-                                                     for base in (release.base, *release.fallbacks))))
+                documents.append(Document(in_mirror(folder, rel), urls))
     return documents, notes

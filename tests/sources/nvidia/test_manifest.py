@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from cudaredist.errors import ManifestError
-from cudaredist.plan import version_key
+from cudaredist.plan import archive_url, version_key
 from cudaredist.sources.nvidia.manifest import MAX_ARCHIVE_SIZE, Manifest, check_relative_path, parse_manifest
 from tests.conftest import SHARED_MANIFESTS
 
@@ -124,8 +125,6 @@ GOOD = {"relative_path": "cuda_nvcc/linux-x86_64/cuda_nvcc-linux-x86_64-13.0.88-
 
 
 @pytest.mark.parametrize(("field", "value"), [
-    pytest.param("relative_path", "../x", id="path-dotdot"),
-    pytest.param("relative_path", "cuda_nvcc/../../x", id="path-inner-dotdot"),
     pytest.param("relative_path", "/abs/x.tar.xz", id="path-absolute"),
     pytest.param("relative_path", "http://evil/x.tar.xz", id="path-url"),
     pytest.param("relative_path", "//evil/x.tar.xz", id="path-scheme-relative-url"),
@@ -139,7 +138,9 @@ GOOD = {"relative_path": "cuda_nvcc/linux-x86_64/cuda_nvcc-linux-x86_64-13.0.88-
     pytest.param("relative_path", "cuda_nvcc/%2fetc", id="path-percent-encoded-slash"),
     pytest.param("relative_path", "x.tar.xz?../../y", id="path-query"),
     pytest.param("relative_path", "x.tar.xz#frag", id="path-fragment"),
-    pytest.param("relative_path", "./x.tar.xz", id="path-dot"),
+    pytest.param("relative_path", "cuda_nvcc/..", id="path-ends-in-dotdot"),
+    pytest.param("relative_path", "../%2e%2e/x", id="path-percent-encoded-dotdot-after-dotdot"),
+    pytest.param("relative_path", "cuda_nvcc\\x.zip", id="path-backslash-only"),
     pytest.param("relative_path", "a//x.tar.xz", id="path-empty-part"),
     pytest.param("relative_path", "a/x\n.tar.xz", id="path-newline"),
     pytest.param("relative_path", "", id="path-empty"),
@@ -184,11 +185,83 @@ def test_hostile_entry_is_refused(field: str, value: object) -> None:
 
 
 def test_hostile_nested_variant_names_the_variant() -> None:
-    entry = {"cuda13.3": dict(GOOD, relative_path="../../x")}
+    entry = {"cuda13.3": dict(GOOD, relative_path="//evil.example/x")}
     with pytest.raises(ManifestError) as info:
         parse_manifest(_doc(entry, component="cuda_compat"), label="13.0.1")
     assert info.value.entry == "cuda_compat.linux-x86_64.cuda13.3"
     assert info.value.source == "redistrib_13.0.1.json"
+
+
+PREVIEW = "https://packages.nvidia.com/bin-archive/release/cuda/redist/"
+POOL = "../../../pool/linux-x86_64/0a1b/cuda_cudart-linux-x86_64-13.4.29-archive.tar.xz"
+
+
+@pytest.mark.parametrize(("base", "rel", "expected"), [
+    pytest.param(PREVIEW, POOL, "https://packages.nvidia.com/bin-archive/pool/linux-x86_64/0a1b/"
+                 "cuda_cudart-linux-x86_64-13.4.29-archive.tar.xz", id="preview-pool"),
+    pytest.param(PREVIEW, "../../../../x.tar.xz", "https://packages.nvidia.com/x.tar.xz",
+                 id="up-to-the-root"),
+    pytest.param(PREVIEW, "a/./b/../c.zip", PREVIEW + "a/c.zip", id="dot-segments-inside"),
+    pytest.param("http://127.0.0.1:8080/m/", "../m2/x.zip", "http://127.0.0.1:8080/m2/x.zip", id="port-kept"),
+    pytest.param("file:///srv/mirror/release/cuda/redist/", POOL,
+                 "file:///srv/mirror/pool/linux-x86_64/0a1b/cuda_cudart-linux-x86_64-13.4.29-archive.tar.xz",
+                 id="directory"),
+    pytest.param(PREVIEW, "../../../../../etc/passwd", None, id="past-the-site-root"),
+    pytest.param("http://127.0.0.1:8080/", "../x.zip", None, id="past-a-shallow-root"),
+    pytest.param("https://mirror.example/a/", "a/../../../x.zip", None, id="climbs-after-descending"),
+])
+def test_relative_path_is_a_url_reference(base: str, rel: str, expected: str | None) -> None:
+    doc = _doc(dict(GOOD, relative_path=rel))
+    archive = parse_manifest(doc, label="13.0.1").components["cuda_nvcc"].archives["linux-x86_64"]
+    if expected is not None:
+        assert archive_url(base, archive.relative_path, "cuda_nvcc") == expected
+        return
+    with pytest.raises(ManifestError) as info:
+        archive_url(base, archive.relative_path, "cuda_nvcc")
+    assert info.value.entry == "cuda_nvcc"
+    assert f"cuda_nvcc: relative_path {rel!r} climbs" in str(info.value) and "site root" in str(info.value)
+
+
+def test_manifest_shape_changes() -> None:
+    """Each change of shape the module docstring lists: handled, or refused in one paragraph."""
+    entry = dict(GOOD, signature="abc", mirrors=["x"], extra={"k": 1})  # unknown archive keys
+    doc = {"release_label": "13.4.0-ea", "release_product": "cuda", "release_notes": {"url": "x"},
+           "cuda_nvcc": {"version": "13.4.0 (early access)", "linux-riscv64": entry, "linux-x86_64": GOOD,
+                         "cuda_variant": ["13"], "depends": {"cuda_cudart": {"min": "13.4"}}},
+           "cuda_cudart": {"linux-x86_64": dict(GOOD, md5=None)}}
+    m = parse_manifest(json.dumps(doc), label="13.4.0")
+    assert m.label == "13.4.0" and m.release_date == ""             # the file's release; no date
+    nvcc, cudart = m.components["cuda_nvcc"], m.components["cuda_cudart"]
+    assert nvcc.version == "13.4.0 (early access)" and nvcc.variants == {}
+    assert nvcc.platforms == ("linux-riscv64", "linux-x86_64")       # a new platform key is a platform
+    assert (cudart.name, cudart.version, cudart.license_path) == ("cuda_cudart", "", "")
+    assert m.components["release_notes"].platforms == ()              # an unknown object: no archives
+    for bad, words in [({"release_label": "13.4.01"}, "release_label is '13.4.01'"),
+                       ({"cuda_nvcc": {"linux x86": GOOD}}, "platform key 'linux x86' is not a platform"),
+                       ({"cuda_nvcc": {"linux-x86_64": {k: v for k, v in GOOD.items() if k != "size"}}},
+                        "size must be")]:
+        with pytest.raises(ManifestError, match=words):
+            parse_manifest(json.dumps(bad), label="13.4.0")
+
+
+def _every_real_manifest() -> list[Path]:
+    return sorted(SHARED_MANIFESTS.rglob("redistrib_*.json")) or [SHARED_MANIFESTS / "absent"]
+
+
+@pytest.mark.parametrize("path", _every_real_manifest(), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_real_manifest_joins_under_its_folder(shared_manifests: Path, path: Path) -> None:
+    """CUDA and products alike: every archive and licence path stays under the manifest's folder."""
+    label = path.stem.removeprefix("redistrib_")
+    m = parse_manifest(path.read_bytes(), label=label)
+    assert m.label == label and m.components
+    product = "cuda" if path.parent == shared_manifests else path.parent.name
+    base = f"https://developer.download.nvidia.com/compute/{product}/redist/"
+    for comp in m.components.values():
+        paths = [*(a.relative_path for a in comp.archives.values()),
+                 *(a.relative_path for vs in comp.variants.values() for a in vs.values())]
+        for rel in [*paths, *([comp.license_path] if comp.license_path else [])]:
+            assert archive_url(base, check_relative_path(rel, comp.key, label)) == base + rel
+        assert all(re.fullmatch(r"[a-z0-9_-]+", p) for p in comp.platforms), comp.platforms
 
 
 @pytest.mark.parametrize(("field", "value", "expected"), [
@@ -255,8 +328,10 @@ def _mostly(good: str, odd: st.SearchStrategy[object]) -> st.SearchStrategy[obje
 
 _digit_runs = st.lists(st.sampled_from(["0", "7", "-", " ", ".", "e", "\u00b2", "\u0661"]),
                        min_size=1, max_size=5).map("".join)
+_climbs = st.lists(st.sampled_from(["..", "a", ".", "%2e%2e", "%2E."]), max_size=8).map(
+    lambda p: "/".join([*p, "x"]))
 entries = st.fixed_dictionaries(
-    {"relative_path": _mostly("a/b.tar.xz", st.text(alphabet="ab./%2e\\:?#", max_size=12)),
+    {"relative_path": _mostly("a/b.tar.xz", st.text(alphabet="ab./%2e\\:?#", max_size=12) | _climbs),
      "sha256": _mostly(SHA, st.text(alphabet="0123456789abcdefABCDEF\n ", min_size=63, max_size=66)),
      "size": _mostly("123", _digit_runs | st.integers())},
     optional={"md5": scalars})
@@ -278,6 +353,11 @@ def _check(result: Manifest) -> None:
             assert type(a.size) is int and 0 <= a.size <= MAX_ARCHIVE_SIZE
             assert len(a.sha256) == 64 and set(a.sha256) <= set("0123456789abcdef")
             assert check_relative_path(a.relative_path, "x", "y") == a.relative_path
+            try:  # whatever the parser lets through joins onto the manifest's server, or is refused
+                url = archive_url(PREVIEW, a.relative_path)
+            except ManifestError:
+                continue
+            assert url.startswith("https://packages.nvidia.com/") and "\\" not in url
 
 
 @settings(max_examples=500, database=None, deadline=None)

@@ -630,6 +630,11 @@ def test_plan_windows_notes_and_extras_by_marker(fake_index: FakeIndex, tmp_path
     assert all(i.archive.filename.endswith("win_amd64.whl") for i in plan.items)
     assert any("nvvm.lib" in n for n in plan.notes)
     assert not any("libcuda.so" in n for n in plan.notes)
+    # no MSBuild files in NVIDIA's wheels: said once, with what it means for CMake and what to do
+    msbuild = [n for n in plan.notes if "visual_studio_integration" in n]
+    assert len(msbuild) == 1 and "-T cuda=<tree>" in msbuild[0] and "--source nvidia" in msbuild[0]
+    assert not any("visual_studio_integration" in n for n in
+                   pypi.resolve_plan(idx, "13.0", platform="linux-x86_64", profile="nvcc").notes)
     # culibos is marked linux-only in the metadata
     linux = pypi.resolve_plan(idx, "13.0", platform="linux-x86_64", profile=None, components=["culibos"])
     assert [i.component for i in linux.items] == ["cuda_culibos"]
