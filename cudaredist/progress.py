@@ -11,6 +11,8 @@ import threading
 import time
 from typing import Any, Protocol, TextIO
 
+from cudaredist.localfs import mb
+
 
 class Reporter(Protocol):
     def start(self, total_bytes: int, archives: int) -> None: ...
@@ -41,10 +43,6 @@ class Silent:
         pass
 
 
-def _mb(n: int) -> str:
-    return f"{n / 1e6:.1f} MB"
-
-
 class PlainLines(Silent):
     """For logs: one line per archive and a summary; thread-safe."""
 
@@ -63,11 +61,11 @@ class PlainLines(Silent):
     def start(self, total_bytes: int, archives: int) -> None:
         self._total = total_bytes
         self._t0 = time.monotonic()
-        self._print(f"fetching {archives} archives, {_mb(total_bytes)}")
+        self._print(f"fetching {archives} archives, {mb(total_bytes)}")
 
     def archive_done(self, name: str, size: int, *, cached: bool) -> None:
         how = "cached" if cached else "downloaded"
-        self._print(f"  {how:10} {name} ({_mb(size)})")
+        self._print(f"  {how:10} {name} ({mb(size)})")
 
     def extracted(self, name: str) -> None:
         if self.verbose:

@@ -306,17 +306,6 @@ class Cache:
         self.tmp.mkdir(parents=True, exist_ok=True)
         return self.tmp / f"{sha256.lower()}.part"
 
-    def new_temp(self, hint: str) -> Path:
-        self.prepare()
-        try:
-            self.tmp.mkdir(exist_ok=True)
-            fd, name = tempfile.mkstemp(dir=self.tmp, prefix=f"{hint}.", suffix=".part")
-        except OSError as exc:
-            raise local_error(exc, doing="create a download file in", path=self.tmp, option=OPTION,
-                              cls=CacheError) from exc
-        os.close(fd)
-        return Path(name)
-
     def commit(self, temp: Path, sha256: str, *, url: str, name: str) -> Path:
         """Move a verified temp file to its content address (atomic; same filesystem)."""
         self.prepare()

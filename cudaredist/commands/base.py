@@ -39,6 +39,7 @@ from cudaredist.commands.options import (
     WithOpt,
 )
 from cudaredist.errors import CudaRedistError, ToolError
+from cudaredist.localfs import mb
 from cudaredist.profiles import DEFAULT_PROFILE
 
 if TYPE_CHECKING:  # the CLI starts without the cache, the sources and httpx
@@ -226,10 +227,6 @@ def platforms_or_host(values: list[str] | None) -> list[str]:
     return list(dict.fromkeys(out)) or [host_platform()]
 
 
-def human(n: int) -> str:
-    return f"{n / 1e6:.1f} MB"
-
-
 def print_plan(plan: Plan) -> None:
     typer.echo(f"CUDA {plan.release} ({plan.release_date or 'date unknown'}) for {plan.platform}, "
                f"profile {plan.profile}, from {plan.base_url}"
@@ -241,9 +238,9 @@ def print_plan(plan: Plan) -> None:
                    f"--with {p.requested}, {p.cuda_variant or 'any CUDA'} build) from {p.base_url}")
     width = max(len(i.component) for i in plan.items)
     for i in plan.items:
-        typer.echo(f"  {i.component:<{width}}  {i.version:<14} {human(i.archive.size):>10}  {i.url}")
+        typer.echo(f"  {i.component:<{width}}  {i.version:<14} {mb(i.archive.size):>10}  {i.url}")
         typer.echo(f"  {'':<{width}}  sha256 {i.archive.sha256}")
-    typer.echo(f"total: {len(plan.items)} archives, {human(plan.total_size)}")
+    typer.echo(f"total: {len(plan.items)} archives, {mb(plan.total_size)}")
     for note in plan.notes:
         typer.echo(f"note: {note}")
 

@@ -6,8 +6,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from cudaredist.commands.base import command, emit_json, human
+from cudaredist.commands.base import command, emit_json
 from cudaredist.commands.options import App, CacheDirOpt, JsonOpt
+from cudaredist.localfs import mb
 
 if TYPE_CHECKING:
     from cudaredist.cache.maintenance import Cleaned
@@ -40,15 +41,15 @@ def cache_list(cache_dir: CacheDirOpt = None, as_json: JsonOpt = False) -> None:
                       "last_used": u.last_used} for u in unpacked])
         return
     for e in entries:
-        typer.echo(f"archive   {e.sha256[:16]}  {human(e.size):>10}  {e.name}")
+        typer.echo(f"archive   {e.sha256[:16]}  {mb(e.size):>10}  {e.name}")
     for u in unpacked:
-        typer.echo(f"unpacked  {u.key[:16]}  {human(u.size):>10}  {u.name}")
-    typer.echo(f"{len(entries)} archives ({human(sum(e.size for e in entries))}), {len(unpacked)} "
-               f"unpacked ({human(sum(u.size for u in unpacked))}) in {cache.root}")
+        typer.echo(f"unpacked  {u.key[:16]}  {mb(u.size):>10}  {u.name}")
+    typer.echo(f"{len(entries)} archives ({mb(sum(e.size for e in entries))}), {len(unpacked)} "
+               f"unpacked ({mb(sum(u.size for u in unpacked))}) in {cache.root}")
 
 
 def _report(done: str, cleaned: Cleaned) -> None:
-    typer.echo(f"{done}: removed {cleaned.files} files, {human(cleaned.freed)}")
+    typer.echo(f"{done}: removed {cleaned.files} files, {mb(cleaned.freed)}")
     if cleaned.busy:
         typer.echo(f"note: left {cleaned.busy} entries that a running cudaredist holds; run this again "
                    "when it is done", err=True)

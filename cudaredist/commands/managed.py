@@ -10,9 +10,10 @@ from typing import Annotated
 
 import typer
 
-from cudaredist.commands.base import command, emit_json, fail, human, set_verbose
+from cudaredist.commands.base import command, emit_json, fail, set_verbose
 from cudaredist.commands.options import InstallDirOpt, JsonOpt, PlatformOpt, Train
 from cudaredist.fsops import WINDOWS
+from cudaredist.localfs import mb
 from cudaredist.managed import host
 
 
@@ -46,7 +47,7 @@ def list_cmd(
     if not toolkits and not found_here.damaged:
         typer.echo(f"no managed toolkits in {root} (`cudaredist install 13.4` puts one there)", err=True)
     for t in toolkits:
-        typer.echo(f"{t.release:<9} {t.platform:<15} {t.profile:<8} {human(t.size):>10}  "
+        typer.echo(f"{t.release:<9} {t.platform:<15} {t.profile:<8} {mb(t.size):>10}  "
                    f"{t.path}{t.added}")
     for f in found:
         typer.echo(f"{f.release or '?':<9} {'(system)':<15} {'':<8} {'':>10}  {f.path}  [{f.how}]")
