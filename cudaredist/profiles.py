@@ -56,9 +56,10 @@ class PlatformRule:
     hosts: tuple[tuple[str, str], ...]
     arch: str = ""   # Windows: the folder of bin/ and lib/ that holds the DLLs and .lib files
 
-    @property
-    def is_windows(self) -> bool:
-        return self.name.startswith("windows")
+
+def is_windows(platform: str) -> bool:
+    """A Windows target platform (its tree: .exe and .dll, zips, names compared case-folded)."""
+    return platform.startswith("windows")
 
 
 def data_dir() -> Path:

@@ -118,6 +118,7 @@ def test_imports_go_down_the_floors() -> None:
 _ONE_HOME = [
     pytest.param(r"\bos\.name\b", "fsops.py", id="windows-flag"),
     pytest.param(r"platform\.(system|machine)\(|\bor host_platform\(\)", "profiles.py", id="host-platform"),
+    pytest.param(r'startswith\("windows', "profiles.py", id="windows-target"),
     pytest.param(r"\bdef evict\b|\.evict\(", "cache/store.py", id="cache-eviction"),
     pytest.param(r'LOCK_TIMEOUT = |environ\.get\(ENV_LOCK_TIMEOUT|envvar="CUDAREDIST_LOCK_TIMEOUT"',
                  "cache/store.py", id="lock-timeout"),

@@ -37,6 +37,7 @@ from cudaredist import fsops
 from cudaredist.cache.store import evict
 from cudaredist.localfs import disk_error, is_case_insensitive
 from cudaredist.plan import PlannedArchive
+from cudaredist.profiles import is_windows
 from cudaredist.tree.staging import FileRecord, Tree
 
 UNPACKED_VERSION = 2  # 2: [roots] (visual_studio_integration under extras/)
@@ -154,7 +155,7 @@ class UnpackedCache:
 
     def _build(self, item: PlannedArchive, platform: str, fill: Any, key: str, tmp: Path) -> None:
         (tmp / "tree").mkdir(parents=True)
-        tree = Tree(tmp / "tree", case_insensitive=platform.startswith("windows")
+        tree = Tree(tmp / "tree", case_insensitive=is_windows(platform)
                     or is_case_insensitive(tmp / "tree"), cache_root=self.root.parent)
         fill(tree)
         records = tree.finish()

@@ -16,6 +16,7 @@ else:  # pragma: no cover
     pass
 from cudaredist.doctor.checks import Check, Toolkit, Which, _first_line, _run, _short, _which
 from cudaredist.fsops import WINDOWS
+from cudaredist.profiles import is_windows
 
 
 # -- toolkit ------------------------------------------------------------------------------------
@@ -46,7 +47,7 @@ def check_toolkit(prefix: Path, *, host_windows: bool | None = None) -> tuple[Ch
                      f"for a tree that can be verified and reproduced: {install}"), tk
     plan = rec["plan"]
     release, platform = str(plan["release"]), str(plan["platform"])
-    windows = platform.startswith("windows")
+    windows = is_windows(platform)
     nvcc_version = next((str(c["version"]) for c in plan.get("components", [])
                          if c.get("name") == "cuda_nvcc"), None)
     names = [f["path"] for f in rec.get("files", [])]

@@ -33,7 +33,7 @@ from cudaredist.fetch.transport import Transport
 from cudaredist.install.build import Build
 from cudaredist.localfs import UMASK, check_free_space, disk_error, is_case_insensitive, local_error, mb
 from cudaredist.plan import Plan
-from cudaredist.profiles import platform_rule
+from cudaredist.profiles import is_windows, platform_rule
 from cudaredist.progress import Reporter, Silent
 from cudaredist.record import (
     RECORD_DIR,
@@ -277,10 +277,10 @@ class Installer:
         """Fill ``staging`` with the plan's archives: see :class:`~cudaredist.install.build.Build`."""
         self.fetcher.resume()
         tree = Tree(staging, dest=prefix or staging,
-                    case_insensitive=plan.platform.startswith("windows") or is_case_insensitive(staging))
+                    case_insensitive=is_windows(plan.platform) or is_case_insensitive(staging))
         build = Build(self, plan, tree, stream=stream)
         build.run()
-        if plan.platform.startswith("windows-"):
+        if is_windows(plan.platform):
             # MinGW's ld cannot link 13.x cudart.lib (MSVC objects): GNU import libraries beside it
             add_import_libraries(tree, warn=self.reporter.message)
         # NVIDIA's version.json at the root: in the record, verified and uninstalled like the rest

@@ -25,7 +25,7 @@ from packaging.utils import InvalidWheelFilename, NormalizedName, canonicalize_n
 from packaging.version import InvalidVersion, Version
 
 from cudaredist.errors import ManifestError, PlanError
-from cudaredist.profiles import Spec, data_dir, parse_spec
+from cudaredist.profiles import Spec, data_dir, is_windows, parse_spec
 from cudaredist.sources.pypi.simple import IndexFile
 from cudaredist.tree.paths import tree_path
 
@@ -66,7 +66,7 @@ class WheelPlatform:
 
     @property
     def is_windows(self) -> bool:
-        return self.name.startswith("windows")
+        return is_windows(self.name)
 
 
 @dataclass(frozen=True)
