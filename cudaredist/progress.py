@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
 from typing import Any, Protocol, TextIO
 
 from cudaredist.localfs import mb
@@ -50,17 +49,12 @@ class PlainLines(Silent):
         self.stream = stream or sys.stderr
         self.verbose = verbose
         self._lock = threading.Lock()
-        self._t0 = time.monotonic()
-        self._done = 0
-        self._total = 0
 
     def _print(self, text: str) -> None:
         with self._lock:
             print(text, file=self.stream, flush=True)
 
     def start(self, total_bytes: int, archives: int) -> None:
-        self._total = total_bytes
-        self._t0 = time.monotonic()
         self._print(f"fetching {archives} archives, {mb(total_bytes)}")
 
     def archive_done(self, name: str, size: int, *, cached: bool) -> None:
