@@ -198,6 +198,17 @@ class Tree:
         return disk_error(exc, path=shown, where=self._where, written=written, symlink=symlink,
                           cache=self._cache_root is not None, cached="unpacked copy")
 
+    def _parented(self, rel: str, archive: str) -> tuple[str, Path]:
+        """A claimed path as the tree spells it and where it goes, its parents made (the claim is
+        given back if they cannot be)."""
+        rel = self._spelled(rel)
+        try:
+            self._ensure_dir(rel.rpartition("/")[0], archive)
+        except BaseException:
+            self._abandon(rel)
+            raise
+        return rel, self.root / rel
+
     def _ensure_dir(self, rel_dir: str, archive: str) -> None:
         """``rel_dir`` and its parents exist as real directories that resolve inside the tree.
 
@@ -258,10 +269,8 @@ class Tree:
                 size += len(chunk)
             self._compare(rel, prev, "file", h.hexdigest(), component)
             return
-        rel = self._spelled(rel)
-        dest = self.root / rel
+        rel, dest = self._parented(rel, archive)
         try:
-            self._ensure_dir(rel.rpartition("/")[0], archive)
             try:
                 fd = os.open(fsops.long_path(dest), _OPEN_FLAGS, mode)
             except FileExistsError as exc:
@@ -307,10 +316,8 @@ class Tree:
         if prev is not None:
             self._compare(rel, prev, "link", target, component)
             return
-        rel = self._spelled(rel)
-        dest = self.root / rel
+        rel, dest = self._parented(rel, archive)
         try:
-            self._ensure_dir(rel.rpartition("/")[0], archive)
             try:
                 fsops.symlink(target, dest)
             except FileExistsError as exc:
