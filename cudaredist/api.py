@@ -118,25 +118,25 @@ def install(request: InstallRequest, *, reporter: Reporter | None = None,
     installed and linked."""
     from cudaredist.managed import install_dir as managed_dir
     from cudaredist.record import canonical_prefix
-    from cudaredist.tree.links import link_mode
 
     wanted = list(dict.fromkeys(request.trains))
     if request.lock is None and not wanted:
         raise UsageError("give a TRAIN (e.g. 13.4), several trains, or --lock FILE")
     if request.prefix is not None and (len(wanted) > 1 or (request.lock is not None and wanted[1:])):
         raise UsageError("--prefix takes one TRAIN; without --prefix, each train goes to the install dir")
-    link_mode(request.link_mode)  # an unknown one fails before any network
-    if request.source is not None or request.lock is None:
-        check_source(request.source)
-    if request.lock is None:
-        from cudaredist.profiles import parse_product_requests
-
-        parse_product_requests(request.products)  # an unknown product or bad spec: before any network
+    _check_options(request)  # the same checks whether or not the install turns out a no-op
     fixed = canonical_prefix(request.prefix) if request.prefix is not None else None
     outcome = InstallOutcome(None if fixed is not None else managed_dir(request.install_dir))
+    if fixed is not None:  # before anything that may need the network
+        from cudaredist.record import refuse_foreign, tidy
+
+        for action in tidy(fixed, _lock_timeout(request)):
+            (outcome.warnings.append if action.startswith("warning: ") else say)(action)
+        if not request.replace_foreign:
+            refuse_foreign(fixed)
     if request.lock is None and not (request.reinstall or request.refresh):
         for train in list(wanted):
-            found = _satisfied(request, train, fixed, outcome.install_dir)
+            found = _satisfied(request, train, fixed, outcome.install_dir, say)
             if found is not None:
                 wanted.remove(train)
                 outcome.done.append(found)
@@ -152,15 +152,22 @@ def install(request: InstallRequest, *, reporter: Reporter | None = None,
     return outcome
 
 
-def noop_outcome(request: InstallRequest) -> InstallOutcome | None:
-    """What ``request`` gives now if it is a no-op into its ``--prefix`` (the prefix's record
-    already answers it), else None: read from the record, no network."""
-    from cudaredist.record import canonical_prefix
+def _check_options(request: InstallRequest) -> None:
+    """Every option that can be wrong without the network: a usage error before anything else."""
+    from cudaredist.profiles import get_profile, parse_product_requests
+    from cudaredist.sources import check_where
+    from cudaredist.tree.links import link_mode
+    from cudaredist.trust import Trust
 
-    if request.prefix is None or request.lock is not None or len(request.trains) != 1:
-        return None
-    found = _satisfied(request, request.trains[0], canonical_prefix(request.prefix), None)
-    return None if found is None else InstallOutcome(None, done=[found])
+    link_mode(request.link_mode)
+    check_where(request.where)
+    Trust.of(request.where.trusted_hosts)
+    if request.source is not None or request.lock is None:
+        check_source(request.source)
+    if request.lock is None:
+        parse_product_requests(request.products)
+        if _profile(request) is not None:
+            get_profile(str(_profile(request)))
 
 
 def _lock_timeout(request: InstallRequest) -> float:
@@ -173,24 +180,27 @@ def _profile(request: InstallRequest) -> str | None:
     return None if request.only else (request.profile or DEFAULT_PROFILE)
 
 
-def _satisfied(request: InstallRequest, train: str, fixed: Path | None,
-               root: Path | None) -> Installed | None:
-    """The toolkit already answering ``train`` (read from its record, no network), else None."""
+def _satisfied(request: InstallRequest, train: str, fixed: Path | None, root: Path | None,
+               say: Callable[[str], None]) -> Installed | None:
+    """The toolkit already answering ``train`` (read from its record, no network), else None; one
+    installed for this request that lacks what its profile means today is said and updated."""
     from cudaredist.managed import satisfied_toolkit
-    from cudaredist.record import satisfying_record
+    from cudaredist.record import drift_text, satisfying_record
 
     platform, profile = profiles.host_platform(request.platform), _profile(request)
     source = check_source(request.source)
+    ask: dict[str, Any] = dict(train=train, platform=platform, profile=profile,
+                               components=request.components, source=source, products=request.products)
     if fixed is not None:
         where: Path | None = fixed
-        rec = satisfying_record(fixed, train=train, platform=platform, profile=profile,
-                                components=request.components, source=source, products=request.products)
+        rec, lacks = satisfying_record(fixed, **ask)
     else:
         assert root is not None
-        rec, where = satisfied_toolkit(root, train=train, platform=platform, profile=profile,
-                                       components=request.components, source=source,
-                                       products=request.products)
+        rec, lacks, where = satisfied_toolkit(root, **ask)
     if rec is None or where is None:
+        return None
+    if lacks:
+        say(f"{where}: {drift_text(rec, lacks)}; updating")
         return None
     plan = rec["plan"]
     return Installed(where, plan["release"], plan["platform"], True, plan,
@@ -220,7 +230,8 @@ def _run(request: InstallRequest, wanted: list[str], fixed: Path | None, outcome
         products = list(lock_plan.requested_products)
     # a warm install asks no server: index pages and manifests fetched within the TTL answer
     # (--refresh: the server is asked)
-    cache = Cache(request.cache_dir, index_ttl=0.0 if request.refresh else index_ttl_default())
+    cache = Cache(request.cache_dir, index_ttl=0.0 if request.refresh else index_ttl_default(),
+                  lock_timeout=_lock_timeout(request))
     transport = Transport(connections=request.jobs)
     try:
         src = open_source(source, transport, cache, request.where)

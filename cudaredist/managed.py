@@ -281,16 +281,16 @@ def _links(root: Path) -> Iterator[Path]:
 
 
 def satisfied_toolkit(root: Path, *, train: str, platform: str, profile: str | None,
-                      components: Sequence[str], source: str,
-                      products: Sequence[str] = ()) -> tuple[dict[str, Any] | None, Path | None]:
-    """(record, path) of an installed managed toolkit that already answers this request, else
-    (None, None): no network is needed for it."""
+                      components: Sequence[str], source: str, products: Sequence[str] = ()
+                      ) -> tuple[dict[str, Any] | None, list[str], Path | None]:
+    """(record, what it lacks, path) of an installed managed toolkit installed for this request
+    (:func:`cudaredist.record.satisfying_record`), else (None, [], None)."""
     for t in find(root, train, platform):
-        rec = satisfying_record(t.path, train=train, platform=platform, profile=profile,
-                                components=components, source=source, products=products)
+        rec, lacks = satisfying_record(t.path, train=train, platform=platform, profile=profile,
+                                       components=components, source=source, products=products)
         if rec is not None:
-            return rec, t.path
-    return None, None
+            return rec, lacks, t.path
+    return None, [], None
 
 
 def host() -> str | None:

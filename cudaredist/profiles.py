@@ -112,7 +112,7 @@ def get_profile(name: str) -> Profile:
 
     def walk(n: str) -> str:
         if n not in profiles:
-            raise PlanError(f"unknown profile {n!r}; profiles: {', '.join(sorted(profiles))}")
+            raise UsageError(f"unknown profile {n!r}; profiles: {', '.join(sorted(profiles))}")
         if n in seen:
             raise ManifestError(f"profile {n!r} extends itself (through {' -> '.join(seen)})")
         seen.append(n)

@@ -7,16 +7,19 @@ import glob
 import json
 import os
 import stat
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cudaredist import __version__, fsops, noop
-from cudaredist.errors import PrefixError, RecordError
+from cudaredist import __version__, fsops
+from cudaredist.cache.store import ENV_LOCK_TIMEOUT
+from cudaredist.errors import BusyError, PrefixError, RecordError
 from cudaredist.fsops import WINDOWS
 from cudaredist.hashing import sha256_file
+from cudaredist.localfs import local_error
 from cudaredist.plan import Plan, version_key
 
 if TYPE_CHECKING:  # the no-op path reads records without loading the archive modules
@@ -37,11 +40,101 @@ def leftovers(prefix: Path) -> list[Path]:
     return sorted(prefix.parent.glob(f".{glob.escape(prefix.name)}.cudaredist-*"))
 
 
+@contextlib.contextmanager
+def prefix_lock(prefix: Path, timeout: float) -> Iterator[None]:
+    """Hold ``.NAME.cudaredist.lock`` beside ``prefix``; removed on the way out when the prefix is
+    gone (an uninstall), so a waiter that got the removed file takes the lock again."""
+    import filelock
+
+    lock = filelock.FileLock(str(prefix.parent / f".{prefix.name}.cudaredist.lock"), timeout=timeout)
+    deadline = time.monotonic() + timeout
+    try:
+        prefix.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            lock.acquire(timeout=max(0.0, deadline - time.monotonic()))
+            if WINDOWS or _holds(lock):
+                break
+            lock.release()
+    except filelock.Timeout as exc:
+        raise BusyError(
+            f"{prefix} is busy: another cudaredist process has held its lock for {timeout:g}s. "
+            f"Retry later, or wait longer with --lock-timeout / {ENV_LOCK_TIMEOUT}.",
+            path=str(prefix), lock=lock.lock_file) from exc
+    except OSError as exc:
+        raise local_error(exc, doing="create the lock file of the prefix in", path=prefix.parent,
+                          option="--prefix") from exc
+    try:
+        yield
+    finally:
+        if not WINDOWS and not os.path.lexists(prefix):  # Windows' filelock removes it itself
+            with contextlib.suppress(OSError):
+                os.unlink(lock.lock_file)
+        lock.release()
+
+
+def _holds(lock: Any) -> bool:
+    """Is the file ``lock`` holds still the one at its path (not removed by the previous holder)?"""
+    fd = getattr(getattr(lock, "_context", None), "lock_file_fd", None)
+    try:
+        return fd is None or os.fstat(fd).st_ino == os.stat(lock.lock_file).st_ino
+    except OSError:
+        return False
+
+
+def recover(prefix: Path) -> list[str]:
+    """Clean what a killed run left beside ``prefix`` (call with the prefix lock held).
+
+    A moved-aside tree is put back when the prefix is missing (a swap cut short). One that
+    cannot be deleted yet (a process still holds a file in it) is left for a later run, with
+    a note: it is not in the way of anything."""
+    actions: list[str] = []
+    for p in leftovers(prefix):
+        kind = p.name[len(prefix.name) + 1:].split("-")[1]
+        if kind == "old" and not os.path.lexists(prefix):
+            fsops.rename(p, prefix)
+            actions.append(f"restored {prefix} from an interrupted swap")
+            continue
+        try:
+            fsops.rmtree(p)
+            actions.append(f"removed leftover {p.name}")
+        except OSError as exc:
+            actions.append(f"warning: {not_removed(p, exc)}")
+    return actions
+
+
+def tidy(prefix: Path, timeout: float) -> list[str]:
+    """:func:`recover` under the prefix lock, when a killed run left something beside ``prefix``
+    (no lock taken otherwise): before the no-op check, so that it needs no network."""
+    if not leftovers(prefix):
+        return []
+    with prefix_lock(prefix, timeout):
+        return recover(prefix)
+
+
+def refuse_foreign(prefix: Path) -> None:
+    """A :class:`PrefixError` when ``prefix`` holds something that is not a cudaredist install."""
+    ours = (prefix / RECORD_DIR).is_dir()
+    if not ours and prefix.exists() and (not prefix.is_dir() or any(prefix.iterdir())):
+        what = "is a file, not a directory" if not prefix.is_dir() else \
+            "exists and does not hold a cudaredist install"
+        raise PrefixError(
+            f"{prefix} {what}; refusing to replace it. Choose another --prefix, empty it, or "
+            "pass --replace-foreign to replace it (everything in it is deleted).",
+            prefix=str(prefix))
+
+
+def not_removed(tree: Path, exc: OSError) -> str:
+    held = fsops.holder_hint(exc)
+    why = held or f"{exc.strerror or exc}: {exc.filename or tree}"
+    return (f"the previous tree {tree} could not be removed yet ({why}); the next cudaredist run on "
+            f"this prefix removes it, or delete it yourself once nothing uses it")
+
+
 def satisfies(record: dict[str, Any], *, train: str, platform: str, profile: str | None,
               components: Sequence[str], source: str, products: Sequence[str] = ()) -> bool:
-    """Does an installed tree already answer this request (so no network is needed)? ``products``
-    (``--with``) must be the ones it was installed with: ``cudnn`` is answered by the cuDNN the tree
-    has, as ``13.4`` is by its 13.4.x."""
+    """Was the tree installed for this request (its train, platform, source, profile, ``--component``
+    and ``--with``)? ``cudnn`` is answered by the cuDNN the tree has, as ``13.4`` is by its 13.4.x.
+    Whether it still holds all that request means today is :func:`lacking`."""
     from cudaredist.profiles import parse_product_requests
 
     plan = record.get("plan", {})
@@ -60,20 +153,68 @@ def satisfies(record: dict[str, Any], *, train: str, platform: str, profile: str
             and sorted(request.get("components", [])) == sorted(components))
 
 
+def lacking(record: dict[str, Any]) -> list[str]:
+    """The components the record's own request means today for its release that its tree lacks
+    (``profile nvcc`` gained ``cuda_profiler_api`` in a later cudaredist): offline, from
+    profiles.toml. The PyPI source's profiles name extras that only the index resolves: none there."""
+    from cudaredist.errors import CudaRedistError
+    from cudaredist.profiles import get_product, get_profile, parse_spec
+
+    plan = record["plan"]
+    if plan.get("source", "nvidia") != "nvidia":
+        return []
+    release, platform, have = plan["release"], plan["platform"], {c["name"] for c in plan["components"]}
+    # a component the release may lack (``missing``): the plan's note says when it did
+    absent = " ".join(str(n) for n in plan.get("notes", []))
+    try:
+        specs = [s for s in get_profile(plan["profile"]).specs if s.applies_to(release, platform)
+                 and not (s.missing and f"has no {s} for {platform}" in absent)] \
+            if plan["profile"] != "custom" else []
+        specs += [parse_spec(c, "--component") for c in record.get("request", {}).get("components", [])]
+        specs += [parse_spec(n) for p in plan.get("products", [])
+                  for n in get_product(str(p["name"])).needs_for(str(p["release"]))]
+    except CudaRedistError:  # a profile or product this cudaredist no longer has: nothing to compare
+        return []
+    return list(dict.fromkeys(str(s) for s in specs if not any(n in have for n in s.names)))
+
+
+def drift_text(record: dict[str, Any], missing: Sequence[str]) -> str:
+    """``profile nvcc now also includes cuda_profiler_api, cuda_nvtx`` for what :func:`lacking` found."""
+    profile = record["plan"]["profile"]
+    who = f"profile {profile}" if profile != "custom" else "the request"
+    return f"{who} now also includes {', '.join(missing)} (CUDA {record['plan']['release']})"
+
+
+def holds(record: dict[str, Any], plan: Plan) -> bool:
+    """Does the tree hold exactly ``plan``'s archives (as resolved now), from the components its
+    record lists rather than a key stored beside them?"""
+    from cudaredist.plan import plan_from_json
+
+    try:
+        return plan_from_json(record["plan"]).content_key() == plan.content_key()
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
+def drift_note(prefix: Path, record: dict[str, Any]) -> str:
+    """What ``info`` and ``verify`` say of a tree that lacks what its profile means today, or ""."""
+    missing = lacking(record)
+    return (f"{drift_text(record, missing)}, which this tree lacks: `cudaredist install "
+            f"{record['plan']['release']} --prefix {prefix}` brings it up to date") if missing else ""
+
+
 def satisfying_record(prefix: Path, *, train: str, platform: str, profile: str | None,
                       components: Sequence[str], source: str,
-                      products: Sequence[str] = ()) -> dict[str, Any] | None:
-    """The record of ``prefix`` if it already answers this request (no network needed), else None.
-
-    Leftovers of a killed run mean no: the installer cleans them first."""
+                      products: Sequence[str] = ()) -> tuple[dict[str, Any] | None, list[str]]:
+    """(the record of ``prefix``, what it lacks) when it was installed for this request, else
+    (None, []): a record with nothing lacking answers the request without network."""
     if not prefix.is_dir():
-        return None
+        return None, []
     rec = read_record(prefix)
-    if rec is None or leftovers(prefix) or not satisfies(
-            rec, train=train, platform=platform, profile=profile, components=components, source=source,
-            products=products):
-        return None
-    return rec
+    if rec is None or not satisfies(rec, train=train, platform=platform, profile=profile,
+                                    components=components, source=source, products=products):
+        return None, []
+    return rec, lacking(rec)
 
 
 def record_path(prefix: Path) -> Path:
@@ -202,18 +343,20 @@ class VerifyReport:
     prefix: str
     missing: list[str] = field(default_factory=list)
     changed: list[str] = field(default_factory=list)
-    extra: list[str] = field(default_factory=list)
+    extra: list[str] = field(default_factory=list)  # added since (torch's lib/x64/libcudart.a): no damage
     checked: int = 0
     reasons: dict[str, str] = field(default_factory=dict)  # changed path -> what changed
+    drift: str = ""  # what its profile means today that the tree lacks (:func:`drift_note`)
 
     @property
     def ok(self) -> bool:
-        return not (self.missing or self.changed or self.extra)
+        return not (self.missing or self.changed)
 
     def to_json(self) -> dict[str, Any]:
         return {"prefix": self.prefix, "ok": self.ok, "checked": self.checked,
                 "missing": self.missing, "changed": self.changed, "extra": self.extra,
-                "reasons": {p: self.reasons[p] for p in self.changed if p in self.reasons}}
+                "reasons": {p: self.reasons[p] for p in self.changed if p in self.reasons}} | (
+                    {"drift": self.drift} if self.drift else {})
 
     def change(self, rel: str, reason: str) -> None:
         self.changed.append(rel)
@@ -297,7 +440,7 @@ def verify(prefix: Path, *, fast: bool = False) -> VerifyReport:
     """Re-hash every recorded file and compare its exec bits, link targets and kind; ``fast``
     compares sizes, modes and link targets only."""
     rec = require_record(prefix)
-    report = VerifyReport(str(prefix))
+    report = VerifyReport(str(prefix), drift=drift_note(prefix, rec))
     modes = _keeps_exec_bits(prefix)
     recorded: set[str] = set()
     for f in rec["files"]:
@@ -402,8 +545,6 @@ def uninstall(prefix: Path) -> int:
             + ". Nothing was removed.", prefix=str(prefix)) from exc
     rp = record_path(prefix)
     fsops.unlink(rp)
-    with contextlib.suppress(FileNotFoundError):  # the no-op answers of cudaredist.noop
-        fsops.unlink(rp.parent / noop.STAMP)
     with contextlib.suppress(OSError):  # moved out of the tree already; a scanner's late open
         fsops.rmtree(trash)
     with contextlib.suppress(OSError):

@@ -59,9 +59,6 @@ def _error(result: Result) -> str:
                  "Releases of train 13.0: 13.0.1.", id="unknown-exact-release"),
     pytest.param(["13.x"], "'13.x' is not a CUDA train or release: use MAJOR (13), MAJOR.MINOR (13.4) "
                  "or MAJOR.MINOR.PATCH (13.4.1)", id="malformed-train"),
-    pytest.param(["13.0", "--profile", "cuda"], "unknown profile 'cuda'; "
-                 "profiles: build, nvcc, runtime, torch",
-                 id="unknown-profile"),
     pytest.param(["13.0", "--platform", "solaris-sparc"],
                  "CUDA 13.0.1 has no archives for platform 'solaris-sparc'; platforms in this release: "
                  "linux-x86_64, windows-x86_64", id="unknown-platform"),
@@ -585,6 +582,13 @@ def test_one_paragraph_and_an_exit_code(case: Case, base: str, mirror: Path, red
     assert said.startswith(case.lead) and said.endswith("\n"), said
     for word in case.words:  # paths as the host writes them: C:\...\w/bad.lock reads C:/.../w/bad.lock
         assert word.format(**fill).replace("\\", "/") in said.replace("\\", "/"), said
+
+
+def test_an_unknown_profile_is_a_usage_error(base: str) -> None:
+    """A bad option value exits 2, as --link-mode's does (it exited 1)."""
+    r = _run("resolve", "13.0", "--profile", "cuda", "--base-url", base)
+    assert r.exit_code == 2
+    assert r.stderr == "error: unknown profile 'cuda'; profiles: build, nvcc, runtime, torch\n"
 
 
 def test_reinstall_replace_foreign_and_the_deprecated_force(mirror: Path, tmp_path: Path) -> None:

@@ -100,7 +100,7 @@ def test_toolkit_ok_then_each_damage_fails(tiny_tree: Path) -> None:
     (tiny_tree / "bin" / "nvcc").chmod(0o644)
     check, _ = check_toolkit(tiny_tree, host_windows=False)
     assert check.status == "fail" and "exec bit" in check.detail and "bin/nvcc" in check.detail
-    assert "--force" in check.fix
+    assert "--reinstall" in check.fix and "--force" not in check.fix  # not the deprecated flag
 
     (tiny_tree / "include" / "cuda_runtime.h").write_text("// changed, longer than before")
     (tiny_tree / "nvvm" / "bin" / "cicc").unlink()
@@ -108,7 +108,7 @@ def test_toolkit_ok_then_each_damage_fails(tiny_tree: Path) -> None:
     assert check.status == "fail"
     assert "1 missing (nvvm/bin/cicc)" in check.detail
     assert "1 changed (include/cuda_runtime.h)" in check.detail
-    assert f"cudaredist install 13.0.1 --platform linux-x86_64 --prefix {tiny_tree} --force" in check.fix
+    assert f"cudaredist install 13.0.1 --platform linux-x86_64 --prefix {tiny_tree} --reinstall" in check.fix
 
 
 def test_toolkit_without_a_record(tmp_path: Path) -> None:
@@ -179,6 +179,8 @@ def fake_nvcc(prefix: Path, release: str, full: str, code: int = 0) -> None:
                  id="other-release"),
     pytest.param("13.0", "13.0.48", 0, "fail", "V13.0.48, but", id="other-build"),
     pytest.param("13.0", "13.0.88", 1, "fail", "failed (exit 1)", id="exit-code"),
+    pytest.param("13.0", "x", 0, "fail", "--version ran, but its output names no release",
+                 id="unparsed-output"),
 ])
 def test_nvcc_version_against_the_record(tmp_path: Path, release: str, full: str, code: int,
                                          status: str, words: str) -> None:

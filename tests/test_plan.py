@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from cudaredist.errors import PlanError
+from cudaredist.errors import PlanError, UsageError
 from cudaredist.plan import join_url, plan_from_json, version_key
 from cudaredist.sources.nvidia.manifest import Manifest, parse_manifest
 from cudaredist.sources.nvidia.planner import make_plan
@@ -178,7 +178,7 @@ def test_unknown_platform_lists_the_releases_platforms() -> None:
 
 
 def test_unknown_profile_lists_profiles() -> None:
-    with pytest.raises(PlanError, match=r"unknown profile 'cuda'; profiles: build, nvcc, runtime, torch"):
+    with pytest.raises(UsageError, match=r"unknown profile 'cuda'; profiles: build, nvcc, runtime, torch"):
         make_plan(_manifest("13.0.1", NVCC_13_SET), platform="linux-x86_64", base_url=BASE, profile="cuda")
 
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from cudaredist.cli import app
 from cudaredist.record import read_record, record_path, uninstall, verify
-from tests.hosts import WINDOWS, needs_symlinks, symlinks_work
+from tests.hosts import needs_symlinks, symlinks_work
 from tests.invariants import snapshot
 
 runner = CliRunner()
@@ -79,6 +79,23 @@ def test_verify_reports_missing_changed_and_extra(prefix: Path) -> None:
     assert out.splitlines()[-1].startswith("DIFFERS:")
 
 
+def test_files_added_since_the_install_are_listed_not_failed(prefix: Path) -> None:
+    """A tool that writes into the tree (PyTorch's AOTInductor writes lib/x64/libcudart.a and
+    cudart64_13.def beside cudart.lib when they are missing) does not damage it; uninstall keeps them."""
+    (prefix / "lib" / "libcudart.a").write_bytes(b"!<arch>\n")
+    (prefix / "lib" / "cudart64_13.def").write_text("EXPORTS\n")
+    code, out, _ = cli("verify", "--prefix", str(prefix), "--json")
+    report = json.loads(out)
+    assert code == 0 and report["ok"], out
+    assert report["extra"] == ["lib/cudart64_13.def", "lib/libcudart.a"] and report["missing"] == []
+    code, out, _ = cli("verify", "--prefix", str(prefix))
+    assert code == 0 and "extra    lib/libcudart.a" in out
+    last = out.splitlines()[-1]
+    assert last.startswith("ok: ") and last.endswith("2 extra (added since the install, kept by uninstall)")
+    assert cli("uninstall", "--prefix", str(prefix))[0] == 0
+    assert sorted(p.name for p in (prefix / "lib").iterdir()) == ["cudart64_13.def", "libcudart.a"]
+
+
 def test_fast_verify_compares_sizes_only(prefix: Path) -> None:
     (prefix / "include" / "crt" / "host_config.h").write_bytes(b"// HC")  # same size
     assert verify(prefix, fast=True).ok
@@ -126,8 +143,8 @@ def test_uninstall_of_an_untouched_install_removes_the_prefix(prefix: Path) -> N
     code, out, _ = cli("uninstall", "--prefix", str(prefix))
     assert code == 0 and out.startswith(f"removed {n} files")
     assert not prefix.exists()
-    # filelock's Windows lock deletes its file when it is released; the POSIX one keeps it
-    assert sorted(p.name for p in prefix.parent.iterdir()) == ([] if WINDOWS else [".cuda.cudaredist.lock"])
+    # no .cuda.cudaredist.lock either (it stayed beside the prefix on POSIX)
+    assert sorted(p.name for p in prefix.parent.iterdir()) == []
 
 
 @needs_symlinks

@@ -586,7 +586,7 @@ def test_an_https_document_redirected_to_plain_http_is_refused() -> None:
     import httpx
     import respx
 
-    from cudaredist.errors import FetchError
+    from cudaredist.errors import TrustError
     from cudaredist.fetch.client import RetryPolicy
     from cudaredist.fetch.transport import Transport
 
@@ -598,6 +598,6 @@ def test_an_https_document_redirected_to_plain_http_is_refused() -> None:
         router.get("https://redist.test/b/").mock(
             return_value=httpx.Response(302, headers={"Location": "https://cdn.test/b/"}))
         router.get("https://cdn.test/b/").mock(return_value=httpx.Response(200, content=listing))
-        with pytest.raises(FetchError, match=r"redirects to plain HTTP \(http://redist\.test/a/\)"):
+        with pytest.raises(TrustError, match=r"it redirects to http://redist\.test/a/, which may not supply"):
             t.get_bytes("https://redist.test/a/")
         assert t.get_bytes("https://redist.test/b/") == listing  # https to https is fine

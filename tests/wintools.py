@@ -1,7 +1,7 @@
 """MinGW-w64 and Wine for the tests that build and run Windows programs on Linux.
 
-``.ci/run`` installs both (Debian: g++-mingw-w64-x86-64-posix, wine64); under CI a missing
-one fails the test, elsewhere it skips. Wine's first start creates its prefix (about 20 s):
+``.ci/run`` installs them (Debian: g++-mingw-w64-x86-64-posix, wine64, and lld for lld-link); under
+CI a missing one fails the test, elsewhere it skips. Wine's first start creates its prefix (about 20 s):
 one prefix per session, shared by every module through ``_made``.
 """
 
@@ -46,6 +46,15 @@ def mingw_objdump() -> str:
     found = shutil.which("x86_64-w64-mingw32-objdump")
     if found is None:
         _missing("x86_64-w64-mingw32-objdump", "apt-get install binutils-mingw-w64-x86-64")
+        raise AssertionError("unreachable")
+    return found
+
+
+def lld_link() -> str:
+    """LLVM's MSVC-compatible linker (Debian: lld)."""
+    found = shutil.which("lld-link")
+    if found is None:
+        _missing("lld-link", "apt-get install lld")
         raise AssertionError("unreachable")
     return found
 

@@ -49,9 +49,11 @@ def cache_list(cache_dir: CacheDirOpt = None, as_json: JsonOpt = False) -> None:
 
 
 def _report(done: str, cleaned: Cleaned) -> None:
-    typer.echo(f"{done}: removed {cleaned.files} files, {mb(cleaned.freed)}")
+    files = f"{cleaned.files} file{'' if cleaned.files == 1 else 's'}"
+    typer.echo(f"{done}: removed {files}, {mb(cleaned.freed)}")
     if cleaned.busy:
-        typer.echo(f"note: left {cleaned.busy} entries that a running cudaredist holds; run this again "
+        typer.echo(f"note: left {cleaned.busy} {'entry' if cleaned.busy == 1 else 'entries'} that a running "
+                   "cudaredist holds; run this again "
                    "when it is done", err=True)
     if cleaned.foreign:
         typer.echo(f"note: left {', '.join(cleaned.foreign)}: cudaredist did not write them", err=True)

@@ -3,12 +3,11 @@ so :mod:`cudaredist.entry` builds it alone for ``cudaredist install ...``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-from cudaredist import commands
-from cudaredist.commands.base import OPTIONS, SELECTION, Ctx, Selection, command, emit_json, json_text
+from cudaredist.commands.base import OPTIONS, SELECTION, Ctx, Selection, command, emit_json
 from cudaredist.commands.options import (
     InstallDirOpt,
     JobsOpt,
@@ -21,9 +20,6 @@ from cudaredist.commands.options import (
     QuietOpt,
     VerboseOpt,
 )
-
-if TYPE_CHECKING:
-    from cudaredist.api import InstallOutcome, InstallRequest
 
 
 @command
@@ -74,16 +70,12 @@ def install(
         link_mode=link_mode, lock_timeout=lock_timeout, jobs=jobs, cache_dir=ctx.cache_dir,
         where=ctx.where())
     talk = not (quiet or as_json)
-    said: list[str] = []
 
     def say(text: str) -> None:
         if talk:
             typer.echo(text, err=True)
-            said.append(text + "\n")
 
     outcome = do_install(request, reporter=pick(quiet=quiet or as_json, verbose=verbose), say=say)
-    if prefix is not None and not force:
-        _keep_noop_answer(request, outcome, "".join(said), as_json=as_json, talk=talk)
     if as_json:
         emit_json(outcome.to_json())
     for warning in outcome.warnings:  # on stderr, whatever --quiet and --json say
@@ -93,26 +85,3 @@ def install(
         typer.echo(f"error: {lead}{failed.error}", err=True)
     if outcome.failed:
         raise typer.Exit(outcome.exit_code)
-
-
-def _keep_noop_answer(request: InstallRequest, outcome: InstallOutcome, said: str, *, as_json: bool,
-                      talk: bool) -> None:
-    """What the same command line prints next time, kept for :mod:`cudaredist.noop` to answer."""
-    from cudaredist import noop
-    from cudaredist.api import noop_outcome
-
-    argv = commands.noop_argv
-    if argv is None or not outcome.done or outcome.failed or outcome.warnings:
-        return
-
-    def out(o: InstallOutcome) -> str:
-        return json_text(o.to_json()) + "\n" if as_json else ""
-
-    if all(d.noop for d in outcome.done):
-        noop.remember(argv, commands.noop_before, out(outcome), said)
-        return
-    # installed now: the record just written, read as the next run's no-op will read it
-    before = noop.before(argv)
-    again = noop_outcome(request)
-    if again is not None:
-        noop.remember(argv, before, out(again), "".join(d.message + "\n" for d in again.done) if talk else "")

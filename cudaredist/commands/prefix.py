@@ -22,8 +22,8 @@ def verify(
                                                       "do not re-hash.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Re-hash the tree against its install record: missing, changed (content, exec bits, link
-    targets) and extra files."""
+    """Re-hash the tree against its install record: missing and changed files (content, exec bits,
+    link targets) fail it; extra files, added since the install, are listed."""
     from cudaredist.record import verify as do_verify
 
     report = do_verify(tk.target(),
@@ -37,7 +37,10 @@ def verify(
                 typer.echo(f"{kind:8} {path}" + (f" ({why})" if why else ""))
         status = "ok" if report.ok else "DIFFERS"
         typer.echo(f"{status}: {report.checked} files checked, {len(report.missing)} missing, "
-                   f"{len(report.changed)} changed, {len(report.extra)} extra")
+                   f"{len(report.changed)} changed, {len(report.extra)} extra"
+                   + (" (added since the install, kept by uninstall)" if report.extra else ""))
+        if report.drift:
+            typer.echo(f"note: {report.drift}")
     if not report.ok:
         raise typer.Exit(1)
 
@@ -48,12 +51,14 @@ def info(
     as_json: JsonOpt = False,
 ) -> None:
     """Show the install record of a prefix."""
-    from cudaredist.record import require_record
+    from cudaredist.record import drift_note, require_record
 
     target = tk.target()
     rec = require_record(target)
+    drift = drift_note(target, rec)
     if as_json:
-        emit_json({k: v for k, v in rec.items() if k != "files"} | {"file_count": len(rec["files"])})
+        emit_json({k: v for k, v in rec.items() if k != "files"} | {"file_count": len(rec["files"])}
+                  | ({"drift": drift} if drift else {}))
         return
     plan = rec["plan"]
     typer.echo(f"prefix:    {target}")
@@ -76,6 +81,8 @@ def info(
         typer.echo(f"  {c['name']:<20} {c['version']:<14} sha256 {c['sha256']}")
         if c["name"] in served:
             typer.echo(f"  {'':<20} from {served[c['name']]}")
+    if drift:
+        typer.echo(f"note: {drift}")
 
 
 @command

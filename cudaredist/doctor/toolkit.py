@@ -32,7 +32,7 @@ def check_toolkit(prefix: Path, *, host_windows: bool | None = None) -> tuple[Ch
     try:
         rec = read_record(prefix)
     except CudaRedistError as exc:
-        return Check("toolkit", "fail", str(exc), f"reinstall: {install} --force"), None
+        return Check("toolkit", "fail", str(exc), f"reinstall: {install} --reinstall"), None
     if rec is None:
         windows = (prefix / "bin" / "nvcc.exe").is_file()
         has_nvcc = windows or (prefix / "bin" / "nvcc").is_file()
@@ -60,7 +60,7 @@ def check_toolkit(prefix: Path, *, host_windows: bool | None = None) -> tuple[Ch
         if "link" not in f and int(str(f.get("mode", "0")), 8) & 0o111
         and (prefix / f["path"]).is_file() and not os.access(prefix / f["path"], os.X_OK)]
     what = f"CUDA {release} ({platform}, profile {plan.get('profile', '?')})"
-    reinstall = f"cudaredist install {release} --platform {platform} --prefix {prefix} --force"
+    reinstall = f"cudaredist install {release} --platform {platform} --prefix {prefix} --reinstall"
     changed = [p for p in report.changed if p not in lost]  # verify names lost exec bits too
     if report.missing or changed:
         problems = [f"{len(found)} {kind} ({_short(found)})"
@@ -98,13 +98,14 @@ def check_nvcc(tk: Toolkit, env: Mapping[str, str]) -> tuple[Check, str | None]:
     if not nvcc.is_file():
         return Check("nvcc", "fail", f"{nvcc} is missing",
                      f"reinstall the tree with the nvcc profile: cudaredist install {tk.release or 'TRAIN'} "
-                     f"--prefix {tk.prefix} --profile nvcc --force"), None
+                     f"--prefix {tk.prefix} --profile nvcc --reinstall"), None
     rc, out = _run([str(nvcc), "--version"], env, timeout=60)
     m = _NVCC_VERSION.search(out)
     if rc != 0 or m is None:
         return Check("nvcc", "fail",
-                     f"{nvcc} --version failed (exit {rc}): {_first_line(out) or 'no output'}",
-                     "reinstall the tree (--force); if it still fails, the host cannot run this "
+                     f"{nvcc} --version " + (f"failed (exit {rc})" if rc else "ran, but its output names no "
+                                             "release") + f": {_first_line(out) or 'no output'}",
+                     "reinstall the tree (--reinstall); if it still fails, the host cannot run this "
                      "platform's binaries (check `file` on it and the C library version)"), None
     reported, full = m.group(1), m.group(2)
     said = f"{nvcc} reports release {reported}, V{full}"
@@ -114,7 +115,7 @@ def check_nvcc(tk: Toolkit, env: Mapping[str, str]) -> tuple[Check, str | None]:
             expected = f"release {want}" + (f", V{tk.nvcc_version}" if tk.nvcc_version else "")
             return Check("nvcc", "fail",
                          f"{said}, but the install record names CUDA {tk.release} ({expected})",
-                         f"the tree was changed after install: reinstall with --force into {tk.prefix}"
+                         f"the tree was changed after install: reinstall with --reinstall into {tk.prefix}"
                          ), reported
         said += f", as the record says (CUDA {tk.release})"
     return Check("nvcc", "ok", said), reported

@@ -70,12 +70,16 @@ def make_client(*, timeout: float = 30.0, connections: int = 16) -> httpx.Client
             raise UsageError(f"SSL_CERT_FILE={cafile} cannot be used as a CA bundle ({why}); point "
                              "SSL_CERT_FILE at a PEM file of CA certificates, or unset it to use the "
                              "system's trust store only") from exc
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
     return httpx.Client(
         verify=ctx,
         trust_env=True,  # HTTPS_PROXY, HTTP_PROXY, ALL_PROXY, NO_PROXY
+        # loopback never goes through a proxy, whatever NO_PROXY says
+        mounts={f"all://{h}": httpx.HTTPTransport(verify=ctx, limits=limits)
+                for h in ("localhost", "127.0.0.1", "[::1]")},
         follow_redirects=True,
         timeout=httpx.Timeout(timeout, connect=timeout),
-        limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
+        limits=limits,
         headers={"User-Agent": f"cudaredist/{__version__}", "Accept-Encoding": "identity"},
     )
 

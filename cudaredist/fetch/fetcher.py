@@ -38,7 +38,8 @@ PARTIAL_MAX_AGE_DAYS = 7.0
 
 
 class StreamBroken(Exception):
-    """A followed download failed on one URL while others remain: rebuild without streaming."""
+    """A download an extraction read along failed (on one URL while others remain, or a resumed
+    start that did not verify): rebuild without streaming. ``args[0]``: the failure."""
 
 
 class Fetcher:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
-from cudaredist.errors import FetchError, IntegrityError
+from cudaredist.errors import FetchError, IntegrityError, TrustError
 from cudaredist.fetch.client import (
     UNREACHABLE_HINT,
     Retryable,
@@ -29,6 +29,7 @@ from cudaredist.fetch.client import (
     unreachable,
 )
 from cudaredist.fetch.ranges import Marker, OrderedHasher, either, follower, marker_path
+from cudaredist.trust import Trust, host_label
 
 if TYPE_CHECKING:
     import httpx
@@ -64,6 +65,9 @@ class Transport:
         # bounds the open connections of all downloads together (--jobs)
         self.slots = threading.BoundedSemaphore(max(1, connections))
         self.connections = max(1, connections)
+        # who may supply hashes (the source sets the user's --trusted-host); judged on every hop
+        self.trust: Trust | None = None
+        self.moved: dict[str, str] = {}  # a document's URL -> the URL that answered, when redirected
 
     @property
     def client(self) -> httpx.Client:
@@ -168,11 +172,7 @@ class Transport:
         try:
             with self.client.stream("GET", url, headers=headers, **self._request_options(url, quick)) as r:
                 answered = True
-                if url.lower().startswith("https:") and r.url.scheme != "https":
-                    # a manifest or index page carries the hashes: TLS must hold to the last hop
-                    raise FetchError(f"{url} redirects to plain HTTP ({r.url}); refusing a manifest or "
-                                     "index page that loses TLS on the way. Use the redirect's https:// "
-                                     "form as the URL, or fix the server.", url=url)
+                self._check_hops(url, [str(h.url) for h in r.history[1:]] + [str(r.url)])
                 self._check_status(r, url)
                 buf = bytearray()
                 for chunk in r.iter_bytes():
@@ -186,6 +186,23 @@ class Transport:
             if not answered:
                 self._unanswered(url, exc, quick)
             raise  # retried by _with_retries
+
+    def _check_hops(self, url: str, hops: list[str]) -> None:
+        """A manifest or index page carries the hashes: a URL that may supply them must not be
+        redirected to one that may not (a loopback base to a plain-HTTP host, https to http)."""
+        trust = self.trust or Trust()
+        if not trust.trusted(url) or hops == [url]:
+            return
+        for hop in hops:
+            if not trust.trusted(hop):
+                raise TrustError(
+                    f"refusing to read a manifest or index page through {url}: it redirects to {hop}, "
+                    f"which may not supply hashes (plain HTTP, not a loopback address, not named by "
+                    f"--trusted-host), so whoever answers for {host_label(hop)} could choose what runs "
+                    f"here. Nothing was downloaded. Name an https:// URL of that place instead, or pass "
+                    f"--trusted-host {host_label(hop)} if that host and the network to it are yours.",
+                    url=hop, host=host_label(hop))
+        self.moved[url] = hops[-1]
 
     def content_length(self, url: str) -> int:
         """The size the server declares for ``url`` (HEAD), retried like every request."""

@@ -3,12 +3,7 @@
 
 from __future__ import annotations
 
-from cudaredist.install.transaction import (
-    Installer,
-    InstallResult,
-    prefix_lock,
-    recover,
-    swap_into_place,
-)
+from cudaredist.install.transaction import Installer, InstallResult, swap_into_place
+from cudaredist.record import prefix_lock, recover
 
 __all__ = ["InstallResult", "Installer", "prefix_lock", "recover", "swap_into_place"]

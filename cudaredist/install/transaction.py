@@ -8,7 +8,6 @@ lock serialises installers; leftovers of a killed run are cleaned by the next on
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import io
 import os
@@ -16,31 +15,33 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from cudaredist import fsops
 from cudaredist.cache import Cache
-from cudaredist.cache.store import ENV_LOCK_TIMEOUT, lock_wait
+from cudaredist.cache.store import lock_wait
 from cudaredist.errors import (
-    BusyError,
     PrefixError,
 )
 from cudaredist.fetch.fetcher import Fetcher, StreamBroken
 from cudaredist.fetch.transport import Transport
 from cudaredist.install.build import Build
-from cudaredist.localfs import UMASK, check_free_space, disk_error, is_case_insensitive, local_error, mb
+from cudaredist.localfs import UMASK, check_free_space, disk_error, is_case_insensitive, mb
 from cudaredist.plan import Plan
 from cudaredist.profiles import is_windows, platform_rule
 from cudaredist.progress import Reporter, Silent
 from cudaredist.record import (
-    RECORD_DIR,
     build_record,
     canonical_prefix,
-    leftovers,
+    holds,
+    not_removed,
+    prefix_lock,
     read_record,
+    recover,
+    refuse_foreign,
     write_record,
 )
 from cudaredist.tree import links, versionjson
@@ -59,56 +60,6 @@ class InstallResult:
     files: int = 0
     seconds: float = 0.0
     warnings: tuple[str, ...] = ()  # for stderr even when quiet: e.g. an old tree left behind
-
-
-@contextlib.contextmanager
-def prefix_lock(prefix: Path, timeout: float) -> Iterator[None]:
-    import filelock
-
-    lock = filelock.FileLock(str(prefix.parent / f".{prefix.name}.cudaredist.lock"), timeout=timeout)
-    try:
-        prefix.parent.mkdir(parents=True, exist_ok=True)
-        lock.acquire()
-    except filelock.Timeout as exc:
-        raise BusyError(
-            f"{prefix} is busy: another cudaredist process has held its lock for {timeout:g}s. "
-            f"Retry later, or wait longer with --lock-timeout / {ENV_LOCK_TIMEOUT}.",
-            path=str(prefix), lock=lock.lock_file) from exc
-    except OSError as exc:
-        raise local_error(exc, doing="create the lock file of the prefix in", path=prefix.parent,
-                          option="--prefix") from exc
-    try:
-        yield
-    finally:
-        lock.release()
-
-
-def recover(prefix: Path) -> list[str]:
-    """Clean what a killed run left beside ``prefix`` (call with the prefix lock held).
-
-    A moved-aside tree is put back when the prefix is missing (a swap cut short). One that
-    cannot be deleted yet (a process still holds a file in it) is left for a later run, with
-    a note: it is not in the way of anything."""
-    actions: list[str] = []
-    for p in leftovers(prefix):
-        kind = p.name[len(prefix.name) + 1:].split("-")[1]
-        if kind == "old" and not os.path.lexists(prefix):
-            fsops.rename(p, prefix)
-            actions.append(f"restored {prefix} from an interrupted swap")
-            continue
-        try:
-            fsops.rmtree(p)
-            actions.append(f"removed leftover {p.name}")
-        except OSError as exc:
-            actions.append(f"warning: {_not_removed(p, exc)}")
-    return actions
-
-
-def _not_removed(tree: Path, exc: OSError) -> str:
-    held = fsops.holder_hint(exc)
-    why = held or f"{exc.strerror or exc}: {exc.filename or tree}"
-    return (f"the previous tree {tree} could not be removed yet ({why}); the next cudaredist run on "
-            f"this prefix removes it, or delete it yourself once nothing uses it")
 
 
 def swap_into_place(staging: Path, prefix: Path, warn: Callable[[str], None] | None = None) -> None:
@@ -151,7 +102,7 @@ def swap_into_place(staging: Path, prefix: Path, warn: Callable[[str], None] | N
         fsops.rmtree(gone)
     except OSError as exc:
         if warn is not None:
-            warn(f"warning: {_not_removed(gone, exc)}")
+            warn(f"warning: {not_removed(gone, exc)}")
 
 
 class Installer:
@@ -206,18 +157,11 @@ class Installer:
                 except PrefixError:
                     if not reinstall:  # its message says to reinstall with --reinstall
                         raise
-            if record is not None and record.get("content_key") == plan.content_key() and not reinstall:
+            if record is not None and holds(record, plan) and not reinstall:
                 return InstallResult(prefix, plan, noop=True, seconds=time.monotonic() - t0,
                                      warnings=tuple(warnings))
-            ours = record is not None or (prefix / RECORD_DIR).is_dir()
-            if (not ours and prefix.exists() and not replace_foreign
-                    and (not prefix.is_dir() or any(prefix.iterdir()))):
-                what = "is a file, not a directory" if not prefix.is_dir() else \
-                    "exists and does not hold a cudaredist install"
-                raise PrefixError(
-                    f"{prefix} {what}; refusing to replace it. Choose another --prefix, empty it, or "
-                    "pass --replace-foreign to replace it (everything in it is deleted).",
-                    prefix=str(prefix))
+            if not replace_foreign:
+                refuse_foreign(prefix)
             try:
                 staging = Path(tempfile.mkdtemp(dir=prefix.parent,
                                                 prefix=f".{prefix.name}.cudaredist-stage-"))
@@ -231,7 +175,9 @@ class Installer:
                 try:
                     files, downloaded, cached = self._build(plan, staging, prefix=prefix)
                 except StreamBroken as broken:
-                    self.reporter.message(f"{broken.__cause__}; trying the next URL")
+                    # (its __cause__ is gone: the build re-raises from None)
+                    self.reporter.message(f"{broken.args[0]}; building the tree again, without "
+                                          "extracting while downloading")
                     fsops.rmtree(staging)
                     staging.mkdir()
                     files, downloaded, cached = self._build(plan, staging, prefix=prefix,

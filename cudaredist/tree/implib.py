@@ -1,11 +1,10 @@
-"""GNU import libraries for a Windows tree, built from the DLLs' export tables.
+"""Import libraries for a Windows tree, built from the DLLs' export tables.
 
-MinGW's GNU ld cannot link 13.x ``lib/x64/cudart.lib``: it is no pure import library but
-MSVC objects built with control-flow guard and /GS (``undefined reference to
-__guard_dispatch_icall_fptr``, ``__GSHandlerCheck``). So for each runtime DLL that has a
-matching MSVC library (``bin/x64/cudart64_13.dll`` <-> ``lib/x64/cudart.lib``) the tree
-gets ``lib/x64/libcudart.dll.a``. GNU ld looks for ``libNAME.dll.a`` before ``NAME.lib`` in
-each ``-L`` directory, so ``-lcudart`` takes it; MSVC never looks at it.
+Two gaps, one format. GNU ld cannot link 13.x ``lib/x64/cudart.lib``, MSVC objects built with
+control-flow guard and /GS (``undefined reference to __GSHandlerCheck``), so the tree gets
+``lib/x64/libcudart.dll.a`` beside it (GNU ld takes ``libNAME.dll.a`` before ``NAME.lib``; MSVC
+never reads it). And NVIDIA's wheels carry no import library for most DLLs (``cublas64_13.dll``
+but no ``lib/x64/cublas.lib``): the tree gets one, which MSVC's link, lld-link and GNU ld read.
 
 The library is what Microsoft's ``lib.exe`` and llvm-dlltool write (the PE/COFF
 specification's "import library" format): an ``ar`` archive with a symbol table, one
@@ -26,7 +25,7 @@ to link against and are left out.
 from __future__ import annotations
 
 import io
-import os
+import mmap
 import re
 import struct
 from collections.abc import Callable, Sequence
@@ -68,8 +67,8 @@ class DllExports:
 
 
 # -- reading a PE DLL ----------------------------------------------------------------------------
-def read_exports(data: bytes, *, where: str = "the DLL") -> DllExports:
-    """The named exports of a PE image (PE32 or PE32+)."""
+def read_exports(data: bytes | mmap.mmap, *, where: str = "the DLL") -> DllExports:
+    """The named exports of a PE image (PE32 or PE32+), from its bytes or a map of its file."""
     try:
         return _read_exports(data, where)
     except (struct.error, IndexError, UnicodeDecodeError) as exc:
@@ -77,7 +76,7 @@ def read_exports(data: bytes, *, where: str = "the DLL") -> DllExports:
                                  "export table", dll=where) from exc
 
 
-def _read_exports(data: bytes, where: str) -> DllExports:
+def _read_exports(data: bytes | mmap.mmap, where: str) -> DllExports:
     def bad(what: str) -> ImportLibraryError:
         return ImportLibraryError(f"{where} is not a well-formed PE DLL: {what}", dll=where)
 
@@ -117,7 +116,9 @@ def _read_exports(data: bytes, where: str) -> DllExports:
 
     def cstr(rva: int) -> str:
         off = at(rva)
-        end = data.index(b"\0", off)
+        end = data.find(b"\0", off)
+        if end < 0:
+            raise bad(f"the name at RVA {rva:#x} has no end")
         return data[off:end].decode("ascii")
 
     if ndirs < 1:
@@ -285,63 +286,59 @@ def import_library(info: DllExports) -> bytes:
 
 
 # -- the tree ----------------------------------------------------------------------------------------
+# where a machine's import libraries live: bin/x64/cublas64_13.dll (or 12.x's bin/) -> lib/x64/
+_ARCH_DIRS = {MACHINE_AMD64: "x64", MACHINE_ARM64: "arm64", MACHINE_I386: "Win32"}
+_LIBRARY = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")  # not nvrtc64_130_0.alt.dll's "nvrtc64_130_0.alt"
+
+
 def library_name(dll_file: str) -> str:
     """The MSVC library name a runtime DLL belongs to: cudart64_13.dll -> cudart."""
     return _DLL_TAIL.sub("", dll_file.rsplit(".", 1)[0])
 
 
-@dataclass(frozen=True)
-class Pair:
-    dll: str        # tree path of the DLL, e.g. bin/x64/cudart64_13.dll
-    lib: str        # tree path of its MSVC library, e.g. lib/x64/cudart.lib
-    implib: str     # tree path to write, e.g. lib/x64/libcudart.dll.a
-    name: str       # what -l names, e.g. cudart
-
-
-def pairs(root: Path) -> list[Pair]:
-    """Each DLL in ``bin/<arch>/`` (or ``bin/``, as 12.x lays them out) whose library name has
-    ``lib/<arch>/NAME.lib`` and no ``libNAME.dll.a`` yet. A name two DLLs claim is left out."""
-    out: list[Pair] = []
-    lib_root = root / "lib"
-    if not lib_root.is_dir():
-        return out
-    for lib_dir in sorted(p for p in lib_root.iterdir() if p.is_dir() and not p.is_symlink()):
-        libs = {p.name[:-4].lower(): p.name for p in lib_dir.iterdir() if p.name.lower().endswith(".lib")}
-        claims: dict[str, list[str]] = {}
-        for bin_dir in (root / "bin" / lib_dir.name, root / "bin"):
-            if not bin_dir.is_dir():
-                continue
-            for dll in sorted(bin_dir.iterdir()):
-                if dll.name.lower().endswith(".dll") and dll.is_file() and not dll.is_symlink():
-                    key = library_name(dll.name).lower()
-                    if key in libs:
-                        claims.setdefault(key, []).append(dll.relative_to(root).as_posix())
-            if claims:
-                break  # bin/<arch> holds this arch's DLLs; bin/ is only where there is no bin/<arch>
-        for key, dlls in sorted(claims.items()):
-            name = libs[key][:-4]
-            implib = lib_dir / f"lib{name}.dll.a"
-            if len(dlls) == 1 and not os.path.lexists(implib):
-                out.append(Pair(dlls[0], (lib_dir / libs[key]).relative_to(root).as_posix(),
-                                implib.relative_to(root).as_posix(), name))
-    return out
+def _dll_exports(path: Path, rel: str) -> DllExports:
+    """Through a map: only the headers and the export table are read (cublasLt64_13.dll: 480 MB)."""
+    with open(path, "rb") as fh:
+        try:
+            view = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        except ValueError:  # an empty file
+            return read_exports(b"", where=rel)
+        with view:
+            return read_exports(view, where=rel)
 
 
 def add_import_libraries(tree: Tree, warn: Callable[[str], object] = lambda _msg: None) -> list[str]:
-    """Write a GNU import library beside each runtime DLL's MSVC library, through ``tree`` (so
-    the install record hashes it); returns the tree paths written.
-
-    A DLL whose export table cannot be read gets none (``warn`` says so): MSVC users, who
-    never look at these files, should not lose their install over it."""
+    """Write through ``tree`` (so the record hashes it) ``libNAME.dll.a`` beside each DLL's
+    ``[nvvm/]lib/<arch>/NAME.lib``, or ``NAME.lib`` where there is none; returns the paths written.
+    A name two DLLs claim is left alone (which one is meant is not guessed), and so is a DLL whose
+    exports cannot be read (``warn`` says so: its users lose a link step, not the install)."""
     written: list[str] = []
-    for pair in pairs(tree.root):
-        try:
-            lib = import_library(read_exports((tree.root / pair.dll).read_bytes(), where=pair.dll))
-        except ImportLibraryError as exc:
-            warn(f"{exc}; {pair.implib} not written (MinGW cannot link -l{pair.name}; MSVC is "
-                 "unaffected)")
+    for base in ("", "nvvm/"):
+        bin_dir = tree.root / base / "bin"
+        if not bin_dir.is_dir() or bin_dir.is_symlink():
             continue
-        component = tree.component_of(pair.dll) or "cudaredist"
-        tree.add_file(pair.implib, io.BytesIO(lib), 0o644, component, f"generated from {pair.dll}")
-        written.append(pair.implib)
+        claims: dict[tuple[str, str], list[tuple[str, DllExports]]] = {}
+        for dll in sorted([*bin_dir.glob("*.[dD][lL][lL]"), *bin_dir.glob("*/*.[dD][lL][lL]")]):
+            rel, name = dll.relative_to(tree.root).as_posix(), library_name(dll.name)
+            if not _LIBRARY.fullmatch(name) or dll.is_symlink() or not dll.is_file():
+                continue
+            try:
+                info = _dll_exports(dll, rel)
+            except ImportLibraryError as exc:
+                warn(f"{exc}; no import library is written for it (a link against {name} needs one)")
+                continue
+            if info.machine in _ARCH_DIRS:
+                lib_dir = f"{base}lib/{_ARCH_DIRS[info.machine]}"
+                claims.setdefault((lib_dir, name.lower()), []).append((rel, info))
+        for (lib_dir, key), found in sorted(claims.items(), key=lambda claim: claim[0]):
+            here = tree.root / lib_dir
+            present = {p.name.lower(): p.name for p in here.iterdir()} if here.is_dir() else {}
+            msvc = present.get(f"{key}.lib")
+            rel, info = found[0]
+            target = f"lib{msvc[:-4]}.dll.a" if msvc else f"{library_name(Path(rel).name)}.lib"
+            if len(found) > 1 or target.lower() in present:
+                continue
+            tree.add_file(f"{lib_dir}/{target}", io.BytesIO(import_library(info)), 0o644,
+                          tree.component_of(rel) or "cudaredist", f"generated from {rel}")
+            written.append(f"{lib_dir}/{target}")
     return written

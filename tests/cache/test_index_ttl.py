@@ -132,3 +132,44 @@ def test_the_package_index_pages_are_fresh_for_the_ttl(tmp_path: Path) -> None:
         assert [u for u in fake.requests if "/simple/" in u] == pages  # no page asked again
         plan(0)
         assert len([u for u in fake.requests if "/simple/" in u]) == 2 * len(pages)
+
+
+def test_a_warm_install_from_an_html_index_asks_no_server(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A PEP 503 index (HTML only: no sizes) whose every wheel is cached: the sizes come from the
+    cache (the bytes are checked against the page's sha256 anyway), not from a HEAD per wheel."""
+    from tests.sources.pypi.test_pypi_source import INDEX, FakeIndex, add_release_13_0
+
+    monkeypatch.delenv(ENV_INDEX_TTL, raising=False)
+    fake = FakeIndex(html=True)
+    add_release_13_0(fake)
+    with respx.mock(assert_all_called=False) as router:
+        fake.mount(router)
+        for n, prefix in enumerate((tmp_path / "p1", tmp_path / "p2")):
+            calls = len(router.calls)
+            out = install(InstallRequest(trains=("13.0",), prefix=prefix, platform="linux-x86_64",
+                                         cache_dir=tmp_path / "cache", source="pypi",
+                                         where=Where(index_url=INDEX)))
+            assert not out.failed and not out.done[0].noop
+            asked = [f"{c.request.method} {c.request.url}" for c in list(router.calls)[calls:]]
+            assert n == 0 or asked == [], asked
+
+
+def test_the_index_lock_waits_as_long_as_lock_timeout_says(mirror: Path, tmp_path: Path) -> None:
+    """Another process holds the lock of the base's index pages: --lock-timeout 0.5 gives up after
+    half a second (it waited a fixed 600 s)."""
+    import filelock
+
+    from cudaredist.errors import BusyError
+
+    with serving(functools.partial(QuietHandler, directory=str(mirror))) as base:
+        cache = Cache(tmp_path / "cache")
+        cache.prepare()
+        (cache.root / "locks").mkdir(exist_ok=True)
+        held = filelock.FileLock(str(cache.root / "locks" / f"index-{cache.index_dir(base).name}.lock"))
+        with held:
+            t0 = time.monotonic()
+            with pytest.raises(BusyError, match="for more than 0.5s"):
+                install(InstallRequest(trains=("13.0",), prefix=tmp_path / "p", platform="linux-x86_64",
+                                       cache_dir=cache.root, lock_timeout=0.5, where=Where(base_url=base)))
+            assert time.monotonic() - t0 < 30

@@ -73,7 +73,7 @@ def test_an_older_cache_without_the_marker_is_adopted(tmp_path: Path) -> None:
     (root / "locks").mkdir()
     code, out, err = _cli("cache", "clear", "--cache-dir", str(root))
     assert code == 0, err
-    assert out.startswith(f"cleared {root}: removed 1 files")
+    assert out.startswith(f"cleared {root}: removed 1 file,")
     assert not (root / "archives" / sha).exists()
     assert (root / MARKER).is_file() and (root / CACHEDIR_TAG).is_file()
 
@@ -267,3 +267,13 @@ def test_clear_skips_an_unpacked_entry_an_install_is_placing_from(tmp_path: Path
     assert cleaned.busy == 1 and busy.path.is_dir()
     assert [u.key for u in maintenance.unpacked_entries(cache)] == [busy.key]
     assert not list((cache.root / "unpacked").glob(".gone-*"))
+
+
+def test_one_entry_left_and_one_file_removed_read_in_the_singular(tmp_path: Path) -> None:
+    root = tmp_path / "c"
+    busy = _entry(root, b"archive a", age_days=90)
+    _entry(root, b"archive b", age_days=90)
+    with filelock.FileLock(str(root / "locks" / f"{busy}.lock")):
+        code, out, err = _cli("cache", "clear", "--cache-dir", str(root))
+    assert code == 0 and out.startswith(f"cleared {root}: removed 1 file, "), out
+    assert "note: left 1 entry that a running cudaredist holds" in err, err

@@ -79,3 +79,31 @@ def test_a_failed_download_keeps_its_partial_for_the_next_run(rig: Rig, tmp_path
     rig.install("13.0")
     assert rig.nvcc_requests() == ["bytes=150000-"]
     assert_installed(rig.prefix, "13.0.1", rig.cache)
+
+
+def test_a_resumed_prefix_that_fails_while_read_along_says_why_and_downloads_once_more(rig: Rig) -> None:
+    """The extraction read the resumed bytes along: the tree is built again, from one new download,
+    and the message names the failed check (it said "None; trying the next URL")."""
+    from cudaredist.install import Installer
+    from cudaredist.progress import Silent
+    from cudaredist.sources.nvidia.index import Index
+    from tests.fetch.test_faults import resolve_plan
+
+    class Said(Silent):
+        lines: list[str] = []
+
+        def message(self, text: str) -> None:
+            self.lines.append(text)
+
+    bad = bytearray(archive(rig)[:100_000])
+    bad[5000] ^= 0xFF
+    rig.cache.partial(rig.sha).write_bytes(bytes(bad))
+    said = Said()
+    with rig.transport() as t:
+        plan = resolve_plan(Index(t, rig.cache), "13.0", bases=[rig.srv.base], platform="linux-x86_64",
+                            profile="nvcc")
+        Installer(t, rig.cache, jobs=4, lock_timeout=10, reporter=said).install(plan, rig.prefix)
+    assert_installed(rig.prefix, "13.0.1", rig.cache)
+    assert rig.nvcc_requests() == ["bytes=100000-", None]
+    wrong = [line for line in said.lines if line.startswith("None") or "trying the next URL" in line]
+    assert wrong == [], said.lines

@@ -367,9 +367,11 @@ def proxy() -> Iterator[ForwardProxy]:
 def test_http_proxy_from_the_environment(proxy: ForwardProxy, srv: FaultServer, blob: Blob, tmp_path: Path,
                                          monkeypatch: pytest.MonkeyPatch, sleeps: Sleeps) -> None:
     monkeypatch.setenv("HTTP_PROXY", proxy.url)
+    url = srv.url(BLOB).replace("127.0.0.1", "0.0.0.0")  # not loopback: loopback never takes a proxy
     with Transport(make_client(timeout=2), retry=RetryPolicy(backoff=0.01), sleep=sleeps) as t:
-        assert fetch(t, srv, blob, tmp_path / "out") == blob[1]
-    assert proxy.seen == [srv.url(BLOB)]
+        t.download(url, tmp_path / "out", size=SIZE, sha256=blob[2])
+    assert (tmp_path / "out").read_bytes() == blob[1]
+    assert proxy.seen == [url]
     assert srv.ranges_for(BLOB) == [None]
 
 
@@ -475,9 +477,88 @@ def test_install_through_a_proxy(mirror: Path, proxy: ForwardProxy, tmp_path: Pa
 
     with FaultServer(mirror) as origin:
         monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        base = origin.base.replace("127.0.0.1", "0.0.0.0")  # not loopback: loopback never takes a proxy
+        r = CliRunner().invoke(app, ["install", "13.0", "--prefix", str(tmp_path / "cuda"), "--platform",
+                                     "linux-x86_64", "--base-url", base, "--trusted-host", "0.0.0.0", "-q"])
+        assert r.exit_code == 0, r.output
+        assert sorted(proxy.seen) == sorted(base + q.path.lstrip("/") for q in origin.requests)
+    assert base + "redistrib_13.0.1.json" in proxy.seen
+    assert sum(u.endswith(".tar.xz") for u in proxy.seen) == 7
+
+
+# -- redirects: trust is judged on every URL that answered ---------------------------------------------
+def _redirecting(to: str) -> Iterator[str]:
+    """A loopback server that answers every request with a 302 to the same path under ``to``."""
+    import http.server
+
+    from tests.loopback import serving
+
+    class Redirect(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(302)
+            self.send_header("Location", to.rstrip("/") + self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_HEAD = do_GET
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    with serving(Redirect) as url:
+        yield url
+
+
+@pytest.mark.parametrize("target, trusted", [
+    pytest.param("http://0.0.0.0:{port}/", None, id="loopback-to-plain-http"),
+    pytest.param("http://0.0.0.0:{port}/", "0.0.0.0:1", id="trusted-host-port-is-not-the-target"),
+])
+def test_a_redirect_to_a_host_that_may_not_supply_hashes_is_refused(
+        mirror: Path, tmp_path: Path, target: str, trusted: str | None) -> None:
+    from typer.testing import CliRunner
+
+    from cudaredist.cli import app
+
+    with FaultServer(mirror) as origin:
+        port = origin.base.rsplit(":", 1)[1].strip("/")
+        for base in _redirecting(target.format(port=port)):
+            r = CliRunner().invoke(app, ["install", "13.0", "--prefix", str(tmp_path / "cuda"), "--platform",
+                                         "linux-x86_64", "--base-url", base,
+                                         *(["--trusted-host", trusted] if trusted else [])])
+    assert r.exit_code == 1, r.output
+    assert f"refusing to read a manifest or index page through {base}" in r.stderr
+    assert f"it redirects to http://0.0.0.0:{port}/" in r.stderr and "Traceback" not in r.output
+    assert not (tmp_path / "cuda").exists()
+
+
+def test_a_redirect_between_trusted_places_is_recorded_where_it_answered(mirror: Path,
+                                                                         tmp_path: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from cudaredist.cli import app
+
+    with FaultServer(mirror) as origin:
+        final = origin.base.replace("127.0.0.1", "localhost")
+        for base in _redirecting(final):
+            r = CliRunner().invoke(app, ["install", "13.0", "--prefix", str(tmp_path / "cuda"), "--platform",
+                                         "linux-x86_64", "--base-url", base, "-q"])
+    assert r.exit_code == 0, r.output
+    rec = json.loads((tmp_path / "cuda" / ".cudaredist" / "record.json").read_text())
+    assert rec["provenance"]["hashes_from"] == f"{final}redistrib_13.0.1.json (a loopback address)"
+
+
+def test_loopback_never_goes_through_a_proxy(mirror: Path, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dead proxy in HTTP_PROXY: a loopback install does not use it (it failed after 5 attempts)."""
+    from typer.testing import CliRunner
+
+    from cudaredist.cli import app
+
+    with FaultServer(mirror) as origin:
+        monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+        monkeypatch.setenv("ALL_PROXY", "http://127.0.0.1:9")
         r = CliRunner().invoke(app, ["install", "13.0", "--prefix", str(tmp_path / "cuda"), "--platform",
                                      "linux-x86_64", "--base-url", origin.base, "-q"])
-        assert r.exit_code == 0, r.output
-        assert sorted(proxy.seen) == sorted(origin.url(q.path) for q in origin.requests)
-    assert origin.url("/redistrib_13.0.1.json") in proxy.seen
-    assert sum(u.endswith(".tar.xz") for u in proxy.seen) == 7
+    assert r.exit_code == 0, r.output

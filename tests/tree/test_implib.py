@@ -24,7 +24,6 @@ from cudaredist.tree.implib import (
     add_import_libraries,
     import_library,
     library_name,
-    pairs,
     read_exports,
 )
 from cudaredist.tree.staging import Tree
@@ -32,6 +31,7 @@ from tests.pe import make_dll
 from tests.wintools import (  # noqa: F401
     _missing,
     imported_dlls,
+    lld_link,
     mingw_gxx,
     mingw_objdump,
     run_under_wine,
@@ -168,55 +168,77 @@ def test_library_name(dll: str, name: str) -> None:
     assert library_name(dll) == name
 
 
-def _touch(root: Path, *rels: str, data: bytes = b"") -> None:
-    for rel in rels:
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_bytes(data)
+def _tree(root: Path, files: dict[str, bytes]) -> Tree:
+    tree = Tree(root, case_insensitive=True)
+    for rel, data in files.items():
+        tree.add_file(rel, io.BytesIO(data), 0o644, "libcublas" if "cublas" in rel else "cuda_cudart", "a")
+    return tree
 
 
-def test_pairs_follow_the_tree(tmp_path: Path) -> None:
-    v13, v12 = tmp_path / "13", tmp_path / "12"
-    _touch(v13, "bin/x64/cudart64_13.dll", "bin/x64/nvrtc64_130_0.dll", "bin/x64/nvrtc-builtins64_130.dll",
-           "bin/x64/orphan64_1.dll", "lib/x64/cudart.lib", "lib/x64/nvrtc.lib", "lib/x64/cuda.lib",
-           "lib/x64/cudart_static.lib", "bin/nvcc.exe")
-    assert [(p.dll, p.lib, p.implib, p.name) for p in pairs(v13)] == [
-        ("bin/x64/cudart64_13.dll", "lib/x64/cudart.lib", "lib/x64/libcudart.dll.a", "cudart"),
-        ("bin/x64/nvrtc64_130_0.dll", "lib/x64/nvrtc.lib", "lib/x64/libnvrtc.dll.a", "nvrtc"),
-    ]
-    # 12.x keeps its DLLs in bin/; a library that already has a GNU import library keeps it
-    _touch(v12, "bin/cudart64_12.dll", "bin/curand64_10.dll", "lib/x64/cudart.lib", "lib/x64/curand.lib",
-           "lib/x64/libcurand.dll.a")
-    assert [p.implib for p in pairs(v12)] == ["lib/x64/libcudart.dll.a"]
-    # two DLLs for one library: which one is meant is not guessed
-    _touch(tmp_path / "two", "bin/x64/cudart64_12.dll", "bin/x64/cudart64_13.dll", "lib/x64/cudart.lib")
-    assert pairs(tmp_path / "two") == []
-    assert pairs(tmp_path / "empty") == []
+def _dlls(*rels: str, machine: int = MACHINE_AMD64) -> dict[str, bytes]:
+    return {rel: make_dll(rel.rsplit("/", 1)[-1], machine=machine) for rel in rels}
 
 
-def test_pairs_on_windows_on_arm(tmp_path: Path) -> None:
-    """windows-arm64 trees keep DLLs in bin/arm64 and libraries in lib/arm64: the GNU import
-    library goes beside the .lib there."""
-    _touch(tmp_path, "bin/arm64/cudart64_13.dll", "lib/arm64/cudart.lib", "lib/arm64/cuda.lib",
-           "bin/nvcc.exe")
-    assert [(p.dll, p.implib) for p in pairs(tmp_path)] == [
-        ("bin/arm64/cudart64_13.dll", "lib/arm64/libcudart.dll.a")]
+MSVC = b"msvc"
+
+
+@pytest.mark.parametrize(("files", "written"), [
+    pytest.param({**_dlls("bin/x64/cudart64_13.dll"), "lib/x64/cudart.lib": MSVC, "lib/x64/cuda.lib": MSVC,
+                  "lib/x64/cudart_static.lib": MSVC, "bin/nvcc.exe": b"MZ"},
+                 ["lib/x64/libcudart.dll.a"], id="13.x-redist-cudart"),
+    pytest.param({**_dlls("bin/x64/cudart64_13.dll", "bin/x64/cublas64_13.dll", "bin/x64/cublasLt64_13.dll",
+                          "bin/x64/nvrtc64_130_0.dll", "bin/x64/nvrtc64_130_0.alt.dll"),
+                  "lib/x64/cudart.lib": MSVC},
+                 ["lib/x64/cublas.lib", "lib/x64/cublasLt.lib", "lib/x64/libcudart.dll.a",
+                  "lib/x64/nvrtc.lib"], id="wheels-without-lib"),
+    pytest.param({**_dlls("bin/cudart64_12.dll", "bin/curand64_10.dll"), "lib/x64/cudart.lib": MSVC,
+                  "lib/x64/curand.lib": MSVC, "lib/x64/libcurand.dll.a": b"ours"},
+                 ["lib/x64/libcudart.dll.a"], id="12.x-bin-and-an-existing-gnu-library"),
+    pytest.param({**_dlls("bin/x64/cudart64_13.dll", "bin/cudnn64_9.dll", "bin/cudnn_ops64_9.dll"),
+                  "lib/x64/cudart.lib": MSVC, "lib/x64/CUDNN.LIB": MSVC},
+                 ["lib/x64/libCUDNN.dll.a", "lib/x64/libcudart.dll.a", "lib/x64/cudnn_ops.lib"],
+                 id="product-dlls-in-bin-and-a-case-folded-lib"),
+    pytest.param({**_dlls("nvvm/bin/x64/nvvm64_40_0.dll"), "nvvm/bin/cicc.exe": b"MZ"},
+                 ["nvvm/lib/x64/nvvm.lib"], id="nvvm-of-the-wheel"),
+    pytest.param({**_dlls("bin/arm64/cudart64_13.dll", "bin/arm64/cublas64_13.dll", machine=MACHINE_ARM64),
+                  "lib/arm64/cudart.lib": MSVC},
+                 ["lib/arm64/cublas.lib", "lib/arm64/libcudart.dll.a"], id="arm64"),
+    pytest.param({**_dlls("bin/x64/cudart64_12.dll", "bin/x64/cudart64_13.dll"), "lib/x64/cudart.lib": MSVC},
+                 [], id="two-dlls-claim-one-name"),
+    pytest.param({}, [], id="empty"),
+])
+def test_which_dlls_get_which_library(tmp_path: Path, files: dict[str, bytes], written: list[str]) -> None:
+    tree = _tree(tmp_path, files)
+    assert sorted(add_import_libraries(tree), key=str.lower) == sorted(written, key=str.lower)
+    for rel in written:
+        data = (tmp_path / rel).read_bytes()
+        assert data.startswith(b"!<arch>\n") and parse_ar(data)[0]
 
 
 def test_added_through_the_tree(tmp_path: Path) -> None:
-    tree = Tree(tmp_path)
-    tree.add_file("bin/x64/tiny64_1.dll", io.BytesIO(make_dll()), 0o644, "cuda_cudart", "a.zip")
-    tree.add_file("lib/x64/tiny.lib", io.BytesIO(b"msvc"), 0o644, "cuda_cudart", "a.zip")
-    tree.add_file("bin/x64/broken64_1.dll", io.BytesIO(b"MZ not a PE"), 0o644, "cuda_cudart", "a.zip")
-    tree.add_file("lib/x64/broken.lib", io.BytesIO(b"msvc"), 0o644, "cuda_cudart", "a.zip")
+    tree = _tree(tmp_path, {"bin/x64/tiny64_1.dll": make_dll(), "lib/x64/tiny.lib": b"msvc",
+                            "bin/x64/broken64_1.dll": b"MZ not a PE", "lib/x64/broken.lib": b"msvc",
+                            "bin/x64/cublas64_13.dll": make_dll("cublas64_13.dll")})
     warnings: list[str] = []
-    assert add_import_libraries(tree, warn=warnings.append) == ["lib/x64/libtiny.dll.a"]
-    assert len(warnings) == 1 and "bin/x64/broken64_1.dll" in warnings[0] and "-lbroken" in warnings[0]
+    assert add_import_libraries(tree, warn=warnings.append) == ["lib/x64/cublas.lib", "lib/x64/libtiny.dll.a"]
+    assert len(warnings) == 1 and "bin/x64/broken64_1.dll" in warnings[0] and "broken" in warnings[0]
     records = {r.path: r for r in tree.finish()}
-    rec = records["lib/x64/libtiny.dll.a"]
-    data = (tmp_path / "lib/x64/libtiny.dll.a").read_bytes()
-    assert rec.component == "cuda_cudart" and rec.size == len(data) and rec.mode == 0o644
-    assert data == import_library(read_exports(make_dll()))
-    assert "lib/x64/libbroken.dll.a" not in records
+    for rel, dll, component in (("lib/x64/libtiny.dll.a", "tiny64_1.dll", "cuda_cudart"),
+                                ("lib/x64/cublas.lib", "cublas64_13.dll", "libcublas")):
+        data = (tmp_path / rel).read_bytes()
+        assert records[rel].component == component and records[rel].size == len(data)
+        assert records[rel].mode == 0o644
+        assert data == import_library(read_exports(make_dll(dll)))
+    assert "lib/x64/libbroken.dll.a" not in records and "lib/x64/broken.lib" in records  # NVIDIA's, untouched
+
+
+def test_empty_and_unterminated_dlls_are_one_clear_error(tmp_path: Path) -> None:
+    good = make_dll("tiny64_1.dll")
+    name_at = good.index(b"tiny64_1.dll")
+    tree = _tree(tmp_path, {"bin/x64/empty64_1.dll": b"", "bin/x64/tiny64_1.dll": good[:name_at + 4]})
+    warnings: list[str] = []
+    assert add_import_libraries(tree, warn=warnings.append) == []
+    assert [w.split(" ")[0] for w in warnings] == ["bin/x64/empty64_1.dll", "bin/x64/tiny64_1.dll"], warnings
 
 
 # -- the real toolchain --------------------------------------------------------------------------------
@@ -276,6 +298,54 @@ def test_mingw_dll_round_trip(tmp_path: Path, wine_prefix: Path) -> None:  # noq
     (app / "tiny64_1.dll").write_bytes((dll_dir / "tiny64_1.dll").read_bytes())
     r = run_under_wine(app / "main.exe", wine_prefix)
     assert (r.returncode, r.stdout.strip()) == (0, "1005 43 tiny"), r.stderr
+
+
+TINY_START = r"""
+__declspec(dllimport) int tiny_add(int a, int b);
+__declspec(dllimport) extern int tiny_counter;
+int start(void) { return tiny_add(2, 3) - 1000 + tiny_counter; }  /* 47: an exit code is 8 bits */
+"""
+
+
+@pytest.mark.e2e  # a real MinGW build, lld-link and a Wine start (slow)
+def test_dll_without_a_library_gets_one_msvc_and_gnu_linkers_read(tmp_path: Path,
+                                                                 wine_prefix: Path) -> None:  # noqa: F811
+    """A tree with a DLL and no import library for it (as NVIDIA's wheels lay out cuBLAS): the
+    tree's ``lib/x64/tiny.lib`` links with GNU ld (``-l:tiny.lib``, as ``-ltiny``) and with
+    lld-link, an MSVC-compatible linker; both programs start under Wine and reach the DLL."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    src.mkdir()
+    out.mkdir()
+    (src / "tiny.cpp").write_text(TINY_DLL)
+    (src / "main.cpp").write_text(TINY_MAIN)
+    (src / "start.c").write_text(TINY_START)
+    _gxx("-shared", "-O2", "-o", str(src / "tiny64_1.dll"), str(src / "tiny.cpp"))
+    (tmp_path / "tree").mkdir()
+    tree = _tree(tmp_path / "tree", {"bin/x64/tiny64_1.dll": (src / "tiny64_1.dll").read_bytes()})
+    assert add_import_libraries(tree) == ["lib/x64/tiny.lib"]
+    lib_dir = tmp_path / "tree" / "lib" / "x64"
+
+    for flag, exe in (("-l:tiny.lib", out / "gnu.exe"), ("-ltiny", out / "gnu2.exe")):
+        _gxx("-O2", "-static-libgcc", "-static-libstdc++", "-o", str(exe), str(src / "main.cpp"),
+             f"-L{lib_dir}", flag)
+        assert imported_dlls(exe) == ["kernel32.dll", "msvcrt.dll", "tiny64_1.dll"], flag
+    # lld-link: an object without a C runtime, its entry point start(), the .lib the tree got
+    gcc = mingw_gxx().replace("g++", "gcc")
+    r = subprocess.run([gcc, "-c", "-O2", "-fno-asynchronous-unwind-tables", "-o", str(src / "start.o"),
+                        str(src / "start.c")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([lld_link(), "/nologo", f"/out:{out / 'msvc.exe'}", "/entry:start",
+                        "/subsystem:console", "/nodefaultlib", str(src / "start.o"), f"/libpath:{lib_dir}",
+                        "tiny.lib"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert imported_dlls(out / "msvc.exe") == ["tiny64_1.dll"]
+
+    (out / "tiny64_1.dll").write_bytes((src / "tiny64_1.dll").read_bytes())
+    ran = run_under_wine(out / "gnu.exe", wine_prefix)
+    assert (ran.returncode, ran.stdout.strip()) == (0, "1005 43 tiny"), ran.stderr
+    ran = run_under_wine(out / "msvc.exe", wine_prefix)
+    assert ran.returncode == 5 + 42, (ran.returncode, ran.stderr)
 
 
 # Windows on Arm: no GNU binutils there; llvm-mingw links with lld's MinGW driver (ld.lld -m arm64pe)

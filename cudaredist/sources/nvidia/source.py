@@ -11,7 +11,7 @@ from typing import Any
 from cudaredist.cache import Cache
 from cudaredist.errors import CudaRedistError, ManifestError, PlanError, UsageError
 from cudaredist.fetch.transport import Transport
-from cudaredist.plan import Plan, PlannedArchive, archive_url, version_key, with_bases
+from cudaredist.plan import Plan, PlannedArchive, archive_url, join_url, version_key, with_bases
 from cudaredist.profiles import (
     ProductRequest,
     component_root,
@@ -61,7 +61,7 @@ class NvidiaSource:
                             channel=where.channel.strip().lower())
         self.where = where
         self.index = Index(transport, cache, offline=where.offline)
-        self.trust = Trust.of(where.trusted_hosts)
+        self.trust = transport.trust = Trust.of(where.trusted_hosts)
 
     def bases(self, base_url: str | None = None) -> list[str]:
         """Where archives come from: mirror first (unless none), then the base URL."""
@@ -105,7 +105,9 @@ class NvidiaSource:
                 components: Sequence[str], products: Sequence[str] = ()) -> list[Plan]:
         requests = parse_product_requests(products)  # a bad --with fails before any network
         release = self.release(train)
-        why = f"{release.base} ({self.trust.reason(release.base) or 'trusted by the caller'})"
+        url = join_url(release.base, f"redistrib_{release.label}.json")
+        came = self.transport.moved.get(url, release.base)  # the URL that answered, when redirected
+        why = f"{came} ({self.trust.reason(came) or 'trusted by the caller'})"
         return [replace(p, hashes_from=why, channel=self.where.channel or "")
                 for p in self._plans(release, platforms, profile, components, requests)]
 

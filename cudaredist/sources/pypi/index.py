@@ -8,6 +8,7 @@ JSON, or PEP 503 HTML), so a PyPI proxy or a local ``file://`` index works too.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import zipfile
 from collections.abc import Sequence
@@ -235,9 +236,12 @@ class WheelIndex:
         return self._mirror_pages[name].get(filename)
 
     def size(self, f: IndexFile) -> int:
-        """A file's size: from the JSON page, the file system, or a HEAD request (HTML pages)."""
+        """A file's size: from the JSON page, the file system, the cache (verified against the
+        page's sha256 when used), or a HEAD request (HTML pages)."""
         if f.size is not None:
             return f.size
+        with contextlib.suppress(OSError):
+            return self.cache.archive_path(f.sha256).stat().st_size
         if is_local(f.url):
             try:
                 return local_path(f.url).stat().st_size

@@ -48,6 +48,7 @@ class PypiSource:
         self.index = WheelIndex(transport, cache, index_url=where.index_url, offline=where.offline,
                                 mirror=where.mirror, no_fallback=where.no_fallback,
                                 trust=Trust.of(where.trusted_hosts))
+        transport.trust = self.index.trust
 
     def location(self) -> str:
         return self.index.index_url

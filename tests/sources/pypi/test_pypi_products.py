@@ -9,8 +9,10 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from cudaredist.cli import app
-from cudaredist.record import verify
+from cudaredist.record import read_record, verify
+from cudaredist.tree.implib import import_library, read_exports
 from tests.hosts import assert_link
+from tests.pe import make_dll
 from tests.sources.pypi.test_pypi_source import (
     INDEX,
     LINUX,
@@ -182,13 +184,23 @@ def test_cutensor_wheels_keep_their_files_under_cutensor(fake_index: FakeIndex, 
     assert (win / "lib" / "x64" / "cutensor.lib").is_file() and (win / "bin" / "cutensor.dll").is_file()
 
 
-def test_cudnn_windows_wheel_says_it_has_no_import_library(fake_index: FakeIndex) -> None:
+def test_cudnn_windows_wheel_gets_its_import_library(fake_index: FakeIndex, tmp_path: Path) -> None:
+    """cuDNN's Windows wheel has DLLs and headers but no lib/x64/cudnn.lib: the tree gets one, built
+    from the DLL's exports and recorded, and no note says linking needs another source."""
     add_release_13_0(fake_index)
     fake_index.add_wheel("nvidia_cudnn_cu13", "9.28.1.4", WIN_TAG, {
-        "nvidia/cudnn/bin/cudnn64_9.dll": b"MZ", "nvidia/cudnn/include/cudnn.h": b"// cudnn"})
+        "nvidia/cudnn/bin/cudnn64_9.dll": make_dll("cudnn64_9.dll", code=("cudnnCreate", "cudnnGetVersion")),
+        "nvidia/cudnn/include/cudnn.h": b"// cudnn"})
     r = _run("resolve", "13.0", "--with", "cudnn", "--platform", "windows-x86_64", "--json")
     assert r.exit_code == 0, r.output
-    assert any("no import library (lib/x64/cudnn.lib)" in n for n in json.loads(r.stdout)["notes"])
+    assert not any("import library" in n for n in json.loads(r.stdout)["notes"])
+    win = tmp_path / "win"
+    r = _run("install", "13.0", "--with", "cudnn", "--prefix", str(win), "--platform", "windows-x86_64",
+             "--cache-dir", str(tmp_path / "cache"))
+    assert r.exit_code == 0, r.output
+    exports = read_exports((win / "bin" / "cudnn64_9.dll").read_bytes())
+    assert (win / "lib" / "x64" / "cudnn.lib").read_bytes() == import_library(exports)
+    assert verify(win).ok and "lib/x64/cudnn.lib" in {f["path"] for f in (read_record(win) or {})["files"]}
 
 
 def test_no_fallback_refuses_a_product_wheel_the_mirror_does_not_list(fake_index: FakeIndex,
