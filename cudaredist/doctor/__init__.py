@@ -29,6 +29,7 @@ from pathlib import Path
 from cudaredist.doctor import driver, toolkit
 from cudaredist.doctor.checks import Check, Loader, Report, Toolkit, Which, _which
 from cudaredist.doctor.compiler import check_host_compiler, check_probe
+from cudaredist.fsops import WINDOWS
 
 
 # -- the whole run ------------------------------------------------------------------------------
@@ -48,7 +49,7 @@ class Inputs:
     which: Which = _which
     driver_library: str | None = None
     loader: Loader = ctypes.CDLL
-    host_windows: bool = field(default_factory=lambda: os.name == "nt")
+    host_windows: bool = WINDOWS
 
 
 def run(prefix: Path | None = None, *, train: str | None = None, inputs: Inputs | None = None,

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from cudaredist.doctor.checks import Check, Loader, Toolkit, _run, _short
-from cudaredist.doctor.toolkit import _host_is_windows, _not_run
+from cudaredist.doctor.toolkit import _not_run
 from cudaredist.errors import ManifestError
+from cudaredist.fsops import WINDOWS
 from cudaredist.plan import version_key
 
 # CUresult values the driver check names (cuda.h)
@@ -65,13 +66,13 @@ class DriverInfo:
 
 
 def default_driver_library(windows: bool | None = None) -> str:
-    return "nvcuda.dll" if (_host_is_windows() if windows is None else windows) else "libcuda.so.1"
+    return "nvcuda.dll" if (WINDOWS if windows is None else windows) else "libcuda.so.1"
 
 
 def _loaded_path(lib: Any, symbol: str) -> str:
     """The file a loaded library came from (dladdr / GetModuleFileNameW); "" if unknown."""
     with contextlib.suppress(Exception):
-        if os.name == "nt":
+        if WINDOWS:
             buf = ctypes.create_unicode_buffer(32768)
             if ctypes.windll.kernel32.GetModuleFileNameW(ctypes.c_void_p(lib._handle), buf, 32768):  # type: ignore[attr-defined]
                 return str(buf.value)
@@ -187,7 +188,7 @@ def _branch_advice(major: int, branches: Mapping[int, DriverBranch], windows: bo
 
 def check_driver(info: DriverInfo, release: str | None, *, windows: bool | None = None,
                  branches: Mapping[int, DriverBranch] | None = None) -> Check:
-    windows = _host_is_windows() if windows is None else windows
+    windows = WINDOWS if windows is None else windows
     branches = driver_branches() if branches is None else branches
     wanted = (version_key(release) + (0, 0))[:2] if release else None
     install = _branch_advice(wanted[0], branches, windows) if wanted else "an NVIDIA driver"

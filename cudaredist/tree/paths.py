@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import itertools
-import os
 import posixpath
 import re
 import stat
 
 from cudaredist.errors import UnsafeArchiveError
+from cudaredist.fsops import WINDOWS
 
 _DRIVE = re.compile(r"^[A-Za-z]:")
 
@@ -25,7 +25,7 @@ def clean_member(name: str, *, archive: str, zip_entry: bool = False) -> str:
 
     if any(ord(c) < 0x20 for c in name):
         raise refuse("has control characters in its name")
-    if "\\" in name and (zip_entry or os.name == "nt"):
+    if "\\" in name and (zip_entry or WINDOWS):
         raise refuse("uses backslashes", "entry", " (Windows reads them as directory separators)")
     parts = [p for p in name.split("/") if p not in ("", ".")]
     # "./\\x" is rooted once the "." is gone
