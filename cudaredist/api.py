@@ -305,13 +305,9 @@ def _read_lock(request: InstallRequest, wanted: list[str]) -> tuple[Lock, Plan]:
 
 
 def _row(result: InstallResult, plan: Plan) -> Installed:
-    if result.noop:
-        message = (f"CUDA {plan.release}{_with_text(plan.to_json())} ({plan.platform}) is already installed "
-                   f"in {result.prefix}; nothing to do")
-    else:
-        message = (f"installed CUDA {plan.release}{_with_text(plan.to_json())} ({plan.platform}) into "
-                   f"{result.prefix}: {result.files} "
-                   f"files, {result.downloaded} downloaded, {result.cached} from cache, "
-                   f"{result.seconds:.1f}s")
+    what = f"CUDA {plan.release}{_with_text(plan.to_json())} ({plan.platform})"
+    message = (f"{what} is already installed in {result.prefix}; nothing to do" if result.noop else
+               f"installed {what} into {result.prefix}: {result.files} files, {result.downloaded} "
+               f"downloaded, {result.cached} from cache, {result.seconds:.1f}s")
     return Installed(result.prefix, plan.release, plan.platform, result.noop, plan.to_json(), message,
                      result.downloaded, result.cached, result.files, result.seconds)

@@ -16,6 +16,7 @@ ORDER = ("toolkit", "nvcc", "host-compiler", "probe", "msbuild", "driver", "gpu"
 Which = Callable[[str, str | None], str | None]  # (command, PATH) -> path or None
 Loader = Callable[[str], Any]  # ctypes.CDLL
 
+
 @dataclass(frozen=True)
 class Check:
     """One check's verdict: ``fix`` is what to do when the status is not ok ("" when ok)."""
