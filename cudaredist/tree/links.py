@@ -131,7 +131,9 @@ def _copy_fd(fi: int, fo: int, size: int | None = None) -> None:
                 view = view[os.write(fo, view):]
 
 
-_copy_file_range: Callable[[int, int, int], int] | None = getattr(os, "copy_file_range", None)
+# looked up in os on each call (tests replace os.copy_file_range and os.write alike)
+_copy_file_range: Callable[[int, int, int], int] | None = (
+    (lambda fi, fo, count: os.copy_file_range(fi, fo, count)) if hasattr(os, "copy_file_range") else None)
 _sendfile: Callable[[int, int, int], int] | None = (
     (lambda fi, fo, count: os.sendfile(fo, fi, None, count))
     if hasattr(os, "sendfile") and sys.platform.startswith("linux") else None)
