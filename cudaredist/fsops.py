@@ -103,19 +103,12 @@ def unlink(path: str | os.PathLike[str]) -> None:
         try:
             os.unlink(p)
         except PermissionError:
-            if not WINDOWS or not _readonly(p):
+            if not WINDOWS:
                 raise
-            _make_writable(p)
+            _make_writable(p)  # a read-only file; a held one fails again, and is retried
             os.unlink(p)
 
     retrying(once)
-
-
-def _readonly(p: str) -> bool:
-    try:
-        return not os.lstat(p).st_mode & stat.S_IWRITE
-    except OSError:
-        return False
 
 
 def rmtree(path: str | os.PathLike[str]) -> None:

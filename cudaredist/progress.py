@@ -8,20 +8,14 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
-from typing import Any, Protocol, TextIO
+from typing import Any, TextIO
+
+from cudaredist.localfs import mb
 
 
-class Reporter(Protocol):
-    def start(self, total_bytes: int, archives: int) -> None: ...
-    def advance(self, nbytes: int) -> None: ...
-    def archive_done(self, name: str, size: int, *, cached: bool) -> None: ...
-    def extracted(self, name: str) -> None: ...
-    def message(self, text: str) -> None: ...
-    def close(self) -> None: ...
+class Reporter:
+    """What the library tells about its progress; this base says nothing (``--quiet``)."""
 
-
-class Silent:
     def start(self, total_bytes: int, archives: int) -> None:
         pass
 
@@ -41,33 +35,27 @@ class Silent:
         pass
 
 
-def _mb(n: int) -> str:
-    return f"{n / 1e6:.1f} MB"
+Silent = Reporter
 
 
-class PlainLines(Silent):
+class PlainLines(Reporter):
     """For logs: one line per archive and a summary; thread-safe."""
 
     def __init__(self, stream: TextIO | None = None, *, verbose: bool = False) -> None:
         self.stream = stream or sys.stderr
         self.verbose = verbose
         self._lock = threading.Lock()
-        self._t0 = time.monotonic()
-        self._done = 0
-        self._total = 0
 
     def _print(self, text: str) -> None:
         with self._lock:
             print(text, file=self.stream, flush=True)
 
     def start(self, total_bytes: int, archives: int) -> None:
-        self._total = total_bytes
-        self._t0 = time.monotonic()
-        self._print(f"fetching {archives} archives, {_mb(total_bytes)}")
+        self._print(f"fetching {archives} archives, {mb(total_bytes)}")
 
     def archive_done(self, name: str, size: int, *, cached: bool) -> None:
         how = "cached" if cached else "downloaded"
-        self._print(f"  {how:10} {name} ({_mb(size)})")
+        self._print(f"  {how:10} {name} ({mb(size)})")
 
     def extracted(self, name: str) -> None:
         if self.verbose:
