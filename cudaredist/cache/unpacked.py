@@ -181,14 +181,9 @@ class UnpackedCache:
 
     def entries(self) -> list[UnpackedEntry]:
         """The complete entries (a directory named by its key with its files.json), for maintenance."""
-        found = []
-        if self.root.is_dir():
-            for d in sorted(self.root.iterdir()):
-                if _KEY.fullmatch(d.name) and d.is_dir() and not d.is_symlink():
-                    entry = self._load(d.name)
-                    if entry is not None:
-                        found.append(entry)
-        return found
+        names = sorted(d.name for d in self.root.iterdir() if _KEY.fullmatch(d.name) and d.is_dir()
+                       and not d.is_symlink()) if self.root.is_dir() else []
+        return [e for e in map(self._load, names) if e is not None]
 
     def leftovers(self) -> Iterator[Path]:
         """Temporary directories of builds that did not finish (a killed run)."""

@@ -48,8 +48,8 @@ class Fetcher:
         self.reporter = reporter or Silent()
         self.offline = offline
         self.lock_timeout = lock_timeout
-        self.abort = transport.cancelled  # set by cancel(); checked between chunks and attempts
-        # cancel(): stop every download now (stalled reads are cut); their workers raise Aborted
+        # cancel(): stop every download now (stalled reads are cut); their workers raise Aborted.
+        # check_abort() between chunks, attempts and lock waits
         self.cancel, self.resume, self.check_abort = transport.cancel, transport.resume, transport.check
         self._bad_urls: dict[str, FetchError | IntegrityError] = {}  # failed in this run: not asked again
         self.served: dict[str, str] = {}  # sha256 -> the URL whose bytes verified (this run's downloads)
@@ -66,6 +66,8 @@ class Fetcher:
             if follow is not None:
                 follow.fail(exc)
             raise
+        if cached:
+            self.reporter.advance(item.archive.size)
         if follow is not None:
             if cached:
                 follow.attach(path)
@@ -77,7 +79,6 @@ class Fetcher:
         sha, size = item.archive.sha256, item.archive.size
         hit = self._cached(sha, size, item.archive.filename, follow=follow)
         if hit is not None:
-            self.reporter.advance(size)
             return hit, True
         if self.offline:
             raise OfflineError(
@@ -88,7 +89,6 @@ class Fetcher:
             # another process may have fetched it meanwhile
             hit = self._cached(sha, size, item.archive.filename, drop=True)
             if hit is not None:
-                self.reporter.advance(size)
                 return hit, True
             self.cache.drop_partials(sha[:16])  # what an older cudaredist left for this entry
             part = self.cache.partial(sha)

@@ -254,7 +254,7 @@ class Transport:
         else:
             with contextlib.suppress(FileNotFoundError):
                 marker_path(dest).unlink()  # a single stream: the file's length is its valid prefix
-            with open(dest, "r+b" if offset else "wb", buffering=0) as fh:
+            with open(dest, "r+b" if offset else "wb") as fh:
                 fh.seek(offset)
                 fh.truncate()
                 self._stream_range(url, fh, offset, size, size, progress, h,
@@ -285,12 +285,14 @@ class Transport:
         except OSError as exc:
             raise FetchError(f"cannot read {url}: {exc.strerror or exc}", url=url) from exc
         # a failed write to ``dest`` stays an OSError: the caller reports it as a local disk error
-        with fi, open(dest, "wb", buffering=0) as fo:
+        # buffered: a short write of a full disk is written on, or raises, never dropped
+        with fi, open(dest, "wb") as fo:
             while (chunk := read(fi)) and (n := n + len(chunk)) <= size:
                 h.update(chunk)
                 fo.write(chunk)
                 progress(len(chunk))
                 if watch is not None:
+                    fo.flush()  # a reader follows through another handle
                     watch(n)
         _check_size(url, size, n)
         return h.hexdigest()
@@ -345,7 +347,7 @@ class Transport:
             h = hashlib.sha256()
             with contextlib.suppress(FileNotFoundError):
                 marker_path(dest).unlink()
-            with open(dest, "r+b", buffering=0) as out:
+            with open(dest, "r+b") as out:
                 self._stream_range(url, out, 0, size, size, progress, h,
                                    on_write=follower(watch, 0) if watch else None, quick=quick)
             return h.hexdigest()
