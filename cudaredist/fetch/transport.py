@@ -400,9 +400,7 @@ class Transport:
                     # Unsized iteration: every byte that arrived is kept when the connection breaks.
                     for chunk in r.iter_bytes():
                         if skip:
-                            dropped = min(skip, len(chunk))
-                            skip -= dropped
-                            chunk = chunk[dropped:]
+                            chunk, skip = chunk[skip:], max(0, skip - len(chunk))
                             if not chunk:
                                 continue
                         if pos + len(chunk) > end:
