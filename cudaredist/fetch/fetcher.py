@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from cudaredist.cache import Cache
+from cudaredist.cache.store import evict, lock_wait
 from cudaredist.errors import FetchError, IntegrityError, OfflineError
 from cudaredist.fetch.growing import GrowingFile
 from cudaredist.fetch.ranges import discard_partial, resume_point
@@ -42,12 +43,12 @@ class StreamBroken(Exception):
 
 class Fetcher:
     def __init__(self, transport: Transport, cache: Cache, *, reporter: Reporter | None = None,
-                 offline: bool = False, lock_timeout: float = 600.0) -> None:
+                 offline: bool = False, lock_timeout: float | None = None) -> None:
         self.transport = transport
         self.cache = cache
         self.reporter = reporter or Silent()
         self.offline = offline
-        self.lock_timeout = lock_timeout
+        self.lock_timeout = lock_wait(lock_timeout)
         # cancel(): stop every download now (stalled reads are cut); their workers raise Aborted.
         # check_abort() between chunks, attempts and lock waits
         self.cancel, self.resume, self.check_abort = transport.cancel, transport.resume, transport.check
@@ -159,12 +160,12 @@ class Fetcher:
         if h.hexdigest() != sha:
             if follow is not None:
                 with self.cache.lock(sha, timeout=self.lock_timeout):
-                    self.cache.evict(sha)
+                    evict(path)
                 err = IntegrityError(f"the cache entry for {name} was corrupted; dropped it",
                                      what="sha256", expected=sha, actual=h.hexdigest())
                 raise StreamBroken(err) from err
             if drop:
-                self.cache.evict(sha)
+                evict(path)
                 self.reporter.message(f"dropped a corrupted cache entry {sha[:16]}…; downloading again")
             return None
         self.cache.touch(sha)

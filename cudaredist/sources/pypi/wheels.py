@@ -25,7 +25,7 @@ from packaging.utils import InvalidWheelFilename, NormalizedName, canonicalize_n
 from packaging.version import InvalidVersion, Version
 
 from cudaredist.errors import ManifestError, PlanError
-from cudaredist.profiles import data_dir
+from cudaredist.profiles import Spec, data_dir, is_windows, parse_spec
 from cudaredist.sources.pypi.simple import IndexFile
 from cudaredist.tree.paths import tree_path
 
@@ -40,18 +40,12 @@ else:  # pragma: no cover
 
 
 @dataclass(frozen=True)
-class ExtraSpec:
-    """One wanted extra of the metapackage: alternatives, first release needing it, note if older."""
+class ExtraSpec(Spec):
+    """One wanted extra of the metapackage (parsed as a profile's component is), its ``since``
+    compared as PEP 440 versions."""
 
-    names: tuple[str, ...]
-    since: str = ""
-    missing: str = ""
-
-    def applies_to(self, release: str) -> bool:
+    def applies_to(self, release: str, platform: str | None = None) -> bool:
         return not self.since or pep440(release) >= pep440(self.since)
-
-    def __str__(self) -> str:
-        return "|".join(self.names)
 
 
 @dataclass(frozen=True)
@@ -72,7 +66,7 @@ class WheelPlatform:
 
     @property
     def is_windows(self) -> bool:
-        return self.name.startswith("windows")
+        return is_windows(self.name)
 
 
 @dataclass(frozen=True)
@@ -107,16 +101,8 @@ class WheelData:
 
 
 def _spec(item: object, where: str) -> ExtraSpec:
-    if isinstance(item, str):
-        names, since, missing = item, "", ""
-    elif isinstance(item, dict) and isinstance(item.get("name"), str):
-        names, since, missing = item["name"], str(item.get("since", "")), str(item.get("missing", ""))
-    else:
-        raise ManifestError(f"{where}: an extra must be a name or {{name, since}}, got {item!r}")
-    parts = tuple(n.strip() for n in names.split("|") if n.strip())
-    if not parts:
-        raise ManifestError(f"{where}: empty extra name")
-    return ExtraSpec(parts, since, missing)
+    spec = parse_spec(item, where)
+    return ExtraSpec(spec.names, spec.since, spec.platforms, spec.missing)
 
 
 def _profiles(raw: Mapping[str, Any]) -> dict[str, WheelProfile]:
