@@ -34,18 +34,13 @@ WINDOWS = os.name == "nt"
 _sleep: Callable[[float], None] = time.sleep  # tests replace it
 
 
-def is_transient(exc: BaseException) -> bool:
-    """A sharing violation or access denial that a moment's wait may clear (Windows only)."""
-    return isinstance(exc, OSError) and getattr(exc, "winerror", None) in TRANSIENT_WINERRORS
-
-
 def retrying(fn: Callable[..., T], *args: Any) -> T:
     """``fn(*args)``, retried while it fails with a transient Windows error (bounded)."""
     for delay in DELAYS:
         try:
             return fn(*args)
         except OSError as exc:
-            if not is_transient(exc):
+            if getattr(exc, "winerror", None) not in TRANSIENT_WINERRORS:
                 raise
         _sleep(delay)
     return fn(*args)

@@ -23,9 +23,7 @@ from pathlib import Path
 from cudaredist import fsops
 from cudaredist.cache import Cache
 from cudaredist.cache.store import lock_wait
-from cudaredist.errors import (
-    PrefixError,
-)
+from cudaredist.errors import PrefixError
 from cudaredist.fetch.fetcher import Fetcher, StreamBroken
 from cudaredist.fetch.transport import Transport
 from cudaredist.install.build import Build
