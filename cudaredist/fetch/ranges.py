@@ -43,12 +43,13 @@ class OrderedHasher:
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
-    def advance(self, idx: int, n: int) -> None:
+    def advance(self, idx: int, pos: int) -> None:
+        """Range ``idx`` is written up to the file offset ``pos``."""
         if idx == 0 and not self.first_response.is_set():
             self.range_ok = True
             self.first_response.set()
         with self.cond:
-            self.written[idx] += n
+            self.written[idx] = pos - self.bounds[idx][0]
             self.cond.notify_all()
 
     def finish(self, idx: int) -> None:
@@ -92,18 +93,6 @@ class OrderedHasher:
             self.cond.notify_all()
         self._thread.join()
         return self._digest or ""
-
-
-def follower(watch: Progress, start: int) -> Callable[[int], None]:
-    """Turns per-write byte counts of one in-order stream into "first n bytes are in place"."""
-    pos = start
-
-    def on_write(n: int) -> None:
-        nonlocal pos
-        pos += n
-        watch(pos)
-
-    return on_write
 
 
 def marker_path(dest: Path) -> Path:

@@ -28,7 +28,7 @@ from cudaredist.fetch.client import (
     raise_if_untrusted,
     retry_after_seconds,
 )
-from cudaredist.fetch.ranges import Marker, OrderedHasher, Progress, follower, marker_path
+from cudaredist.fetch.ranges import Marker, OrderedHasher, Progress, marker_path
 from cudaredist.hashing import CHUNK
 from cudaredist.trust import Trust, host_label
 
@@ -257,8 +257,7 @@ class Transport:
             with open(dest, "r+b" if offset else "wb") as fh:
                 fh.seek(offset)
                 fh.truncate()
-                self._stream_range(url, fh, offset, size, size, progress, h,
-                                   on_write=follower(watch, offset) if watch else None, quick=quick)
+                self._stream_range(url, fh, offset, size, size, progress, h, on_write=watch, quick=quick)
             actual = h.hexdigest()
         if actual != sha256:
             raise IntegrityError(
@@ -348,8 +347,7 @@ class Transport:
             with contextlib.suppress(FileNotFoundError):
                 marker_path(dest).unlink()
             with open(dest, "r+b") as out:
-                self._stream_range(url, out, 0, size, size, progress, h,
-                                   on_write=follower(watch, 0) if watch else None, quick=quick)
+                self._stream_range(url, out, 0, size, size, progress, h, on_write=watch, quick=quick)
             return h.hexdigest()
         return hashing
 
@@ -359,6 +357,7 @@ class Transport:
                       quick: bool = False) -> None:
         """Write bytes [start, end) of ``url`` to ``fh`` (positioned at ``start``), resuming with Range.
 
+        ``on_write(pos)`` is told where the bytes in place end, first when a response starts.
         ``ranged`` marks one segment of a segmented download: it always asks for a range and
         raises :class:`_RangeIgnored` when the server answers with the whole body instead.
         Failures count toward the retry budget only while no bytes arrive.
@@ -396,7 +395,7 @@ class Transport:
                     else:
                         raise Retryable(f"HTTP 206 to a request without Range from {url}")
                     if on_write is not None:
-                        on_write(0)
+                        on_write(pos)
                     # Unsized iteration: every byte that arrived is kept when the connection breaks.
                     for chunk in r.iter_bytes():
                         if skip:
@@ -418,7 +417,7 @@ class Transport:
                         progress(len(chunk))
                         if on_write is not None:
                             fh.flush()  # the hasher reads these bytes back through another handle
-                            on_write(len(chunk))
+                            on_write(pos)
                         if pos >= end and end < total:
                             break  # a segment is complete; the last one reads on to catch extra bytes
                 if pos >= end:
