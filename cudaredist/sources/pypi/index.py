@@ -33,10 +33,10 @@ from cudaredist.errors import (
 from cudaredist.fetch.client import UNREACHABLE_HINT, is_local, local_path
 from cudaredist.fetch.transport import Transport
 from cudaredist.plan import Archive, Plan, PlannedArchive
+from cudaredist.profiles import Spec, needed_components, parse_product_requests, parse_spec
 from cudaredist.sources.nvidia.releases import check_train, pick_release, train_of
 from cudaredist.sources.pypi.simple import IndexFile, parse_simple_page
 from cudaredist.sources.pypi.wheels import (
-    ExtraSpec,
     Metadata,
     WheelData,
     choose_version,
@@ -329,7 +329,7 @@ def _require_digest(f: IndexFile) -> None:
 # ------------------------------------------------------------------------------------------------
 # Planning
 
-def _requirements_for(spec: ExtraSpec, meta: Metadata, release: Release, platform: str,
+def _requirements_for(spec: Spec, meta: Metadata, release: Release, platform: str,
                       data: WheelData) -> list[Requirement]:
     """The wheels one profile entry or ``--component`` asks for: an extra, a component or a package."""
     plat = data.platform(platform)
@@ -408,7 +408,6 @@ def resolve_plan(index: WheelIndex, train: str, *, platform: str, profile: str |
     ``profile=None`` installs exactly ``components`` (extras, component names or wheel
     names). Every failure happens here, before any wheel is downloaded.
     """
-    from cudaredist.profiles import needed_components, parse_product_requests
     from cudaredist.sources.pypi.products import plan_product
 
     data = index.data
@@ -419,7 +418,7 @@ def resolve_plan(index: WheelIndex, train: str, *, platform: str, profile: str |
     picked = [plan_product(index, r, platform=platform, cuda_release=label) for r in requests]
     components = needed_components(requests, components, {r.name: r.release for r, _item in picked})
     notes: list[str] = []
-    specs: list[ExtraSpec] = []
+    specs: list[Spec] = []
     if profile is not None:
         prof = data.profile(profile)
         if prof.since and pep440(label) < pep440(prof.since):
@@ -431,7 +430,7 @@ def resolve_plan(index: WheelIndex, train: str, *, platform: str, profile: str |
                 specs.append(s)
             elif s.missing:
                 notes.append(s.missing)
-    specs.extend(ExtraSpec(tuple(n.strip() for n in c.split("|") if n.strip())) for c in components)
+    specs.extend(parse_spec(c, "--component") for c in components)
     if not specs:
         raise PlanError("nothing to install: give a profile or at least one --component")
     meta = index.metadata(release)

@@ -25,7 +25,7 @@ from packaging.utils import InvalidWheelFilename, NormalizedName, canonicalize_n
 from packaging.version import InvalidVersion, Version
 
 from cudaredist.errors import ManifestError, PlanError
-from cudaredist.profiles import data_dir
+from cudaredist.profiles import Spec, data_dir, parse_spec
 from cudaredist.sources.pypi.simple import IndexFile
 from cudaredist.tree.paths import tree_path
 
@@ -40,25 +40,10 @@ else:  # pragma: no cover
 
 
 @dataclass(frozen=True)
-class ExtraSpec:
-    """One wanted extra of the metapackage: alternatives, first release needing it, note if older."""
-
-    names: tuple[str, ...]
-    since: str = ""
-    missing: str = ""
-
-    def applies_to(self, release: str) -> bool:
-        return not self.since or pep440(release) >= pep440(self.since)
-
-    def __str__(self) -> str:
-        return "|".join(self.names)
-
-
-@dataclass(frozen=True)
 class WheelProfile:
     name: str
     description: str
-    extras: tuple[ExtraSpec, ...]
+    extras: tuple[Spec, ...]  # alternatives, the first release needing it, a note if older
     since: str = ""
     before: str = ""
 
@@ -106,19 +91,6 @@ class WheelData:
         return self.platforms[name]
 
 
-def _spec(item: object, where: str) -> ExtraSpec:
-    if isinstance(item, str):
-        names, since, missing = item, "", ""
-    elif isinstance(item, dict) and isinstance(item.get("name"), str):
-        names, since, missing = item["name"], str(item.get("since", "")), str(item.get("missing", ""))
-    else:
-        raise ManifestError(f"{where}: an extra must be a name or {{name, since}}, got {item!r}")
-    parts = tuple(n.strip() for n in names.split("|") if n.strip())
-    if not parts:
-        raise ManifestError(f"{where}: empty extra name")
-    return ExtraSpec(parts, since, missing)
-
-
 def _profiles(raw: Mapping[str, Any]) -> dict[str, WheelProfile]:
     out: dict[str, WheelProfile] = {}
 
@@ -131,7 +103,7 @@ def _profiles(raw: Mapping[str, Any]) -> dict[str, WheelProfile]:
         if not isinstance(body, dict):
             raise ManifestError(f"pypi.toml: profile {name!r} is not defined")
         base = build(str(body["extends"]), (*seen, name)) if "extends" in body else None
-        extras = tuple(_spec(x, f"pypi.toml profile {name}") for x in body.get("extras", []))
+        extras = tuple(parse_spec(x, f"pypi.toml profile {name}") for x in body.get("extras", []))
         prof = WheelProfile(
             name, str(body.get("description", "")),
             (base.extras if base else ()) + extras,
