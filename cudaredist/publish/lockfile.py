@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -111,16 +109,9 @@ def dumps(lock: dict[str, Any]) -> str:
 
 
 def write_lock(path: Path, lock: dict[str, Any]) -> None:
-    path = path.absolute()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(dumps(lock))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from cudaredist.publish.mirror import place
+
+    place(path.absolute(), lambda tmp: tmp.write_bytes(dumps(lock).encode()))  # "\n" line ends everywhere
 
 
 def read_lock(path: Path) -> Lock:

@@ -63,10 +63,6 @@ def product_dir(out: Path, product: str) -> Path:
     return out / product / "redist"
 
 
-def _tag(variant: str) -> tuple[int, ...]:
-    return version_key(variant)
-
-
 def pick_archive(comp: Component, platform: str, cuda_release: str, *,
                  explicit: bool = False) -> tuple[Archive, str] | None:
     """The archive of ``comp`` for ``platform`` built for the toolkit's CUDA, and its variant
@@ -79,11 +75,11 @@ def pick_archive(comp: Component, platform: str, cuda_release: str, *,
     choices: list[tuple[tuple[int, ...], Archive, str]] = []
     for name, archive in comp.variants.get(platform, {}).items():
         if m := _SUBKEY.fullmatch(name):
-            choices.append((_tag(m[1]), archive, name))
+            choices.append((version_key(m[1]), archive, name))
     flat = comp.archives.get(platform)
     if flat is not None:
         m = _TAG.search(flat.filename)
-        choices.append((_tag(m[1]) if m else (), flat, f"cuda{m[1]}" if m else ""))
+        choices.append((version_key(m[1]) if m else (), flat, f"cuda{m[1]}" if m else ""))
     ranked: list[tuple[int, tuple[int, ...], Archive, str]] = []
     for tag, archive, name in choices:
         if tag == (major, minor):

@@ -457,16 +457,6 @@ def resolve_plan(index: WheelIndex, train: str, *, platform: str, profile: str |
                 products=tuple(r for r, _item in picked))
 
 
-def resolve_plans(index: WheelIndex, train: str, platforms: Sequence[str], *, profile: str | None = "nvcc",
-                  components: Sequence[str] = (), pre: bool = False,
-                  products: Sequence[str] = ()) -> list[Plan]:
-    """One plan per platform, all of the release ``train`` resolves to (``lock`` and ``mirror``)."""
-    # one index object: its project pages are read once, so every platform sees the same release
-    return [resolve_plan(index, train, platform=p, profile=profile, components=components, pre=pre,
-                         products=products)
-            for p in platforms]
-
-
 def list_trains(index: WheelIndex) -> list[dict[str, Any]]:
     """Trains of the metapackage, oldest first: newest final release, its upload date, all releases."""
     rels = [r for r in index.releases() if not r.version.is_prerelease]

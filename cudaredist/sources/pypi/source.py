@@ -18,7 +18,7 @@ from cudaredist.sources.mirroring import (
     unique_builds,
 )
 from cudaredist.sources.nvidia.manifest import check_relative_path
-from cudaredist.sources.pypi.index import WheelIndex, list_trains, resolve_plans
+from cudaredist.sources.pypi.index import WheelIndex, list_trains, resolve_plan
 from cudaredist.sources.pypi.wheels import member_mapper
 from cudaredist.tree.sonames import add_soname_links
 from cudaredist.trust import Trust
@@ -58,8 +58,9 @@ class PypiSource:
 
     def resolve(self, train: str, platforms: Sequence[str], *, profile: str | None,
                 components: Sequence[str], products: Sequence[str] = ()) -> list[Plan]:
-        return resolve_plans(self.index, train, platforms, profile=profile, components=components,
-                             products=products)
+        # one index object: its project pages are read once, so every platform sees the same release
+        return [resolve_plan(self.index, train, platform=p, profile=profile, components=components,
+                             products=products) for p in platforms]
 
     def relocate(self, plan: Plan) -> Plan:
         return plan  # a wheel is fetched from the URL the lock pins: no index, no base
