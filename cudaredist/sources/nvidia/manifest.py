@@ -93,14 +93,9 @@ def _archive(obj: dict[str, Any], where: str, source: str) -> Archive:
         raise ManifestError(f"{source}: {where}: sha256 must be 64 hex digits, got {sha!r}",
                             source=source, entry=where)
     raw = obj.get("size")
-    if isinstance(raw, bool):
-        raw = None
-    size: int | None = None
-    if isinstance(raw, int):
-        size = raw
-    elif isinstance(raw, str) and _SIZE.fullmatch(raw.strip()):
-        size = int(raw.strip())
-    if size is None or size < 0 or size > MAX_ARCHIVE_SIZE:
+    text = str(raw).strip() if isinstance(raw, (int, str)) and not isinstance(raw, bool) else ""
+    size = int(text) if _SIZE.fullmatch(text) else None
+    if size is None or size > MAX_ARCHIVE_SIZE:
         raise ManifestError(
             f"{source}: {where}: size must be a non-negative integer up to {MAX_ARCHIVE_SIZE}, got {raw!r}",
             source=source, entry=where)
@@ -128,15 +123,9 @@ def _component(key: str, obj: dict[str, Any], source: str) -> Component:
             raise ManifestError(f"{source}: {key}: platform key {plat!r} is not a platform name (letters, "
                                 "digits, '.', '_' and '-')", source=source, entry=where)
     version = obj.get("version", "")
-    return Component(
-        key=key,
-        name=str(obj.get("name", key)),
-        version=str(version) if isinstance(version, (str, int, float)) else "",
-        license=str(obj.get("license", "")),
-        license_path=str(obj.get("license_path", "")),
-        archives=archives,
-        variants=variants,
-    )
+    return Component(key, str(obj.get("name", key)),
+                     str(version) if isinstance(version, (str, int, float)) else "",
+                     str(obj.get("license", "")), str(obj.get("license_path", "")), archives, variants)
 
 
 def parse_manifest(data: bytes | str, *, label: str = "", source: str = "") -> Manifest:

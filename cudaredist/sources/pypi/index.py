@@ -34,6 +34,7 @@ from cudaredist.fetch.client import UNREACHABLE_HINT, is_local, local_path
 from cudaredist.fetch.transport import Transport
 from cudaredist.plan import Archive, Plan, PlannedArchive
 from cudaredist.profiles import Spec, needed_components, parse_product_requests, parse_spec
+from cudaredist.sources.nvidia.index import normalize_base
 from cudaredist.sources.nvidia.releases import check_train, pick_release, train_of
 from cudaredist.sources.pypi.simple import IndexFile, parse_simple_page
 from cudaredist.sources.pypi.wheels import (
@@ -64,13 +65,7 @@ PAGE_LIMIT = 32 << 20
 
 def default_index_url(url: str | None = None) -> str:
     """``--index-url`` > ``PIP_INDEX_URL`` > PyPI; always with a trailing slash."""
-    return _normalize((url or os.environ.get(ENV_INDEX_URL) or DEFAULT_INDEX_URL).strip())
-
-
-def _normalize(url: str) -> str:
-    if "://" not in url:
-        url = Path(url).expanduser().absolute().as_uri()
-    return url if url.endswith("/") else url + "/"
+    return normalize_base(url or os.environ.get(ENV_INDEX_URL) or DEFAULT_INDEX_URL)
 
 
 @dataclass(frozen=True)
@@ -105,7 +100,7 @@ class WheelIndex:
         self.transport = transport
         self.cache = cache
         self.index_url = default_index_url(index_url)
-        self.mirror_url = _normalize(mirror.strip()) if mirror and mirror.strip() else None
+        self.mirror_url = normalize_base(mirror) if mirror and mirror.strip() else None
         self.no_fallback = no_fallback and self.mirror_url is not None
         self.trust = trust or Trust.of()
         self.offline = offline

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from packaging.markers import UndefinedComparison, UndefinedEnvironmentName
+from packaging.markers import Marker, UndefinedComparison, UndefinedEnvironmentName
 from packaging.metadata import parse_email
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -214,21 +214,17 @@ def marker_env(platform: WheelPlatform, extra: str = "") -> dict[str, str]:
 
 def applies(req: Requirement, env: Mapping[str, str]) -> bool:
     """Whether ``req``'s environment marker holds for ``env`` (see :func:`marker_env`)."""
-    if req.marker is None:
-        return True
     # a plan asks the same few markers of the same environment thousands of times (every extra of
     # the metapackage for every component): packaging's evaluation is the slow part of a resolve
-    key = (str(req.marker), tuple(sorted(env.items())))
-    hit = _MARKERS.get(key)
-    if hit is None:
-        try:
-            hit = _MARKERS[key] = req.marker.evaluate(dict(env))
-        except (UndefinedComparison, UndefinedEnvironmentName) as exc:
-            raise ManifestError(f"cannot evaluate the environment marker of {req}: {exc}") from exc
-    return hit
+    try:
+        return req.marker is None or _evaluate(req.marker, tuple(sorted(env.items())))
+    except (UndefinedComparison, UndefinedEnvironmentName) as exc:
+        raise ManifestError(f"cannot evaluate the environment marker of {req}: {exc}") from exc
 
 
-_MARKERS: dict[tuple[str, tuple[tuple[str, str], ...]], bool] = {}
+@cache
+def _evaluate(marker: Marker, env: tuple[tuple[str, str], ...]) -> bool:
+    return marker.evaluate(dict(env))
 
 
 @dataclass(frozen=True)
