@@ -35,7 +35,7 @@ from cudaredist.fetch.transport import Transport
 from cudaredist.plan import Archive, Plan, PlannedArchive
 from cudaredist.profiles import Spec, needed_components, parse_product_requests, parse_spec
 from cudaredist.sources.nvidia.index import normalize_base
-from cudaredist.sources.nvidia.releases import check_train, pick_release, train_of
+from cudaredist.sources.nvidia.releases import check_train, pick_release, train_rows
 from cudaredist.sources.pypi.simple import IndexFile, parse_simple_page
 from cudaredist.sources.pypi.wheels import (
     Metadata,
@@ -454,10 +454,5 @@ def resolve_plan(index: WheelIndex, train: str, *, platform: str, profile: str |
 
 def list_trains(index: WheelIndex) -> list[dict[str, Any]]:
     """Trains of the metapackage, oldest first: newest final release, its upload date, all releases."""
-    rels = [r for r in index.releases() if not r.version.is_prerelease]
-    rows: dict[str, dict[str, Any]] = {}
-    for r in rels:  # newest first
-        row = rows.setdefault(train_of(r.label), {"train": train_of(r.label), "release": r.label,
-                                                  "release_date": r.date, "releases": []})
-        row["releases"].append(r.label)
-    return sorted(rows.values(), key=lambda row: [int(p) for p in row["train"].split(".")])
+    rels = [r for r in index.releases() if not r.version.is_prerelease]  # newest first
+    return train_rows([r.label for r in rels], {r.label: r.date for r in reversed(rels)}.__getitem__)
