@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import unquote
 
 from cudaredist.errors import ManifestError
@@ -30,6 +31,7 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _ARCHIVE_KEYS = ("relative_path", "sha256", "size", "md5")
 # A single archive larger than this is not a CUDA component; it is a hostile manifest.
 MAX_ARCHIVE_SIZE = 64 * 1024**3
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,15 @@ class Manifest:
     @property
     def platforms(self) -> tuple[str, ...]:
         return tuple(sorted({p for c in self.components.values() for p in c.platforms}))
+
+    def first(self, names: Iterable[str],
+              pick: Callable[[Component], T | None]) -> tuple[Component, T] | None:
+        """The first component of ``names`` (alternatives) that ``pick`` finds an archive of, and that."""
+        for name in names:
+            comp = self.components.get(name)
+            if comp is not None and (found := pick(comp)) is not None:
+                return comp, found
+        return None
 
 
 def check_relative_path(value: object, where: str, source: str) -> str:

@@ -63,13 +63,7 @@ def make_plan(manifest: Manifest, *, platform: str, base_url: str, profile: str 
     notes: list[str] = []
     seen: set[str] = set()
     for spec in specs:
-        chosen: tuple[Component, Archive] | None = None
-        for name in spec.names:
-            comp = manifest.components.get(name)
-            arch = _pick_archive(comp, platform, manifest.label) if comp else None
-            if comp and arch:
-                chosen = (comp, arch)
-                break
+        chosen = manifest.first(spec.names, lambda c: _pick_archive(c, platform, manifest.label))
         if chosen is None and spec.missing:  # a release (or a mirror built from wheels) may lack it
             notes.append(f"CUDA {manifest.label} has no {spec} for {platform}: {spec.missing}")
             continue

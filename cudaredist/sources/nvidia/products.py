@@ -134,13 +134,8 @@ def plan_product(manifest: Manifest, request: ProductRequest, *, platform: str, 
     bases = tuple(archive_bases) or (base_url,)
     for spec in specs:
         explicit = spec in routed
-        chosen: tuple[Component, tuple[Archive, str]] | None = None
-        for name in spec.names:
-            comp = manifest.components.get(name)
-            picked = pick_archive(comp, platform, cuda_release, explicit=explicit) if comp else None
-            if comp is not None and picked is not None:
-                chosen = (comp, picked)
-                break
+        chosen = manifest.first(spec.names, functools.partial(pick_archive, platform=platform,
+                                                              cuda_release=cuda_release, explicit=explicit))
         if chosen is None:
             if not strict and not explicit:
                 return None

@@ -179,23 +179,20 @@ class WheelIndex:
                     f"{self.cache.root}; run the same command online once", url=page_url)
             return data
         if is_local(page_url):
-            try:
-                return self.transport.get_bytes(page_url + "index.html")
-            except FetchError as exc:
-                if not isinstance(exc.__cause__, FileNotFoundError):
-                    raise
-                raise FetchError(f"the index {root} has no project {name} (no {page_url}index.html)",
-                                 url=page_url, status=404) from exc
+            return self._get_page(root, page_url, name)
         return self.cache.index_page(root, key, lambda: self._get_page(root, page_url, name, quick=quick))
 
     def _get_page(self, root: str, url: str, name: str, *, quick: bool = False) -> bytes:
+        local = is_local(url)
         try:
+            if local:
+                return self.transport.get_bytes(url + "index.html")
             return self.transport.get_bytes(url, limit=PAGE_LIMIT, headers={"Accept": ACCEPT}, quick=quick)
         except FetchError as exc:
-            if exc.status != 404:
+            if not (isinstance(exc.__cause__, FileNotFoundError) if local else exc.status == 404):
                 raise
-            raise FetchError(f"the index {root} has no project {name} (HTTP 404 for {url})",
-                             url=url, status=404) from exc
+            why = f"no {url}index.html" if local else f"HTTP 404 for {url}"
+            raise FetchError(f"the index {root} has no project {name} ({why})", url=url, status=404) from exc
 
     def wheel_urls(self, project: str, chosen: IndexFile, needed_by: str, *, release: str,
                    platform: str) -> tuple[str, tuple[str, ...]]:
@@ -220,8 +217,7 @@ class WheelIndex:
         if name not in self._mirror_pages:
             page_url = f"{mirror}{name}/"
             try:
-                data = (self.transport.get_bytes(page_url + "index.html") if is_local(page_url) else
-                        self._get_page(mirror, page_url, name, quick=not self.no_fallback))
+                data = self._get_page(mirror, page_url, name, quick=not self.no_fallback)
                 found = {f.filename: f.url for f in parse_simple_page(data, page_url)}
             except (FetchError, ManifestError) as exc:
                 found = {}
