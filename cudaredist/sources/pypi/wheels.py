@@ -25,7 +25,7 @@ from packaging.utils import InvalidWheelFilename, NormalizedName, canonicalize_n
 from packaging.version import InvalidVersion, Version
 
 from cudaredist.errors import ManifestError, PlanError
-from cudaredist.profiles import Spec, data_dir, parse_spec
+from cudaredist.profiles import Spec, data_dir, extends_chain, parse_spec
 from cudaredist.sources.pypi.simple import IndexFile
 from cudaredist.tree.paths import tree_path
 
@@ -93,27 +93,13 @@ class WheelData:
 
 def _profiles(raw: Mapping[str, Any]) -> dict[str, WheelProfile]:
     out: dict[str, WheelProfile] = {}
-
-    def build(name: str, seen: tuple[str, ...]) -> WheelProfile:
-        if name in out:
-            return out[name]
-        if name in seen:
-            raise ManifestError(f"pypi.toml: profile {name!r} extends itself ({' -> '.join(seen)})")
-        body = raw.get(name)
-        if not isinstance(body, dict):
-            raise ManifestError(f"pypi.toml: profile {name!r} is not defined")
-        base = build(str(body["extends"]), (*seen, name)) if "extends" in body else None
-        extras = tuple(parse_spec(x, f"pypi.toml profile {name}") for x in body.get("extras", []))
-        prof = WheelProfile(
-            name, str(body.get("description", "")),
-            (base.extras if base else ()) + extras,
-            str(body.get("since", base.since if base else "")),
-            str(body.get("before", base.before if base else "")))
-        out[name] = prof
-        return prof
-
-    for n in raw:
-        build(n, ())
+    for name in raw:
+        chain = extends_chain(raw, name, "pypi.toml")  # since and before: the nearest that says
+        out[name] = WheelProfile(
+            name, str(chain[-1].get("description", "")),
+            tuple(parse_spec(x, f"pypi.toml profile {name}") for b in chain for x in b.get("extras", [])),
+            next((str(b["since"]) for b in reversed(chain) if "since" in b), ""),
+            next((str(b["before"]) for b in reversed(chain) if "before" in b), ""))
     return out
 
 
