@@ -72,16 +72,8 @@ def pick_archive(comp: Component, platform: str, cuda_release: str, *,
     ``source`` archive (samples)."""
     have = version_key(cuda_release)
     major, minor = have[0], (have[1] if len(have) > 1 else 0)
-    choices: list[tuple[tuple[int, ...], Archive, str]] = []
-    for name, archive in comp.variants.get(platform, {}).items():
-        if m := _SUBKEY.fullmatch(name):
-            choices.append((version_key(m[1]), archive, name))
-    flat = comp.archives.get(platform)
-    if flat is not None:
-        m = _TAG.search(flat.filename)
-        choices.append((version_key(m[1]) if m else (), flat, f"cuda{m[1]}" if m else ""))
     ranked: list[tuple[int, tuple[int, ...], Archive, str]] = []
-    for tag, archive, name in choices:
+    for tag, archive, name in _builds(comp, platform):
         if tag == (major, minor):
             ranked.append((0, (), archive, name))
         elif tag == (major,):
@@ -98,13 +90,19 @@ def pick_archive(comp: Component, platform: str, cuda_release: str, *,
     return None
 
 
+def _builds(comp: Component, platform: str) -> list[tuple[tuple[int, ...], Archive, str]]:
+    """(the CUDA it was built for, () if it names none; the archive; its variant) of each build."""
+    out = [(version_key(m[1]), archive, name) for name, archive in comp.variants.get(platform, {}).items()
+           if (m := _SUBKEY.fullmatch(name))]
+    if (flat := comp.archives.get(platform)) is not None:
+        m = _TAG.search(flat.filename)
+        out.append((version_key(m[1]) if m else (), flat, f"cuda{m[1]}" if m else ""))
+    return out
+
+
 def cuda_majors(comp: Component, platform: str) -> list[str]:
     """The CUDA majors ``comp`` has builds of for ``platform`` (what a message lists)."""
-    tags = {m[1].split(".")[0] for name in comp.variants.get(platform, {}) if (m := _SUBKEY.fullmatch(name))}
-    flat = comp.archives.get(platform)
-    if flat is not None and (m := _TAG.search(flat.filename)):
-        tags.add(m[1].split(".")[0])
-    return sorted(tags, key=int)
+    return sorted({str(tag[0]) for tag, _a, _n in _builds(comp, platform) if tag}, key=int)
 
 
 @dataclass(frozen=True)

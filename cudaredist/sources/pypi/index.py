@@ -40,6 +40,7 @@ from cudaredist.sources.pypi.simple import IndexFile, parse_simple_page
 from cudaredist.sources.pypi.wheels import (
     Metadata,
     WheelData,
+    by_version,
     choose_version,
     component_for,
     marker_env,
@@ -247,16 +248,9 @@ class WheelIndex:
     def releases(self) -> list[Release]:
         """Every wheel release of the metapackage, newest first (yanked ones only if nothing else)."""
         meta = canonicalize_name(self.data.metapackage)
-        best: dict[Version, Release] = {}
-        for f in self.files(meta):
-            parsed = parse_wheel_name(f.filename)
-            if parsed is None or parsed[0] != meta:
-                continue
-            v = parsed[1]
-            old = best.get(v)
-            if old is None or (old.file.yanked and not f.yanked):
-                best[v] = Release(v, f)
-        return sorted(best.values(), key=lambda r: r.version, reverse=True)
+        best = [Release(v, ([f for f in fs if not f.yanked] or fs)[0])
+                for v, fs in by_version(self.files(meta), meta).items()]
+        return sorted(best, key=lambda r: r.version, reverse=True)
 
     def resolve(self, train: str, *, pre: bool = False) -> Release:
         """``13.4`` -> newest 13.4.x; ``13.4.1`` -> that release; ``13.4.0rc1`` -> that pre-release."""
@@ -356,19 +350,14 @@ def _plan_item(index: WheelIndex, name: str, specs: list[str], release: Release,
                pre: bool) -> tuple[PlannedArchive, list[str]]:
     data = index.data
     plat = data.platform(platform)
-    files = index.files(name)
-    by_version: dict[str, list[IndexFile]] = {}
-    for f in files:
-        parsed = parse_wheel_name(f.filename)
-        if parsed is not None and parsed[0] == name:
-            by_version.setdefault(str(parsed[1]), []).append(f)
-    version = choose_version(specs, by_version, pre=pre)
+    versions = {str(v): fs for v, fs in by_version(index.files(name), name).items()}
+    version = choose_version(specs, versions, pre=pre)
     shown = " and ".join(s for s in specs if s) or "any version"
     if version is None:
         raise PlanError(f"no wheel of {name} on {index.index_url} matches {shown} (needed by "
                         f"{data.metapackage} {release.label})", component=name, release=release.label,
                         platform=platform)
-    candidates = by_version[version]
+    candidates = versions[version]
     notes: list[str] = []
     chosen = pick_wheel([f for f in candidates if not f.yanked], plat)
     if chosen is None:
