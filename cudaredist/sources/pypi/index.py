@@ -130,11 +130,6 @@ class WheelIndex:
         """--no-fallback with an authenticated mirror: its pages stand in for the index's."""
         return self.no_fallback and self.readers() == [self.mirror_url]
 
-    @property
-    def untrusted_mirror(self) -> str | None:
-        m = self.mirror_url
-        return m if m is not None and not self.trust.trusted(m) else None
-
     def files(self, project: str) -> list[IndexFile]:
         name = canonicalize_name(project)
         if name not in self._pages:
@@ -155,9 +150,9 @@ class WheelIndex:
                                      f"forbids its page at the package index {self.index_url}: add the "
                                      f"project to the mirror, or drop --no-fallback",
                                      url=errors[0].url, status=404) from errors[0]
-                mirror = self.untrusted_mirror
-                if mirror is not None and not all(e.status == 404 or isinstance(e, OfflineError)
-                                                  for e in errors):
+                mirror = self.mirror_url
+                if mirror is not None and not self.trust.trusted(mirror) and not all(
+                        e.status == 404 or isinstance(e, OfflineError) for e in errors):
                     cause = "; ".join(str(e).replace(" " + UNREACHABLE_HINT, "") for e in errors)
                     raise unreachable(("the mirror", mirror), readers, cause,
                                       what="the index pages") from errors[0]
