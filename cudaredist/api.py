@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from cudaredist import profiles
 from cudaredist.errors import CudaRedistError, UsageError
 from cudaredist.profiles import DEFAULT_PROFILE
 from cudaredist.sources import Where, check_source
@@ -170,9 +171,9 @@ def _check_options(request: InstallRequest) -> None:
 
 
 def _lock_timeout(request: InstallRequest) -> float:
-    from cudaredist.record import lock_timeout_default
+    from cudaredist.cache.store import lock_wait
 
-    return lock_timeout_default() if request.lock_timeout is None else request.lock_timeout
+    return lock_wait(request.lock_timeout)
 
 
 def _profile(request: InstallRequest) -> str | None:
@@ -186,7 +187,8 @@ def _satisfied(request: InstallRequest, train: str, fixed: Path | None, root: Pa
     from cudaredist.managed import satisfied_toolkit
     from cudaredist.record import drift_text, satisfying_record
 
-    platform, profile, source = _platform(request), _profile(request), check_source(request.source)
+    platform, profile = profiles.host_platform(request.platform), _profile(request)
+    source = check_source(request.source)
     ask: dict[str, Any] = dict(train=train, platform=platform, profile=profile,
                                components=request.components, source=source, products=request.products)
     if fixed is not None:
@@ -237,7 +239,8 @@ def _run(request: InstallRequest, wanted: list[str], fixed: Path | None, outcome
         if lock_plan is not None:
             plans.append((wanted[0] if wanted else str(request.lock), src.relocate(lock_plan)))
         # every train resolved before any download: a train that does not exist installs nothing
-        plans += [(train, src.resolve(train, [_platform(request)], profile=_profile(request),
+        platforms = [profiles.host_platform(request.platform)]
+        plans += [(train, src.resolve(train, platforms, profile=_profile(request),
                                       components=components, products=products)[0])
                   for train in (wanted if lock_plan is None else [])]
         installer = Installer(transport, cache, reporter=reporter, jobs=request.jobs,
@@ -296,12 +299,6 @@ def _with_text(plan: dict[str, Any]) -> str:
 
     added = [f"{product_title(str(p['name']))} {p['release']}" for p in plan.get("products", ())]
     return f" with {', '.join(added)}" if added else ""
-
-
-def _platform(request: InstallRequest) -> str:
-    from cudaredist.profiles import host_platform
-
-    return request.platform or host_platform()
 
 
 def _read_lock(request: InstallRequest, wanted: list[str]) -> tuple[Lock, Plan]:

@@ -3,49 +3,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from cudaredist import __version__, commands
-from cudaredist.commands.base import (
-    Ctx,
-    emit_json,
-    errors,
-    platform_or_host,
-    platforms_or_host,
-    print_plan,
-    set_verbose,
-)
-from cudaredist.commands.options import (
-    App,
-    BaseUrlOpt,
-    CacheDirOpt,
-    ChannelOpt,
-    ComponentOpt,
-    IndexUrlOpt,
-    InstallDirOpt,
-    JobsOpt,
-    JsonOpt,
-    LinkModeOpt,
-    LockOpt,
-    MirrorOpt,
-    NoFallbackOpt,
-    OfflineOpt,
-    OnlyOpt,
-    PlatformOpt,
-    PlatformsOpt,
-    PrefixOpt,
-    ProfileOpt,
-    QuietOpt,
-    SourceOpt,
-    Train,
-    TrustedHostOpt,
-    VerboseOpt,
-    WithOpt,
-)
-from cudaredist.profiles import DEFAULT_PROFILE
+from cudaredist.commands.install import install
+from cudaredist.commands.options import App
 
 _SETTINGS: dict[str, Any] = dict(
     name="cudaredist",
@@ -57,285 +21,6 @@ _SETTINGS: dict[str, Any] = dict(
     rich_markup_mode=None,
 )
 app = App(**_SETTINGS)
-
-
-# -- commands ---------------------------------------------------------------------------------------
-@app.command()
-def resolve(
-    train: Train,
-    platform: PlatformOpt = None,
-    profile: ProfileOpt = DEFAULT_PROFILE,
-    component: ComponentOpt = None,
-    only: OnlyOpt = False,
-    with_: WithOpt = None,
-    base_url: BaseUrlOpt = None,
-    channel: ChannelOpt = None,
-    mirror: MirrorOpt = None,
-    no_fallback: NoFallbackOpt = False,
-    trusted_host: TrustedHostOpt = None,
-    cache_dir: CacheDirOpt = None,
-    offline: OfflineOpt = False,
-    source: SourceOpt = "nvidia",
-    index_url: IndexUrlOpt = None,
-    as_json: JsonOpt = False,
-    verbose: VerboseOpt = False,
-) -> None:
-    """Show the install plan without installing: release, and per component version, URL, size, sha256."""
-    set_verbose(verbose)
-    with errors():
-        ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, source=source, index_url=index_url,
-                  trusted_hosts=trusted_host, channel=channel)
-        with ctx.open() as src:
-            plan = src.resolve(train, [platform_or_host(platform)], profile=None if only else profile,
-                               components=component or [], products=with_ or [])[0]
-        if as_json:
-            emit_json(plan.to_json())
-        else:
-            print_plan(plan)
-
-
-@app.command()
-def install(
-    trains: Annotated[list[str] | None, typer.Argument(
-        metavar="[TRAIN]...", help="CUDA trains (13.4 = newest 13.4.x; 13 = newest 13.x) or exact releases "
-                                   "(13.4.1). Without --prefix each goes to the install dir as "
-                                   "cuda-<release>-<platform>; with --prefix, one train (or --lock).",
-        show_default=False)] = None,
-    prefix: PrefixOpt = None,
-    install_dir: InstallDirOpt = None,
-    platform: PlatformOpt = None,
-    profile: Annotated[str | None, typer.Option(
-        "--profile", help="Component profile: nvcc, runtime, build, torch (`cudaredist profiles` "
-        f"lists them).  [default: {DEFAULT_PROFILE}]")] = None,
-    component: ComponentOpt = None,
-    only: OnlyOpt = False,
-    with_: WithOpt = None,
-    base_url: BaseUrlOpt = None,
-    channel: ChannelOpt = None,
-    mirror: MirrorOpt = None,
-    no_fallback: NoFallbackOpt = False,
-    trusted_host: TrustedHostOpt = None,
-    cache_dir: CacheDirOpt = None,
-    offline: OfflineOpt = False,
-    jobs: JobsOpt = 8,
-    link_mode: LinkModeOpt = None,
-    reinstall: Annotated[bool, typer.Option(
-        "--reinstall", help="Build the tree again even if the prefix already holds it (or its install "
-                            "record is unreadable).")] = False,
-    replace_foreign: Annotated[bool, typer.Option(
-        "--replace-foreign", help="Replace a --prefix that exists and holds no cudaredist install "
-                                  "(everything in it is deleted).")] = False,
-    force: Annotated[bool, typer.Option("--force", hidden=True,
-                                        help="Deprecated: --reinstall.")] = False,
-    refresh: Annotated[bool, typer.Option("--refresh", help="Look for a newer release of the train "
-                                                            "even if the prefix satisfies it.")] = False,
-    lock_timeout: Annotated[float | None, typer.Option(
-        "--lock-timeout", envvar="CUDAREDIST_LOCK_TIMEOUT",
-        help="Seconds to wait for another process holding the prefix or cache (default 600).")] = None,
-    quiet: QuietOpt = False,
-    verbose: VerboseOpt = False,
-    as_json: JsonOpt = False,
-    lock: LockOpt = None,
-    source: Annotated[str | None, typer.Option(
-        "--source", envvar="CUDAREDIST_SOURCE", show_envvar=True,
-        help="nvidia: NVIDIA's redist archives; pypi: NVIDIA's wheels, through the cuda-toolkit "
-             "metapackage (see docs/pypi-source.md). With --lock: the lock's; another one is refused.  "
-             "[default: nvidia]", show_default=False)] = None,
-    index_url: IndexUrlOpt = None,
-) -> None:
-    """Install toolkit trees: into --prefix, or by train into the install dir (`cudaredist list`).
-    Atomic: a failure leaves every prefix as it was."""
-    set_verbose(verbose)
-    with errors():
-        from cudaredist.api import InstallRequest
-        from cudaredist.api import install as do_install
-        from cudaredist.progress import pick
-        from cudaredist.sources import Where
-
-        if force:
-            typer.echo("note: --force is deprecated and means --reinstall; to replace a directory "
-                       "cudaredist did not install, pass --replace-foreign", err=True)
-        request = InstallRequest(
-            trains=tuple(trains or ()), prefix=prefix, install_dir=install_dir, platform=platform,
-            profile=profile, components=tuple(component or ()), only=only, products=tuple(with_ or ()),
-            lock=lock, source=source,
-            reinstall=reinstall or force, replace_foreign=replace_foreign, refresh=refresh,
-            link_mode=link_mode, lock_timeout=lock_timeout, jobs=jobs, cache_dir=cache_dir,
-            where=Where(base_url, mirror, no_fallback, index_url, offline,
-                        tuple(trusted_host) if trusted_host else None, channel))
-        talk = not (quiet or as_json)
-        said: list[str] = []
-
-        def say(text: str) -> None:
-            if talk:
-                typer.echo(text, err=True)
-                said.append(text + "\n")
-
-        outcome = do_install(request, reporter=pick(quiet=quiet or as_json, verbose=verbose), say=say)
-        if as_json:
-            emit_json(outcome.to_json())
-        for warning in outcome.warnings:  # on stderr, whatever --quiet and --json say
-            typer.echo(warning, err=True)
-        for failed in outcome.failed:  # a train of several: named, so the user knows which
-            lead = f"CUDA {failed.train}: " if len(request.trains) > 1 else ""
-            typer.echo(f"error: {lead}{failed.error}", err=True)
-        if outcome.failed:
-            raise typer.Exit(outcome.exit_code)
-
-
-@app.command()
-def trains(
-    base_url: BaseUrlOpt = None,
-    channel: ChannelOpt = None,
-    mirror: MirrorOpt = None,
-    no_fallback: NoFallbackOpt = False,
-    trusted_host: TrustedHostOpt = None,
-    cache_dir: CacheDirOpt = None,
-    offline: OfflineOpt = False,
-    source: SourceOpt = "nvidia",
-    index_url: IndexUrlOpt = None,
-    as_json: JsonOpt = False,
-    verbose: VerboseOpt = False,
-) -> None:
-    """List the published trains, each with its newest release and date."""
-    set_verbose(verbose)
-    with errors():
-        ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, source=source, index_url=index_url,
-                  trusted_hosts=trusted_host, channel=channel)
-        with ctx.open() as src:
-            rows, where, name = src.trains(), src.location(), src.name
-        if as_json:
-            emit_json({"base_url": where, "trains": rows} | ({"source": name} if name != "nvidia" else {}))
-        else:
-            for row in rows:
-                typer.echo(f"{row['train']:<6} {row['release']:<9} {row['release_date']}")
-
-
-def _xz_preset(value: str | None) -> int | str | None:
-    if value is None or value == "store":
-        return value
-    if value.isdigit() and 0 <= int(value) <= 9:
-        return int(value)
-    raise typer.BadParameter(f"{value!r} is not a preset: give 0-9 (6 is xz's default) or store")
-
-
-@app.command("mirror")
-def mirror_cmd(
-    train_list: Annotated[list[str], typer.Argument(
-        metavar="TRAIN...", help="Trains or releases to mirror (13.4 = newest 13.4.x, 13.0.2, ...).")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="The mirror directory (created, or completed "
-                                                            "in place).")],
-    platform: PlatformsOpt = None,
-    profile: ProfileOpt = DEFAULT_PROFILE,
-    component: ComponentOpt = None,
-    only: OnlyOpt = False,
-    with_: WithOpt = None,
-    base_url: BaseUrlOpt = None,
-    channel: ChannelOpt = None,
-    mirror: MirrorOpt = None,
-    no_fallback: NoFallbackOpt = False,
-    trusted_host: TrustedHostOpt = None,
-    cache_dir: CacheDirOpt = None,
-    offline: OfflineOpt = False,
-    jobs: JobsOpt = 8,
-    quiet: QuietOpt = False,
-    verbose: VerboseOpt = False,
-    as_json: JsonOpt = False,
-    source: SourceOpt = "nvidia",
-    index_url: IndexUrlOpt = None,
-    xz_preset: Annotated[str | None, typer.Option(
-        "--xz-preset", metavar="0-9|store", callback=_xz_preset,
-        help="--source pypi: xz preset of the .tar.xz archives (the deflate level of the .zip ones, 1 at "
-             "least); store: no compression (LZMA2's stored chunks, stored zip members): for the GB of "
-             "cuBLAS, cuSPARSE, cuSOLVER ... it packs at disk speed, where xz takes minutes.  [default: 6]",
-        show_default=False)] = None,
-) -> None:
-    """Write a mirror laid out like NVIDIA's redist site (index.html, manifests as served, archives
-    at their relative paths), verified; a re-run fetches only what is missing. With --source pypi
-    the archives are built from NVIDIA's wheels, holding the tree `install --source pypi` makes."""
-    set_verbose(verbose)
-    with errors():
-        from cudaredist.fetch.fetcher import Fetcher
-        from cudaredist.progress import pick
-        from cudaredist.publish.mirror import write_mirror
-
-        platforms = platforms_or_host(platform)
-        ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, jobs, source=source,
-                  index_url=index_url, trusted_hosts=trusted_host, channel=channel)
-        reporter = pick(quiet=quiet or as_json, verbose=verbose)
-        with ctx.open() as src:
-            try:
-                content = src.mirror_content(train_list, platforms, profile=None if only else profile,
-                                             components=component or [], xz_preset=xz_preset,
-                                             products=with_ or [])
-                fetcher = Fetcher(src.transport, ctx.cache(), reporter=reporter, offline=offline)
-                report = write_mirror(out, content, fetch=fetcher.fetch, get_bytes=src.transport.get_bytes,
-                                      reporter=reporter, jobs=jobs)
-            finally:
-                reporter.close()
-            built = src.builds_archives
-        if as_json:
-            emit_json(report.to_json())
-        elif not quiet:
-            for note in report.notes:
-                typer.echo(f"note: {note}", err=True)
-            got = f"{report.count('downloaded')} downloaded, {report.count('cached')} from cache"
-            how = (f"{report.count('downloaded') + report.count('cached')} built from wheels ({got})"
-                   if built else got)
-            added = "".join(f" with {p['title']} {', '.join(p['releases'])} (in {p['out']})"
-                            for p in report.products)
-            typer.echo(f"mirror {report.out}: CUDA {', '.join(report.releases)}{added} for "
-                       f"{', '.join(platforms)}: {len(report.archives)} archives ({how}, "
-                       f"{report.count('present')} already there), {len(report.licenses)} license "
-                       "files added" + (f"; its manifests are in {report.base} (give that to --mirror)"
-                                        if report.base != report.out else ""), err=True)
-
-
-@app.command("lock")
-def lock_cmd(
-    train: Train,
-    platform: PlatformsOpt = None,
-    profile: ProfileOpt = DEFAULT_PROFILE,
-    component: ComponentOpt = None,
-    only: OnlyOpt = False,
-    with_: WithOpt = None,
-    output: Annotated[Path | None, typer.Option(
-        "--output", "-o", help="Write the lock file here (default: print it).")] = None,
-    hash_only: Annotated[bool, typer.Option(
-        "--hash", help="Print only the content key: a stable hex key of the resolved archives "
-                       "(a CI cache key).")] = False,
-    base_url: BaseUrlOpt = None,
-    channel: ChannelOpt = None,
-    mirror: MirrorOpt = None,
-    no_fallback: NoFallbackOpt = False,
-    trusted_host: TrustedHostOpt = None,
-    cache_dir: CacheDirOpt = None,
-    offline: OfflineOpt = False,
-    verbose: VerboseOpt = False,
-    source: SourceOpt = "nvidia",
-    index_url: IndexUrlOpt = None,
-) -> None:
-    """Resolve TRAIN for each --platform and write a lock file: release, the base URL that served it,
-    components, URLs, sha256 and sizes. `install --lock FILE` installs exactly that."""
-    set_verbose(verbose)
-    with errors():
-        from cudaredist.publish.lockfile import build_lock, dumps, write_lock
-
-        platforms = platforms_or_host(platform)
-        ctx = Ctx(cache_dir, offline, base_url, mirror, no_fallback, source=source, index_url=index_url,
-                  trusted_hosts=trusted_host, channel=channel)
-        with ctx.open() as src:
-            plans = src.resolve(train, platforms, profile=None if only else profile,
-                                components=component or [], products=with_ or [])
-        locked = build_lock(plans, train=train, components=component or [])
-        if output is not None:
-            write_lock(output, locked)
-            typer.echo(f"wrote {output}: CUDA {locked['release']} for {', '.join(platforms)}, "
-                       f"content key {locked['content_key'][:16]}…", err=True)
-        if hash_only:
-            typer.echo(locked["content_key"])
-        elif output is None:
-            typer.echo(dumps(locked), nl=False)
 
 
 def _version(value: bool) -> None:
@@ -351,9 +36,13 @@ def _root(version: Annotated[bool, typer.Option("--version", callback=_version, 
 
 
 def _register_commands(app: typer.Typer) -> None:
-    """The commands that live in ``cudaredist/commands/``."""
-    from cudaredist.commands import cache, doctor, managed, prefix, profiles
+    """Every command but install (each lives in ``cudaredist/commands/``; this module only assembles)."""
+    from cudaredist.commands import cache, doctor, managed, prefix, profiles, source
 
+    app.command()(source.resolve)
+    app.command()(source.trains)
+    app.command("mirror")(source.mirror_cmd)
+    app.command("lock")(source.lock_cmd)
     app.command()(prefix.verify)
     app.command()(prefix.info)
     app.command()(prefix.uninstall)
@@ -366,6 +55,7 @@ def _register_commands(app: typer.Typer) -> None:
     app.add_typer(cache.app, name="cache")
 
 
+app.command()(install)
 if not commands.install_only:
     _register_commands(app)
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cudaredist.fsops import WINDOWS
 from cudaredist.record import RECORD_DIR
 
 
@@ -70,7 +71,7 @@ def _candidates(environ: Mapping[str, str], prefixes: Iterable[str]) -> Iterable
         yield Path(p), "/usr/local/cuda*"
     if environ.get("CONDA_PREFIX"):
         conda = Path(environ["CONDA_PREFIX"])
-        yield (conda / "Library" if os.name == "nt" else conda), "conda env (CONDA_PREFIX)"
+        yield (conda / "Library" if WINDOWS else conda), "conda env (CONDA_PREFIX)"
     for sp in prefixes:
         # NVIDIA's wheels: nvidia/cu13 (13.x, one tree) or nvidia/cuda_nvcc (12.x, one per component)
         for sub in ("nvidia/cu13", "nvidia/cu12", "nvidia/cuda_nvcc"):

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from cudaredist.errors import PrefixError, UsageError
-from cudaredist.profiles import platform_rule
+from cudaredist.profiles import is_windows, platform_rule
 
 SHELLS = ("sh", "bash", "zsh", "fish", "pwsh", "cmd")
 # PowerShell also closes a single-quoted string on the typographic single quotes
@@ -60,7 +60,7 @@ def environment(prefix: str, *, platform: str, release: str, host_windows: bool,
                 msbuild: bool = False) -> Environment:
     """The environment for a tree of ``platform``/``release`` at ``prefix`` (a path of this host);
     ``msbuild``: the tree has NVIDIA's MSBuild files (the visual_studio_integration component)."""
-    tree_windows = platform.startswith("windows")
+    tree_windows = is_windows(platform)
     join = ntpath.join if host_windows else posixpath.join
     if tree_windows and not host_windows:
         return Environment(

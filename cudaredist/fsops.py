@@ -27,7 +27,9 @@ T = TypeVar("T")
 TRANSIENT_WINERRORS = frozenset({5, 32, 33})
 DELAYS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.0, 1.0)  # about 5 s in all
 MAX_PATH = 260
-WINDOWS = os.name == "nt"  # tests flip it to check the Windows rules on any host
+# The one test of the host OS: every module imports it from here (tests flip a module's copy to
+# check its Windows rules on any host)
+WINDOWS = os.name == "nt"
 
 _sleep: Callable[[float], None] = time.sleep  # tests replace it
 

@@ -10,7 +10,7 @@ import unicodedata
 from pathlib import Path
 
 from cudaredist.errors import LocalDiskError
-from cudaredist.fsops import holder_hint
+from cudaredist.fsops import WINDOWS, holder_hint
 
 _WAIT = ("close it (or wait for the scan or build to finish) and run the command again; nothing about "
          "permissions needs changing")
@@ -156,7 +156,7 @@ def directory_as_file(exc: OSError, path: Path | str | None = None) -> OSError:
     """``exc`` as POSIX reports opening a directory as a file (EISDIR, "Is a directory"): Windows
     says "Permission denied" (EACCES), which would send the user to fix permissions that are fine."""
     where = str(path if path is not None else exc.filename or "")
-    if os.name == "nt" and exc.errno == _errno.EACCES and where and os.path.isdir(where):
+    if WINDOWS and exc.errno == _errno.EACCES and where and os.path.isdir(where):
         return IsADirectoryError(_errno.EISDIR, os.strerror(_errno.EISDIR), where)
     return exc
 

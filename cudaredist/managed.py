@@ -25,6 +25,7 @@ from typing import Any
 
 from cudaredist import fsops
 from cudaredist.errors import BusyError, PrefixError, RecordError, ResolveError
+from cudaredist.fsops import WINDOWS
 from cudaredist.localfs import local_error
 from cudaredist.plan import version_key
 from cudaredist.record import read_record, satisfying_record
@@ -167,9 +168,6 @@ def find_one(root: Path, train: str, platform: str | None) -> Toolkit:
             f"`cudaredist install {train}" + (f" --platform {platform}`" if platform else "`"),
             requested=train, where=str(root))
     return best_match
-
-
-WINDOWS = os.name == "nt"  # tests flip it to check the Windows rules on any host
 
 
 def _make_junction(target: Path, link: Path) -> None:  # pragma: no cover - Windows only

@@ -56,9 +56,10 @@ class PlatformRule:
     hosts: tuple[tuple[str, str], ...]
     arch: str = ""   # Windows: the folder of bin/ and lib/ that holds the DLLs and .lib files
 
-    @property
-    def is_windows(self) -> bool:
-        return self.name.startswith("windows")
+
+def is_windows(platform: str) -> bool:
+    """A Windows target platform (its tree: .exe and .dll, zips, names compared case-folded)."""
+    return platform.startswith("windows")
 
 
 def data_dir() -> Path:
@@ -143,9 +144,12 @@ def known_platforms() -> list[str]:
     return sorted(_data().get("platforms", {}))
 
 
-def host_platform(system: str | None = None, machine: str | None = None) -> str:
-    system = (system or _platform.system()).lower()
-    machine = (machine or _platform.machine()).lower()
+def host_platform(asked: str | None = None) -> str:
+    """``asked`` (a --platform) if given, else this host's CUDA redist platform: the one place that
+    decides the platform a command acts for."""
+    if asked:
+        return asked
+    system, machine = _platform.system().lower(), _platform.machine().lower()
     for name in known_platforms():
         if (system, machine) in platform_rule(name).hosts:
             return name

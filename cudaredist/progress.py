@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
 from typing import Any, Protocol, TextIO
+
+from cudaredist.localfs import mb
 
 
 class Reporter(Protocol):
@@ -41,10 +42,6 @@ class Silent:
         pass
 
 
-def _mb(n: int) -> str:
-    return f"{n / 1e6:.1f} MB"
-
-
 class PlainLines(Silent):
     """For logs: one line per archive and a summary; thread-safe."""
 
@@ -52,22 +49,17 @@ class PlainLines(Silent):
         self.stream = stream or sys.stderr
         self.verbose = verbose
         self._lock = threading.Lock()
-        self._t0 = time.monotonic()
-        self._done = 0
-        self._total = 0
 
     def _print(self, text: str) -> None:
         with self._lock:
             print(text, file=self.stream, flush=True)
 
     def start(self, total_bytes: int, archives: int) -> None:
-        self._total = total_bytes
-        self._t0 = time.monotonic()
-        self._print(f"fetching {archives} archives, {_mb(total_bytes)}")
+        self._print(f"fetching {archives} archives, {mb(total_bytes)}")
 
     def archive_done(self, name: str, size: int, *, cached: bool) -> None:
         how = "cached" if cached else "downloaded"
-        self._print(f"  {how:10} {name} ({_mb(size)})")
+        self._print(f"  {how:10} {name} ({mb(size)})")
 
     def extracted(self, name: str) -> None:
         if self.verbose:

@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cudaredist import __version__, fsops
+from cudaredist.cache.store import ENV_LOCK_TIMEOUT
 from cudaredist.errors import BusyError, PrefixError, RecordError
+from cudaredist.fsops import WINDOWS
 from cudaredist.hashing import sha256_file
 from cudaredist.localfs import local_error
 from cudaredist.plan import Plan, version_key
@@ -26,8 +28,6 @@ if TYPE_CHECKING:  # the no-op path reads records without loading the archive mo
 RECORD_DIR = ".cudaredist"
 RECORD_FILE = "record.json"
 SCHEMA = 1
-ENV_LOCK_TIMEOUT = "CUDAREDIST_LOCK_TIMEOUT"
-DEFAULT_LOCK_TIMEOUT = 600.0
 
 
 def canonical_prefix(prefix: Path | str) -> Path:
@@ -38,14 +38,6 @@ def canonical_prefix(prefix: Path | str) -> Path:
 def leftovers(prefix: Path) -> list[Path]:
     """Staging and moved-aside trees that a killed run left beside ``prefix``."""
     return sorted(prefix.parent.glob(f".{glob.escape(prefix.name)}.cudaredist-*"))
-
-
-def lock_timeout_default() -> float:
-    raw = os.environ.get(ENV_LOCK_TIMEOUT)
-    try:
-        return float(raw) if raw else DEFAULT_LOCK_TIMEOUT
-    except ValueError:
-        return DEFAULT_LOCK_TIMEOUT
 
 
 @contextlib.contextmanager
@@ -60,7 +52,7 @@ def prefix_lock(prefix: Path, timeout: float) -> Iterator[None]:
         prefix.parent.mkdir(parents=True, exist_ok=True)
         while True:
             lock.acquire(timeout=max(0.0, deadline - time.monotonic()))
-            if os.name == "nt" or _holds(lock):
+            if WINDOWS or _holds(lock):
                 break
             lock.release()
     except filelock.Timeout as exc:
@@ -74,7 +66,7 @@ def prefix_lock(prefix: Path, timeout: float) -> Iterator[None]:
     try:
         yield
     finally:
-        if os.name != "nt" and not os.path.lexists(prefix):  # Windows' filelock removes it itself
+        if not WINDOWS and not os.path.lexists(prefix):  # Windows' filelock removes it itself
             with contextlib.suppress(OSError):
                 os.unlink(lock.lock_file)
         lock.release()
@@ -275,51 +267,42 @@ def _dumps(record: dict[str, Any]) -> str:
     return (f"{head[:-2]}," if rest else "{") + f'\n "files": [\n  {body}\n ]\n}}\n'
 
 
-
-@dataclass(frozen=True)
-class _Shape:
-    """What a record holds at one place: an object with ``fields`` (name, shape or types,
-    required), or with ``each`` a list of such objects."""
-
-    fields: tuple[tuple[str, _Shape | tuple[type, ...], bool], ...]
-    each: bool = False
-
-
-_STR, _INT = (str,), (int,)
-_COMPONENT = _Shape((("name", _STR, True), ("version", _STR, True), ("sha256", _STR, True)), each=True)
-_FILE = _Shape((("path", _STR, True), ("size", _INT, True), ("sha256", _STR, True), ("mode", _STR, False),
-                ("link", _STR, False), ("component", _STR, False)), each=True)
-_LINK = _Shape((("path", _STR, True), ("link", _STR, True), ("copy", _STR, False)), each=True)
-_PLAN = _Shape((("release", _STR, True), ("platform", _STR, True), ("profile", _STR, True),
-                ("base_url", _STR, True), ("source", _STR, False),
-                ("release_date", (str, type(None)), False), ("components", _COMPONENT, True)))
-_REQUEST = _Shape((("components", (list,), False),))
-_RECORD = _Shape((("plan", _PLAN, True), ("files", _FILE, True), ("links", _LINK, False),
-                  ("request", _REQUEST, False), ("tool", _STR, True), ("installed_at", _STR, True),
-                  ("content_key", _STR, False)))
+# What a record must hold, as data: a field's type (or types), the fields of an object, or [that]
+# for a list of them; a name ending in "?" may be absent.
+_RECORD: dict[str, Any] = {
+    "plan": {"release": str, "platform": str, "profile": str, "base_url": str, "source?": str,
+             "release_date?": (str, type(None)),
+             "components": [{"name": str, "version": str, "sha256": str}]},
+    "files": [{"path": str, "size": int, "sha256": str, "mode?": str, "link?": str, "component?": str}],
+    "links?": [{"path": str, "link": str, "copy?": str}],
+    "request?": {"components?": list},
+    "tool": str, "installed_at": str, "content_key?": str,
+}
 _TYPE_NAMES = {str: "string", int: "number", list: "list", type(None): "null"}
 
 
-def _problem(obj: object, shape: _Shape, where: str) -> str:
+def _problem(obj: object, shape: Any, where: str) -> str:
     """The first way ``obj`` does not have ``shape`` (``"plan.platform is missing"``), or ""."""
-    if shape.each:
+    if isinstance(shape, list):
         if not isinstance(obj, list):
             return f"{where} is not a list"
-        items = _Shape(shape.fields)
-        return next((why for k, item in enumerate(obj) if (why := _problem(item, items, f"{where}[{k}]"))),
+        return next((why for k, item in enumerate(obj) if (why := _problem(item, shape[0], f"{where}[{k}]"))),
                     "")
-    if not isinstance(obj, dict):
-        return f"{where or 'the record'} is not an object"
-    for name, kind, required in shape.fields:
-        at = f"{where}.{name}" if where else name
-        if name not in obj:
-            if required:
-                return f"{at} is missing"
-        elif isinstance(kind, _Shape):
-            if why := _problem(obj[name], kind, at):
+    if isinstance(shape, dict):
+        if not isinstance(obj, dict):
+            return f"{where or 'the record'} is not an object"
+        for key, kind in shape.items():
+            name = key.rstrip("?")
+            at = f"{where}.{name}" if where else name
+            if name not in obj:
+                if not key.endswith("?"):
+                    return f"{at} is missing"
+            elif why := _problem(obj[name], kind, at):
                 return why
-        elif isinstance(obj[name], bool) or not isinstance(obj[name], kind):
-            return f"{at} is not a {' or '.join(_TYPE_NAMES[t] for t in kind)}"
+        return ""
+    kinds = shape if isinstance(shape, tuple) else (shape,)
+    if isinstance(obj, bool) or not isinstance(obj, kinds):
+        return f"{where} is not a {' or '.join(_TYPE_NAMES[t] for t in kinds)}"
     return ""
 
 
@@ -408,7 +391,7 @@ def _check_link(p: Path, target: str) -> tuple[str, str]:
     except OSError:  # not a link: a copy where symlinks could not be made (Windows), else a change
         if not os.path.lexists(p):
             return "missing", ""
-        if os.name == "nt":
+        if WINDOWS:
             return "", ""
         return "changed", f"a symlink to {target} was replaced by a {'directory' if p.is_dir() else 'file'}"
     if actual == target:
@@ -419,7 +402,7 @@ def _check_link(p: Path, target: str) -> tuple[str, str]:
 def _keeps_exec_bits(prefix: Path) -> bool:
     """Does the filesystem under ``prefix`` store exec bits? (Windows, exFAT and FAT do not: every
     file reads back with the same mode whatever was set.)"""
-    if os.name == "nt":
+    if WINDOWS:
         return False
     probe = prefix / RECORD_DIR / f".mode-probe-{os.getpid()}"
     try:

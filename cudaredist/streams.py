@@ -19,8 +19,7 @@ import sys
 from typing import Any
 
 from cudaredist.errors import UsageError
-
-WINDOWS = os.name == "nt"  # tests flip it to check the Windows rules on any host
+from cudaredist.fsops import WINDOWS
 
 
 def console_output_cp() -> int:  # pragma: no cover - Windows only (tests replace it)

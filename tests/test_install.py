@@ -17,7 +17,14 @@ import filelock
 import pytest
 
 from cudaredist.cache import Cache
-from cudaredist.errors import BusyError, IntegrityError, LocalDiskError, PrefixError, UnsafeArchiveError
+from cudaredist.errors import (
+    BusyError,
+    IntegrityError,
+    LocalDiskError,
+    PrefixError,
+    UnsafeArchiveError,
+    UsageError,
+)
 from cudaredist.fetch.transport import Transport
 from cudaredist.install import Installer, InstallResult
 from cudaredist.plan import Plan
@@ -237,6 +244,20 @@ def test_lock_timeout_comes_from_the_environment(mirror: Path, transport: Transp
     with filelock.FileLock(str(prefix.parent / ".cuda.cudaredist.lock")), pytest.raises(BusyError):
         Installer(transport, cache).install(plan, prefix)
     assert not os.path.lexists(prefix) and leftovers(prefix) == []
+
+
+def test_a_lock_timeout_that_is_no_number_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one reading of the wait (store.lock_wait): an option wins, a bad variable is refused
+    (it was ignored by uninstall and the library, refused by install's option parser)."""
+    from cudaredist.cache.store import lock_wait
+
+    monkeypatch.setenv("CUDAREDIST_LOCK_TIMEOUT", "soon")
+    assert lock_wait(3.0) == 3.0
+    with pytest.raises(UsageError, match="CUDAREDIST_LOCK_TIMEOUT='soon' is not a number of seconds") as exc:
+        lock_wait()
+    assert exc.value.exit_code == 2
+    monkeypatch.setenv("CUDAREDIST_LOCK_TIMEOUT", "12.5")
+    assert lock_wait() == 12.5
 
 
 def test_busy_cache_entry_fails_after_the_lock_timeout(mirror: Path, transport: Transport, cache: Cache,

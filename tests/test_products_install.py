@@ -85,7 +85,7 @@ def site(tmp_path: Path, serve: object) -> str:
 def _linux_host(monkeypatch: pytest.MonkeyPatch) -> None:
     """These cases read NVIDIA's linux-x86_64 layout where no --platform is given: the host counts as a
     linux-x86_64 one whatever runs them (the Windows CPython included)."""
-    monkeypatch.setattr("cudaredist.profiles.host_platform", lambda *_a, **_k: "linux-x86_64")
+    monkeypatch.setattr("cudaredist.profiles.host_platform", lambda asked=None: asked or "linux-x86_64")
 
 
 def _run(*args: str) -> Result:

@@ -45,7 +45,7 @@ def test_fast_start_imports_nothing_heavy() -> None:
 
 
 _OTHER_COMMANDS = ("cudaredist.commands.managed", "cudaredist.commands.cache", "cudaredist.commands.doctor",
-                   "cudaredist.commands.prefix", "cudaredist.commands.profiles")
+                   "cudaredist.commands.prefix", "cudaredist.commands.profiles", "cudaredist.commands.source")
 
 
 @pytest.mark.parametrize("args", [["install", "--help"], ["--help"]])
@@ -112,3 +112,42 @@ def test_imports_go_down_the_floors() -> None:
                 if theirs is not None and theirs[1] > floor:
                     upward.append(f"{module} (floor {floor}) imports {name} (floor {theirs[1]})")
     assert (upward, unplaced) == ([], [])
+
+
+# docs/architecture.md "One home for each rule": what decides each of these is written in one file.
+_ONE_HOME = [
+    pytest.param(r"\bos\.name\b", "fsops.py", id="windows-flag"),
+    pytest.param(r"platform\.(system|machine)\(|\bor host_platform\(\)", "profiles.py", id="host-platform"),
+    pytest.param(r'startswith\("windows', "profiles.py", id="windows-target"),
+    pytest.param(r"\bdef evict\b|\.evict\(", "cache/store.py", id="cache-eviction"),
+    pytest.param(r'LOCK_TIMEOUT = |environ\.get\(ENV_LOCK_TIMEOUT|envvar="CUDAREDIST_LOCK_TIMEOUT"',
+                 "cache/store.py", id="lock-timeout"),
+]
+
+
+@pytest.mark.parametrize(("pattern", "home"), _ONE_HOME)
+def test_each_rule_has_one_home(pattern: str, home: str) -> None:
+    import re
+
+    root = ROOT / "cudaredist"
+    found = sorted(p.relative_to(root).as_posix() for p in root.rglob("*.py")
+                   if re.search(pattern, p.read_text(encoding="utf-8")))
+    assert found == [home]
+
+
+# the same flag meaning another thing in another command: not a shared option
+_OWN_MEANING = {"--all": ("commands/managed.py", "commands/prefix.py"),
+                "--profile": ("commands/profiles.py",)}
+
+
+def test_shared_options_are_declared_once() -> None:
+    """An option several commands take is declared once, in commands/options.py (per meaning)."""
+    import re
+
+    root = ROOT / "cudaredist"
+    where: dict[str, set[str]] = {}
+    for p in root.rglob("*.py"):
+        for flag in re.findall(r'typer\.Option\(\s*"(--[a-z0-9-]+)"', p.read_text(encoding="utf-8")):
+            where.setdefault(flag, set()).add(p.relative_to(root).as_posix())
+    twice = {flag: sorted(files - set(_OWN_MEANING.get(flag, ()))) for flag, files in where.items()}
+    assert {flag: files for flag, files in twice.items() if len(files) > 1} == {}

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from cudaredist import fsops
-from cudaredist.cache.store import ARCHIVE_NAME, INDEX_KEY, OPTION, OURS, PARTIAL_NAME, Cache
+from cudaredist.cache.store import ARCHIVE_NAME, INDEX_KEY, OPTION, OURS, PARTIAL_NAME, Cache, evict
 from cudaredist.cache.unpacked import UnpackedEntry
 from cudaredist.errors import CacheError, UsageError
 from cudaredist.localfs import local_error
@@ -57,13 +57,13 @@ def clear(cache: Cache) -> Cleaned:
 
 def _drop_archive(cache: Cache, sha256: str) -> bool:
     with cache.try_lock(sha256) as got:
-        return got and cache.evict(sha256)
+        return got and evict(cache.archive_path(sha256))
 
 def _drop_unpacked(cache: Cache, e: UnpackedEntry) -> bool:
     """Remove an unpacked entry unless an install is making or placing it (its lock is held)."""
     with cache.try_lock(f"unpacked-{e.key}") as got:
         if got:
-            cache.unpacked.evict(e.key)
+            evict(e.path)
         return got
 
 
@@ -110,7 +110,7 @@ def _clean(cache: Cache, doing: str, *, archive_cutoff: float, partial_cutoff: f
                     busy += 1
                     continue
                 there = cache.lookup(e.sha256, e.size) is not None
-                if not cache.evict(e.sha256):  # open in another process (Windows): in use
+                if not evict(cache.archive_path(e.sha256)):  # open in another process (Windows): in use
                     busy += 1
                 elif there:
                     freed += e.size

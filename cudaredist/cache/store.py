@@ -29,13 +29,14 @@ import re
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cudaredist import fsops
-from cudaredist.errors import BusyError, CacheError
+from cudaredist.errors import BusyError, CacheError, UsageError
 from cudaredist.localfs import local_error
 
 if TYPE_CHECKING:
@@ -44,6 +45,8 @@ if TYPE_CHECKING:
     from cudaredist.cache.unpacked import UnpackedCache
 
 ENV_CACHE_DIR = "CUDAREDIST_CACHE_DIR"
+ENV_LOCK_TIMEOUT = "CUDAREDIST_LOCK_TIMEOUT"
+DEFAULT_LOCK_TIMEOUT = 600.0
 MARKER = ".cudaredist-cache"
 FORMAT = 1
 CACHEDIR_TAG = "CACHEDIR.TAG"
@@ -91,11 +94,24 @@ class CacheEntry:
     last_used: float
 
 
+def lock_wait(given: float | None = None) -> float:
+    """Seconds to wait for a lock another process holds (a prefix, a cache entry, a mirror):
+    ``--lock-timeout``, else CUDAREDIST_LOCK_TIMEOUT, else 600; the one reading of either."""
+    if given is not None:
+        return given
+    raw = os.environ.get(ENV_LOCK_TIMEOUT, "").strip()
+    try:
+        return max(float(raw), 0.0) if raw else DEFAULT_LOCK_TIMEOUT
+    except ValueError:
+        raise UsageError(f"{ENV_LOCK_TIMEOUT}={raw!r} is not a number of seconds; set it like "
+                         f"{ENV_LOCK_TIMEOUT}=120, or unset it for the default (600)") from None
+
+
 class Cache:
-    def __init__(self, root: Path | None = None, *, lock_timeout: float = 600.0,
+    def __init__(self, root: Path | None = None, *, lock_timeout: float | None = None,
                  index_ttl: float = 0.0) -> None:
         self.root = (root or default_cache_dir()).expanduser().absolute()
-        self.lock_timeout = lock_timeout
+        self.lock_timeout = lock_wait(lock_timeout)
         # seconds a stored index page answers for the server (0: never; install gives the TTL)
         self.index_ttl = index_ttl
         self._ready = False
@@ -271,20 +287,6 @@ class Cache:
             return None
         return p if st.st_size == size else None
 
-    def evict(self, sha256: str) -> bool:
-        """Remove the archive and its sidecar; False when Windows says a process has it open
-        (a sharing violation: in use, so left for the next clean)."""
-        for p in (self.archive_path(sha256), self.archive_path(sha256).with_suffix(".json")):
-            try:
-                p.unlink()
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                if getattr(exc, "winerror", None) in (32, 33):
-                    return False
-                raise
-        return True
-
     def touch(self, sha256: str) -> None:
         with contextlib.suppress(OSError):
             os.utime(self.archive_path(sha256))
@@ -303,17 +305,6 @@ class Cache:
         """Where the download of ``sha256`` is written (write it with that entry's lock held)."""
         self.tmp.mkdir(parents=True, exist_ok=True)
         return self.tmp / f"{sha256.lower()}.part"
-
-    def new_temp(self, hint: str) -> Path:
-        self.prepare()
-        try:
-            self.tmp.mkdir(exist_ok=True)
-            fd, name = tempfile.mkstemp(dir=self.tmp, prefix=f"{hint}.", suffix=".part")
-        except OSError as exc:
-            raise local_error(exc, doing="create a download file in", path=self.tmp, option=OPTION,
-                              cls=CacheError) from exc
-        os.close(fd)
-        return Path(name)
 
     def commit(self, temp: Path, sha256: str, *, url: str, name: str) -> Path:
         """Move a verified temp file to its content address (atomic; same filesystem)."""
@@ -407,3 +398,27 @@ class Cache:
     def cached_index_names(self, base_url: str) -> list[str]:
         d = self.index_dir(base_url)
         return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
+
+
+def evict(entry: Path) -> bool:
+    """Remove one cache entry, its lock held by the caller: an archive (``archive_path``) and its
+    sidecar, or an unpacked entry's folder (renamed aside first: at once no entry, then removed).
+    The one remover of entries: ``maintenance.py`` decides which go, the fetcher and the install
+    drop one that fails its checks. False when Windows says a process has the archive open (a
+    sharing violation: in use, so left for the next clean)."""
+    if entry.is_dir() and not entry.is_symlink():
+        gone = entry.with_name(f".gone-{entry.name[:16]}-{uuid.uuid4().hex[:8]}")
+        with contextlib.suppress(OSError):
+            fsops.rename(entry, gone)
+            fsops.rmtree(gone)
+        return True
+    for p in (entry, entry.with_suffix(".json")):
+        try:
+            p.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            if getattr(exc, "winerror", None) in (32, 33):
+                return False
+            raise
+    return True

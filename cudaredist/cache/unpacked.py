@@ -34,8 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from cudaredist import fsops
+from cudaredist.cache.store import evict
 from cudaredist.localfs import disk_error, is_case_insensitive
 from cudaredist.plan import PlannedArchive
+from cudaredist.profiles import is_windows
 from cudaredist.tree.staging import FileRecord, Tree
 
 UNPACKED_VERSION = 2  # 2: [roots] (visual_studio_integration under extras/)
@@ -85,7 +87,7 @@ class UnpackedCache:
             return None
         entry, raw = found
         if not self._unchanged(entry, raw):
-            self.evict(key)
+            evict(self._dir(key))
             return None
         with contextlib.suppress(OSError):
             os.utime(entry.path / RECORD)  # last used, for prune
@@ -153,7 +155,7 @@ class UnpackedCache:
 
     def _build(self, item: PlannedArchive, platform: str, fill: Any, key: str, tmp: Path) -> None:
         (tmp / "tree").mkdir(parents=True)
-        tree = Tree(tmp / "tree", case_insensitive=platform.startswith("windows")
+        tree = Tree(tmp / "tree", case_insensitive=is_windows(platform)
                     or is_case_insensitive(tmp / "tree"), cache_root=self.root.parent)
         fill(tree)
         records = tree.finish()
@@ -175,14 +177,6 @@ class UnpackedCache:
         except OSError:
             if self._read(key) is None:  # not a finished entry in the way: a real failure
                 raise
-
-    def evict(self, key: str) -> None:
-        d = self._dir(key)
-        if d.exists():
-            gone = self.root / f".gone-{key[:16]}-{uuid.uuid4().hex[:8]}"
-            with contextlib.suppress(OSError):
-                fsops.rename(d, gone)  # atomically not an entry any more, then removed at leisure
-                fsops.rmtree(gone)
 
     def entries(self) -> list[UnpackedEntry]:
         """The complete entries (a directory named by its key with its files.json), for maintenance."""

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
+import inspect
 import json
 import subprocess
 import traceback
-from collections.abc import Iterator
+import typing
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,10 +18,33 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from cudaredist.commands.options import (
+    BaseUrlOpt,
+    CacheDirOpt,
+    ChannelOpt,
+    ComponentOpt,
+    IndexUrlOpt,
+    InstallDirOpt,
+    MirrorOpt,
+    NoFallbackOpt,
+    OfflineOpt,
+    OnlyOpt,
+    PlatformOpt,
+    PrefixOpt,
+    ProfileOpt,
+    SourceOpt,
+    ToolkitArg,
+    TrustedHostOpt,
+    VerboseOpt,
+    WithOpt,
+)
 from cudaredist.errors import CudaRedistError, ToolError
+from cudaredist.localfs import mb
+from cudaredist.profiles import DEFAULT_PROFILE
 
 if TYPE_CHECKING:  # the CLI starts without the cache, the sources and httpx
     from cudaredist.plan import Plan
+    from cudaredist.sources import Where
 
 _VERBOSE = False
 
@@ -99,20 +126,26 @@ def emit_json(obj: Any) -> None:
     typer.echo(json_text(obj))
 
 
-@dataclass
+@dataclass(frozen=True)
 class Ctx:
-    """What a command needs for resolving and fetching, built from its options."""
+    """Where a command resolves and fetches from: the options install, resolve, trains, mirror and
+    lock share (a command takes them as one ``ctx: Ctx`` parameter, see :func:`command`)."""
 
-    cache_dir: Path | None
-    offline: bool
-    base_url: str | None
-    mirror: str | None
-    no_fallback: bool
-    jobs: int = 8
-    source: str | None = "nvidia"  # None: not given (install --lock takes the lock's)
-    index_url: str | None = None
-    trusted_hosts: list[str] | None = None
-    channel: str | None = None
+    base_url: BaseUrlOpt = None
+    channel: ChannelOpt = None
+    mirror: MirrorOpt = None
+    no_fallback: NoFallbackOpt = False
+    trusted_host: TrustedHostOpt = None
+    cache_dir: CacheDirOpt = None
+    offline: OfflineOpt = False
+    source: SourceOpt = None  # None: not given (install --lock takes the lock's)
+    index_url: IndexUrlOpt = None
+
+    def where(self) -> Where:
+        from cudaredist.sources import Where
+
+        return Where(self.base_url, self.mirror, self.no_fallback, self.index_url, self.offline,
+                     tuple(self.trusted_host) if self.trusted_host else None, self.channel)
 
     def cache(self) -> Any:
         from cudaredist.cache import Cache
@@ -120,34 +153,78 @@ class Ctx:
         return Cache(self.cache_dir)
 
     @contextmanager
-    def open(self, source: str | None = None) -> Iterator[Any]:
-        """The source to ask (``source`` overrides the command's), over one transport."""
+    def open(self, jobs: int = 8) -> Iterator[Any]:
+        """The source to ask, over one transport of ``jobs`` connections."""
         from cudaredist.fetch.transport import Transport
-        from cudaredist.sources import Where, open_source
+        from cudaredist.sources import open_source
 
-        transport = Transport(connections=self.jobs)
-        where = Where(self.base_url, self.mirror, self.no_fallback, self.index_url, self.offline,
-                      tuple(self.trusted_hosts) if self.trusted_hosts else None, self.channel)
+        transport = Transport(connections=jobs)
         try:
-            yield open_source(source or self.source, transport, self.cache(), where)
+            yield open_source(self.source, transport, self.cache(), self.where())
         finally:
             transport.close()
 
 
-def platform_or_host(platform: str | None) -> str:
-    from cudaredist.profiles import host_platform
+@dataclass(frozen=True)
+class Selection:
+    """What to install: the options install, resolve, mirror and lock share (see :func:`command`)."""
 
-    return platform or host_platform()
+    profile: ProfileOpt = None
+    component: ComponentOpt = None
+    only: OnlyOpt = False
+    with_: WithOpt = None
+
+    def resolving(self) -> dict[str, Any]:
+        """The keyword arguments of a source's ``resolve`` and ``mirror_content``."""
+        return {"profile": None if self.only else (self.profile or DEFAULT_PROFILE),
+                "components": self.component or [], "products": self.with_ or []}
+
+
+# what a command's ``ctx: Ctx = OPTIONS`` (``sel: Selection = SELECTION``) stands for: typer fills
+# it from the options
+OPTIONS, SELECTION = Ctx(), Selection()
+
+
+def command(body: Callable[..., None]) -> Callable[..., None]:
+    """A command as typer should see it: a parameter annotated with a group of options (a dataclass
+    whose fields are options: :class:`Ctx`, :class:`Selection`) stands for those options, and
+    ``body`` gets the group built from them; ``--verbose`` (every command has it) is applied and
+    :func:`errors` is the boundary around it. Every command is one."""
+    sig = inspect.signature(body, eval_str=True)
+    params: list[inspect.Parameter] = []
+    groups: dict[str, Any] = {}
+    wants_verbose = "verbose" in sig.parameters  # else taken here: every command has --verbose
+    for p in sig.parameters.values():
+        if dataclasses.is_dataclass(p.annotation):
+            groups[p.name] = p.annotation
+            hints = typing.get_type_hints(p.annotation, include_extras=True)
+            params += [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
+                                         annotation=hints[f.name]) for f in dataclasses.fields(p.annotation)]
+        else:
+            params.append(p.replace(kind=inspect.Parameter.KEYWORD_ONLY))
+    if not wants_verbose:
+        params.append(inspect.Parameter("verbose", inspect.Parameter.KEYWORD_ONLY, default=False,
+                                        annotation=VerboseOpt))
+
+    @functools.wraps(body)
+    def run(**kw: Any) -> None:
+        set_verbose(bool(kw["verbose"] if wants_verbose else kw.pop("verbose")))
+        with errors():
+            for name, group in groups.items():
+                kw[name] = group(**{f.name: kw.pop(f.name) for f in dataclasses.fields(group)})
+            body(**kw)
+
+    run.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    run.__annotations__ = {p.name: p.annotation for p in params}
+    return run
 
 
 def platforms_or_host(values: list[str] | None) -> list[str]:
     """--platform values, repeated or comma-separated, in order, once each; default the host's."""
     out = [p.strip() for v in values or [] for p in v.split(",") if p.strip()]
-    return list(dict.fromkeys(out)) or [platform_or_host(None)]
+    from cudaredist.profiles import host_platform
 
-
-def human(n: int) -> str:
-    return f"{n / 1e6:.1f} MB"
+    return list(dict.fromkeys(out)) or [host_platform()]
 
 
 def print_plan(plan: Plan) -> None:
@@ -161,27 +238,37 @@ def print_plan(plan: Plan) -> None:
                    f"--with {p.requested}, {p.cuda_variant or 'any CUDA'} build) from {p.base_url}")
     width = max(len(i.component) for i in plan.items)
     for i in plan.items:
-        typer.echo(f"  {i.component:<{width}}  {i.version:<14} {human(i.archive.size):>10}  {i.url}")
+        typer.echo(f"  {i.component:<{width}}  {i.version:<14} {mb(i.archive.size):>10}  {i.url}")
         typer.echo(f"  {'':<{width}}  sha256 {i.archive.sha256}")
-    typer.echo(f"total: {len(plan.items)} archives, {human(plan.total_size)}")
+    typer.echo(f"total: {len(plan.items)} archives, {mb(plan.total_size)}")
     for note in plan.notes:
         typer.echo(f"note: {note}")
 
 
 
 
-def target_prefix(prefix: Path | None, train: str | None, *, platform: str | None = None,
-                  install_dir: Path | None = None) -> Path:
-    """The tree a command acts on: ``--prefix``, or the best managed toolkit of TRAIN."""
-    from cudaredist.managed import find_one
-    from cudaredist.managed import install_dir as managed_dir
-    from cudaredist.record import canonical_prefix
+@dataclass(frozen=True)
+class Toolkit:
+    """The installed tree a command acts on (verify, info, env, uninstall, doctor): ``--prefix``, or
+    the best managed toolkit of TRAIN (see :func:`command`)."""
 
-    if prefix is not None and train is not None:
-        fail("give --prefix DIR or a TRAIN, not both", 2)
-    if prefix is not None:
-        return canonical_prefix(prefix)
-    if train is None:
-        fail("give --prefix DIR, or the TRAIN of a managed toolkit (see `cudaredist list`)", 2)
-    assert train is not None
-    return find_one(managed_dir(install_dir), train, platform).path
+    train: ToolkitArg = None
+    prefix: PrefixOpt = None
+    platform: PlatformOpt = None
+    install_dir: InstallDirOpt = None
+
+    def target(self) -> Path:
+        from cudaredist.managed import find_one, install_dir
+        from cudaredist.record import canonical_prefix
+
+        if self.prefix is not None and self.train is not None:
+            fail("give --prefix DIR or a TRAIN, not both", 2)
+        if self.prefix is not None:
+            return canonical_prefix(self.prefix)
+        if self.train is None:
+            fail("give --prefix DIR, or the TRAIN of a managed toolkit (see `cudaredist list`)", 2)
+        assert self.train is not None
+        return find_one(install_dir(self.install_dir), self.train, self.platform).path
+
+
+TOOLKIT = Toolkit()

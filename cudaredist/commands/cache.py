@@ -6,8 +6,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from cudaredist.commands.base import emit_json, errors, human, set_verbose
-from cudaredist.commands.options import App, CacheDirOpt, JsonOpt, VerboseOpt
+from cudaredist.commands.base import command, emit_json
+from cudaredist.commands.options import App, CacheDirOpt, JsonOpt
+from cudaredist.localfs import mb
 
 if TYPE_CHECKING:
     from cudaredist.cache.maintenance import Cleaned
@@ -16,41 +17,40 @@ app = App(help="Inspect and clean the download cache.", no_args_is_help=True)
 
 
 @app.command("dir")
+@command
 def cache_dir_cmd(cache_dir: CacheDirOpt = None) -> None:
     """Print the cache directory."""
-    with errors():
-        from cudaredist.cache import Cache
+    from cudaredist.cache import Cache
 
-        typer.echo(str(Cache(cache_dir).root))
+    typer.echo(str(Cache(cache_dir).root))
 
 
 @app.command("list")
-def cache_list(cache_dir: CacheDirOpt = None, as_json: JsonOpt = False, verbose: VerboseOpt = False) -> None:
+@command
+def cache_list(cache_dir: CacheDirOpt = None, as_json: JsonOpt = False) -> None:
     """List cached archives and the unpacked entries made from them, with their sizes."""
-    set_verbose(verbose)
-    with errors():
-        from cudaredist.cache import Cache
-        from cudaredist.cache.maintenance import unpacked_entries
+    from cudaredist.cache import Cache
+    from cudaredist.cache.maintenance import unpacked_entries
 
-        cache = Cache(cache_dir)
-        entries, unpacked = cache.entries(), unpacked_entries(cache)
-        if as_json:
-            emit_json([{"kind": "archive", "sha256": e.sha256, "name": e.name, "size": e.size,
-                        "url": e.url, "last_used": e.last_used} for e in entries]
-                      + [{"kind": "unpacked", "key": u.key, "name": u.name, "size": u.size,
-                          "last_used": u.last_used} for u in unpacked])
-            return
-        for e in entries:
-            typer.echo(f"archive   {e.sha256[:16]}  {human(e.size):>10}  {e.name}")
-        for u in unpacked:
-            typer.echo(f"unpacked  {u.key[:16]}  {human(u.size):>10}  {u.name}")
-        typer.echo(f"{len(entries)} archives ({human(sum(e.size for e in entries))}), {len(unpacked)} "
-                   f"unpacked ({human(sum(u.size for u in unpacked))}) in {cache.root}")
+    cache = Cache(cache_dir)
+    entries, unpacked = cache.entries(), unpacked_entries(cache)
+    if as_json:
+        emit_json([{"kind": "archive", "sha256": e.sha256, "name": e.name, "size": e.size,
+                    "url": e.url, "last_used": e.last_used} for e in entries]
+                  + [{"kind": "unpacked", "key": u.key, "name": u.name, "size": u.size,
+                      "last_used": u.last_used} for u in unpacked])
+        return
+    for e in entries:
+        typer.echo(f"archive   {e.sha256[:16]}  {mb(e.size):>10}  {e.name}")
+    for u in unpacked:
+        typer.echo(f"unpacked  {u.key[:16]}  {mb(u.size):>10}  {u.name}")
+    typer.echo(f"{len(entries)} archives ({mb(sum(e.size for e in entries))}), {len(unpacked)} "
+               f"unpacked ({mb(sum(u.size for u in unpacked))}) in {cache.root}")
 
 
 def _report(done: str, cleaned: Cleaned) -> None:
     files = f"{cleaned.files} file{'' if cleaned.files == 1 else 's'}"
-    typer.echo(f"{done}: removed {files}, {human(cleaned.freed)}")
+    typer.echo(f"{done}: removed {files}, {mb(cleaned.freed)}")
     if cleaned.busy:
         typer.echo(f"note: left {cleaned.busy} {'entry' if cleaned.busy == 1 else 'entries'} that a running "
                    "cudaredist holds; run this again "
@@ -60,32 +60,30 @@ def _report(done: str, cleaned: Cleaned) -> None:
 
 
 @app.command("prune")
+@command
 def cache_prune(cache_dir: CacheDirOpt = None,
                 days: Annotated[float, typer.Option("--days", help="Drop entries unused this long.")] = 30.0,
                 max_size: Annotated[str | None, typer.Option(
                     "--max-size", help="Then drop the least recently used entries until the cache holds "
-                                       "at most this much (e.g. 5G, 800M).", show_default=False)] = None,
-                verbose: VerboseOpt = False) -> None:
+                                       "at most this much (e.g. 5G, 800M).",
+                    show_default=False)] = None) -> None:
     """Drop partial downloads, and archives and unpacked entries not used for --days (and beyond
     --max-size); entries in use are left."""
-    set_verbose(verbose)
-    with errors():
-        from cudaredist.cache import Cache
-        from cudaredist.cache.maintenance import parse_size, prune
+    from cudaredist.cache import Cache
+    from cudaredist.cache.maintenance import parse_size, prune
 
-        c = Cache(cache_dir)
-        limit = parse_size(max_size) if max_size is not None else None
-        _report(f"pruned {c.root}", prune(c, older_than_days=days, max_size=limit))
+    c = Cache(cache_dir)
+    limit = parse_size(max_size) if max_size is not None else None
+    _report(f"pruned {c.root}", prune(c, older_than_days=days, max_size=limit))
 
 
 @app.command("clear")
-def cache_clear(cache_dir: CacheDirOpt = None, verbose: VerboseOpt = False) -> None:
+@command
+def cache_clear(cache_dir: CacheDirOpt = None) -> None:
     """Delete every cached archive, unpacked entry, partial download and index page. Refuses a
     directory that is not a cudaredist cache; entries a running install holds are left."""
-    set_verbose(verbose)
-    with errors():
-        from cudaredist.cache import Cache
-        from cudaredist.cache.maintenance import clear
+    from cudaredist.cache import Cache
+    from cudaredist.cache.maintenance import clear
 
-        c = Cache(cache_dir)
-        _report(f"cleared {c.root}", clear(c))
+    c = Cache(cache_dir)
+    _report(f"cleared {c.root}", clear(c))

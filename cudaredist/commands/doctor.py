@@ -3,55 +3,47 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
 
 import typer
 
-from cudaredist.commands.base import emit_json, errors, fail, set_verbose
-from cudaredist.commands.options import InstallDirOpt, JsonOpt, PlatformOpt, PrefixOpt, VerboseOpt
+from cudaredist.commands.base import TOOLKIT, Toolkit, command, emit_json, fail
+from cudaredist.commands.options import JsonOpt
 
 
+@command
 def doctor(
-    train: Annotated[str | None, typer.Argument(
-        metavar="[TRAIN]", help="Check the managed toolkit of this train (instead of --prefix).",
-        show_default=False)] = None,
-    prefix: PrefixOpt = None,
-    platform: PlatformOpt = None,
-    install_dir: InstallDirOpt = None,
+    tk: Toolkit = TOOLKIT,
     as_json: JsonOpt = False,
-    verbose: VerboseOpt = False,
 ) -> None:
     """Why CUDA does not work here: the tree, nvcc, the host compiler, a probe build, the driver,
     the GPUs and the environment, each ok, warn or fail with the fix. Exit 1 if any fails.
     Without --prefix or TRAIN: driver, gpu and environment only."""
-    set_verbose(verbose)
-    with errors():
-        from cudaredist import doctor as doc
-        from cudaredist.doctor.checks import ORDER
-        from cudaredist.managed import best, scan, scan_matches
-        from cudaredist.managed import install_dir as managed_dir
-        from cudaredist.record import canonical_prefix
+    from cudaredist import doctor as doc
+    from cudaredist.doctor.checks import ORDER
+    from cudaredist.managed import best, scan, scan_matches
+    from cudaredist.managed import install_dir as managed_dir
+    from cudaredist.record import canonical_prefix
 
-        if train is not None and prefix is not None:
-            fail("give either TRAIN or --prefix, not both", 2)
-        root = managed_dir(install_dir)
+    if tk.train is not None and tk.prefix is not None:
+        fail("give either TRAIN or --prefix, not both", 2)
+    root = managed_dir(tk.install_dir)
 
-        def managed(t: str) -> Path | None:
-            found = best(root, t, platform)
-            if found is None:  # a toolkit of the train whose record is damaged: the check says so
-                damaged = next((p for p, _e in scan(root).damaged if scan_matches(p, t, platform)), None)
-                return damaged
-            return found.path
+    def managed(t: str) -> Path | None:
+        found = best(root, t, tk.platform)
+        if found is None:  # a toolkit of the train whose record is damaged: the check says so
+            damaged = next((p for p, _e in scan(root).damaged if scan_matches(p, t, tk.platform)), None)
+            return damaged
+        return found.path
 
-        report = doc.run(canonical_prefix(prefix) if prefix is not None else None, train=train,
-                         find=managed)
-        if as_json:
-            emit_json(report.to_json())
-        else:
-            width = max(len(n) for n in ORDER)
-            for c in report.checks:
-                typer.echo(f"{c.status:<4}  {c.name:<{width}}  {c.detail}")
-                if c.fix:
-                    typer.echo(f"{'':<4}  {'':<{width}}  fix: {c.fix}")
-        if report.failed:
-            raise typer.Exit(1)
+    report = doc.run(canonical_prefix(tk.prefix) if tk.prefix is not None else None, train=tk.train,
+                     find=managed)
+    if as_json:
+        emit_json(report.to_json())
+    else:
+        width = max(len(n) for n in ORDER)
+        for c in report.checks:
+            typer.echo(f"{c.status:<4}  {c.name:<{width}}  {c.detail}")
+            if c.fix:
+                typer.echo(f"{'':<4}  {'':<{width}}  fix: {c.fix}")
+    if report.failed:
+        raise typer.Exit(1)

@@ -10,111 +10,107 @@ from typing import Annotated
 
 import typer
 
-from cudaredist.commands.base import emit_json, errors, fail, human, set_verbose
-from cudaredist.commands.options import InstallDirOpt, JsonOpt, PlatformOpt, Train, VerboseOpt
+from cudaredist.commands.base import command, emit_json, fail, set_verbose
+from cudaredist.commands.options import InstallDirOpt, JsonOpt, PlatformOpt, Train
+from cudaredist.fsops import WINDOWS
+from cudaredist.localfs import mb
 from cudaredist.managed import host
 
 
+@command
 def list_cmd(
     install_dir: InstallDirOpt = None,
     show_all: Annotated[bool, typer.Option(
         "--all", help="Also toolkits found on the system (CUDA_PATH, /usr/local/cuda*, conda, pip "
                       "wheels), with how each was found.")] = False,
     as_json: JsonOpt = False,
-    verbose: VerboseOpt = False,
 ) -> None:
     """List managed toolkits (release, platform, profile, size, path), newest first."""
-    set_verbose(verbose)
-    with errors():
-        from cudaredist.managed import install_dir as managed_dir
-        from cudaredist.managed import scan
+    from cudaredist.managed import install_dir as managed_dir
+    from cudaredist.managed import scan
 
-        root = managed_dir(install_dir)
-        found_here = scan(root)
-        toolkits = found_here.toolkits
-        for _path, err in found_here.damaged:
-            typer.echo(f"warning: skipped: {err}", err=True)
-        found = []
-        if show_all:
-            from cudaredist.discover import system_toolkits
+    root = managed_dir(install_dir)
+    found_here = scan(root)
+    toolkits = found_here.toolkits
+    for _path, err in found_here.damaged:
+        typer.echo(f"warning: skipped: {err}", err=True)
+    found = []
+    if show_all:
+        from cudaredist.discover import system_toolkits
 
-            mine = {os.path.realpath(t.path) for t in toolkits}
-            found = [f for f in system_toolkits() if os.path.realpath(f.path) not in mine]
-        if as_json:
-            emit_json({"install_dir": str(root), "toolkits": [t.to_json() for t in toolkits]}
-                      | ({"system": [f.to_json() for f in found]} if show_all else {}))
-            return
-        if not toolkits and not found_here.damaged:
-            typer.echo(f"no managed toolkits in {root} (`cudaredist install 13.4` puts one there)", err=True)
-        for t in toolkits:
-            typer.echo(f"{t.release:<9} {t.platform:<15} {t.profile:<8} {human(t.size):>10}  "
-                       f"{t.path}{t.added}")
-        for f in found:
-            typer.echo(f"{f.release or '?':<9} {'(system)':<15} {'':<8} {'':>10}  {f.path}  [{f.how}]")
+        mine = {os.path.realpath(t.path) for t in toolkits}
+        found = [f for f in system_toolkits() if os.path.realpath(f.path) not in mine]
+    if as_json:
+        emit_json({"install_dir": str(root), "toolkits": [t.to_json() for t in toolkits]}
+                  | ({"system": [f.to_json() for f in found]} if show_all else {}))
+        return
+    if not toolkits and not found_here.damaged:
+        typer.echo(f"no managed toolkits in {root} (`cudaredist install 13.4` puts one there)", err=True)
+    for t in toolkits:
+        typer.echo(f"{t.release:<9} {t.platform:<15} {t.profile:<8} {mb(t.size):>10}  "
+                   f"{t.path}{t.added}")
+    for f in found:
+        typer.echo(f"{f.release or '?':<9} {'(system)':<15} {'':<8} {'':>10}  {f.path}  [{f.how}]")
 
 
+@command
 def find_cmd(
     train: Train,
     platform: PlatformOpt = None,
     install_dir: InstallDirOpt = None,
-    verbose: VerboseOpt = False,
 ) -> None:
     """Print the path of the newest installed managed toolkit of TRAIN (exit 1 when there is none)."""
-    set_verbose(verbose)
-    with errors():
-        from cudaredist.managed import find, scan
-        from cudaredist.managed import install_dir as managed_dir
+    from cudaredist.managed import find, scan
+    from cudaredist.managed import install_dir as managed_dir
 
-        root = managed_dir(install_dir)
-        hits = find(root, train, platform or host())
-        damaged = scan(root).damaged_of(train, platform or host())
-        if not hits:
-            if damaged is not None:
-                raise damaged
-            fail(f"no managed CUDA {train} toolkit in {root}; `cudaredist install {train}` installs one", 1)
+    root = managed_dir(install_dir)
+    hits = find(root, train, platform or host())
+    damaged = scan(root).damaged_of(train, platform or host())
+    if not hits:
         if damaged is not None:
-            typer.echo(f"warning: skipped: {damaged}", err=True)
-        typer.echo(str(hits[0].path))
+            raise damaged
+        fail(f"no managed CUDA {train} toolkit in {root}; `cudaredist install {train}` installs one", 1)
+    if damaged is not None:
+        typer.echo(f"warning: skipped: {damaged}", err=True)
+    typer.echo(str(hits[0].path))
 
 
+@command
 def run_cmd(
     train: Train,
     command: Annotated[list[str], typer.Argument(
         metavar="-- COMMAND...", help="The command to run with the toolkit's environment.")],
     platform: PlatformOpt = None,
     install_dir: InstallDirOpt = None,
-    verbose: VerboseOpt = False,
 ) -> None:
     """Run COMMAND with the environment of TRAIN's managed toolkit: cudaredist run 13.4 -- nvcc ...
 
     The exit code is the command's."""
-    set_verbose(verbose)
-    with errors():
-        from cudaredist.envexport import applied, environment
-        from cudaredist.managed import find_one
-        from cudaredist.managed import install_dir as managed_dir
-        from cudaredist.record import require_record
+    from cudaredist.envexport import applied, environment
+    from cudaredist.managed import find_one
+    from cudaredist.managed import install_dir as managed_dir
+    from cudaredist.record import require_record
 
-        # options stop at TRAIN (so the command keeps its own): ours between TRAIN and -- are read here
-        given, command = _own_options(command)
-        install_dir = Path(given["--install-dir"]) if "--install-dir" in given else install_dir
-        platform = given.get("--platform", platform)
-        toolkit = find_one(managed_dir(install_dir), train, platform or host())
-        plan = require_record(toolkit.path)["plan"]
-        env = applied(environment(str(toolkit.path), platform=plan["platform"], release=plan["release"],
-                                  host_windows=os.name == "nt"), os.environ)
-        if not command:
-            fail("give the command to run after --, e.g. cudaredist run 13.4 -- nvcc --version", 2)
-        program = command[0]
-        # a bare name is looked up on the toolkit's PATH first (nvcc is the toolkit's, not the host's)
-        resolved = shutil.which(program, path=env.get("PATH")) if os.sep not in program else program
-        if resolved is None:
-            fail(f"{program}: command not found (with {toolkit.path} on PATH)", 127)
-        try:
-            code = subprocess.call([str(resolved), *command[1:]], env=env)
-        except OSError as exc:
-            fail(f"cannot run {program}: {exc.strerror}", 126)
-        raise typer.Exit(code)
+    # options stop at TRAIN (so the command keeps its own): ours between TRAIN and -- are read here
+    given, command = _own_options(command)
+    install_dir = Path(given["--install-dir"]) if "--install-dir" in given else install_dir
+    platform = given.get("--platform", platform)
+    toolkit = find_one(managed_dir(install_dir), train, platform or host())
+    plan = require_record(toolkit.path)["plan"]
+    env = applied(environment(str(toolkit.path), platform=plan["platform"], release=plan["release"],
+                              host_windows=WINDOWS), os.environ)
+    if not command:
+        fail("give the command to run after --, e.g. cudaredist run 13.4 -- nvcc --version", 2)
+    program = command[0]
+    # a bare name is looked up on the toolkit's PATH first (nvcc is the toolkit's, not the host's)
+    resolved = shutil.which(program, path=env.get("PATH")) if os.sep not in program else program
+    if resolved is None:
+        fail(f"{program}: command not found (with {toolkit.path} on PATH)", 127)
+    try:
+        code = subprocess.call([str(resolved), *command[1:]], env=env)
+    except OSError as exc:
+        fail(f"cannot run {program}: {exc.strerror}", 126)
+    raise typer.Exit(code)
 
 
 _RUN_OPTIONS = {"--install-dir": "--install-dir", "--platform": "--platform", "-p": "--platform"}

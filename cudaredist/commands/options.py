@@ -9,13 +9,17 @@ from typing import Annotated, Any, TypeVar
 import typer
 from typer.core import TyperCommand, TyperGroup
 
+from cudaredist.profiles import DEFAULT_PROFILE
+
 Train = Annotated[str, typer.Argument(help="CUDA train (13.4 = newest 13.4.x; 13 = newest 13.x) "
                                            "or exact release (13.4.1).")]
 PlatformOpt = Annotated[str | None, typer.Option(
     "--platform", "-p", help="Target platform (linux-x86_64, linux-sbsa, windows-x86_64, "
                              "windows-arm64). Default: this host's.")]
-ProfileOpt = Annotated[str, typer.Option(
-    "--profile", help="Component profile: nvcc, runtime, build, torch (`cudaredist profiles` lists them).")]
+ProfileOpt = Annotated[str | None, typer.Option(
+    "--profile", show_default=False,
+    help="Component profile: nvcc, runtime, build, torch (`cudaredist profiles` lists them).  "
+         f"[default: {DEFAULT_PROFILE}]")]
 ComponentOpt = Annotated[list[str] | None, typer.Option(
     "--component", "-c", help="Add a component (repeatable; 'a|b' takes the first the release has).")]
 WithOpt = Annotated[list[str] | None, typer.Option(
@@ -56,10 +60,11 @@ ToolkitArg = Annotated[str | None, typer.Argument(
 InstallDirOpt = Annotated[Path | None, typer.Option(
     "--install-dir", envvar="CUDAREDIST_INSTALL_DIR", show_envvar=True,
     help="Where managed toolkits live. Default: the user data dir (`cudaredist list` shows it).")]
-SourceOpt = Annotated[str, typer.Option(
-    "--source", envvar="CUDAREDIST_SOURCE", show_envvar=True,
+SourceOpt = Annotated[str | None, typer.Option(
+    "--source", envvar="CUDAREDIST_SOURCE", show_envvar=True, show_default=False,
     help="nvidia: NVIDIA's redist archives; pypi: NVIDIA's wheels, through the cuda-toolkit "
-         "metapackage (see docs/pypi-source.md).")]
+         "metapackage (see docs/pypi-source.md); install --lock: the lock's, another one is refused.  "
+         "[default: nvidia]")]
 IndexUrlOpt = Annotated[str | None, typer.Option(
     "--index-url", envvar="PIP_INDEX_URL", show_envvar=True,
     help="Package index (Simple API) for --source pypi. Default: PyPI.")]
@@ -73,6 +78,10 @@ LinkModeOpt = Annotated[str | None, typer.Option(
     help="How files come from the unpacked cache: clone (copy-on-write where the filesystem can, "
          "else a copy), hardlink (shares the cache's inodes: editing a file in the prefix edits the "
          "cache), copy.  [default: clone]", show_default=False)]
+LockTimeoutOpt = Annotated[float | None, typer.Option(
+    "--lock-timeout", min=0, show_default=False,
+    help="Seconds to wait for another process holding the prefix or cache.  [env var: "
+         "CUDAREDIST_LOCK_TIMEOUT; default: 600]")]
 
 
 # -- --help: options and commands grouped by purpose, as uv's help is ----------------------------------

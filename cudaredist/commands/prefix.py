@@ -7,142 +7,122 @@ from typing import Annotated
 
 import typer
 
-from cudaredist.commands.base import emit_json, errors, fail, set_verbose, target_prefix
+from cudaredist.commands.base import TOOLKIT, Toolkit, command, emit_json, fail
 from cudaredist.commands.options import (
-    InstallDirOpt,
     JsonOpt,
-    PlatformOpt,
-    PrefixOpt,
-    ToolkitArg,
-    VerboseOpt,
+    LockTimeoutOpt,
 )
+from cudaredist.fsops import WINDOWS
 
 
+@command
 def verify(
-    train: ToolkitArg = None,
-    prefix: PrefixOpt = None,
-    platform: PlatformOpt = None,
-    install_dir: InstallDirOpt = None,
+    tk: Toolkit = TOOLKIT,
     fast: Annotated[bool, typer.Option("--fast", help="Compare sizes, exec bits and link targets; "
                                                       "do not re-hash.")] = False,
     as_json: JsonOpt = False,
-    verbose: VerboseOpt = False,
 ) -> None:
     """Re-hash the tree against its install record: missing and changed files (content, exec bits,
     link targets) fail it; extra files, added since the install, are listed."""
-    set_verbose(verbose)
-    with errors():
-        from cudaredist.record import verify as do_verify
+    from cudaredist.record import verify as do_verify
 
-        report = do_verify(target_prefix(prefix, train, platform=platform, install_dir=install_dir),
-                           fast=fast)
-        if as_json:
-            emit_json(report.to_json())
-        else:
-            for kind in ("missing", "changed", "extra"):
-                for path in getattr(report, kind):
-                    why = report.reasons.get(path) if kind == "changed" else None
-                    typer.echo(f"{kind:8} {path}" + (f" ({why})" if why else ""))
-            status = "ok" if report.ok else "DIFFERS"
-            typer.echo(f"{status}: {report.checked} files checked, {len(report.missing)} missing, "
-                       f"{len(report.changed)} changed, {len(report.extra)} extra"
-                       + (" (added since the install, kept by uninstall)" if report.extra else ""))
-            if report.drift:
-                typer.echo(f"note: {report.drift}")
-        if not report.ok:
-            raise typer.Exit(1)
+    report = do_verify(tk.target(),
+                       fast=fast)
+    if as_json:
+        emit_json(report.to_json())
+    else:
+        for kind in ("missing", "changed", "extra"):
+            for path in getattr(report, kind):
+                why = report.reasons.get(path) if kind == "changed" else None
+                typer.echo(f"{kind:8} {path}" + (f" ({why})" if why else ""))
+        status = "ok" if report.ok else "DIFFERS"
+        typer.echo(f"{status}: {report.checked} files checked, {len(report.missing)} missing, "
+                   f"{len(report.changed)} changed, {len(report.extra)} extra"
+                   + (" (added since the install, kept by uninstall)" if report.extra else ""))
+        if report.drift:
+            typer.echo(f"note: {report.drift}")
+    if not report.ok:
+        raise typer.Exit(1)
 
 
+@command
 def info(
-    train: ToolkitArg = None,
-    prefix: PrefixOpt = None,
-    platform: PlatformOpt = None,
-    install_dir: InstallDirOpt = None,
+    tk: Toolkit = TOOLKIT,
     as_json: JsonOpt = False,
-    verbose: VerboseOpt = False,
 ) -> None:
     """Show the install record of a prefix."""
-    set_verbose(verbose)
-    with errors():
-        from cudaredist.record import drift_note, require_record
+    from cudaredist.record import drift_note, require_record
 
-        target = target_prefix(prefix, train, platform=platform, install_dir=install_dir)
-        rec = require_record(target)
-        drift = drift_note(target, rec)
-        if as_json:
-            emit_json({k: v for k, v in rec.items() if k != "files"} | {"file_count": len(rec["files"])}
-                      | ({"drift": drift} if drift else {}))
-            return
-        plan = rec["plan"]
-        typer.echo(f"prefix:    {target}")
-        typer.echo(f"release:   CUDA {plan['release']} ({plan.get('release_date') or 'date unknown'})")
-        typer.echo(f"platform:  {plan['platform']}")
-        typer.echo(f"profile:   {plan['profile']}")
-        for p in plan.get("products", []):
-            typer.echo(f"with:      {p.get('name')} {p.get('release')} "
-                       f"({p.get('cuda_variant') or 'any CUDA'} build, --with {p.get('requested')}) "
-                       f"from {p.get('base_url')}")
-        channel = f", {plan['channel']} channel" if plan.get("channel") else ""
-        typer.echo(f"source:    {plan.get('source', 'nvidia')} {plan['base_url']}{channel}")
-        typer.echo(f"installed: {rec['installed_at']} by {rec['tool']}")
-        prov = rec.get("provenance", {})
-        if prov.get("hashes_from"):
-            typer.echo(f"hashes:    from {prov['hashes_from']}")
-        typer.echo(f"files:     {len(rec['files'])}")
-        served = prov.get("archives", {})
-        for c in plan["components"]:
-            typer.echo(f"  {c['name']:<20} {c['version']:<14} sha256 {c['sha256']}")
-            if c["name"] in served:
-                typer.echo(f"  {'':<20} from {served[c['name']]}")
-        if drift:
-            typer.echo(f"note: {drift}")
+    target = tk.target()
+    rec = require_record(target)
+    drift = drift_note(target, rec)
+    if as_json:
+        emit_json({k: v for k, v in rec.items() if k != "files"} | {"file_count": len(rec["files"])}
+                  | ({"drift": drift} if drift else {}))
+        return
+    plan = rec["plan"]
+    typer.echo(f"prefix:    {target}")
+    typer.echo(f"release:   CUDA {plan['release']} ({plan.get('release_date') or 'date unknown'})")
+    typer.echo(f"platform:  {plan['platform']}")
+    typer.echo(f"profile:   {plan['profile']}")
+    for p in plan.get("products", []):
+        typer.echo(f"with:      {p.get('name')} {p.get('release')} "
+                   f"({p.get('cuda_variant') or 'any CUDA'} build, --with {p.get('requested')}) "
+                   f"from {p.get('base_url')}")
+    channel = f", {plan['channel']} channel" if plan.get("channel") else ""
+    typer.echo(f"source:    {plan.get('source', 'nvidia')} {plan['base_url']}{channel}")
+    typer.echo(f"installed: {rec['installed_at']} by {rec['tool']}")
+    prov = rec.get("provenance", {})
+    if prov.get("hashes_from"):
+        typer.echo(f"hashes:    from {prov['hashes_from']}")
+    typer.echo(f"files:     {len(rec['files'])}")
+    served = prov.get("archives", {})
+    for c in plan["components"]:
+        typer.echo(f"  {c['name']:<20} {c['version']:<14} sha256 {c['sha256']}")
+        if c["name"] in served:
+            typer.echo(f"  {'':<20} from {served[c['name']]}")
+    if drift:
+        typer.echo(f"note: {drift}")
 
 
+@command
 def uninstall(
-    train: ToolkitArg = None,
-    prefix: PrefixOpt = None,
-    platform: PlatformOpt = None,
-    install_dir: InstallDirOpt = None,
+    tk: Toolkit = TOOLKIT,
     remove_all: Annotated[bool, typer.Option(
         "--all", help="With a TRAIN: remove all its managed toolkits (every patch and platform).")] = False,
-    verbose: VerboseOpt = False,
-    lock_timeout: Annotated[float | None, typer.Option("--lock-timeout")] = None,
+    lock_timeout: LockTimeoutOpt = None,
 ) -> None:
     """Remove exactly what cudaredist installed in the prefix (other files stay), or the managed
     toolkits of a TRAIN."""
-    set_verbose(verbose)
-    with errors():
-        from cudaredist.install import lock_timeout_default, prefix_lock
-        from cudaredist.managed import find, link_trains
-        from cudaredist.managed import install_dir as managed_dir
-        from cudaredist.record import uninstall as do_uninstall
+    from cudaredist.cache.store import lock_wait
+    from cudaredist.install import prefix_lock
+    from cudaredist.managed import find, link_trains
+    from cudaredist.managed import install_dir as managed_dir
+    from cudaredist.record import uninstall as do_uninstall
 
-        if prefix is None and train is not None:
-            root = managed_dir(install_dir)
-            hits = find(root, train, platform)
-            if len(hits) > 1 and not remove_all:
-                fail(f"{len(hits)} managed toolkits match {train}: "
-                     f"{', '.join(h.path.name for h in hits)}; pass --all to remove them all, or "
-                     "name one (e.g. a full release, or --platform)", 2)
-            targets = [h.path for h in hits] or [target_prefix(None, train, platform=platform,
-                                                               install_dir=install_dir)]
-        else:
-            root = None
-            targets = [target_prefix(prefix, train)]
-        timeout = lock_timeout_default() if lock_timeout is None else lock_timeout
-        for target in targets:
-            with prefix_lock(target, timeout):
-                n = do_uninstall(target)
-            typer.echo(f"removed {n} files from {target}")
-        if root is not None:
-            link_trains(root, timeout=timeout, warn=lambda w: typer.echo(w, err=True))
+    if tk.prefix is None and tk.train is not None:
+        root = managed_dir(tk.install_dir)
+        hits = find(root, tk.train, tk.platform)
+        if len(hits) > 1 and not remove_all:
+            fail(f"{len(hits)} managed toolkits match {tk.train}: "
+                 f"{', '.join(h.path.name for h in hits)}; pass --all to remove them all, or "
+                 "name one (e.g. a full release, or --platform)", 2)
+        targets = [h.path for h in hits] or [tk.target()]
+    else:
+        root = None
+        targets = [tk.target()]
+    timeout = lock_wait(lock_timeout)
+    for target in targets:
+        with prefix_lock(target, timeout):
+            n = do_uninstall(target)
+        typer.echo(f"removed {n} files from {target}")
+    if root is not None:
+        link_trains(root, timeout=timeout, warn=lambda w: typer.echo(w, err=True))
 
 
+@command
 def env_cmd(
-    train: ToolkitArg = None,
-    prefix: PrefixOpt = None,
-    platform: PlatformOpt = None,
-    install_dir: InstallDirOpt = None,
+    tk: Toolkit = TOOLKIT,
     shell: Annotated[str | None, typer.Option(
         "--shell", help="sh, bash, zsh, fish, pwsh or cmd.  [default: sh; pwsh on Windows]",
         show_default=False)] = None,
@@ -150,34 +130,31 @@ def env_cmd(
         "--github", help="Append to $GITHUB_ENV and $GITHUB_PATH (a GitHub Actions step) instead "
                          "of printing.")] = False,
     as_json: JsonOpt = False,
-    verbose: VerboseOpt = False,
 ) -> None:
     """Print the environment for a tree: eval "$(cudaredist env --prefix DIR)" or "$(cudaredist env 13.4)"."""
-    set_verbose(verbose)
-    with errors():
-        from cudaredist.envexport import SHELLS, append_github, default_shell, environment, render
-        from cudaredist.record import require_record
+    from cudaredist.envexport import SHELLS, append_github, default_shell, environment, render
+    from cudaredist.record import require_record
 
-        if shell is not None and shell not in SHELLS:
-            fail(f"unknown --shell {shell!r}; choose one of {', '.join(SHELLS)}", 2)
-        target = target_prefix(prefix, train, platform=platform, install_dir=install_dir)
-        plan = require_record(target)["plan"]
-        host_windows = os.name == "nt"
-        found = environment(str(target), platform=plan["platform"], release=plan["release"],
-                            host_windows=host_windows,
-                            msbuild=any(c["name"] == "visual_studio_integration" for c in plan["components"]))
-        for note in [] if as_json else found.notes:
-            typer.echo(f"note: {note}", err=True)
-        if github:
-            append_github(found, os.environ)
-            for name, value in found.variables:
-                typer.echo(f"set {name}={value}", err=True)
-            for var, dirs in found.prepend:
-                typer.echo(f"prepended to {var}: {os.pathsep.join(dirs)}", err=True)
-        elif as_json:
-            emit_json({"prefix": str(target), "release": plan["release"], "platform": plan["platform"]}
-                       | found.to_json())
-        else:
-            typer.echo(render(found, shell or default_shell(host_windows)), nl=False)
+    if shell is not None and shell not in SHELLS:
+        fail(f"unknown --shell {shell!r}; choose one of {', '.join(SHELLS)}", 2)
+    target = tk.target()
+    plan = require_record(target)["plan"]
+    host_windows = WINDOWS
+    found = environment(str(target), platform=plan["platform"], release=plan["release"],
+                        host_windows=host_windows,
+                        msbuild=any(c["name"] == "visual_studio_integration" for c in plan["components"]))
+    for note in [] if as_json else found.notes:
+        typer.echo(f"note: {note}", err=True)
+    if github:
+        append_github(found, os.environ)
+        for name, value in found.variables:
+            typer.echo(f"set {name}={value}", err=True)
+        for var, dirs in found.prepend:
+            typer.echo(f"prepended to {var}: {os.pathsep.join(dirs)}", err=True)
+    elif as_json:
+        emit_json({"prefix": str(target), "release": plan["release"], "platform": plan["platform"]}
+                   | found.to_json())
+    else:
+        typer.echo(render(found, shell or default_shell(host_windows)), nl=False)
 
 

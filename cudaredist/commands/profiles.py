@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from cudaredist.commands.base import emit_json, errors
+from cudaredist.commands.base import command, emit_json
 from cudaredist.commands.options import JsonOpt
 
 TrainsOpt = Annotated[list[str] | None, typer.Option(
@@ -33,33 +33,33 @@ def _rows(names: list[str], trains: list[str]) -> list[dict[str, Any]]:
     return rows
 
 
+@command
 def profiles_cmd(train: TrainsOpt = None, profile: ProfileNameOpt = None, as_json: JsonOpt = False) -> None:
     """List each profile's components, per train (offline: from the profile data).
 
     'a|b' is a component NVIDIA renamed: a release installs the first of the names it has. Both
     sources install the same components; --source pypi builds the nvcc-based profiles from 13.0 on.
     """
-    with errors():
-        from cudaredist.plan import version_key
-        from cudaredist.profiles import profile_names
-        from cudaredist.sources.nvidia.releases import check_train
+    from cudaredist.plan import version_key
+    from cudaredist.profiles import profile_names
+    from cudaredist.sources.nvidia.releases import check_train
 
-        trains = list(dict.fromkeys(check_train(t) for t in train or []))
-        rows = _rows(list(dict.fromkeys(profile or profile_names())), trains)
-        if as_json:
-            emit_json({"profiles": rows})
-            return
-        for row in rows:
-            extends = f" (extends {row['extends']})" if row["extends"] else ""
-            typer.echo(f"{row['name']}{extends}: {row['description']}")
-            if trains:
-                for t, comps in row["trains"].items():
-                    typer.echo(f"  CUDA {t}: {' '.join(comps)}")
-                continue
-            by_since: dict[str, list[str]] = {}
-            for c in row["components"]:
-                only = f" ({' and '.join(c['platforms'])} only)" if c["platforms"] else ""
-                by_since.setdefault(c["since"] or "", []).append(c["name"] + only)
-            for since in sorted(by_since, key=version_key):
-                label = f"from {since}:" if since else "every release:"
-                typer.echo(f"  {label:<15} {' '.join(by_since[since])}")
+    trains = list(dict.fromkeys(check_train(t) for t in train or []))
+    rows = _rows(list(dict.fromkeys(profile or profile_names())), trains)
+    if as_json:
+        emit_json({"profiles": rows})
+        return
+    for row in rows:
+        extends = f" (extends {row['extends']})" if row["extends"] else ""
+        typer.echo(f"{row['name']}{extends}: {row['description']}")
+        if trains:
+            for t, comps in row["trains"].items():
+                typer.echo(f"  CUDA {t}: {' '.join(comps)}")
+            continue
+        by_since: dict[str, list[str]] = {}
+        for c in row["components"]:
+            only = f" ({' and '.join(c['platforms'])} only)" if c["platforms"] else ""
+            by_since.setdefault(c["since"] or "", []).append(c["name"] + only)
+        for since in sorted(by_since, key=version_key):
+            label = f"from {since}:" if since else "every release:"
+            typer.echo(f"  {label:<15} {' '.join(by_since[since])}")

@@ -36,12 +36,12 @@ from cudaredist.doctor.driver import (
     probe_driver,
 )
 from cudaredist.doctor.toolkit import (
-    _host_is_windows,
     check_environment,
     check_msbuild,
     check_nvcc,
     check_toolkit,
 )
+from cudaredist.fsops import WINDOWS
 
 
 # -- the whole run ------------------------------------------------------------------------------
@@ -61,7 +61,7 @@ class Inputs:
     which: Which = _which
     driver_library: str | None = None
     loader: Loader = ctypes.CDLL
-    host_windows: bool = field(default_factory=_host_is_windows)
+    host_windows: bool = WINDOWS
 
 
 def run(prefix: Path | None = None, *, train: str | None = None, inputs: Inputs | None = None,

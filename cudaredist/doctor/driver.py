@@ -31,7 +31,8 @@ from cudaredist.doctor.checks import (
     _run,
     _short,
 )
-from cudaredist.doctor.toolkit import _host_is_windows, _not_run
+from cudaredist.doctor.toolkit import _not_run
+from cudaredist.fsops import WINDOWS
 
 
 # -- driver -------------------------------------------------------------------------------------
@@ -68,13 +69,13 @@ class DriverInfo:
 
 
 def default_driver_library(windows: bool | None = None) -> str:
-    return "nvcuda.dll" if (_host_is_windows() if windows is None else windows) else "libcuda.so.1"
+    return "nvcuda.dll" if (WINDOWS if windows is None else windows) else "libcuda.so.1"
 
 
 def _loaded_path(lib: Any, symbol: str) -> str:
     """The file a loaded library came from (dladdr / GetModuleFileNameW); "" if unknown."""
     with contextlib.suppress(Exception):
-        if os.name == "nt":
+        if WINDOWS:
             buf = ctypes.create_unicode_buffer(32768)
             if ctypes.windll.kernel32.GetModuleFileNameW(ctypes.c_void_p(lib._handle), buf, 32768):  # type: ignore[attr-defined]
                 return str(buf.value)
@@ -197,7 +198,7 @@ def _release_key(release: str) -> tuple[int, int]:
 
 def check_driver(info: DriverInfo, release: str | None, *, windows: bool | None = None,
                  branches: Mapping[int, DriverBranch] | None = None) -> Check:
-    windows = _host_is_windows() if windows is None else windows
+    windows = WINDOWS if windows is None else windows
     if branches is None:
         branches = driver_branches()
     wanted = _release_key(release) if release else None

@@ -15,18 +15,16 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     pass
 from cudaredist.doctor.checks import Check, Toolkit, Which, _first_line, _run, _short, _which
+from cudaredist.fsops import WINDOWS
+from cudaredist.profiles import is_windows
 
 
 # -- toolkit ------------------------------------------------------------------------------------
-def _host_is_windows() -> bool:
-    return os.name == "nt"
-
-
 def check_toolkit(prefix: Path, *, host_windows: bool | None = None) -> tuple[Check, Toolkit | None]:
     """The tree in ``prefix``: its install record, and a quick verify (sizes, links, exec bits)."""
     from cudaredist.record import read_record, verify
 
-    host_windows = _host_is_windows() if host_windows is None else host_windows
+    host_windows = WINDOWS if host_windows is None else host_windows
     install = f"cudaredist install TRAIN --prefix {prefix}"
     if not prefix.is_dir():
         return Check("toolkit", "fail", f"{prefix} does not exist or is not a directory",
@@ -49,7 +47,7 @@ def check_toolkit(prefix: Path, *, host_windows: bool | None = None) -> tuple[Ch
                      f"for a tree that can be verified and reproduced: {install}"), tk
     plan = rec["plan"]
     release, platform = str(plan["release"]), str(plan["platform"])
-    windows = platform.startswith("windows")
+    windows = is_windows(platform)
     nvcc_version = next((str(c["version"]) for c in plan.get("components", [])
                          if c.get("name") == "cuda_nvcc"), None)
     names = [f["path"] for f in rec.get("files", [])]
@@ -160,7 +158,7 @@ def check_environment(env: Mapping[str, str], tk: Toolkit | None, *, which: Whic
     Its fixes are spelled for the host's shells (``host_windows``: default this host)."""
     from cudaredist.envexport import load_hint
 
-    windows = os.name == "nt" if host_windows is None else host_windows
+    windows = WINDOWS if host_windows is None else host_windows
     plain = which("nvcc", env.get("PATH"))
     if plain is None:
         runs = "a plain `nvcc` runs nothing: no nvcc on PATH"

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from cudaredist.cache import Cache
+from cudaredist.cache.store import evict, lock_wait
 from cudaredist.errors import FetchError, IntegrityError, OfflineError
 from cudaredist.fetch.growing import GrowingFile
 from cudaredist.fetch.ranges import discard_partial, resume_point
@@ -43,12 +44,12 @@ class StreamBroken(Exception):
 
 class Fetcher:
     def __init__(self, transport: Transport, cache: Cache, *, reporter: Reporter | None = None,
-                 offline: bool = False, lock_timeout: float = 600.0) -> None:
+                 offline: bool = False, lock_timeout: float | None = None) -> None:
         self.transport = transport
         self.cache = cache
         self.reporter = reporter or Silent()
         self.offline = offline
-        self.lock_timeout = lock_timeout
+        self.lock_timeout = lock_wait(lock_timeout)
         self.abort = transport.cancelled  # set by cancel(); checked between chunks and attempts
         self._bad_urls: dict[str, FetchError | IntegrityError] = {}  # failed in this run: not asked again
         self.served: dict[str, str] = {}  # sha256 -> the URL whose bytes verified (this run's downloads)
@@ -96,7 +97,7 @@ class Fetcher:
                 "or fill the cache from a mirror.", url=item.url)
         with self.cache.lock(sha, timeout=self.lock_timeout, waiting=self.check_abort):
             # another process may have fetched it meanwhile
-            hit = self._cached(sha, size, evict=True)
+            hit = self._cached(sha, size, drop=True)
             if hit is not None:
                 self.reporter.advance(size)
                 return hit, True
@@ -147,8 +148,8 @@ class Fetcher:
             self.reporter.message(f"resuming {part.name[:16]}… from byte {offset} of {size}")
         return offset
 
-    def _cached(self, sha: str, size: int, *, evict: bool = False) -> Path | None:
-        """The entry if it hashes right; ``evict`` (entry lock held) drops a corrupted one."""
+    def _cached(self, sha: str, size: int, *, drop: bool = False) -> Path | None:
+        """The entry if it hashes right; ``drop`` (entry lock held) drops a corrupted one."""
         path = self.cache.lookup(sha, size)
         if path is None:
             return None
@@ -157,8 +158,8 @@ class Fetcher:
         except FileNotFoundError:  # removed since the lookup (a cache clear or prune): not cached
             return None
         if digest != sha:  # verified on every use
-            if evict:
-                self.cache.evict(sha)
+            if drop:
+                evict(path)
                 self.reporter.message(f"dropped a corrupted cache entry {sha[:16]}…; downloading again")
             return None
         self.cache.touch(sha)
@@ -187,7 +188,7 @@ class Fetcher:
                 follow.publish(done)
         if h.hexdigest() != sha:
             with self.cache.lock(sha, timeout=self.lock_timeout):
-                self.cache.evict(sha)
+                evict(self.cache.archive_path(sha))
             err = IntegrityError(f"the cache entry for {item.archive.filename} was corrupted; dropped it",
                                  what="sha256", expected=sha, actual=h.hexdigest())
             raise StreamBroken(err) from err

@@ -4,7 +4,6 @@ from the archive (cached, or downloaded while it is extracted) when there is non
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ThreadPoolExecutor, wait
@@ -12,10 +11,12 @@ from concurrent.futures import TimeoutError as FutureTimeout  # not the builtin 
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
+from cudaredist.cache.store import evict
 from cudaredist.cache.unpacked import UnpackedEntry, entry_key, materialize
 from cudaredist.errors import FetchError, UnsafeArchiveError
 from cudaredist.fetch.fetcher import Aborted
 from cudaredist.fetch.growing import DownloadFailed, GrowingFile
+from cudaredist.fsops import WINDOWS
 from cudaredist.plan import Plan, PlannedArchive
 from cudaredist.sources import layout
 from cudaredist.tree.extract import extract, is_streamable
@@ -69,7 +70,7 @@ class Build:
         self.ready = {it for it in self.items if self.unpacked.present(it, plan.platform)}
         # A Windows host cannot rename a file another handle has open: no streaming there.
         self.streamed = {it for it in self.items if it not in self.ready
-                         and stream and os.name != "nt" and is_streamable(it.archive.filename)}
+                         and stream and not WINDOWS and is_streamable(it.archive.filename)}
         self.downloaded = 0
         self.cached = 0
         self._counting = threading.Lock()
@@ -122,7 +123,7 @@ class Build:
                 # hashes right but is hostile or broken: keep no copy to install from later
                 cache = self.installer.cache
                 with cache.lock(item.archive.sha256, timeout=self.installer.lock_timeout):
-                    cache.evict(item.archive.sha256)
+                    evict(cache.archive_path(item.archive.sha256))
                 raise
         raise FetchError(f"the cached archive {item.archive.filename} was removed three times while this "
                          "install read it (is a `cudaredist cache clear` running in a loop?); the prefix "

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from cudaredist import fsops
 from cudaredist.cache import Cache
+from cudaredist.cache.store import lock_wait
 from cudaredist.errors import (
     PrefixError,
 )
@@ -30,13 +31,12 @@ from cudaredist.fetch.transport import Transport
 from cudaredist.install.build import Build
 from cudaredist.localfs import UMASK, check_free_space, disk_error, is_case_insensitive, mb
 from cudaredist.plan import Plan
-from cudaredist.profiles import platform_rule
+from cudaredist.profiles import is_windows, platform_rule
 from cudaredist.progress import Reporter, Silent
 from cudaredist.record import (
     build_record,
     canonical_prefix,
     holds,
-    lock_timeout_default,
     not_removed,
     prefix_lock,
     read_record,
@@ -113,7 +113,7 @@ class Installer:
         self.link_mode = links.link_mode(link_mode)
         self.reporter = reporter or Silent()
         self.jobs = max(1, jobs)
-        self.lock_timeout = lock_timeout_default() if lock_timeout is None else lock_timeout
+        self.lock_timeout = lock_wait(lock_timeout)
         self.extract_workers = extract_workers or max(1, min(4, os.cpu_count() or 1))
         self.fetcher = Fetcher(transport, cache, reporter=self.reporter, offline=offline,
                                lock_timeout=self.lock_timeout)
@@ -223,10 +223,10 @@ class Installer:
         """Fill ``staging`` with the plan's archives: see :class:`~cudaredist.install.build.Build`."""
         self.fetcher.resume()
         tree = Tree(staging, dest=prefix or staging,
-                    case_insensitive=plan.platform.startswith("windows") or is_case_insensitive(staging))
+                    case_insensitive=is_windows(plan.platform) or is_case_insensitive(staging))
         build = Build(self, plan, tree, stream=stream)
         build.run()
-        if plan.platform.startswith("windows-"):
+        if is_windows(plan.platform):
             # MinGW's ld cannot link 13.x cudart.lib (MSVC objects): GNU import libraries beside it
             add_import_libraries(tree, warn=self.reporter.message)
         # NVIDIA's version.json at the root: in the record, verified and uninstalled like the rest

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from cudaredist.cache.store import lock_wait
 from cudaredist.errors import BusyError, FetchError, ManifestError
 from cudaredist.hashing import sha256_file
 from cudaredist.localfs import UMASK
@@ -146,7 +147,7 @@ def write_mirror(
     get_bytes: Callable[[str], bytes],
     reporter: Reporter | None = None,
     jobs: int = 4,
-    lock_timeout: float = 600.0,
+    lock_timeout: float | None = None,
     locked: bool = False,
 ) -> MirrorReport:
     """Write (or complete) in ``out`` the mirror ``content`` describes, under the mirror's lock
@@ -165,7 +166,7 @@ def write_mirror(
     out.mkdir(parents=True, exist_ok=True)
     report = MirrorReport(str(out), releases=list(content.releases), notes=list(content.notes),
                           base=str(top))
-    with contextlib.nullcontext() if locked else mirror_lock(out, lock_timeout):
+    with contextlib.nullcontext() if locked else mirror_lock(out, lock_wait(lock_timeout)):
         _copy_archives(out, content.copies, fetch, reporter, jobs, report)
         made = wheelmirror.build_archives(out, content.builds, fetch=fetch, reporter=reporter, jobs=jobs,
                                           preset=content.xz_preset, report=report)

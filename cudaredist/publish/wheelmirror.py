@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from cudaredist.errors import ManifestError
+from cudaredist.localfs import mb
 from cudaredist.plan import PlannedArchive, version_key
 from cudaredist.progress import Reporter
 from cudaredist.publish.mirror import (
@@ -185,7 +186,7 @@ def build_archives(out: Path, builds: Sequence[BuiltArchive], *,
                 {"name": packed.summary or item.component,
                  "license": packed.license or "NVIDIA Proprietary", "license_path": license_path},
                 "cached" if cached else "downloaded")
-            reporter.message(f"  packed     {dest.name} ({packed.size / 1e6:.1f} MB)")
+            reporter.message(f"  packed     {dest.name} ({mb(packed.size)})")
 
         # Packing is the slow part (xz and deflate hold a core each): the biggest wheel that has
         # arrived goes first, so the longest job does not start last.

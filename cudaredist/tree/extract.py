@@ -1,7 +1,7 @@
 """Safe extraction of .tar.xz and .zip archives into a staging :class:`~cudaredist.tree.staging.Tree`.
 
-Members are mapped through :mod:`cudaredist.tree.paths`; zips that arrive as a stream are read
-front to back by :mod:`cudaredist.tree.zipstream`.
+Members are mapped through :mod:`cudaredist.tree.paths`. A tar may be read while it downloads; a
+zip (whose index comes last) is read once complete, as every zip tool reads it.
 """
 
 from __future__ import annotations
@@ -47,23 +47,18 @@ def redist_mapper(component: str, archive: str, root: str = "") -> Mapper:
 
 
 def is_streamable(archive: str) -> bool:
-    """Tars and zips are read front to back (zips by :mod:`cudaredist.tree.zipstream`, checked against
-    their central directory at the end), so they can be extracted while they download. Wheels
-    are still extracted once complete."""
-    return not archive.endswith(".whl")
+    """Tars are read front to back, so they can be extracted while they download; zips and wheels
+    are extracted once complete, through their central directory."""
+    return not archive.endswith((".zip", ".whl"))
 
 
 def extract(path: Path | None, tree: Tree, *, component: str, archive: str, mapper: Mapper,
             fileobj: IO[bytes] | None = None) -> None:
     """Extract one archive (by its file name: .zip or a tar) into ``tree``.
 
-    A tar or a zip may come as ``fileobj`` instead of ``path``: a download still being written.
+    A tar may come as ``fileobj`` instead of ``path``: a download still being written.
     """
-    if archive.endswith(".zip") and fileobj is not None:
-        from cudaredist.tree.zipstream import extract_zip_stream  # loaded only when a zip streams
-
-        extract_zip_stream(fileobj, tree, component=component, archive=archive, mapper=mapper)
-    elif archive.endswith((".zip", ".whl")):
+    if archive.endswith((".zip", ".whl")):
         assert path is not None
         _extract_zip(path, tree, component=component, archive=archive, mapper=mapper)
     else:

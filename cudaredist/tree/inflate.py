@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import struct
 import zipfile
-from typing import IO, cast
+from typing import IO
 
 try:
     from zlib_ng import zlib_ng as zlib
 except ImportError:  # pragma: no cover - a host without its wheel
     import zlib  # type: ignore[no-redef]
 
-__all__ = ["DeflatedMember", "ZlibError", "zlib"]
-ZlibError = cast("type[Exception]", zlib.error)
+__all__ = ["DeflatedMember", "zlib"]
 
 _LOCAL = struct.Struct("<4sHHHHHIIIHH")
 READ = 1 << 20

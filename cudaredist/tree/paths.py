@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import posixpath
 import re
 import stat
 
 from cudaredist.errors import UnsafeArchiveError
+from cudaredist.fsops import WINDOWS
 
 _DRIVE = re.compile(r"^[A-Za-z]:")
 
@@ -22,7 +22,7 @@ def clean_member(name: str, *, archive: str, zip_entry: bool = False) -> str:
     if any(ord(c) < 0x20 for c in name):
         raise UnsafeArchiveError(f"{archive}: member {raw!r} has control characters in its name; refused",
                                  archive=archive, member=raw)
-    if "\\" in name and (zip_entry or os.name == "nt"):
+    if "\\" in name and (zip_entry or WINDOWS):
         raise UnsafeArchiveError(
             f"{archive}: entry {raw!r} uses backslashes; refused (Windows reads them as "
             "directory separators)", archive=archive, member=raw)

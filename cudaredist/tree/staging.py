@@ -6,7 +6,6 @@ as it is written (conflict detection and the install record), and every write st
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import hashlib
 import os
@@ -20,11 +19,11 @@ from typing import IO
 
 from cudaredist import fsops
 from cudaredist.errors import ConflictError, CudaRedistError, LocalDiskError, UnsafeArchiveError
+from cudaredist.fsops import WINDOWS
 from cudaredist.localfs import disk_error, fold
 from cudaredist.tree.paths import link_target_inside
 
 CHUNK = 1 << 20
-WINDOWS = os.name == "nt"  # tests flip it to check the Windows rules on any host
 _OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
 
 # (clean member path) -> tree path, or None to skip the member
@@ -66,6 +65,11 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
+
+
+def _taken(archive: str, rel: str, component: str) -> ConflictError:
+    """A path the tree claims for one archive's member already exists on disk (made by another)."""
+    return ConflictError(f"{archive}: {rel} already exists in the tree", path=rel, second=component)
 
 
 class Tree:
@@ -194,6 +198,17 @@ class Tree:
         return disk_error(exc, path=shown, where=self._where, written=written, symlink=symlink,
                           cache=self._cache_root is not None, cached="unpacked copy")
 
+    def _parented(self, rel: str, archive: str) -> tuple[str, Path]:
+        """A claimed path as the tree spells it and where it goes, its parents made (the claim is
+        given back if they cannot be)."""
+        rel = self._spelled(rel)
+        try:
+            self._ensure_dir(rel.rpartition("/")[0], archive)
+        except BaseException:
+            self._abandon(rel)
+            raise
+        return rel, self.root / rel
+
     def _ensure_dir(self, rel_dir: str, archive: str) -> None:
         """``rel_dir`` and its parents exist as real directories that resolve inside the tree.
 
@@ -254,15 +269,12 @@ class Tree:
                 size += len(chunk)
             self._compare(rel, prev, "file", h.hexdigest(), component)
             return
-        rel = self._spelled(rel)
-        dest = self.root / rel
+        rel, dest = self._parented(rel, archive)
         try:
-            self._ensure_dir(rel.rpartition("/")[0], archive)
             try:
                 fd = os.open(fsops.long_path(dest), _OPEN_FLAGS, mode)
             except FileExistsError as exc:
-                raise ConflictError(f"{archive}: {rel} already exists in the tree", path=rel,
-                                    second=component) from exc
+                raise _taken(archive, rel, component) from exc
             except OSError as exc:
                 raise self._local(exc, dest) from exc
             try:
@@ -277,7 +289,7 @@ class Tree:
                     size += len(chunk)
                     with self._cond:
                         self._written += len(chunk)
-                if os.name != "nt":
+                if not WINDOWS:
                     try:
                         os.fchmod(fd, mode)  # umask-independent
                     except OSError as exc:
@@ -304,15 +316,12 @@ class Tree:
         if prev is not None:
             self._compare(rel, prev, "link", target, component)
             return
-        rel = self._spelled(rel)
-        dest = self.root / rel
+        rel, dest = self._parented(rel, archive)
         try:
-            self._ensure_dir(rel.rpartition("/")[0], archive)
             try:
                 fsops.symlink(target, dest)
             except FileExistsError as exc:
-                raise ConflictError(f"{archive}: {rel} already exists in the tree", path=rel,
-                                    second=component) from exc
+                raise _taken(archive, rel, component) from exc
             except OSError as exc:
                 if not WINDOWS:
                     # POSIX has symlinks: a failure here is real, not a missing right
@@ -326,18 +335,6 @@ class Tree:
         self._settle(rel, target)
         with self._cond:
             self._records[rel] = FileRecord(rel, 0, "", 0o777, link=target, component=component)
-
-    def set_mode(self, rel: str, mode: int, component: str) -> None:
-        """Give a file this component wrote its mode after the fact: a zip read front to back
-        learns modes only from its central directory, at the end."""
-        mode = 0o755 if mode & 0o111 else 0o644
-        with self._cond:
-            rec = self._records.get(rel)
-            if rec is None or rec.link or rec.component != component or rec.mode == mode:
-                return
-            self._records[rel] = dataclasses.replace(rec, mode=mode)
-        if os.name != "nt":
-            os.chmod(self.root / rel, mode)
 
     def add_hardlink(self, rel: str, target_rel: str, component: str, archive: str) -> None:
         """Hard links become copies of a file that the same tree already holds."""
@@ -380,8 +377,7 @@ class Tree:
                 if how == "clone" and used == "copy":
                     self._clones = False
             except FileExistsError as exc:
-                raise ConflictError(f"{archive}: {rel} already exists in the tree", path=rel,
-                                    second=component) from exc
+                raise _taken(archive, rel, component) from exc
             except OSError as exc:  # both sides are this machine's disks
                 raise self._local(exc, dest) from exc
         except BaseException:

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,9 +47,18 @@ def _cli(*args: str) -> tuple[int, str, str]:
 
 
 # -- the tag and the marker --------------------------------------------------------------------------
+def _partial(cache: Cache, hint: str) -> Path:
+    """A partial download named as older releases named them (<hint>.<random>.part), marking the root."""
+    cache.prepare()
+    cache.tmp.mkdir(exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=cache.tmp, prefix=f"{hint}.", suffix=".part")
+    os.close(fd)
+    return Path(name)
+
+
 def test_a_new_cache_is_tagged_and_marked(tmp_path: Path) -> None:
     cache = Cache(tmp_path / "c")
-    cache.new_temp("0" * 16)
+    _partial(cache, "0" * 16)
     tag = (tmp_path / "c" / CACHEDIR_TAG).read_bytes()
     # the standard: the file starts with exactly these 43 bytes
     assert tag.startswith(b"Signature: 8a477f597d28d172789f06886806bc55")
@@ -101,7 +111,7 @@ def test_maintenance_refuses_a_directory_that_is_not_a_cache(tmp_path: Path, com
 def test_clear_removes_only_known_names(tmp_path: Path) -> None:
     root = tmp_path / "c"
     cache = Cache(root)
-    partial = cache.new_temp(SHA_A[:16])  # marks the root
+    partial = _partial(cache, SHA_A[:16])  # marks the root
     partial.write_bytes(b"half")
     _entry(root, b"archive a")
     cache.store_index("http://example.invalid/redist/", "index.html", b"<html>")
@@ -121,7 +131,7 @@ def test_clear_and_prune_skip_entries_a_running_install_holds(tmp_path: Path) ->
     cache = Cache(root)
     busy = _entry(root, b"archive a", age_days=90)
     free = _entry(root, b"archive b", age_days=90)
-    partial = cache.new_temp(busy[:16])
+    partial = _partial(cache, busy[:16])
     old = time.time() - 7200
     os.utime(partial, (old, old))
     with filelock.FileLock(str(root / "locks" / f"{busy}.lock")):  # held as the fetcher holds it
@@ -142,7 +152,7 @@ def test_clear_and_prune_skip_entries_a_running_install_holds(tmp_path: Path) ->
 def test_prune_keeps_a_fresh_partial_and_a_recent_entry(tmp_path: Path) -> None:
     root = tmp_path / "c"
     cache = Cache(root)
-    partial = cache.new_temp(SHA_A[:16])
+    partial = _partial(cache, SHA_A[:16])
     recent = _entry(root, b"archive b", age_days=1)
     assert maintenance.prune(cache, older_than_days=30).files == 0
     assert partial.exists() and (root / "archives" / recent).exists()

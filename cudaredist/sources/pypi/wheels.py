@@ -25,7 +25,7 @@ from packaging.utils import InvalidWheelFilename, NormalizedName, canonicalize_n
 from packaging.version import InvalidVersion, Version
 
 from cudaredist.errors import ManifestError, PlanError
-from cudaredist.profiles import Spec, data_dir, extends_chain, parse_spec
+from cudaredist.profiles import Spec, data_dir, extends_chain, is_windows, parse_spec
 from cudaredist.sources.pypi.simple import IndexFile
 from cudaredist.tree.paths import tree_path
 
@@ -40,10 +40,19 @@ else:  # pragma: no cover
 
 
 @dataclass(frozen=True)
+class ExtraSpec(Spec):
+    """One wanted extra of the metapackage (parsed as a profile's component is), its ``since``
+    compared as PEP 440 versions."""
+
+    def applies_to(self, release: str, platform: str | None = None) -> bool:
+        return not self.since or pep440(release) >= pep440(self.since)
+
+
+@dataclass(frozen=True)
 class WheelProfile:
     name: str
     description: str
-    extras: tuple[Spec, ...]  # alternatives, the first release needing it, a note if older
+    extras: tuple[ExtraSpec, ...]
     since: str = ""
     before: str = ""
 
@@ -57,7 +66,7 @@ class WheelPlatform:
 
     @property
     def is_windows(self) -> bool:
-        return self.name.startswith("windows")
+        return is_windows(self.name)
 
 
 @dataclass(frozen=True)
@@ -91,13 +100,18 @@ class WheelData:
         return self.platforms[name]
 
 
+def _spec(item: object, where: str) -> ExtraSpec:
+    spec = parse_spec(item, where)
+    return ExtraSpec(spec.names, spec.since, spec.platforms, spec.missing)
+
+
 def _profiles(raw: Mapping[str, Any]) -> dict[str, WheelProfile]:
     out: dict[str, WheelProfile] = {}
     for name in raw:
         chain = extends_chain(raw, name, "pypi.toml")  # since and before: the nearest that says
         out[name] = WheelProfile(
             name, str(chain[-1].get("description", "")),
-            tuple(parse_spec(x, f"pypi.toml profile {name}") for b in chain for x in b.get("extras", [])),
+            tuple(_spec(x, f"pypi.toml profile {name}") for b in chain for x in b.get("extras", [])),
             next((str(b["since"]) for b in reversed(chain) if "since" in b), ""),
             next((str(b["before"]) for b in reversed(chain) if "before" in b), ""))
     return out

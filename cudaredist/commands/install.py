@@ -1,0 +1,87 @@
+"""``cudaredist install``: toolkit trees into a prefix or the install dir (the command run most often,
+so :mod:`cudaredist.entry` builds it alone for ``cudaredist install ...``)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from cudaredist.commands.base import OPTIONS, SELECTION, Ctx, Selection, command, emit_json
+from cudaredist.commands.options import (
+    InstallDirOpt,
+    JobsOpt,
+    JsonOpt,
+    LinkModeOpt,
+    LockOpt,
+    LockTimeoutOpt,
+    PlatformOpt,
+    PrefixOpt,
+    QuietOpt,
+    VerboseOpt,
+)
+
+
+@command
+def install(
+    trains: Annotated[list[str] | None, typer.Argument(
+        metavar="[TRAIN]...", help="CUDA trains (13.4 = newest 13.4.x; 13 = newest 13.x) or exact releases "
+                                   "(13.4.1). Without --prefix each goes to the install dir as "
+                                   "cuda-<release>-<platform>; with --prefix, one train (or --lock).",
+        show_default=False)] = None,
+    prefix: PrefixOpt = None,
+    install_dir: InstallDirOpt = None,
+    platform: PlatformOpt = None,
+    sel: Selection = SELECTION,
+    ctx: Ctx = OPTIONS,
+    jobs: JobsOpt = 8,
+    link_mode: LinkModeOpt = None,
+    reinstall: Annotated[bool, typer.Option(
+        "--reinstall", help="Build the tree again even if the prefix already holds it (or its install "
+                            "record is unreadable).")] = False,
+    replace_foreign: Annotated[bool, typer.Option(
+        "--replace-foreign", help="Replace a --prefix that exists and holds no cudaredist install "
+                                  "(everything in it is deleted).")] = False,
+    force: Annotated[bool, typer.Option("--force", hidden=True,
+                                        help="Deprecated: --reinstall.")] = False,
+    refresh: Annotated[bool, typer.Option("--refresh", help="Look for a newer release of the train "
+                                                            "even if the prefix satisfies it.")] = False,
+    lock_timeout: LockTimeoutOpt = None,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
+    as_json: JsonOpt = False,
+    lock: LockOpt = None,
+) -> None:
+    """Install toolkit trees: into --prefix, or by train into the install dir (`cudaredist list`).
+    Atomic: a failure leaves every prefix as it was."""
+    from cudaredist.api import InstallRequest
+    from cudaredist.api import install as do_install
+    from cudaredist.progress import pick
+
+    if force:
+        typer.echo("note: --force is deprecated and means --reinstall; to replace a directory "
+                   "cudaredist did not install, pass --replace-foreign", err=True)
+    request = InstallRequest(
+        trains=tuple(trains or ()), prefix=prefix, install_dir=install_dir, platform=platform,
+        profile=sel.profile, components=tuple(sel.component or ()), only=sel.only,
+        products=tuple(sel.with_ or ()),
+        lock=lock, source=ctx.source,
+        reinstall=reinstall or force, replace_foreign=replace_foreign, refresh=refresh,
+        link_mode=link_mode, lock_timeout=lock_timeout, jobs=jobs, cache_dir=ctx.cache_dir,
+        where=ctx.where())
+    talk = not (quiet or as_json)
+
+    def say(text: str) -> None:
+        if talk:
+            typer.echo(text, err=True)
+
+    outcome = do_install(request, reporter=pick(quiet=quiet or as_json, verbose=verbose), say=say)
+    if as_json:
+        emit_json(outcome.to_json())
+    for warning in outcome.warnings:  # on stderr, whatever --quiet and --json say
+        typer.echo(warning, err=True)
+    for failed in outcome.failed:  # a train of several: named, so the user knows which
+        lead = f"CUDA {failed.train}: " if len(request.trains) > 1 else ""
+        typer.echo(f"error: {lead}{failed.error}", err=True)
+    if outcome.failed:
+        raise typer.Exit(outcome.exit_code)

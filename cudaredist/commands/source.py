@@ -1,0 +1,155 @@
+"""What a source offers, without installing: ``trains``, ``resolve``, ``lock`` and ``mirror``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cudaredist.commands.base import (
+    OPTIONS,
+    SELECTION,
+    Ctx,
+    Selection,
+    command,
+    emit_json,
+    platforms_or_host,
+    print_plan,
+)
+from cudaredist.commands.options import (
+    JobsOpt,
+    JsonOpt,
+    PlatformOpt,
+    PlatformsOpt,
+    QuietOpt,
+    Train,
+    VerboseOpt,
+)
+
+
+@command
+def resolve(
+    train: Train,
+    platform: PlatformOpt = None,
+    sel: Selection = SELECTION,
+    ctx: Ctx = OPTIONS,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show the install plan without installing: release, and per component version, URL, size, sha256."""
+    from cudaredist.profiles import host_platform
+
+    with ctx.open() as src:
+        plan = src.resolve(train, [host_platform(platform)], **sel.resolving())[0]
+    if as_json:
+        emit_json(plan.to_json())
+    else:
+        print_plan(plan)
+
+
+@command
+def trains(
+    ctx: Ctx = OPTIONS,
+    as_json: JsonOpt = False,
+) -> None:
+    """List the published trains, each with its newest release and date."""
+    with ctx.open() as src:
+        rows, where, name = src.trains(), src.location(), src.name
+    if as_json:
+        emit_json({"base_url": where, "trains": rows} | ({"source": name} if name != "nvidia" else {}))
+    else:
+        for row in rows:
+            typer.echo(f"{row['train']:<6} {row['release']:<9} {row['release_date']}")
+
+
+def _xz_preset(value: str | None) -> int | str | None:
+    if value is None or value == "store":
+        return value
+    if value.isdigit() and 0 <= int(value) <= 9:
+        return int(value)
+    raise typer.BadParameter(f"{value!r} is not a preset: give 0-9 (6 is xz's default) or store")
+
+
+@command
+def mirror_cmd(
+    train_list: Annotated[list[str], typer.Argument(
+        metavar="TRAIN...", help="Trains or releases to mirror (13.4 = newest 13.4.x, 13.0.2, ...).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="The mirror directory (created, or completed "
+                                                            "in place).")],
+    platform: PlatformsOpt = None,
+    sel: Selection = SELECTION,
+    ctx: Ctx = OPTIONS,
+    jobs: JobsOpt = 8,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
+    as_json: JsonOpt = False,
+    xz_preset: Annotated[str | None, typer.Option(
+        "--xz-preset", metavar="0-9|store", callback=_xz_preset,
+        help="--source pypi: xz preset of the .tar.xz archives (the deflate level of the .zip ones, 1 at "
+             "least); store: no compression (LZMA2's stored chunks, stored zip members): for the GB of "
+             "cuBLAS, cuSPARSE, cuSOLVER ... it packs at disk speed, where xz takes minutes.  [default: 6]",
+        show_default=False)] = None,
+) -> None:
+    """Write a mirror laid out like NVIDIA's redist site (index.html, manifests as served, archives
+    at their relative paths), verified; a re-run fetches only what is missing. With --source pypi
+    the archives are built from NVIDIA's wheels, holding the tree `install --source pypi` makes."""
+    from cudaredist.fetch.fetcher import Fetcher
+    from cudaredist.progress import pick
+    from cudaredist.publish.mirror import write_mirror
+
+    platforms = platforms_or_host(platform)
+    reporter = pick(quiet=quiet or as_json, verbose=verbose)
+    with ctx.open(jobs) as src:
+        try:
+            content = src.mirror_content(train_list, platforms, xz_preset=xz_preset, **sel.resolving())
+            fetcher = Fetcher(src.transport, ctx.cache(), reporter=reporter, offline=ctx.offline)
+            report = write_mirror(out, content, fetch=fetcher.fetch, get_bytes=src.transport.get_bytes,
+                                  reporter=reporter, jobs=jobs)
+        finally:
+            reporter.close()
+        built = src.builds_archives
+    if as_json:
+        emit_json(report.to_json())
+    elif not quiet:
+        for note in report.notes:
+            typer.echo(f"note: {note}", err=True)
+        got = f"{report.count('downloaded')} downloaded, {report.count('cached')} from cache"
+        how = (f"{report.count('downloaded') + report.count('cached')} built from wheels ({got})"
+               if built else got)
+        added = "".join(f" with {p['title']} {', '.join(p['releases'])} (in {p['out']})"
+                        for p in report.products)
+        typer.echo(f"mirror {report.out}: CUDA {', '.join(report.releases)}{added} for "
+                   f"{', '.join(platforms)}: {len(report.archives)} archives ({how}, "
+                   f"{report.count('present')} already there), {len(report.licenses)} license "
+                   "files added" + (f"; its manifests are in {report.base} (give that to --mirror)"
+                                    if report.base != report.out else ""), err=True)
+
+
+@command
+def lock_cmd(
+    train: Train,
+    platform: PlatformsOpt = None,
+    sel: Selection = SELECTION,
+    output: Annotated[Path | None, typer.Option(
+        "--output", "-o", help="Write the lock file here (default: print it).")] = None,
+    hash_only: Annotated[bool, typer.Option(
+        "--hash", help="Print only the content key: a stable hex key of the resolved archives "
+                       "(a CI cache key).")] = False,
+    ctx: Ctx = OPTIONS,
+) -> None:
+    """Resolve TRAIN for each --platform and write a lock file: release, the base URL that served it,
+    components, URLs, sha256 and sizes. `install --lock FILE` installs exactly that."""
+    from cudaredist.publish.lockfile import build_lock, dumps, write_lock
+
+    platforms = platforms_or_host(platform)
+    with ctx.open() as src:
+        plans = src.resolve(train, platforms, **sel.resolving())
+    locked = build_lock(plans, train=train, components=sel.component or [])
+    if output is not None:
+        write_lock(output, locked)
+        typer.echo(f"wrote {output}: CUDA {locked['release']} for {', '.join(platforms)}, "
+                   f"content key {locked['content_key'][:16]}…", err=True)
+    if hash_only:
+        typer.echo(locked["content_key"])
+    elif output is None:
+        typer.echo(dumps(locked), nl=False)
