@@ -34,18 +34,13 @@ WINDOWS = os.name == "nt"
 _sleep: Callable[[float], None] = time.sleep  # tests replace it
 
 
-def is_transient(exc: BaseException) -> bool:
-    """A sharing violation or access denial that a moment's wait may clear (Windows only)."""
-    return isinstance(exc, OSError) and getattr(exc, "winerror", None) in TRANSIENT_WINERRORS
-
-
 def retrying(fn: Callable[..., T], *args: Any) -> T:
     """``fn(*args)``, retried while it fails with a transient Windows error (bounded)."""
     for delay in DELAYS:
         try:
             return fn(*args)
         except OSError as exc:
-            if not is_transient(exc):
+            if getattr(exc, "winerror", None) not in TRANSIENT_WINERRORS:
                 raise
         _sleep(delay)
     return fn(*args)
@@ -105,19 +100,12 @@ def unlink(path: str | os.PathLike[str]) -> None:
         try:
             os.unlink(p)
         except PermissionError:
-            if not WINDOWS or not _readonly(p):
+            if not WINDOWS:
                 raise
-            _make_writable(p)
+            _make_writable(p)  # a read-only file; a held one fails again, and is retried
             os.unlink(p)
 
     retrying(once)
-
-
-def _readonly(p: str) -> bool:
-    try:
-        return not os.lstat(p).st_mode & stat.S_IWRITE
-    except OSError:
-        return False
 
 
 def rmtree(path: str | os.PathLike[str]) -> None:

@@ -6,7 +6,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
@@ -64,9 +64,7 @@ class ProductRelease:
     cuda_variant: str = ""   # the variant its archives were built for ("cuda13")
 
     def to_json(self) -> dict[str, str]:
-        return {"name": self.name, "release": self.release, "requested": self.requested,
-                "release_date": self.release_date, "base_url": self.base_url,
-                "cuda_variant": self.cuda_variant}
+        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -105,25 +105,29 @@ def parse_spec(item: object, where: str = "profile") -> Spec:
     return Spec(parts, since, tuple(platforms), missing)
 
 
+def extends_chain(table: Mapping[str, Any], name: str, where: str) -> list[dict[str, Any]]:
+    """The bodies of the profile ``name`` and of those it ``extends``, the base first (``where``:
+    the data file, for the errors)."""
+    chain: list[str] = []
+    while name not in chain:
+        body = table.get(name)
+        if not isinstance(body, dict):
+            raise ManifestError(f"{where}: profile {name!r} is not defined")
+        chain.append(name)
+        if "extends" not in body:
+            return [table[n] for n in reversed(chain)]
+        name = str(body["extends"])
+    raise ManifestError(f"{where}: profile {name!r} extends itself (through {' -> '.join(chain)})")
+
+
 def get_profile(name: str) -> Profile:
     profiles = _data().get("profiles", {})
-    seen: list[str] = []
-    specs: list[Spec] = []
-
-    def walk(n: str) -> str:
-        if n not in profiles:
-            raise UsageError(f"unknown profile {n!r}; profiles: {', '.join(sorted(profiles))}")
-        if n in seen:
-            raise ManifestError(f"profile {n!r} extends itself (through {' -> '.join(seen)})")
-        seen.append(n)
-        body = profiles[n]
-        if "extends" in body:
-            walk(str(body["extends"]))
-        specs.extend(parse_spec(c, f"profile {n}") for c in body.get("components", []))
-        return str(body.get("description", ""))
-
-    description = walk(name)
-    return Profile(name, description, tuple(specs), str(profiles[name].get("extends", "")))
+    if name not in profiles:
+        raise UsageError(f"unknown profile {name!r}; profiles: {', '.join(sorted(profiles))}")
+    specs = [parse_spec(c, f"profile {name}")
+             for body in extends_chain(profiles, name, "profiles.toml") for c in body.get("components", [])]
+    body = profiles[name]
+    return Profile(name, str(body.get("description", "")), tuple(specs), str(body.get("extends", "")))
 
 
 def platform_rule(name: str) -> PlatformRule:

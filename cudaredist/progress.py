@@ -8,21 +8,14 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import Any, Protocol, TextIO
+from typing import Any, TextIO
 
 from cudaredist.localfs import mb
 
 
-class Reporter(Protocol):
-    def start(self, total_bytes: int, archives: int) -> None: ...
-    def advance(self, nbytes: int) -> None: ...
-    def archive_done(self, name: str, size: int, *, cached: bool) -> None: ...
-    def extracted(self, name: str) -> None: ...
-    def message(self, text: str) -> None: ...
-    def close(self) -> None: ...
+class Reporter:
+    """What the library tells about its progress; this base says nothing (``--quiet``)."""
 
-
-class Silent:
     def start(self, total_bytes: int, archives: int) -> None:
         pass
 
@@ -42,7 +35,10 @@ class Silent:
         pass
 
 
-class PlainLines(Silent):
+Silent = Reporter
+
+
+class PlainLines(Reporter):
     """For logs: one line per archive and a summary; thread-safe."""
 
     def __init__(self, stream: TextIO | None = None, *, verbose: bool = False) -> None:
@@ -91,22 +87,20 @@ class TqdmBar(PlainLines):
             return f"fetched {self._fetched}/{self._archives} archives"
         return f"extracting: {self._extracted}/{self._archives} done"
 
-    def _describe(self) -> None:
-        if self._bar is not None:
-            with self._lock:
+    def _count(self, fetched: int = 0, extracted: int = 0) -> None:
+        with self._lock:
+            self._fetched += fetched
+            self._extracted += extracted
+            if self._bar is not None:
                 self._bar.set_description_str(self._phase(), refresh=True)
 
     def archive_done(self, name: str, size: int, *, cached: bool) -> None:
         super().archive_done(name, size, cached=cached)
-        with self._lock:
-            self._fetched += 1
-        self._describe()
+        self._count(fetched=1)
 
     def extracted(self, name: str) -> None:
         super().extracted(name)
-        with self._lock:
-            self._extracted += 1
-        self._describe()
+        self._count(extracted=1)
 
     def advance(self, nbytes: int) -> None:
         if self._bar is not None:

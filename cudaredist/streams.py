@@ -29,16 +29,6 @@ def console_output_cp() -> int:  # pragma: no cover - Windows only (tests replac
     return int(ctypes.windll.kernel32.GetConsoleOutputCP())  # type: ignore[attr-defined]
 
 
-def pipe_encoding(cp: int) -> str:
-    """The encoding for a pipe or file when the console's output code page is ``cp``."""
-    if cp in (0, 65001):
-        return "utf-8"
-    try:
-        return codecs.lookup(f"cp{cp}").name
-    except LookupError:
-        return "utf-8"
-
-
 def configure(stdout: Any = None, stderr: Any = None) -> None:
     """Set the encodings of a Windows process's redirected std streams (see the module doc)."""
     if not WINDOWS or os.environ.get("PYTHONIOENCODING") or sys.flags.utf8_mode:
@@ -52,8 +42,12 @@ def configure(stdout: Any = None, stderr: Any = None) -> None:
                 continue  # the console itself: WriteConsoleW, any character
         except (OSError, ValueError):
             continue
-        if encoding is None:
-            encoding = pipe_encoding(console_output_cp())
+        if encoding is None:  # the console's output code page; UTF-8 without a console (0)
+            cp = console_output_cp()
+            try:
+                encoding = "utf-8" if cp in (0, 65001) else codecs.lookup(f"cp{cp}").name
+            except LookupError:
+                encoding = "utf-8"
         stream.reconfigure(encoding=encoding, errors=errors)
 
 

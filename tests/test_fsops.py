@@ -75,7 +75,9 @@ def test_recover_retries_the_restore(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 def test_cache_commit_retries_replace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cache = Cache(tmp_path / "c")
-    tmp = cache.new_temp("abc")
+    cache.prepare()
+    cache.tmp.mkdir(exist_ok=True)
+    tmp = cache.tmp / ("ab" * 32 + ".part")  # where a download is written before its commit
     tmp.write_bytes(b"data")
     flaky(monkeypatch, "replace", 4)
     final = cache.commit(tmp, "ab" * 32, url="http://x/a", name="a.tar.xz")

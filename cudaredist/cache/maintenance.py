@@ -91,30 +91,26 @@ def _clean(cache: Cache, doing: str, *, archive_cutoff: float, partial_cutoff: f
         return Cleaned()
     files = freed = busy = 0
     try:
-        for u in unpacked_entries(cache):
-            if u.last_used < archive_cutoff:
-                if _drop_unpacked(cache, u):
-                    files, freed = files + 1, freed + u.size
-                else:
-                    busy += 1
+        # archives and unpacked entries, least recently used first: those unused since the cutoff
+        # go, then more until both kinds together fit in ``max_size``
+        drops: list[tuple[float, int, Callable[[], bool]]] = sorted(
+            [(e.last_used, e.size, functools.partial(_drop_archive, cache, e.sha256))
+             for e in cache.entries()]
+            + [(u.last_used, u.size, functools.partial(_drop_unpacked, cache, u))
+               for u in cache.unpacked.entries()], key=lambda k: k[0])
+        total = sum(size for _t, size, _d in drops)
+        for used, size, drop in drops:
+            if used >= archive_cutoff and (max_size is None or total <= max_size):
+                break
+            if drop():
+                total, files, freed = total - size, files + 1, freed + size
+            else:
+                busy += 1
         for d in cache.unpacked.leftovers():
             # what a killed build or removal left (a running build is younger than an hour)
             if d.stat().st_mtime < time.time() - 3600:
                 fsops.rmtree(d)
                 files += 1
-        for e in cache.entries():
-            if e.last_used >= archive_cutoff:
-                continue
-            with cache.try_lock(e.sha256) as got:
-                if not got:
-                    busy += 1
-                    continue
-                there = cache.lookup(e.sha256, e.size) is not None
-                if not evict(cache.archive_path(e.sha256)):  # open in another process (Windows): in use
-                    busy += 1
-                elif there:
-                    freed += e.size
-                    files += 1
         if cache.archives.is_dir():  # metadata whose archive is gone
             for n in os.listdir(cache.archives):
                 if n.endswith(".json") and ARCHIVE_NAME.fullmatch(n) \
@@ -149,20 +145,6 @@ def _clean(cache: Cache, doing: str, *, archive_cutoff: float, partial_cutoff: f
                     continue
                 files += sum(1 for q in d.iterdir())
                 shutil.rmtree(d)
-        if max_size is not None:
-            drops: list[tuple[float, int, Callable[[], bool]]] = [
-                (e.last_used, e.size, functools.partial(_drop_archive, cache, e.sha256))
-                for e in cache.entries()]
-            drops += [(e.last_used, e.size, functools.partial(_drop_unpacked, cache, e))
-                      for e in unpacked_entries(cache)]
-            total = sum(size for _t, size, _d in drops)
-            for _t, size, drop in sorted(drops, key=lambda k: k[0]):  # least recently used first
-                if total <= max_size:
-                    break
-                if drop():
-                    total, files, freed = total - size, files + 1, freed + size
-                else:
-                    busy += 1
         _drop_lock_files(cache)  # bookkeeping, not counted as what was freed
         foreign = tuple(sorted(n for n in os.listdir(cache.root) if n not in OURS))
     except OSError as exc:

@@ -55,10 +55,15 @@ class UnpackedEntry:
     archive_sha256: str
     name: str
     last_used: float
+    stamps: dict[str, list[int]]  # path -> size, mode, mtime when made (a link: its target instead)
 
     @property
     def tree(self) -> Path:
         return self.path / "tree"
+
+    def source(self, rec: FileRecord) -> str:
+        """Where ``rec``'s file is in the entry (this OS's separators)."""
+        return os.fspath(self.tree) + os.sep + rec.path.replace("/", os.sep)
 
 
 def entry_key(item: PlannedArchive, platform: str) -> str:
@@ -82,12 +87,11 @@ class UnpackedCache:
         """The entry of ``item`` if it is complete and unchanged since it was made, else None
         (a changed one is removed)."""
         key = entry_key(item, platform)
-        found = self._load(key)
-        if found is None:
+        entry = self._load(key)
+        if entry is None:
             return None
-        entry, raw = found
-        if not self._unchanged(entry, raw):
-            evict(self._dir(key))
+        if not self._unchanged(entry):
+            evict(entry.path)
             return None
         with contextlib.suppress(OSError):
             os.utime(entry.path / RECORD)  # last used, for prune
@@ -98,12 +102,7 @@ class UnpackedCache:
         a hint, taken without the entry's lock; :meth:`lookup` under the lock decides."""
         return os.path.isfile(self._dir(entry_key(item, platform)) / RECORD)
 
-    def _read(self, key: str) -> UnpackedEntry | None:
-        found = self._load(key)
-        return None if found is None else found[0]
-
-    def _load(self, key: str) -> tuple[UnpackedEntry, dict[str, Any]] | None:
-        """The entry and its record as read (one read and parse of files.json)."""
+    def _load(self, key: str) -> UnpackedEntry | None:
         d = self._dir(key)
         try:
             with open(d / RECORD, "rb") as fh:
@@ -112,25 +111,21 @@ class UnpackedCache:
             records = tuple(FileRecord(f["path"], int(f["size"]), f["sha256"], int(f["mode"]),
                                        f.get("link", ""), f.get("component", "")) for f in raw["files"])
             return UnpackedEntry(key, d, records, tuple(raw.get("dirs", [])), int(raw["size"]),
-                                 str(raw["archive_sha256"]), str(raw.get("name", "")), mtime), raw
+                                 str(raw["archive_sha256"]), str(raw.get("name", "")), mtime,
+                                 raw.get("stamps", {}))
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
-    def _unchanged(self, entry: UnpackedEntry, raw: dict[str, Any]) -> bool:
+    def _unchanged(self, entry: UnpackedEntry) -> bool:
         """Every file's size, mode and mtime as stamped when the entry was made (a stat each, no read)."""
         try:
-            stamps: dict[str, list[int]] = raw["stamps"]
-            top = os.fspath(entry.tree)
-            sep = os.sep
             for rec in entry.records:
-                path = fsops.long_path(top + sep + (rec.path if sep == "/" else rec.path.replace("/", sep)))
-                if rec.link and rec.path not in stamps:
+                path = fsops.long_path(entry.source(rec))
+                if rec.link and rec.path not in entry.stamps:
                     if os.readlink(path) != rec.link:
                         return False
-                else:
-                    st = os.stat(path)
-                    if [st.st_size, stat.S_IMODE(st.st_mode), st.st_mtime_ns] != stamps[rec.path]:
-                        return False
+                elif _stamp(os.stat(path)) != entry.stamps[rec.path]:
+                    return False
         except (OSError, ValueError, KeyError, TypeError):
             return False
         return True
@@ -149,7 +144,7 @@ class UnpackedCache:
         finally:
             if tmp.exists():
                 fsops.rmtree(tmp)
-        entry = self._read(key)
+        entry = self._load(key)
         assert entry is not None
         return entry
 
@@ -175,19 +170,14 @@ class UnpackedCache:
             # retried: a scanner opens the fresh DLLs in ``tmp`` for a moment (Windows)
             fsops.rename(tmp, self._dir(key))
         except OSError:
-            if self._read(key) is None:  # not a finished entry in the way: a real failure
+            if self._load(key) is None:  # not a finished entry in the way: a real failure
                 raise
 
     def entries(self) -> list[UnpackedEntry]:
         """The complete entries (a directory named by its key with its files.json), for maintenance."""
-        found = []
-        if self.root.is_dir():
-            for d in sorted(self.root.iterdir()):
-                if _KEY.fullmatch(d.name) and d.is_dir() and not d.is_symlink():
-                    entry = self._read(d.name)
-                    if entry is not None:
-                        found.append(entry)
-        return found
+        names = sorted(d.name for d in self.root.iterdir() if _KEY.fullmatch(d.name) and d.is_dir()
+                       and not d.is_symlink()) if self.root.is_dir() else []
+        return [e for e in map(self._load, names) if e is not None]
 
     def leftovers(self) -> Iterator[Path]:
         """Temporary directories of builds that did not finish (a killed run)."""
@@ -217,11 +207,7 @@ def materialize(entry: UnpackedEntry, tree: Tree, *, how: str, component: str, a
     """Put every directory, file and link of ``entry`` into ``tree`` (claims and conflicts as usual)."""
     for d in entry.dirs:
         tree.add_dir(d, component, archive)
-    records = entry.records
-    top, sep = os.fspath(entry.tree), os.sep
-
-    def source(rec: FileRecord) -> str:
-        return top + sep + (rec.path if sep == "/" else rec.path.replace("/", sep))
+    records, source = entry.records, entry.source
 
     threads = min(PLACE_THREADS, os.cpu_count() or 1, len(records) // (PARALLEL_FILES // 2) or 1)
     if threads < 2 or len(records) < PARALLEL_FILES:

@@ -141,8 +141,3 @@ UNREACHABLE_HINT = ("If this network cannot reach that host, use a mirror (--mir
                     "NVIDIA's wheels from a package index (--source pypi), or --offline with a filled "
                     "cache; behind a proxy, set HTTPS_PROXY.")
 
-
-def unreachable(exc: Exception) -> bool:
-    import httpx
-
-    return isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout))

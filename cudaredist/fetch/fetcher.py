@@ -17,7 +17,6 @@ import contextlib
 import hashlib
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
@@ -27,7 +26,7 @@ from cudaredist.errors import FetchError, IntegrityError, OfflineError
 from cudaredist.fetch.growing import GrowingFile
 from cudaredist.fetch.ranges import discard_partial, resume_point
 from cudaredist.fetch.transport import Aborted, Transport
-from cudaredist.hashing import CHUNK, sha256_file
+from cudaredist.hashing import CHUNK
 from cudaredist.localfs import disk_error
 from cudaredist.plan import PlannedArchive
 from cudaredist.progress import Reporter, Silent
@@ -50,20 +49,11 @@ class Fetcher:
         self.reporter = reporter or Silent()
         self.offline = offline
         self.lock_timeout = lock_wait(lock_timeout)
-        self.abort = transport.cancelled  # set by cancel(); checked between chunks and attempts
+        # cancel(): stop every download now (stalled reads are cut); their workers raise Aborted.
+        # check_abort() between chunks, attempts and lock waits
+        self.cancel, self.resume, self.check_abort = transport.cancel, transport.resume, transport.check
         self._bad_urls: dict[str, FetchError | IntegrityError] = {}  # failed in this run: not asked again
         self.served: dict[str, str] = {}  # sha256 -> the URL whose bytes verified (this run's downloads)
-
-    def cancel(self) -> None:
-        """Stop every download now (stalled reads are cut); their workers raise :class:`Aborted`."""
-        self.transport.cancel()
-
-    def resume(self) -> None:
-        self.transport.resume()
-
-    def check_abort(self) -> None:
-        if self.abort.is_set():
-            raise Aborted()
 
     # -- archives --------------------------------------------------------------------------------
     def fetch(self, item: PlannedArchive, follow: GrowingFile | None = None) -> tuple[Path, bool]:
@@ -77,6 +67,8 @@ class Fetcher:
             if follow is not None:
                 follow.fail(exc)
             raise
+        if cached:
+            self.reporter.advance(item.archive.size)
         if follow is not None:
             if cached:
                 follow.attach(path)
@@ -86,9 +78,8 @@ class Fetcher:
 
     def _fetch(self, item: PlannedArchive, follow: GrowingFile | None) -> tuple[Path, bool]:
         sha, size = item.archive.sha256, item.archive.size
-        hit = self._cached(sha, size) if follow is None else self._cached_followed(item, follow)
+        hit = self._cached(sha, size, item.archive.filename, follow=follow)
         if hit is not None:
-            self.reporter.advance(size)
             return hit, True
         if self.offline:
             raise OfflineError(
@@ -97,9 +88,8 @@ class Fetcher:
                 "or fill the cache from a mirror.", url=item.url)
         with self.cache.lock(sha, timeout=self.lock_timeout, waiting=self.check_abort):
             # another process may have fetched it meanwhile
-            hit = self._cached(sha, size, drop=True)
+            hit = self._cached(sha, size, item.archive.filename, drop=True)
             if hit is not None:
-                self.reporter.advance(size)
                 return hit, True
             self.cache.drop_partials(sha[:16])  # what an older cudaredist left for this entry
             part = self.cache.partial(sha)
@@ -113,7 +103,7 @@ class Fetcher:
             except OSError as exc:
                 raise disk_error(exc, path=part, where=self.cache.root, cache=True) from exc
             try:
-                self._download_any(item, part, follow.publish if follow is not None else None, offset)
+                self._download_any(item, part, follow, offset)
                 committed = self.cache.commit(part, sha, url=self.served.get(sha, item.url),
                                               name=item.archive.filename)
                 discard_partial(part)  # its marker
@@ -148,16 +138,32 @@ class Fetcher:
             self.reporter.message(f"resuming {part.name[:16]}… from byte {offset} of {size}")
         return offset
 
-    def _cached(self, sha: str, size: int, *, drop: bool = False) -> Path | None:
-        """The entry if it hashes right; ``drop`` (entry lock held) drops a corrupted one."""
+    def _cached(self, sha: str, size: int, name: str, *, follow: GrowingFile | None = None,
+                drop: bool = False) -> Path | None:
+        """The entry if it hashes right (verified on every use); ``drop`` (entry lock held) drops a
+        corrupted one. ``follow`` reads the entry along as it is hashed: a corrupted one has then
+        been read into the staging tree, so it is dropped and the tree is built again."""
         path = self.cache.lookup(sha, size)
         if path is None:
             return None
+        h = hashlib.sha256()
         try:
-            digest = sha256_file(path)
+            if follow is not None:
+                follow.attach(path)
+            with open(path, "rb") as fh:
+                while chunk := fh.read(CHUNK):
+                    h.update(chunk)
+                    if follow is not None:
+                        follow.publish(fh.tell())
         except FileNotFoundError:  # removed since the lookup (a cache clear or prune): not cached
             return None
-        if digest != sha:  # verified on every use
+        if h.hexdigest() != sha:
+            if follow is not None:
+                with self.cache.lock(sha, timeout=self.lock_timeout):
+                    evict(path)
+                err = IntegrityError(f"the cache entry for {name} was corrupted; dropped it",
+                                     what="sha256", expected=sha, actual=h.hexdigest())
+                raise StreamBroken(err) from err
             if drop:
                 evict(path)
                 self.reporter.message(f"dropped a corrupted cache entry {sha[:16]}…; downloading again")
@@ -165,65 +171,25 @@ class Fetcher:
         self.cache.touch(sha)
         return path
 
-    def _cached_followed(self, item: PlannedArchive, follow: GrowingFile) -> Path | None:
-        """A cache hit hashed while its extraction reads along (no separate pass before it).
-
-        A corrupted entry has then been read into the staging tree: it is dropped and the
-        tree is built again, downloading that archive."""
-        sha, size = item.archive.sha256, item.archive.size
-        path = self.cache.lookup(sha, size)
-        if path is None:
-            return None
-        try:
-            follow.attach(path)
-            fh = open(path, "rb")  # noqa: SIM115 - closed below
-        except FileNotFoundError:  # removed since the lookup (a cache clear or prune): not cached
-            return None
-        h = hashlib.sha256()
-        done = 0
-        with fh:
-            while chunk := fh.read(CHUNK):
-                h.update(chunk)
-                done += len(chunk)
-                follow.publish(done)
-        if h.hexdigest() != sha:
-            with self.cache.lock(sha, timeout=self.lock_timeout):
-                evict(self.cache.archive_path(sha))
-            err = IntegrityError(f"the cache entry for {item.archive.filename} was corrupted; dropped it",
-                                 what="sha256", expected=sha, actual=h.hexdigest())
-            raise StreamBroken(err) from err
-        self.cache.touch(sha)
-        return path
-
-    def _download_any(self, item: PlannedArchive, tmp: Path,
-                      watch: Callable[[int], None] | None = None, offset: int = 0) -> None:
+    def _download_any(self, item: PlannedArchive, tmp: Path, follow: GrowingFile | None,
+                      offset: int) -> None:
         sent_lock = threading.Lock()  # segmented downloads report from several threads
-        urls = [u for u in item.urls if u not in self._bad_urls] or list(item.urls[-1:])
-        errors = [self._bad_urls[u] for u in item.urls if u in self._bad_urls and u not in urls]
-        published = 0
-
-        def publish(n: int) -> None:
-            nonlocal published
-            published = max(published, n)
-            if watch is not None:
-                watch(n)
-
-        attempts = list(urls)
+        attempts = [u for u in item.urls if u not in self._bad_urls] or list(item.urls[-1:])
+        errors = [self._bad_urls[u] for u in item.urls if u in self._bad_urls and u not in attempts]
         while attempts:
             url = attempts.pop(0)
             sent = 0
 
             def progress(n: int) -> None:
                 nonlocal sent
-                if self.abort.is_set():
-                    raise Aborted()
+                self.check_abort()
                 with sent_lock:
                     sent += n
                 self.reporter.advance(n)
 
             try:
                 self.transport.download(url, tmp, size=item.archive.size, sha256=item.archive.sha256,
-                                        progress=progress, watch=publish if watch is not None else None,
+                                        progress=progress, watch=follow.publish if follow else None,
                                         offset=offset, quick=bool(attempts))
                 self.served[item.archive.sha256] = url
                 return
@@ -235,21 +201,21 @@ class Fetcher:
                                           "verify; downloading it again from the start")
                     discard_partial(tmp)
                     offset = 0
-                    if watch is not None and published:
+                    if follow is not None and follow.available:
                         raise StreamBroken(exc) from exc
                     attempts.insert(0, url)
                     continue
-                self._failed(url, exc, sent, watch is not None and published > 0, attempts, errors)
+                self._failed(url, exc, sent, follow, attempts, errors)
             except FetchError as exc:  # another URL may serve the right bytes
                 offset = resume_point(tmp, item.archive.size)  # what arrived is kept
-                self._failed(url, exc, sent, watch is not None and published > 0, attempts, errors)
+                self._failed(url, exc, sent, follow, attempts, errors)
         self._raise(item, errors)
 
-    def _failed(self, url: str, exc: FetchError | IntegrityError, sent: int, read_along: bool,
+    def _failed(self, url: str, exc: FetchError | IntegrityError, sent: int, follow: GrowingFile | None,
                 attempts: list[str], errors: list[FetchError | IntegrityError]) -> None:
         self.reporter.advance(-sent)
         self._bad_urls[url] = exc
-        if read_along and attempts:
+        if follow is not None and follow.available and attempts:
             # an extraction already read these bytes: start the tree over, unstreamed
             raise StreamBroken(exc) from exc
         errors.append(exc)

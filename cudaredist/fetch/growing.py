@@ -22,7 +22,7 @@ class GrowingFile(io.RawIOBase):
     def __init__(self) -> None:
         super().__init__()
         self._cond = threading.Condition()
-        self._available = 0
+        self.available = 0  # bytes from the start in place (published)
         self._done = False
         self._failed: BaseException | None = None
         self._fh: io.FileIO | None = None
@@ -38,8 +38,8 @@ class GrowingFile(io.RawIOBase):
 
     def publish(self, available: int) -> None:
         with self._cond:
-            if available > self._available:
-                self._available = available
+            if available > self.available:
+                self.available = available
                 self._cond.notify_all()
 
     def finish(self) -> None:
@@ -59,11 +59,11 @@ class GrowingFile(io.RawIOBase):
     def readinto(self, buf: memoryview | bytearray) -> int:  # type: ignore[override]
         want = len(buf)
         with self._cond:
-            while self._available <= self._pos and not self._done and self._failed is None:
+            while self.available <= self._pos and not self._done and self._failed is None:
                 self._cond.wait()
             if self._failed is not None:
                 raise DownloadFailed(str(self._failed))
-            n = min(want, self._available - self._pos)
+            n = min(want, self.available - self._pos)
         if n <= 0:
             return 0  # done and everything read
         assert self._fh is not None, "publish() before attach()"

@@ -15,8 +15,9 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from cudaredist.hashing import CHUNK
+
 Progress = Callable[[int], None]
-CHUNK = 1 << 20
 _BINARY = getattr(os, "O_BINARY", 0)
 
 
@@ -28,41 +29,35 @@ class OrderedHasher:
     """
 
     def __init__(self, path: Path, bounds: list[tuple[int, int]],
-                 watch: Progress | None = None, seed: hashlib._Hash | None = None) -> None:
+                 watch: tuple[Progress, ...] = (), seed: hashlib._Hash | None = None) -> None:
         self.path = path
         self._seed = seed
         self.bounds = bounds
-        self.watch = watch
+        self.watch = watch  # each told how many leading bytes are hashed
         self.written = [0] * len(bounds)
         self.finished = [False] * len(bounds)
         self.cond = threading.Condition()
-        self.first_response = threading.Event()
-        self._range_ok: bool | None = None
+        self.first_response = threading.Event()  # range 0 wrote, or failed: range_ok is known
+        self.range_ok = False  # whether the server honoured range 0's Range header
         self._digest: str | None = None
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
-    def advance(self, idx: int, n: int) -> None:
+    def advance(self, idx: int, pos: int) -> None:
+        """Range ``idx`` is written up to the file offset ``pos``."""
         if idx == 0 and not self.first_response.is_set():
-            self._range_ok = True
+            self.range_ok = True
             self.first_response.set()
         with self.cond:
-            self.written[idx] += n
+            self.written[idx] = pos - self.bounds[idx][0]
             self.cond.notify_all()
 
     def finish(self, idx: int) -> None:
         if idx == 0 and not self.first_response.is_set():
-            self._range_ok = False
             self.first_response.set()
         with self.cond:
             self.finished[idx] = True
             self.cond.notify_all()
-
-    def wait_for_first_response(self, timeout: float) -> bool:
-        return self.first_response.wait(timeout)
-
-    def range_ok(self) -> bool:
-        return bool(self._range_ok)
 
     def _run(self) -> None:
         h = self._seed or hashlib.sha256()
@@ -87,8 +82,8 @@ class OrderedHasher:
                         h.update(data)
                         todo -= len(data)
                         done += len(data)
-                    if self.watch is not None:
-                        self.watch(start + done)
+                    for watch in self.watch:
+                        watch(start + done)
         self._digest = h.hexdigest()
 
     def result(self) -> str:
@@ -98,18 +93,6 @@ class OrderedHasher:
             self.cond.notify_all()
         self._thread.join()
         return self._digest or ""
-
-
-def follower(watch: Progress, start: int) -> Callable[[int], None]:
-    """Turns per-write byte counts of one in-order stream into "first n bytes are in place"."""
-    pos = start
-
-    def on_write(n: int) -> None:
-        nonlocal pos
-        pos += n
-        watch(pos)
-
-    return on_write
 
 
 def marker_path(dest: Path) -> Path:
@@ -178,14 +161,3 @@ def discard_partial(dest: Path) -> None:
     for p in (dest, marker_path(dest)):
         with contextlib.suppress(OSError):
             p.unlink()
-
-
-def either(first: Progress | None, second: Progress) -> Progress:
-    if first is None:
-        return second
-
-    def both(n: int) -> None:
-        first(n)
-        second(n)
-
-    return both

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import re
 import socket
 import threading
 from collections.abc import Callable, Mapping
@@ -26,16 +27,14 @@ from cudaredist.fetch.client import (
     make_client,
     raise_if_untrusted,
     retry_after_seconds,
-    unreachable,
 )
-from cudaredist.fetch.ranges import Marker, OrderedHasher, either, follower, marker_path
+from cudaredist.fetch.ranges import Marker, OrderedHasher, Progress, marker_path
+from cudaredist.hashing import CHUNK
 from cudaredist.trust import Trust, host_label
 
 if TYPE_CHECKING:
     import httpx
 
-CHUNK = 1 << 20
-Progress = Callable[[int], None]
 _T = TypeVar("_T")
 
 
@@ -134,16 +133,22 @@ class Transport:
                 write=t.write, pool=t.pool)
         return opts
 
-    def _unanswered(self, url: str, exc: Exception, quick: bool) -> None:
-        """A request that got no response at all: with a fallback waiting, give this URL up now."""
+    def _retryable(self, url: str, exc: Exception, answered: bool = True, quick: bool = False) -> Retryable:
+        """``exc`` of one request as a reason to try again, or raised as it stands (one that is not
+        transient; with a fallback waiting, a request that got no response at all)."""
         import httpx
 
-        if not quick:
-            return
-        if isinstance(exc, (httpx.ConnectError, httpx.TimeoutException)):
-            self._unreachable.add(host_of(url))
-        raise FetchError(f"{url} did not answer ({type(exc).__name__}: {exc or 'no response'}); "
-                         "trying the next base", url=url) from exc
+        if isinstance(exc, Retryable):
+            return exc
+        raise_if_untrusted(url, exc)
+        self.check()
+        if quick and not answered:
+            if isinstance(exc, (httpx.ConnectError, httpx.TimeoutException)):
+                self._unreachable.add(host_of(url))
+            raise FetchError(f"{url} did not answer ({type(exc).__name__}: {exc or 'no response'}); "
+                             "trying the next base", url=url) from exc
+        return Retryable(f"{type(exc).__name__}: {exc}",
+                         unreachable=isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)))
 
     def __enter__(self) -> Transport:
         return self
@@ -181,11 +186,7 @@ class Transport:
                         raise FetchError(f"{url} is larger than {limit} bytes; refusing it", url=url)
                 return bytes(buf)
         except (httpx.RequestError, httpx.InvalidURL) as exc:
-            raise_if_untrusted(url, exc)
-            self.check()
-            if not answered:
-                self._unanswered(url, exc, quick)
-            raise  # retried by _with_retries
+            raise self._retryable(url, exc, answered, quick) from exc  # retried by _with_retries
 
     def _check_hops(self, url: str, hops: list[str]) -> None:
         """A manifest or index page carries the hashes: a URL that may supply them must not be
@@ -231,10 +232,7 @@ class Transport:
         On return ``dest`` holds exactly the expected bytes; on error it holds a prefix that
         :func:`resume_point` measures, or anything after an :class:`IntegrityError`.
         """
-        if is_local(url):
-            self._copy_local(url, dest, size=size, sha256=sha256, progress=progress, watch=watch)
-            return
-        offset = min(max(offset, 0), size)
+        offset = 0 if is_local(url) else min(max(offset, 0), size)  # a local copy starts afresh
         h = hashlib.sha256()
         if offset:
             with open(dest, "rb") as fi:
@@ -247,18 +245,19 @@ class Transport:
             progress(offset)
             if watch is not None:
                 watch(offset)
-        if offset >= size:
+        if is_local(url):
+            actual = self._copy_local(url, dest, size, progress, watch)
+        elif offset >= size:
             actual = h.hexdigest()
         elif size - offset >= 2 * self.segment_size and self.connections > 1:
             actual = self._segmented(url, dest, size, progress, watch, start=offset, seed=h, quick=quick)
         else:
             with contextlib.suppress(FileNotFoundError):
                 marker_path(dest).unlink()  # a single stream: the file's length is its valid prefix
-            with open(dest, "r+b" if offset else "wb", buffering=0) as fh:
+            with open(dest, "r+b" if offset else "wb") as fh:
                 fh.seek(offset)
                 fh.truncate()
-                self._stream_range(url, fh, offset, size, size, progress, h,
-                                   on_write=follower(watch, offset) if watch else None, quick=quick)
+                self._stream_range(url, fh, offset, size, size, progress, h, on_write=watch, quick=quick)
             actual = h.hexdigest()
         if actual != sha256:
             raise IntegrityError(
@@ -266,9 +265,9 @@ class Transport:
                 "discarded; the server or a proxy served different bytes than the manifest lists.",
                 url=url, what="sha256", expected=sha256, actual=actual)
 
-    def _copy_local(self, url: str, dest: Path, *, size: int, sha256: str, progress: Progress,
-                    watch: Progress | None = None) -> None:
-        src = local_path(url)
+    def _copy_local(self, url: str, dest: Path, size: int, progress: Progress,
+                    watch: Progress | None) -> str:
+        """Copy a ``file://`` archive into ``dest``, checking its size; its sha256 is returned."""
         h = hashlib.sha256()
         n = 0
 
@@ -279,26 +278,23 @@ class Transport:
                 raise FetchError(f"cannot read {url}: {exc.strerror or exc}", url=url) from exc
 
         try:
-            fi = open(src, "rb")  # noqa: SIM115 - closed below; its errors are the source's
+            fi = open(local_path(url), "rb")  # noqa: SIM115 - closed below; its errors are the source's
         except FileNotFoundError as exc:
             raise FetchError(f"{url} does not exist (404)", url=url, status=404) from exc
         except OSError as exc:
             raise FetchError(f"cannot read {url}: {exc.strerror or exc}", url=url) from exc
         # a failed write to ``dest`` stays an OSError: the caller reports it as a local disk error
-        with fi, open(dest, "wb", buffering=0) as fo:
-            while chunk := read(fi):
-                n += len(chunk)
-                if n > size:
-                    break
+        # buffered: a short write of a full disk is written on, or raises, never dropped
+        with fi, open(dest, "wb") as fo:
+            while (chunk := read(fi)) and (n := n + len(chunk)) <= size:
                 h.update(chunk)
                 fo.write(chunk)
                 progress(len(chunk))
                 if watch is not None:
+                    fo.flush()  # a reader follows through another handle
                     watch(n)
         _check_size(url, size, n)
-        if h.hexdigest() != sha256:
-            raise IntegrityError(f"sha256 mismatch for {url}: expected {sha256}, got {h.hexdigest()}",
-                                 url=url, what="sha256", expected=sha256, actual=h.hexdigest())
+        return h.hexdigest()
 
     def _segmented(self, url: str, dest: Path, size: int, progress: Progress,
                    watch: Progress | None = None, *, start: int = 0,
@@ -312,7 +308,7 @@ class Transport:
         with Marker(dest, start) as mark:  # closed however this ends: see Marker
             with open(dest, "r+b" if start else "wb") as fh:
                 fh.truncate(size)
-            hasher = OrderedHasher(dest, bounds, either(watch, mark.update), seed)
+            hasher = OrderedHasher(dest, bounds, (mark.update, *([watch] if watch else [])), seed)
             errors: list[BaseException] = []
 
             def run(idx: int) -> None:
@@ -331,9 +327,9 @@ class Transport:
             # The first range tells whether the server honours Range at all.
             first = threading.Thread(target=run, args=(0,), daemon=True)
             first.start()
-            if not hasher.wait_for_first_response(timeout=self.client.timeout.read or 60):
+            if not hasher.first_response.wait(timeout=self.client.timeout.read or 60):
                 first.join()
-            if hasher.range_ok():
+            if hasher.range_ok:
                 threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(1, n)]
                 for t in threads:
                     t.start()
@@ -344,15 +340,14 @@ class Transport:
         real = [e for e in errors if not isinstance(e, _RangeIgnored)]
         if real:
             raise next((e for e in real if not isinstance(e, Aborted)), real[0])
-        if errors or not hasher.range_ok():
+        if errors or not hasher.range_ok:
             # The server answered a ranged request with the whole body: use one plain stream.
             # "r+b", not "wb": a reader following ``watch`` may already hold the first bytes.
             h = hashlib.sha256()
             with contextlib.suppress(FileNotFoundError):
                 marker_path(dest).unlink()
-            with open(dest, "r+b", buffering=0) as out:
-                self._stream_range(url, out, 0, size, size, progress, h,
-                                   on_write=follower(watch, 0) if watch else None, quick=quick)
+            with open(dest, "r+b") as out:
+                self._stream_range(url, out, 0, size, size, progress, h, on_write=watch, quick=quick)
             return h.hexdigest()
         return hashing
 
@@ -362,6 +357,7 @@ class Transport:
                       quick: bool = False) -> None:
         """Write bytes [start, end) of ``url`` to ``fh`` (positioned at ``start``), resuming with Range.
 
+        ``on_write(pos)`` is told where the bytes in place end, first when a response starts.
         ``ranged`` marks one segment of a segmented download: it always asks for a range and
         raises :class:`_RangeIgnored` when the server answers with the whole body instead.
         Failures count toward the retry budget only while no bytes arrive.
@@ -379,7 +375,6 @@ class Transport:
             skip = 0
             answered = False
             try:
-                self.check()
                 with self.slots, self.client.stream("GET", url, headers=headers,
                                                     **self._request_options(url, quick)) as r:
                     answered = True
@@ -400,13 +395,11 @@ class Transport:
                     else:
                         raise Retryable(f"HTTP 206 to a request without Range from {url}")
                     if on_write is not None:
-                        on_write(0)
+                        on_write(pos)
                     # Unsized iteration: every byte that arrived is kept when the connection breaks.
                     for chunk in r.iter_bytes():
                         if skip:
-                            dropped = min(skip, len(chunk))
-                            skip -= dropped
-                            chunk = chunk[dropped:]
+                            chunk, skip = chunk[skip:], max(0, skip - len(chunk))
                             if not chunk:
                                 continue
                         if pos + len(chunk) > end:
@@ -424,23 +417,15 @@ class Transport:
                         progress(len(chunk))
                         if on_write is not None:
                             fh.flush()  # the hasher reads these bytes back through another handle
-                            on_write(len(chunk))
+                            on_write(pos)
                         if pos >= end and end < total:
                             break  # a segment is complete; the last one reads on to catch extra bytes
                 if pos >= end:
                     return
                 raise Retryable(f"connection closed after {pos} of {total} bytes")
-            except Retryable as exc:
+            except (Retryable, httpx.RequestError, httpx.InvalidURL) as exc:
                 failures = 1 if got else failures + 1
-                self._backoff(url, failures, exc)
-            except (httpx.RequestError, httpx.InvalidURL) as exc:
-                raise_if_untrusted(url, exc)
-                self.check()
-                if not answered:
-                    self._unanswered(url, exc, quick)
-                failures = 1 if got else failures + 1
-                self._backoff(url, failures, Retryable(f"{type(exc).__name__}: {exc}",
-                                                        unreachable=unreachable(exc)))
+                self._backoff(url, failures, self._retryable(url, exc, answered, quick))
 
     def _backoff(self, url: str, failures: int, exc: Retryable) -> None:
         self.check()
@@ -458,14 +443,9 @@ class Transport:
         while True:
             try:
                 return fn()
-            except (httpx.RequestError, httpx.InvalidURL) as exc:
-                raise_if_untrusted(url, exc)
+            except (Retryable, httpx.RequestError, httpx.InvalidURL) as exc:
                 failures += 1
-                self._backoff(url, failures, Retryable(f"{type(exc).__name__}: {exc}",
-                                                        unreachable=unreachable(exc)))
-            except Retryable as exc:
-                failures += 1
-                self._backoff(url, failures, exc)
+                self._backoff(url, failures, self._retryable(url, exc))
 
     @staticmethod
     def _check_status(r: httpx.Response, url: str, total: int | None = None) -> None:
@@ -498,14 +478,11 @@ def _check_size(url: str, expected: int, actual: int) -> None:
 
 
 def _check_content_range(value: str, pos: int, total: int, url: str) -> None:
-    # "bytes 100-199/1000"
-    try:
-        unit, rest = value.split(" ", 1)
-        first = int(rest.split("-", 1)[0])
-        length = rest.rsplit("/", 1)[1]
-    except (ValueError, IndexError):
-        raise Retryable(f"bad Content-Range {value!r} from {url}") from None
-    if unit != "bytes" or first != pos:
+    """``value`` ("bytes 100-199/1000") starts at ``pos`` and names the size the manifest declares."""
+    m = re.fullmatch(r"bytes ([0-9]{1,20})-[0-9]{1,20}/([0-9]{1,20}|\*)", value.strip())
+    if m is None:
+        raise Retryable(f"bad Content-Range {value!r} from {url}")
+    if int(m[1]) != pos:
         raise Retryable(f"Content-Range {value!r} does not start at {pos}")
-    if length.isdigit() and int(length) != total:
-        _check_size(url, total, int(length))
+    if m[2] != "*":
+        _check_size(url, total, int(m[2]))

@@ -78,25 +78,21 @@ class Build:
         self.follows = {it: GrowingFile() for it in self.streamed}
 
     # -- one archive -------------------------------------------------------------------------------
-    def place_cached(self, item: PlannedArchive) -> None:
-        """An archive that had an unpacked entry: place it, or make the entry again if it vanished."""
-        with self._entry_lock(item):
-            entry = self.unpacked.lookup(item, self.plan.platform)
-            if entry is None:  # removed or changed since the hint (a clear, a prune, an edit)
-                path, cached = self.fetcher.fetch(item)
-                if not cached:  # counted as cached at the start
-                    with self._counting:
-                        self.cached -= 1
-                        self.downloaded += 1
-                entry = self._unpack(item, path, None)
-            self._place(item, entry)
-
-    def unpack_and_place(self, item: PlannedArchive, path: Path | None, follow: GrowingFile | None) -> None:
-        """Extract the archive (a cached file, or ``follow``: a download still landing) into a new
-        unpacked entry, then place that into the tree."""
+    def place(self, item: PlannedArchive, path: Path | None = None,
+              follow: GrowingFile | None = None) -> None:
+        """Place ``item`` from its unpacked entry. An entry made before (``self.ready``) is looked up
+        again under its lock, and made again if it vanished; otherwise the archive (a cached file, or
+        ``follow``: a download still landing) is extracted into a new entry first."""
         try:
             with self._entry_lock(item):
-                self._place(item, self._unpack(item, path, follow))
+                entry = self.unpacked.lookup(item, self.plan.platform) if item in self.ready else None
+                if entry is None and item in self.ready:  # removed or changed since the hint
+                    path, cached = self.fetcher.fetch(item)
+                    if not cached:  # counted as cached at the start
+                        with self._counting:
+                            self.cached -= 1
+                            self.downloaded += 1
+                self._place(item, entry or self._unpack(item, path, follow))
         finally:
             if follow is not None:
                 follow.close()
@@ -184,11 +180,11 @@ class Build:
             extractions: set[Future[Any]] = set()
             for it in self.items:
                 if it in self.ready:  # unpacked before: no archive to read at all
-                    extractions.add(extractors.submit(self.place_cached, it))
+                    extractions.add(extractors.submit(self.place, it))
                     continue
                 self.fetch_of[it] = fetchers.submit(self.fetcher.fetch, it, self.follows.get(it))
                 if it in self.follows:
-                    extractions.add(extractors.submit(self.unpack_and_place, it, None, self.follows[it]))
+                    extractions.add(extractors.submit(self.place, it, None, self.follows[it]))
             try:
                 self._wait(extractors, extractions)
             except BaseException as exc:
@@ -230,7 +226,7 @@ class Build:
                         self.downloaded += 1
                     self.reporter.archive_done(item.archive.filename, item.archive.size, cached=was_cached)
                     if item not in self.streamed:
-                        future = extractors.submit(self.unpack_and_place, item, path, None)
+                        future = extractors.submit(self.place, item, path)
                         extractions.add(future)
                         pending.add(future)
         except BaseException:

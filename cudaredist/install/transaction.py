@@ -23,9 +23,7 @@ from pathlib import Path
 from cudaredist import fsops
 from cudaredist.cache import Cache
 from cudaredist.cache.store import lock_wait
-from cudaredist.errors import (
-    PrefixError,
-)
+from cudaredist.errors import PrefixError
 from cudaredist.fetch.fetcher import Fetcher, StreamBroken
 from cudaredist.fetch.transport import Transport
 from cudaredist.install.build import Build
@@ -121,8 +119,8 @@ class Installer:
     def prefetch(self, plans: Sequence[Plan]) -> None:
         """Fetch every archive of ``plans`` into the cache with one pool (several trains at once),
         so the installs that follow extract from the cache."""
-        items = list({i.archive.sha256: i for p in plans for i in p.items}.values())
-        items.sort(key=lambda it: -it.archive.size)
+        items = sorted({i.archive.sha256: i for p in plans for i in p.items}.values(),
+                       key=lambda it: -it.archive.size)
         self.reporter.start(sum(i.archive.size for i in items), len(items))
         self.fetcher.resume()
         try:
@@ -203,11 +201,8 @@ class Installer:
         archives not cached yet also land on this disk first when the cache shares it.
         """
         needed = plan.total_size
-        cache_disk = self.cache.root
-        while not cache_disk.exists() and cache_disk.parent != cache_disk:
-            cache_disk = cache_disk.parent
-        try:
-            same_disk = os.stat(staging).st_dev == os.stat(cache_disk).st_dev
+        try:  # the cache root exists: install() prepared it
+            same_disk = os.stat(staging).st_dev == os.stat(self.cache.root).st_dev
         except OSError:
             same_disk = False
         if same_disk:

@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -111,16 +109,9 @@ def dumps(lock: dict[str, Any]) -> str:
 
 
 def write_lock(path: Path, lock: dict[str, Any]) -> None:
-    path = path.absolute()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(dumps(lock))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from cudaredist.publish.mirror import place
+
+    place(path.absolute(), lambda tmp: tmp.write_bytes(dumps(lock).encode()))  # "\n" line ends everywhere
 
 
 def read_lock(path: Path) -> Lock:
@@ -227,22 +218,16 @@ def select(lock: Lock, *, train: str | None, platform: str | None, host: str | N
     if platform not in lock.plans:
         raise LockFileError(f"{lock.path} has no plan for platform {platform} (it locks "
                             f"{', '.join(lock.platforms)}); {hint}", path=lock.path)
-    if profile is not None and profile != lock.profile:
-        raise LockFileError(f"{lock.path} was locked with profile {lock.profile!r}, not {profile!r}; "
-                            f"{hint}", path=lock.path)
-    if source is not None and source != lock.source:
-        raise LockFileError(f"{lock.path} was locked from source {lock.source!r}, not {source!r}; "
-                            f"{hint}", path=lock.path)
-    if components is not None and sorted(components) != sorted(lock.components):
-        raise LockFileError(f"{lock.path} was locked with components {list(lock.components)}, not "
-                            f"{list(components)}; {hint}", path=lock.path)
-    if products is not None:
-        from cudaredist.profiles import parse_product_requests
+    from cudaredist.profiles import parse_product_requests
 
-        asked = sorted(str(r) for r in parse_product_requests(products))
-        if asked != sorted(lock.products):
-            raise LockFileError(f"{lock.path} was locked with --with {list(lock.products)}, not "
-                                f"{asked}; {hint}", path=lock.path)
+    for what, locked, asked in (
+            ("with profile", lock.profile, profile), ("from source", lock.source, source),
+            ("with components", sorted(lock.components), None if components is None else sorted(components)),
+            ("with --with", sorted(lock.products),
+             None if products is None else sorted(str(r) for r in parse_product_requests(products)))):
+        if asked is not None and asked != locked:
+            raise LockFileError(f"{lock.path} was locked {what} {locked!r}, not {asked!r}; {hint}",
+                                path=lock.path)
     return lock.plans[platform]
 
 

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from cudaredist.cache.store import lock_wait
 from cudaredist.errors import BusyError, FetchError, ManifestError
@@ -41,6 +41,7 @@ from cudaredist.sources.nvidia.products import product_dir
 from cudaredist.sources.nvidia.releases import labels_from_names, sort_labels
 
 INDEX_PAGE = "index.html"
+T = TypeVar("T")
 
 
 @dataclass
@@ -73,49 +74,44 @@ def dest_path(out: Path, relative_path: str) -> Path:
     return out.joinpath(*parts)
 
 
-def temp_beside(dest: Path) -> Path:
-    return dest.parent / f".{dest.name}.{uuid.uuid4().hex[:8]}.part"
-
-
 def world_readable(path: Path) -> None:
     # a web server's worker must read what the cache kept 0600; the umask was read at start-up
     # (mirror workers call this from threads, where os.umask() would race other threads' files)
     os.chmod(path, 0o644 & ~UMASK)
 
 
-def write_bytes_atomic(dest: Path, data: bytes) -> None:
+def place(dest: Path, fill: Callable[[Path], T]) -> T:
+    """``fill`` writes a file beside ``dest``, which is then made world-readable and renamed into
+    place; returns what ``fill`` returned."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_beside(dest)
+    tmp = dest.parent / f".{dest.name}.{uuid.uuid4().hex[:8]}.part"
     try:
-        tmp.write_bytes(data)
+        made = fill(tmp)
         world_readable(tmp)
         os.replace(tmp, dest)
+        return made
     finally:
         tmp.unlink(missing_ok=True)
 
 
-def place_archive(src: Path, dest: Path) -> None:
-    """Put a verified cache file at ``dest``: hard link when possible, else copy; then rename."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_beside(dest)
-    try:
+def link_or_copy(src: Path) -> Callable[[Path], None]:
+    """Fills a file with a verified cache file: a hard link when possible, else a copy."""
+    def fill(tmp: Path) -> None:
         try:
             os.link(src, tmp)
         except OSError:  # another filesystem, or links not supported
             shutil.copyfile(src, tmp)
-        world_readable(tmp)
-        os.replace(tmp, dest)
-    finally:
-        tmp.unlink(missing_ok=True)
+    return fill
 
 
-def _present(dest: Path, item: PlannedArchive) -> bool:
+def verifies(dest: Path, size: int, sha256: str) -> bool:
+    """``dest`` holds ``size`` bytes whose sha256 is ``sha256`` (size first: no hashing of a wrong file)."""
     try:
-        if dest.stat().st_size != item.archive.size:
+        if dest.stat().st_size != size:
             return False
     except OSError:
         return False
-    return sha256_file(dest) == item.archive.sha256
+    return sha256_file(dest) == sha256
 
 
 def index_page(labels: Sequence[str], dirs: Sequence[str]) -> str:
@@ -200,7 +196,7 @@ def write_if_changed(dest: Path, data: bytes) -> bool:
     """Write ``dest`` unless it already holds ``data`` (a re-run leaves unchanged files alone)."""
     if dest.is_file() and dest.read_bytes() == data:
         return False
-    write_bytes_atomic(dest, data)
+    place(dest, lambda tmp: tmp.write_bytes(data))
     return True
 
 
@@ -210,7 +206,8 @@ Fetch = Callable[[PlannedArchive], tuple[Path, bool]]
 def _copy_archives(out: Path, copies: Sequence[CopiedArchive], fetch: Fetch, reporter: Reporter, jobs: int,
                    report: MirrorReport) -> None:
     """Each archive as served: those that verify in place are kept, the rest fetched and placed."""
-    need = [c for c in copies if not _present(dest_path(out, c.relative_path), c.item)]
+    need = [c for c in copies
+            if not verifies(dest_path(out, c.relative_path), c.item.archive.size, c.item.archive.sha256)]
     report.archives.extend(_row(c.item, "present") for c in copies if c not in need)
     if not need:
         return
@@ -219,7 +216,7 @@ def _copy_archives(out: Path, copies: Sequence[CopiedArchive], fetch: Fetch, rep
     def one(copy: CopiedArchive) -> dict[str, Any]:
         item = copy.item
         path, cached = fetch(item)
-        place_archive(path, dest_path(out, copy.relative_path))
+        place(dest_path(out, copy.relative_path), link_or_copy(path))
         reporter.archive_done(item.archive.filename, item.archive.size, cached=cached)
         return _row(item, "cached" if cached else "downloaded")
 
@@ -245,7 +242,7 @@ def _documents(out: Path, documents: Sequence[Document], get_bytes: Callable[[st
         errors = []
         for url in doc.urls:
             try:
-                write_bytes_atomic(dest, get_bytes(url))
+                write_if_changed(dest, get_bytes(url))
                 report.licenses.append(doc.relative_path)
                 break
             except FetchError as exc:

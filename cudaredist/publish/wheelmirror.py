@@ -18,16 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from cudaredist.errors import ManifestError
-from cudaredist.hashing import sha256_file
 from cudaredist.localfs import mb
 from cudaredist.plan import PlannedArchive, version_key
 from cudaredist.progress import Reporter
 from cudaredist.publish.mirror import (
     MirrorReport,
     dest_path,
-    temp_beside,
-    world_readable,
-    write_bytes_atomic,
+    place,
+    verifies,
     write_if_changed,
 )
 from cudaredist.sources.mirroring import BuiltArchive, BuiltManifest
@@ -136,20 +134,11 @@ def _known_archives(out: Path) -> dict[str, tuple[dict[str, Any], dict[str, Any]
 
 def _still_good(out: Path, entry: dict[str, Any], comp: dict[str, Any]) -> bool:
     """The archive verifies against its manifest entry, and its licence file is there."""
-    try:
-        size = int(str(entry.get("size", "")))
-    except ValueError:
-        return False
-    dest = dest_path(out, str(entry["relative_path"]))
-    try:
-        if dest.stat().st_size != size:
-            return False
-    except OSError:
-        return False
-    lic = comp.get("license_path")
+    size, lic, sha = str(entry.get("size", "")), comp.get("license_path"), str(entry.get("sha256", ""))
     if isinstance(lic, str) and lic and not dest_path(out, lic).is_file():
         return False
-    return sha256_file(dest) == str(entry.get("sha256", "")).lower()
+    return size.isascii() and size.isdigit() and verifies(dest_path(out, str(entry["relative_path"])),
+                                                          int(size), sha.lower())
 
 
 def build_archives(out: Path, builds: Sequence[BuiltArchive], *,
@@ -182,15 +171,9 @@ def build_archives(out: Path, builds: Sequence[BuiltArchive], *,
         def build(job: BuiltArchive, wheel: Path, cached: bool) -> None:
             item = job.wheel
             dest = dest_path(out, job.relative_path)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            tmp = temp_beside(dest)
-            try:
-                packed = repack(wheel, tmp, component=item.component, version=item.version,
-                                platform=job.platform, preset=preset, variant=job.variant)
-                world_readable(tmp)
-                os.replace(tmp, dest)
-            finally:
-                tmp.unlink(missing_ok=True)
+            packed = place(dest, lambda tmp: repack(
+                wheel, tmp, component=item.component, version=item.version, platform=job.platform,
+                preset=preset, variant=job.variant))
             license_path = f"{item.component}/LICENSE.txt" if packed.license_text else ""
             if packed.license_text:
                 licenses.setdefault(license_path, packed.license_text)
@@ -267,4 +250,4 @@ def write_manifest(out: Path, manifest: BuiltManifest, made: dict[str, Made]) ->
     if merged != existing:
         data = dump_manifest(merged)
         parse_manifest(data, label=manifest.label, source=str(path))  # what the mirror serves must read back
-        write_bytes_atomic(path, data)
+        write_if_changed(path, data)

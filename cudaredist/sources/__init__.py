@@ -8,6 +8,7 @@ The protocol is light to import (the CLI starts without httpx): sources load on 
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -132,12 +133,8 @@ class Layout:
 
 def layout(name: str) -> Layout:
     """The layout a planned archive names (``redist`` or ``wheel``)."""
-    if name == "wheel":
-        from cudaredist.sources.pypi.source import LAYOUT as wheel
-
-        return wheel
-    if name == "redist":
-        from cudaredist.sources.nvidia.source import LAYOUT as redist
-
-        return redist
-    raise PlanError(f"unknown archive layout {name!r}: this plan needs a newer cudaredist")
+    module = {"wheel": "pypi", "redist": "nvidia"}.get(name)
+    if module is None:
+        raise PlanError(f"unknown archive layout {name!r}: this plan needs a newer cudaredist")
+    found: Layout = importlib.import_module(f"cudaredist.sources.{module}.source").LAYOUT
+    return found

@@ -156,12 +156,11 @@ def test_a_cached_archive_removed_between_its_lookup_and_its_hash(
         monkeypatch.setattr(GrowingFile, "attach", attach)
     else:
         monkeypatch.setattr("cudaredist.install.build.is_streamable", lambda name: False)
-        real_hash = fetcher_mod.sha256_file
 
-        def sha256_file(path: Path) -> str:
-            first_clears(path)
-            return real_hash(path)
-        monkeypatch.setattr(fetcher_mod, "sha256_file", sha256_file)
+        def opening(path: Path, *args: Any) -> Any:
+            first_clears(Path(path))
+            return open(path, *args)
+        monkeypatch.setattr(fetcher_mod, "open", opening, raising=False)  # the fetcher's only
     _install(transport, cache, plan, tmp_path / "cuda")
     assert raced
     assert_installed(tmp_path / "cuda", "13.0.1", cache)

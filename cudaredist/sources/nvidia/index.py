@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -12,7 +12,7 @@ from cudaredist.cache import Cache
 from cudaredist.errors import CudaRedistError, FetchError, OfflineError, ResolveError, UsageError
 from cudaredist.fetch.client import UNREACHABLE_HINT, is_local, local_path
 from cudaredist.fetch.transport import Transport
-from cudaredist.plan import Plan, archive_url, join_url, version_key
+from cudaredist.plan import Plan, archive_url, join_url, version_key, with_bases
 from cudaredist.sources.nvidia.manifest import Manifest, parse_manifest
 from cudaredist.sources.nvidia.planner import make_plan
 from cudaredist.sources.nvidia.releases import (
@@ -40,9 +40,7 @@ def normalize_base(url: str) -> str:
     if not url:
         raise ResolveError("the base URL is empty")
     scheme = urlparse(url).scheme.lower()
-    if scheme in ("http", "https"):
-        return url if url.endswith("/") else url + "/"
-    if scheme == "file":
+    if scheme in ("http", "https", "file"):
         return url if url.endswith("/") else url + "/"
     if "://" in url:
         raise ResolveError(f"unsupported base URL {url!r}: use http://, https://, file:// or a directory")
@@ -228,18 +226,9 @@ def plan_release(release: Release, platforms: Sequence[str], *, profile: str | N
                  components: Sequence[str]) -> list[Plan]:
     """One plan per platform: its ``base_url`` is the manifest's base, its archives' URLs the
     archive bases in order; every plan is checked before anything is fetched."""
-    plans = []
-    bases = release.archive_bases or (release.base,)
-    for platform in platforms:
-        plan = make_plan(release.manifest, platform=platform, base_url=release.base, profile=profile,
-                         components=components)
-        plan = replace(plan, items=tuple(
-            replace(i, url=archive_url(bases[0], i.archive.relative_path, i.component),
-                    fallback_urls=tuple(archive_url(b, i.archive.relative_path, i.component)
-                                        for b in bases[1:]))
-            for i in plan.items))
-        plans.append(plan)
-    return plans
+    return [with_bases(make_plan(release.manifest, platform=p, base_url=release.base, profile=profile,
+                                 components=components), release.archive_bases)
+            for p in platforms]
 
 
 def resolve_plan(index: Index, train: str, *, bases: Sequence[str] | Bases, platform: str,

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import unquote
 
 from cudaredist.errors import ManifestError
@@ -30,6 +31,7 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _ARCHIVE_KEYS = ("relative_path", "sha256", "size", "md5")
 # A single archive larger than this is not a CUDA component; it is a hostile manifest.
 MAX_ARCHIVE_SIZE = 64 * 1024**3
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,15 @@ class Manifest:
     @property
     def platforms(self) -> tuple[str, ...]:
         return tuple(sorted({p for c in self.components.values() for p in c.platforms}))
+
+    def first(self, names: Iterable[str],
+              pick: Callable[[Component], T | None]) -> tuple[Component, T] | None:
+        """The first component of ``names`` (alternatives) that ``pick`` finds an archive of, and that."""
+        for name in names:
+            comp = self.components.get(name)
+            if comp is not None and (found := pick(comp)) is not None:
+                return comp, found
+        return None
 
 
 def check_relative_path(value: object, where: str, source: str) -> str:
@@ -93,14 +104,9 @@ def _archive(obj: dict[str, Any], where: str, source: str) -> Archive:
         raise ManifestError(f"{source}: {where}: sha256 must be 64 hex digits, got {sha!r}",
                             source=source, entry=where)
     raw = obj.get("size")
-    if isinstance(raw, bool):
-        raw = None
-    size: int | None = None
-    if isinstance(raw, int):
-        size = raw
-    elif isinstance(raw, str) and _SIZE.fullmatch(raw.strip()):
-        size = int(raw.strip())
-    if size is None or size < 0 or size > MAX_ARCHIVE_SIZE:
+    text = str(raw).strip() if isinstance(raw, (int, str)) and not isinstance(raw, bool) else ""
+    size = int(text) if _SIZE.fullmatch(text) else None
+    if size is None or size > MAX_ARCHIVE_SIZE:
         raise ManifestError(
             f"{source}: {where}: size must be a non-negative integer up to {MAX_ARCHIVE_SIZE}, got {raw!r}",
             source=source, entry=where)
@@ -128,15 +134,9 @@ def _component(key: str, obj: dict[str, Any], source: str) -> Component:
             raise ManifestError(f"{source}: {key}: platform key {plat!r} is not a platform name (letters, "
                                 "digits, '.', '_' and '-')", source=source, entry=where)
     version = obj.get("version", "")
-    return Component(
-        key=key,
-        name=str(obj.get("name", key)),
-        version=str(version) if isinstance(version, (str, int, float)) else "",
-        license=str(obj.get("license", "")),
-        license_path=str(obj.get("license_path", "")),
-        archives=archives,
-        variants=variants,
-    )
+    return Component(key, str(obj.get("name", key)),
+                     str(version) if isinstance(version, (str, int, float)) else "",
+                     str(obj.get("license", "")), str(obj.get("license_path", "")), archives, variants)
 
 
 def parse_manifest(data: bytes | str, *, label: str = "", source: str = "") -> Manifest:

@@ -41,15 +41,8 @@ def _missing(spec: Spec, manifest: Manifest, platform: str) -> PlanError:
     return PlanError(msg, component=str(spec), release=manifest.label, platform=platform)
 
 
-def make_plan(
-    manifest: Manifest,
-    *,
-    platform: str,
-    base_url: str,
-    profile: str | None = "nvcc",
-    components: Sequence[str] = (),
-    source: str = "nvidia",
-) -> Plan:
+def make_plan(manifest: Manifest, *, platform: str, base_url: str, profile: str | None = "nvcc",
+              components: Sequence[str] = (), source: str = "nvidia") -> Plan:
     """Select archives for ``platform``: the profile's components plus ``components``.
 
     ``profile=None`` installs exactly ``components``. Every failure happens here,
@@ -70,13 +63,7 @@ def make_plan(
     notes: list[str] = []
     seen: set[str] = set()
     for spec in specs:
-        chosen: tuple[Component, Archive] | None = None
-        for name in spec.names:
-            comp = manifest.components.get(name)
-            arch = _pick_archive(comp, platform, manifest.label) if comp else None
-            if comp and arch:
-                chosen = (comp, arch)
-                break
+        chosen = manifest.first(spec.names, lambda c: _pick_archive(c, platform, manifest.label))
         if chosen is None and spec.missing:  # a release (or a mirror built from wheels) may lack it
             notes.append(f"CUDA {manifest.label} has no {spec} for {platform}: {spec.missing}")
             continue
@@ -88,13 +75,6 @@ def make_plan(
         seen.add(comp.key)
         items.append(PlannedArchive(comp.key, comp.version, arch,
                                     archive_url(base_url, arch.relative_path, comp.key)))
-    return Plan(
-        release=manifest.label,
-        release_date=manifest.release_date,
-        platform=platform,
-        base_url=base_url,
-        profile=profile or "custom",
-        items=tuple(items),
-        source=source,
-        notes=tuple(notes),
-    )
+    return Plan(release=manifest.label, release_date=manifest.release_date, platform=platform,
+                base_url=base_url, profile=profile or "custom", items=tuple(items), source=source,
+                notes=tuple(notes))

@@ -63,10 +63,6 @@ def product_dir(out: Path, product: str) -> Path:
     return out / product / "redist"
 
 
-def _tag(variant: str) -> tuple[int, ...]:
-    return version_key(variant)
-
-
 def pick_archive(comp: Component, platform: str, cuda_release: str, *,
                  explicit: bool = False) -> tuple[Archive, str] | None:
     """The archive of ``comp`` for ``platform`` built for the toolkit's CUDA, and its variant
@@ -76,16 +72,8 @@ def pick_archive(comp: Component, platform: str, cuda_release: str, *,
     ``source`` archive (samples)."""
     have = version_key(cuda_release)
     major, minor = have[0], (have[1] if len(have) > 1 else 0)
-    choices: list[tuple[tuple[int, ...], Archive, str]] = []
-    for name, archive in comp.variants.get(platform, {}).items():
-        if m := _SUBKEY.fullmatch(name):
-            choices.append((_tag(m[1]), archive, name))
-    flat = comp.archives.get(platform)
-    if flat is not None:
-        m = _TAG.search(flat.filename)
-        choices.append((_tag(m[1]) if m else (), flat, f"cuda{m[1]}" if m else ""))
     ranked: list[tuple[int, tuple[int, ...], Archive, str]] = []
-    for tag, archive, name in choices:
+    for tag, archive, name in _builds(comp, platform):
         if tag == (major, minor):
             ranked.append((0, (), archive, name))
         elif tag == (major,):
@@ -102,13 +90,19 @@ def pick_archive(comp: Component, platform: str, cuda_release: str, *,
     return None
 
 
+def _builds(comp: Component, platform: str) -> list[tuple[tuple[int, ...], Archive, str]]:
+    """(the CUDA it was built for, () if it names none; the archive; its variant) of each build."""
+    out = [(version_key(m[1]), archive, name) for name, archive in comp.variants.get(platform, {}).items()
+           if (m := _SUBKEY.fullmatch(name))]
+    if (flat := comp.archives.get(platform)) is not None:
+        m = _TAG.search(flat.filename)
+        out.append((version_key(m[1]) if m else (), flat, f"cuda{m[1]}" if m else ""))
+    return out
+
+
 def cuda_majors(comp: Component, platform: str) -> list[str]:
     """The CUDA majors ``comp`` has builds of for ``platform`` (what a message lists)."""
-    tags = {m[1].split(".")[0] for name in comp.variants.get(platform, {}) if (m := _SUBKEY.fullmatch(name))}
-    flat = comp.archives.get(platform)
-    if flat is not None and (m := _TAG.search(flat.filename)):
-        tags.add(m[1].split(".")[0])
-    return sorted(tags, key=int)
+    return sorted({str(tag[0]) for tag, _a, _n in _builds(comp, platform) if tag}, key=int)
 
 
 @dataclass(frozen=True)
@@ -138,13 +132,8 @@ def plan_product(manifest: Manifest, request: ProductRequest, *, platform: str, 
     bases = tuple(archive_bases) or (base_url,)
     for spec in specs:
         explicit = spec in routed
-        chosen: tuple[Component, tuple[Archive, str]] | None = None
-        for name in spec.names:
-            comp = manifest.components.get(name)
-            picked = pick_archive(comp, platform, cuda_release, explicit=explicit) if comp else None
-            if comp is not None and picked is not None:
-                chosen = (comp, picked)
-                break
+        chosen = manifest.first(spec.names, functools.partial(pick_archive, platform=platform,
+                                                              cuda_release=cuda_release, explicit=explicit))
         if chosen is None:
             if not strict and not explicit:
                 return None

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from cudaredist.errors import ResolveError
 from cudaredist.plan import version_key
@@ -31,6 +33,19 @@ def sort_labels(labels: Iterable[str]) -> list[str]:
 
 def train_of(label: str) -> str:
     return ".".join(label.split(".")[:2])
+
+
+def train_rows(labels: Sequence[str], date: Callable[[str], str]) -> list[dict[str, Any]]:
+    """The trains of ``labels`` (highest first), lowest first: {train, release (its newest),
+    release_date (``date`` of that, asked for every train at once), releases}."""
+    newest: dict[str, str] = {}
+    for lbl in labels:
+        newest.setdefault(train_of(lbl), lbl)
+    with ThreadPoolExecutor(8) as pool:
+        dates = dict(zip(newest.values(), pool.map(date, newest.values()), strict=True))
+    return [{"train": t, "release": r, "release_date": dates[r],
+             "releases": [x for x in labels if train_of(x) == t]}
+            for t, r in sorted(newest.items(), key=lambda kv: version_key(kv[0]))]
 
 
 def trains(labels: Iterable[str]) -> list[str]:

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
 from cudaredist.cache import Cache
 from cudaredist.errors import CudaRedistError, ManifestError, PlanError, UsageError
 from cudaredist.fetch.transport import Transport
-from cudaredist.plan import Plan, PlannedArchive, archive_url, join_url, version_key, with_bases
+from cudaredist.plan import Plan, PlannedArchive, archive_url, join_url, with_bases
 from cudaredist.profiles import (
     ProductRequest,
     component_root,
@@ -42,7 +41,7 @@ from cudaredist.sources.nvidia.index import (
 )
 from cudaredist.sources.nvidia.manifest import check_relative_path
 from cudaredist.sources.nvidia.products import env_base, product_base, product_bases, resolve_product
-from cudaredist.sources.nvidia.releases import train_of
+from cudaredist.sources.nvidia.releases import train_rows
 from cudaredist.tree.extract import redist_mapper
 from cudaredist.trust import Trust
 
@@ -81,10 +80,6 @@ class NvidiaSource:
 
     def trains(self) -> list[dict[str, Any]]:
         base = self.location()
-        labels = self.index.labels(base)
-        newest: dict[str, str] = {}
-        for lbl in labels:  # highest first
-            newest.setdefault(train_of(lbl), lbl)
 
         def date(label: str) -> str:
             try:
@@ -92,11 +87,7 @@ class NvidiaSource:
             except CudaRedistError:
                 return ""
 
-        with ThreadPoolExecutor(8) as pool:
-            dates = dict(zip(newest.values(), pool.map(date, newest.values()), strict=True))
-        return [{"train": t, "release": r, "release_date": dates.get(r, ""),
-                 "releases": [x for x in labels if train_of(x) == t]}
-                for t, r in sorted(newest.items(), key=lambda kv: version_key(kv[0]))]
+        return train_rows(self.index.labels(base), date)
 
     def release(self, train: str) -> Release:
         return self.index.release(train, self.trusted())

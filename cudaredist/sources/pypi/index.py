@@ -33,12 +33,14 @@ from cudaredist.errors import (
 from cudaredist.fetch.client import UNREACHABLE_HINT, is_local, local_path
 from cudaredist.fetch.transport import Transport
 from cudaredist.plan import Archive, Plan, PlannedArchive
-from cudaredist.sources.nvidia.releases import check_train, pick_release, train_of
+from cudaredist.profiles import Spec, needed_components, parse_product_requests, parse_spec
+from cudaredist.sources.nvidia.index import normalize_base
+from cudaredist.sources.nvidia.releases import check_train, pick_release, train_rows
 from cudaredist.sources.pypi.simple import IndexFile, parse_simple_page
 from cudaredist.sources.pypi.wheels import (
-    ExtraSpec,
     Metadata,
     WheelData,
+    by_version,
     choose_version,
     component_for,
     marker_env,
@@ -64,13 +66,7 @@ PAGE_LIMIT = 32 << 20
 
 def default_index_url(url: str | None = None) -> str:
     """``--index-url`` > ``PIP_INDEX_URL`` > PyPI; always with a trailing slash."""
-    return _normalize((url or os.environ.get(ENV_INDEX_URL) or DEFAULT_INDEX_URL).strip())
-
-
-def _normalize(url: str) -> str:
-    if "://" not in url:
-        url = Path(url).expanduser().absolute().as_uri()
-    return url if url.endswith("/") else url + "/"
+    return normalize_base(url or os.environ.get(ENV_INDEX_URL) or DEFAULT_INDEX_URL)
 
 
 @dataclass(frozen=True)
@@ -105,7 +101,7 @@ class WheelIndex:
         self.transport = transport
         self.cache = cache
         self.index_url = default_index_url(index_url)
-        self.mirror_url = _normalize(mirror.strip()) if mirror and mirror.strip() else None
+        self.mirror_url = normalize_base(mirror) if mirror and mirror.strip() else None
         self.no_fallback = no_fallback and self.mirror_url is not None
         self.trust = trust or Trust.of()
         self.offline = offline
@@ -134,11 +130,6 @@ class WheelIndex:
         """--no-fallback with an authenticated mirror: its pages stand in for the index's."""
         return self.no_fallback and self.readers() == [self.mirror_url]
 
-    @property
-    def untrusted_mirror(self) -> str | None:
-        m = self.mirror_url
-        return m if m is not None and not self.trust.trusted(m) else None
-
     def files(self, project: str) -> list[IndexFile]:
         name = canonicalize_name(project)
         if name not in self._pages:
@@ -159,9 +150,9 @@ class WheelIndex:
                                      f"forbids its page at the package index {self.index_url}: add the "
                                      f"project to the mirror, or drop --no-fallback",
                                      url=errors[0].url, status=404) from errors[0]
-                mirror = self.untrusted_mirror
-                if mirror is not None and not all(e.status == 404 or isinstance(e, OfflineError)
-                                                  for e in errors):
+                mirror = self.mirror_url
+                if mirror is not None and not self.trust.trusted(mirror) and not all(
+                        e.status == 404 or isinstance(e, OfflineError) for e in errors):
                     cause = "; ".join(str(e).replace(" " + UNREACHABLE_HINT, "") for e in errors)
                     raise unreachable(("the mirror", mirror), readers, cause,
                                       what="the index pages") from errors[0]
@@ -184,23 +175,20 @@ class WheelIndex:
                     f"{self.cache.root}; run the same command online once", url=page_url)
             return data
         if is_local(page_url):
-            try:
-                return self.transport.get_bytes(page_url + "index.html")
-            except FetchError as exc:
-                if not isinstance(exc.__cause__, FileNotFoundError):
-                    raise
-                raise FetchError(f"the index {root} has no project {name} (no {page_url}index.html)",
-                                 url=page_url, status=404) from exc
+            return self._get_page(root, page_url, name)
         return self.cache.index_page(root, key, lambda: self._get_page(root, page_url, name, quick=quick))
 
     def _get_page(self, root: str, url: str, name: str, *, quick: bool = False) -> bytes:
+        local = is_local(url)
         try:
+            if local:
+                return self.transport.get_bytes(url + "index.html")
             return self.transport.get_bytes(url, limit=PAGE_LIMIT, headers={"Accept": ACCEPT}, quick=quick)
         except FetchError as exc:
-            if exc.status != 404:
+            if not (isinstance(exc.__cause__, FileNotFoundError) if local else exc.status == 404):
                 raise
-            raise FetchError(f"the index {root} has no project {name} (HTTP 404 for {url})",
-                             url=url, status=404) from exc
+            why = f"no {url}index.html" if local else f"HTTP 404 for {url}"
+            raise FetchError(f"the index {root} has no project {name} ({why})", url=url, status=404) from exc
 
     def wheel_urls(self, project: str, chosen: IndexFile, needed_by: str, *, release: str,
                    platform: str) -> tuple[str, tuple[str, ...]]:
@@ -225,8 +213,7 @@ class WheelIndex:
         if name not in self._mirror_pages:
             page_url = f"{mirror}{name}/"
             try:
-                data = (self.transport.get_bytes(page_url + "index.html") if is_local(page_url) else
-                        self._get_page(mirror, page_url, name, quick=not self.no_fallback))
+                data = self._get_page(mirror, page_url, name, quick=not self.no_fallback)
                 found = {f.filename: f.url for f in parse_simple_page(data, page_url)}
             except (FetchError, ManifestError) as exc:
                 found = {}
@@ -256,16 +243,9 @@ class WheelIndex:
     def releases(self) -> list[Release]:
         """Every wheel release of the metapackage, newest first (yanked ones only if nothing else)."""
         meta = canonicalize_name(self.data.metapackage)
-        best: dict[Version, Release] = {}
-        for f in self.files(meta):
-            parsed = parse_wheel_name(f.filename)
-            if parsed is None or parsed[0] != meta:
-                continue
-            v = parsed[1]
-            old = best.get(v)
-            if old is None or (old.file.yanked and not f.yanked):
-                best[v] = Release(v, f)
-        return sorted(best.values(), key=lambda r: r.version, reverse=True)
+        best = [Release(v, ([f for f in fs if not f.yanked] or fs)[0])
+                for v, fs in by_version(self.files(meta), meta).items()]
+        return sorted(best, key=lambda r: r.version, reverse=True)
 
     def resolve(self, train: str, *, pre: bool = False) -> Release:
         """``13.4`` -> newest 13.4.x; ``13.4.1`` -> that release; ``13.4.0rc1`` -> that pre-release."""
@@ -329,7 +309,7 @@ def _require_digest(f: IndexFile) -> None:
 # ------------------------------------------------------------------------------------------------
 # Planning
 
-def _requirements_for(spec: ExtraSpec, meta: Metadata, release: Release, platform: str,
+def _requirements_for(spec: Spec, meta: Metadata, release: Release, platform: str,
                       data: WheelData) -> list[Requirement]:
     """The wheels one profile entry or ``--component`` asks for: an extra, a component or a package."""
     plat = data.platform(platform)
@@ -365,19 +345,14 @@ def _plan_item(index: WheelIndex, name: str, specs: list[str], release: Release,
                pre: bool) -> tuple[PlannedArchive, list[str]]:
     data = index.data
     plat = data.platform(platform)
-    files = index.files(name)
-    by_version: dict[str, list[IndexFile]] = {}
-    for f in files:
-        parsed = parse_wheel_name(f.filename)
-        if parsed is not None and parsed[0] == name:
-            by_version.setdefault(str(parsed[1]), []).append(f)
-    version = choose_version(specs, by_version, pre=pre)
+    versions = {str(v): fs for v, fs in by_version(index.files(name), name).items()}
+    version = choose_version(specs, versions, pre=pre)
     shown = " and ".join(s for s in specs if s) or "any version"
     if version is None:
         raise PlanError(f"no wheel of {name} on {index.index_url} matches {shown} (needed by "
                         f"{data.metapackage} {release.label})", component=name, release=release.label,
                         platform=platform)
-    candidates = by_version[version]
+    candidates = versions[version]
     notes: list[str] = []
     chosen = pick_wheel([f for f in candidates if not f.yanked], plat)
     if chosen is None:
@@ -408,7 +383,6 @@ def resolve_plan(index: WheelIndex, train: str, *, platform: str, profile: str |
     ``profile=None`` installs exactly ``components`` (extras, component names or wheel
     names). Every failure happens here, before any wheel is downloaded.
     """
-    from cudaredist.profiles import needed_components, parse_product_requests
     from cudaredist.sources.pypi.products import plan_product
 
     data = index.data
@@ -419,7 +393,7 @@ def resolve_plan(index: WheelIndex, train: str, *, platform: str, profile: str |
     picked = [plan_product(index, r, platform=platform, cuda_release=label) for r in requests]
     components = needed_components(requests, components, {r.name: r.release for r, _item in picked})
     notes: list[str] = []
-    specs: list[ExtraSpec] = []
+    specs: list[Spec] = []
     if profile is not None:
         prof = data.profile(profile)
         if prof.since and pep440(label) < pep440(prof.since):
@@ -431,7 +405,7 @@ def resolve_plan(index: WheelIndex, train: str, *, platform: str, profile: str |
                 specs.append(s)
             elif s.missing:
                 notes.append(s.missing)
-    specs.extend(ExtraSpec(tuple(n.strip() for n in c.split("|") if n.strip())) for c in components)
+    specs.extend(parse_spec(c, "--component") for c in components)
     if not specs:
         raise PlanError("nothing to install: give a profile or at least one --component")
     meta = index.metadata(release)
@@ -458,22 +432,7 @@ def resolve_plan(index: WheelIndex, train: str, *, platform: str, profile: str |
                 products=tuple(r for r, _item in picked))
 
 
-def resolve_plans(index: WheelIndex, train: str, platforms: Sequence[str], *, profile: str | None = "nvcc",
-                  components: Sequence[str] = (), pre: bool = False,
-                  products: Sequence[str] = ()) -> list[Plan]:
-    """One plan per platform, all of the release ``train`` resolves to (``lock`` and ``mirror``)."""
-    # one index object: its project pages are read once, so every platform sees the same release
-    return [resolve_plan(index, train, platform=p, profile=profile, components=components, pre=pre,
-                         products=products)
-            for p in platforms]
-
-
 def list_trains(index: WheelIndex) -> list[dict[str, Any]]:
     """Trains of the metapackage, oldest first: newest final release, its upload date, all releases."""
-    rels = [r for r in index.releases() if not r.version.is_prerelease]
-    rows: dict[str, dict[str, Any]] = {}
-    for r in rels:  # newest first
-        row = rows.setdefault(train_of(r.label), {"train": train_of(r.label), "release": r.label,
-                                                  "release_date": r.date, "releases": []})
-        row["releases"].append(r.label)
-    return sorted(rows.values(), key=lambda row: [int(p) for p in row["train"].split(".")])
+    rels = [r for r in index.releases() if not r.version.is_prerelease]  # newest first
+    return train_rows([r.label for r in rels], {r.label: r.date for r in reversed(rels)}.__getitem__)

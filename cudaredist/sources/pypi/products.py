@@ -12,7 +12,7 @@ from cudaredist.errors import FetchError, PlanError, ResolveError
 from cudaredist.plan import Archive, PlannedArchive, ProductRelease
 from cudaredist.profiles import ProductRequest
 from cudaredist.sources.pypi.simple import IndexFile
-from cudaredist.sources.pypi.wheels import parse_wheel_name, pick_wheel, wheel_platforms
+from cudaredist.sources.pypi.wheels import by_version, parse_wheel_name, pick_wheel, wheel_platforms
 
 if TYPE_CHECKING:
     from cudaredist.sources.pypi.index import WheelIndex
@@ -41,15 +41,11 @@ def plan_product(index: WheelIndex, request: ProductRequest, *, platform: str,
             f"{product.title} for CUDA {major} is not on {index.index_url}: the index has no project "
             f"{name} (NVIDIA's {product.title} wheel for CUDA {major}); use --source nvidia, or another "
             "CUDA train", requested=str(request), where=index.index_url) from exc
-    by_version: dict[Version, list[IndexFile]] = {}
-    for f in files:
-        parsed = parse_wheel_name(f.filename)
-        if parsed is not None and parsed[0] == name and not parsed[1].is_prerelease:
-            by_version.setdefault(parsed[1], []).append(f)
+    found = {v: fs for v, fs in by_version(files, name).items() if not v.is_prerelease}
     plat = index.data.platform(platform)
-    allowed = [v for v in sorted(by_version, reverse=True) if request.matches(str(v))]
+    allowed = [v for v in sorted(found, reverse=True) if request.matches(str(v))]
     for version in allowed:
-        chosen = pick_wheel([f for f in by_version[version] if not f.yanked], plat)
+        chosen = pick_wheel([f for f in found[version] if not f.yanked], plat)
         if chosen is None:
             continue
         _require_digest(chosen)
@@ -69,12 +65,12 @@ def plan_product(index: WheelIndex, request: ProductRequest, *, platform: str,
         return ", ".join(sorted({p for f in fs if (w := parse_wheel_name(f.filename))
                                  for p in wheel_platforms(w[2], known)}))
 
-    fits = [f"{v} ({where(by_version[v])})" for v in sorted(by_version)]
+    fits = [f"{v} ({where(found[v])})" for v in sorted(found)]
     asked = f" {request.spec}" if request.spec else ""
     if not allowed:
         raise ResolveError(
             f"{product.title}{asked} has no wheel {name} on {index.index_url} for CUDA {major}; its "
-            f"releases there: {', '.join(str(v) for v in sorted(by_version, reverse=True)[:12]) or 'none'}",
+            f"releases there: {', '.join(str(v) for v in sorted(found, reverse=True)[:12]) or 'none'}",
             requested=str(request), where=index.index_url)
     raise PlanError(
         f"{product.title}{asked} has no wheel {name} for {platform} on {index.index_url} (its wheels: "

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 from cudaredist.cache import Cache
@@ -18,7 +17,7 @@ from cudaredist.sources.mirroring import (
     unique_builds,
 )
 from cudaredist.sources.nvidia.manifest import check_relative_path
-from cudaredist.sources.pypi.index import WheelIndex, list_trains, resolve_plans
+from cudaredist.sources.pypi.index import WheelIndex, list_trains, resolve_plan
 from cudaredist.sources.pypi.wheels import member_mapper
 from cudaredist.tree.sonames import add_soname_links
 from cudaredist.trust import Trust
@@ -58,8 +57,9 @@ class PypiSource:
 
     def resolve(self, train: str, platforms: Sequence[str], *, profile: str | None,
                 components: Sequence[str], products: Sequence[str] = ()) -> list[Plan]:
-        return resolve_plans(self.index, train, platforms, profile=profile, components=components,
-                             products=products)
+        # one index object: its project pages are read once, so every platform sees the same release
+        return [resolve_plan(self.index, train, platform=p, profile=profile, components=components,
+                             products=products) for p in platforms]
 
     def relocate(self, plan: Plan) -> Plan:
         return plan  # a wheel is fetched from the URL the lock pins: no index, no base
@@ -73,39 +73,30 @@ class PypiSource:
         from cudaredist.profiles import parse_product_requests
 
         requests = parse_product_requests(products)
-        by_release: dict[str, list[Plan]] = {}
-        for train in trains:
-            plans = self.resolve(train, platforms, profile=profile, components=components, products=products)
-            by_release.setdefault(plans[0].release, plans)
         preset = 6 if xz_preset is None else xz_preset
         notes: list[str] = []
-        toolkit: list[BuiltManifest] = []
-        parts: dict[str, dict[str, list[BuiltArchive]]] = {r.name: {} for r in requests}
-        dates: dict[tuple[str, str], str] = {}
-        for plans in by_release.values():
-            builds = []
+        # (product, release) -> (release date, builds), in the order met; product "cuda": the toolkit
+        groups: dict[tuple[str, str], tuple[str, list[BuiltArchive]]] = {}
+        for train in trains:
+            plans = self.resolve(train, platforms, profile=profile, components=components, products=products)
+            if ("cuda", plans[0].release) in groups:
+                continue
+            groups[("cuda", plans[0].release)] = (plans[0].release_date, [])
             for plan in plans:
                 notes.extend(n for n in plan.notes if n not in notes)
-                variants = {p.name: p for p in plan.products}
+                made = {p.name: p for p in plan.products}
                 for item in plan.items:
-                    if not item.product:
-                        builds.append(_build(item, plan.platform))
-                        continue
-                    made = variants[item.product]
-                    parts[item.product].setdefault(made.release, []).append(
-                        _build(item, plan.platform, made.cuda_variant))
-                    dates[(item.product, made.release)] = made.release_date
-            toolkit.append(BuiltManifest(plans[0].release, plans[0].release_date, tuple(builds)))
-        content = MirrorContent(releases=tuple(by_release),
-                                builds=unique_builds([b for m in toolkit for b in m.archives]),
-                                manifests=tuple(toolkit), notes=tuple(notes), xz_preset=preset)
-        mirrors = []
-        for request in requests:
-            manifests = [BuiltManifest(label, dates[(request.name, label)], tuple(builds),
-                                       product=request.name)
-                         for label, builds in parts[request.name].items()]
-            mirrors.append(ProductMirror(request.name, request.product.title, MirrorContent(
-                releases=tuple(m.label for m in manifests),
-                builds=unique_builds([b for m in manifests for b in m.archives]),
-                manifests=tuple(manifests), xz_preset=preset)))
-        return replace(content, products=tuple(mirrors))
+                    p = made.get(item.product)
+                    key, date = ((item.product, p.release_date) if p else ("cuda", plan.release_date))
+                    groups.setdefault((key, p.release if p else plan.release), (date, []))[1].append(
+                        _build(item, plan.platform, p.cuda_variant if p else ""))
+
+        def content(product: str, **more: Any) -> MirrorContent:
+            manifests = tuple(BuiltManifest(label, date, tuple(builds), product=product)
+                              for (name, label), (date, builds) in groups.items() if name == product)
+            return MirrorContent(releases=tuple(m.label for m in manifests), manifests=manifests,
+                                 builds=unique_builds([b for m in manifests for b in m.archives]),
+                                 xz_preset=preset, **more)
+
+        return content("cuda", notes=tuple(notes), products=tuple(
+            ProductMirror(r.name, r.product.title, content(r.name)) for r in requests))

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from packaging.markers import UndefinedComparison, UndefinedEnvironmentName
+from packaging.markers import Marker, UndefinedComparison, UndefinedEnvironmentName
 from packaging.metadata import parse_email
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -25,7 +25,7 @@ from packaging.utils import InvalidWheelFilename, NormalizedName, canonicalize_n
 from packaging.version import InvalidVersion, Version
 
 from cudaredist.errors import ManifestError, PlanError
-from cudaredist.profiles import Spec, data_dir, is_windows, parse_spec
+from cudaredist.profiles import Spec, data_dir, extends_chain, is_windows, parse_spec
 from cudaredist.sources.pypi.simple import IndexFile
 from cudaredist.tree.paths import tree_path
 
@@ -107,27 +107,13 @@ def _spec(item: object, where: str) -> ExtraSpec:
 
 def _profiles(raw: Mapping[str, Any]) -> dict[str, WheelProfile]:
     out: dict[str, WheelProfile] = {}
-
-    def build(name: str, seen: tuple[str, ...]) -> WheelProfile:
-        if name in out:
-            return out[name]
-        if name in seen:
-            raise ManifestError(f"pypi.toml: profile {name!r} extends itself ({' -> '.join(seen)})")
-        body = raw.get(name)
-        if not isinstance(body, dict):
-            raise ManifestError(f"pypi.toml: profile {name!r} is not defined")
-        base = build(str(body["extends"]), (*seen, name)) if "extends" in body else None
-        extras = tuple(_spec(x, f"pypi.toml profile {name}") for x in body.get("extras", []))
-        prof = WheelProfile(
-            name, str(body.get("description", "")),
-            (base.extras if base else ()) + extras,
-            str(body.get("since", base.since if base else "")),
-            str(body.get("before", base.before if base else "")))
-        out[name] = prof
-        return prof
-
-    for n in raw:
-        build(n, ())
+    for name in raw:
+        chain = extends_chain(raw, name, "pypi.toml")  # since and before: the nearest that says
+        out[name] = WheelProfile(
+            name, str(chain[-1].get("description", "")),
+            tuple(_spec(x, f"pypi.toml profile {name}") for b in chain for x in b.get("extras", [])),
+            next((str(b["since"]) for b in reversed(chain) if "since" in b), ""),
+            next((str(b["before"]) for b in reversed(chain) if "before" in b), ""))
     return out
 
 
@@ -228,21 +214,17 @@ def marker_env(platform: WheelPlatform, extra: str = "") -> dict[str, str]:
 
 def applies(req: Requirement, env: Mapping[str, str]) -> bool:
     """Whether ``req``'s environment marker holds for ``env`` (see :func:`marker_env`)."""
-    if req.marker is None:
-        return True
     # a plan asks the same few markers of the same environment thousands of times (every extra of
     # the metapackage for every component): packaging's evaluation is the slow part of a resolve
-    key = (str(req.marker), tuple(sorted(env.items())))
-    hit = _MARKERS.get(key)
-    if hit is None:
-        try:
-            hit = _MARKERS[key] = req.marker.evaluate(dict(env))
-        except (UndefinedComparison, UndefinedEnvironmentName) as exc:
-            raise ManifestError(f"cannot evaluate the environment marker of {req}: {exc}") from exc
-    return hit
+    try:
+        return req.marker is None or _evaluate(req.marker, tuple(sorted(env.items())))
+    except (UndefinedComparison, UndefinedEnvironmentName) as exc:
+        raise ManifestError(f"cannot evaluate the environment marker of {req}: {exc}") from exc
 
 
-_MARKERS: dict[tuple[str, tuple[tuple[str, str], ...]], bool] = {}
+@cache
+def _evaluate(marker: Marker, env: tuple[tuple[str, str], ...]) -> bool:
+    return marker.evaluate(dict(env))
 
 
 @dataclass(frozen=True)
@@ -297,6 +279,15 @@ def parse_wheel_name(filename: str) -> tuple[NormalizedName, Version, frozenset[
     except InvalidWheelFilename:
         return None
     return name, version, tags
+
+
+def by_version(files: Iterable[IndexFile], project: str) -> dict[Version, list[IndexFile]]:
+    """The wheels of ``project`` (a canonical name) among ``files``, by version."""
+    out: dict[Version, list[IndexFile]] = {}
+    for f in files:
+        if (parsed := parse_wheel_name(f.filename)) is not None and parsed[0] == project:
+            out.setdefault(parsed[1], []).append(f)
+    return out
 
 
 def _glibc(platform_tag: str) -> tuple[int, int]:
