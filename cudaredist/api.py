@@ -11,18 +11,15 @@ options into an :class:`InstallRequest` and renders the :class:`InstallOutcome`.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, cast
 
 from cudaredist import profiles
 from cudaredist.errors import CudaRedistError, UsageError
 from cudaredist.profiles import DEFAULT_PROFILE
 from cudaredist.sources import Where, check_source
-
-_T = TypeVar("_T")
 
 if TYPE_CHECKING:
     from cudaredist.install import Installer, InstallResult
@@ -216,6 +213,7 @@ def _run(request: InstallRequest, wanted: list[str], fixed: Path | None, outcome
     from cudaredist.cache.store import index_ttl_default
     from cudaredist.fetch.transport import Transport
     from cudaredist.install import Installer
+    from cudaredist.managed import toolkit_name
     from cudaredist.progress import Silent
     from cudaredist.sources import open_source
 
@@ -249,33 +247,26 @@ def _run(request: InstallRequest, wanted: list[str], fixed: Path | None, outcome
         if len(plans) > 1:
             plans = _prefetch(installer, plans, outcome)
         for train, plan in plans:
-            target = fixed if fixed is not None else _managed_target(outcome.install_dir, plan)
+            # no --prefix: the install dir
+            target = fixed or cast(Path, outcome.install_dir) / toolkit_name(plan.release, plan.platform)
             say(f"CUDA {plan.release}{_with_text(plan.to_json())} for {plan.platform} ({plan.profile}: "
                 f"{', '.join(plan.components)}) -> {target}")
             for note in plan.notes:
                 say(f"note: {note}")
-
-            result = _each(outcome, fixed, train, functools.partial(
-                installer.install, plan, target, reinstall=request.reinstall,
-                replace_foreign=request.replace_foreign, requested=components))
-            if result is not None:
-                outcome.warnings += result.warnings
-                outcome.done.append(_row(result, plan))
-                say(outcome.done[-1].message)
+            try:
+                result = installer.install(plan, target, reinstall=request.reinstall,
+                                           replace_foreign=request.replace_foreign, requested=components)
+            except CudaRedistError as exc:
+                if fixed is not None:
+                    raise
+                outcome.failed.append(Failed(train, exc))  # in the install dir: the train's, the others go on
+                continue
+            outcome.warnings += result.warnings
+            outcome.done.append(_row(result, plan))
+            say(outcome.done[-1].message)
     finally:
         reporter.close()
         transport.close()
-
-
-def _each(outcome: InstallOutcome, fixed: Path | None, train: str, step: Callable[[], _T]) -> _T | None:
-    """``step()``; in the install dir, a failure is the train's (listed, and the others go on)."""
-    if fixed is not None:
-        return step()
-    try:
-        return step()
-    except CudaRedistError as exc:
-        outcome.failed.append(Failed(train, exc))
-        return None
 
 
 def _prefetch(installer: Installer, plans: list[tuple[str, Plan]],
@@ -313,21 +304,10 @@ def _read_lock(request: InstallRequest, wanted: list[str]) -> tuple[Lock, Plan]:
                     products=list(request.products) if request.products else None)
 
 
-def _managed_target(root: Path | None, plan: Plan) -> Path:
-    from cudaredist.managed import toolkit_name
-
-    assert root is not None  # no --prefix: the install dir
-    return root / toolkit_name(plan.release, plan.platform)
-
-
 def _row(result: InstallResult, plan: Plan) -> Installed:
-    if result.noop:
-        message = (f"CUDA {plan.release}{_with_text(plan.to_json())} ({plan.platform}) is already installed "
-                   f"in {result.prefix}; nothing to do")
-    else:
-        message = (f"installed CUDA {plan.release}{_with_text(plan.to_json())} ({plan.platform}) into "
-                   f"{result.prefix}: {result.files} "
-                   f"files, {result.downloaded} downloaded, {result.cached} from cache, "
-                   f"{result.seconds:.1f}s")
+    what = f"CUDA {plan.release}{_with_text(plan.to_json())} ({plan.platform})"
+    message = (f"{what} is already installed in {result.prefix}; nothing to do" if result.noop else
+               f"installed {what} into {result.prefix}: {result.files} files, {result.downloaded} "
+               f"downloaded, {result.cached} from cache, {result.seconds:.1f}s")
     return Installed(result.prefix, plan.release, plan.platform, result.noop, plan.to_json(), message,
                      result.downloaded, result.cached, result.files, result.seconds)

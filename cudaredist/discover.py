@@ -7,6 +7,7 @@ the active conda environment, and NVIDIA's pip wheels in this interpreter's site
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -36,22 +37,16 @@ class Found:
 
 def release_of(root: Path) -> str:
     """The toolkit release of the tree at ``root``, from version.json or include/cuda.h."""
-    try:
+    with contextlib.suppress(OSError, ValueError, AttributeError):
         data = json.loads((root / "version.json").read_text("utf-8"))
         version = data.get("cuda", {}).get("version") or data.get("cuda_cudart", {}).get("version")
         if isinstance(version, str):
             return version
-    except (OSError, ValueError, AttributeError):
-        pass
     for header in (root / "include" / "cuda.h", *root.glob("targets/*/include/cuda.h")):
-        try:
-            text = header.read_text("utf-8", "replace")
-        except OSError:
-            continue
-        m = re.search(r"#define\s+CUDA_VERSION\s+(\d+)", text)
-        if m:
-            n = int(m.group(1))
-            return f"{n // 1000}.{n % 1000 // 10}"
+        with contextlib.suppress(OSError):
+            m = re.search(r"#define\s+CUDA_VERSION\s+(\d+)", header.read_text("utf-8", "replace"))
+            if m:
+                return f"{int(m[1]) // 1000}.{int(m[1]) % 1000 // 10}"
     return ""
 
 
@@ -86,10 +81,6 @@ def system_toolkits(environ: Mapping[str, str] | None = None,
         site_dirs = [*site.getsitepackages(), site.getusersitepackages()]
     seen: dict[str, Found] = {}
     for path, how in _candidates(environ, site_dirs):
-        if not _is_toolkit(path):
-            continue
-        real = os.path.realpath(path)
-        if real in seen:
-            continue
-        seen[real] = Found(path, release_of(path), how, (path / RECORD_DIR).is_dir())
+        if _is_toolkit(path) and (real := os.path.realpath(path)) not in seen:
+            seen[real] = Found(path, release_of(path), how, (path / RECORD_DIR).is_dir())
     return list(seen.values())

@@ -21,6 +21,7 @@ exactly one word; what no quoting of a shell can carry is refused with an error.
 
 from __future__ import annotations
 
+import itertools
 import ntpath
 import posixpath
 import re
@@ -30,6 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from cudaredist.errors import PrefixError, UsageError
+from cudaredist.plan import version_key
 from cudaredist.profiles import is_windows, platform_rule
 
 SHELLS = ("sh", "bash", "zsh", "fish", "pwsh", "cmd")
@@ -77,7 +79,7 @@ def environment(prefix: str, *, platform: str, release: str, host_windows: bool,
                  (f"CUDA_PATH_V{'_'.join(major_minor)}", prefix))
     bins = [join(prefix, "bin")]
     arch = platform_rule(platform).arch
-    if tree_windows and arch and _major(release) >= 13:
+    if tree_windows and arch and version_key(release) >= (13,):
         bins.append(join(prefix, "bin", arch))  # CUDA 13 moved the runtime DLLs here
     prepend: list[tuple[str, tuple[str, ...]]] = [("PATH", tuple(bins))]
     if not tree_windows:
@@ -98,11 +100,6 @@ def cmake_line(args: tuple[str, ...]) -> str:
     return " ".join(f'"{a}"' if " " in a else a for a in args)
 
 
-def _major(release: str) -> int:
-    head = release.split(".", 1)[0]
-    return int(head) if head.isdigit() else 0
-
-
 # -- quoting -----------------------------------------------------------------------------------
 def quote_sh(value: str) -> str:
     """POSIX single quotes: nothing inside is special; a quote is closed, escaped and reopened."""
@@ -114,6 +111,10 @@ def quote_fish(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def _pwsh_literal(value: str) -> str:
+    return "'" + "".join(c + c if c in _PWSH_QUOTES else c for c in value) + "'"
+
+
 def quote_pwsh(value: str) -> str:
     """PowerShell verbatim string: every single-quote character (also ‘ ’ ‚ ‛) is doubled.
 
@@ -122,20 +123,16 @@ def quote_pwsh(value: str) -> str:
     the pipe in the console's code page, which may not hold them; ASCII reads right in every one
     (Windows PowerShell 5.1 and pwsh 7 alike)."""
     if value.isascii():
-        return "'" + "".join(c + c if c in _PWSH_QUOTES else c for c in value) + "'"
+        return _pwsh_literal(value)
     parts = ["''"]  # a string first: [char] + [string] would be a char sum, not a concatenation
-    run = ""
-    for c in value:
-        if c.isascii():
-            run += c + c if c in _PWSH_QUOTES else c
-            continue
-        if run:
-            parts.append(f"'{run}'")
-            run = ""
-        units = c.encode("utf-16-le")
-        parts += [f"[char]0x{int.from_bytes(units[i:i + 2], 'little'):04X}" for i in range(0, len(units), 2)]
-    if run:
-        parts.append(f"'{run}'")
+    for is_ascii, chars in itertools.groupby(value, str.isascii):
+        text = "".join(chars)
+        if is_ascii:
+            parts.append(_pwsh_literal(text))
+        else:
+            units = text.encode("utf-16-le")
+            parts += [f"[char]0x{int.from_bytes(units[i:i + 2], 'little'):04X}"
+                      for i in range(0, len(units), 2)]
     return "(" + " + ".join(parts) + ")"
 
 
@@ -156,56 +153,34 @@ def msys_path(path: str) -> str:
 
 
 # -- renderers -----------------------------------------------------------------------------------
-def _render_sh(env: Environment) -> str:
-    lines = [f"export {name}={quote_sh(value)}" for name, value in env.variables]
-    for var, dirs in env.prepend:
-        if env.host_windows and var == "PATH":
-            dirs = tuple(msys_path(d) for d in dirs)  # a POSIX shell on Windows splits PATH on ':'
-        head = ":".join(quote_sh(d) for d in dirs)
-        # ${VAR:+:$VAR} adds no empty entry when VAR is unset (an empty entry means the cwd)
-        lines.append(f'export {var}={head}"${{{var}:+:${{{var}}}}}"')
-    return "\n".join(lines) + "\n"
-
-
-def _render_fish(env: Environment) -> str:
-    lines = [f"set -gx {name} {quote_fish(value)}" for name, value in env.variables]
-    for var, dirs in env.prepend:
-        if env.host_windows and var == "PATH":
-            dirs = tuple(msys_path(d) for d in dirs)
-        # fish keeps *PATH variables as lists; an unset one expands to nothing
-        lines.append(f"set -gx {var} {' '.join(quote_fish(d) for d in dirs)} ${var}")
-    return "\n".join(lines) + "\n"
-
-
-def _render_pwsh(env: Environment) -> str:
-    lines = [f"$env:{name} = {quote_pwsh(value)}" for name, value in env.variables]
-    for var, dirs in env.prepend:
-        items = ", ".join(quote_pwsh(d) for d in dirs)
-        lines.append(f"$env:{var} = (@({items}, $env:{var}) | Where-Object {{ $_ }}) "
-                     "-join [IO.Path]::PathSeparator")
-    return "\n".join(lines) + "\n"
-
-
-def _render_cmd(env: Environment) -> str:
-    lines = [f'@set "{name}={quote_cmd(value, name=name)}"' for name, value in env.variables]
-    for var, dirs in env.prepend:
-        head = ";".join(quote_cmd(d, name=var) for d in dirs)
-        lines.append(f'@set "{var}={head};%{var}%"')
-    return "\r\n".join(lines) + "\r\n"
-
-
-_RENDERERS: dict[str, Callable[[Environment], str]] = {
-    "sh": _render_sh, "bash": _render_sh, "zsh": _render_sh,
-    "fish": _render_fish, "pwsh": _render_pwsh, "cmd": _render_cmd,
+# per shell: a variable set to a value; directories put in front of a search path; the line end
+_SYNTAX: dict[str, tuple[Callable[[str, str], str], Callable[[str, tuple[str, ...]], str], str]] = {
+    # ${VAR:+:$VAR} adds no empty entry when VAR is unset (an empty entry means the cwd)
+    "sh": (lambda name, value: f"export {name}={quote_sh(value)}",
+           lambda var, dirs: f'export {var}={":".join(map(quote_sh, dirs))}"${{{var}:+:${{{var}}}}}"', "\n"),
+    # fish keeps *PATH variables as lists; an unset one expands to nothing
+    "fish": (lambda name, value: f"set -gx {name} {quote_fish(value)}",
+             lambda var, dirs: f"set -gx {var} {' '.join(map(quote_fish, dirs))} ${var}", "\n"),
+    "pwsh": (lambda name, value: f"$env:{name} = {quote_pwsh(value)}",
+             lambda var, dirs: f"$env:{var} = (@({', '.join(map(quote_pwsh, dirs))}, $env:{var}) | "
+                               "Where-Object { $_ }) -join [IO.Path]::PathSeparator", "\n"),
+    "cmd": (lambda name, value: f'@set "{name}={quote_cmd(value, name=name)}"',
+            lambda var, dirs: f'@set "{var}={";".join(quote_cmd(d, name=var) for d in dirs)};%{var}%"',
+            "\r\n"),
 }
 
 
 def render(env: Environment, shell: str) -> str:
     """Commands that set ``env`` when evaluated by ``shell``."""
-    try:
-        return _RENDERERS[shell](env)
-    except KeyError:
-        raise ValueError(f"unknown shell {shell!r}; choose one of {', '.join(SHELLS)}") from None
+    if shell not in SHELLS:
+        raise ValueError(f"unknown shell {shell!r}; choose one of {', '.join(SHELLS)}")
+    assign, prepend, eol = _SYNTAX["sh" if shell in ("bash", "zsh") else shell]
+    lines = [assign(name, value) for name, value in env.variables]
+    for var, dirs in env.prepend:
+        if env.host_windows and var == "PATH" and shell not in ("pwsh", "cmd"):
+            dirs = tuple(msys_path(d) for d in dirs)  # a POSIX shell on Windows splits PATH on ':'
+        lines.append(prepend(var, dirs))
+    return eol.join(lines) + eol
 
 
 def default_shell(host_windows: bool) -> str:
@@ -218,8 +193,8 @@ def load_hint(prefix: str, *, host_windows: bool) -> str:
         return f'eval "$(cudaredist env --prefix {shlex.quote(prefix)})"'
     # PowerShell evaluates the whole output as one script; cmd runs each line (batch: %%i)
     # for people to read and type: the path as it is (quote_pwsh spells non-ASCII for a pipe)
-    literal = "'" + "".join(c + c if c in _PWSH_QUOTES else c for c in prefix) + "'"
-    return (f"in PowerShell: cudaredist env --prefix {literal} | Out-String | Invoke-Expression; "
+    return (f"in PowerShell: cudaredist env --prefix {_pwsh_literal(prefix)} | Out-String | "
+            "Invoke-Expression; "
             f"in cmd: for /f \"delims=\" %i in ('cudaredist env --shell cmd --prefix \"{prefix}\"') do %i")
 
 
@@ -233,27 +208,20 @@ def github_files(env: Environment, current: Mapping[str, str], *,
     PATH is written last. Other search paths are written out whole, with ``current`` (the
     present environment) after the new directories.
     """
-    sep = ";" if env.host_windows else ":"
-    values = list(env.variables)
-    path_lines: list[str] = []
-    for var, dirs in env.prepend:
-        if var == "PATH":
-            for d in dirs:
-                if "\n" in d or "\r" in d:
-                    raise PrefixError(f"GITHUB_PATH cannot carry a directory with a line break: {d!r}",
-                                      prefix=d)
-            path_lines.extend(reversed(dirs))
-        else:
-            old = current.get(var, "")
-            values.append((var, sep.join([*dirs, *([old] if old else [])])))
+    whole = applied(env, current)
+    values = [*env.variables, *((var, whole[var]) for var, _dirs in env.prepend if var != "PATH")]
+    path_lines = [d for var, dirs in env.prepend if var == "PATH" for d in reversed(dirs)]
+    broken = next((d for d in path_lines if "\n" in d or "\r" in d), None)
+    if broken is not None:
+        raise PrefixError(f"GITHUB_PATH cannot carry a directory with a line break: {broken!r}",
+                          prefix=broken)
     env_text = ""
     for name, value in values:
         delim = delimiter or f"ghadelimiter_{uuid.uuid4()}"
         if delim in value.splitlines():
             raise PrefixError(f"the value of {name} contains the delimiter {delim!r}", prefix=value)
         env_text += f"{name}<<{delim}\n{value}\n{delim}\n"
-    path_text = "".join(f"{d}\n" for d in path_lines)
-    return env_text, path_text
+    return env_text, "".join(f"{d}\n" for d in path_lines)
 
 
 def append_github(env: Environment, environ: Mapping[str, str]) -> None:

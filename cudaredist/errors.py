@@ -28,9 +28,18 @@ from __future__ import annotations
 
 
 class CudaRedistError(Exception):
-    """Base class: the message is complete and actionable on its own."""
+    """Base class: the message is complete and actionable on its own. Keyword arguments set the
+    fields a subclass declares (with their defaults as class attributes); an undeclared one is a
+    TypeError, as it would be for a hand-written ``__init__``."""
 
     exit_code = 1
+
+    def __init__(self, message: str, **fields: object) -> None:
+        super().__init__(message)
+        for name, value in fields.items():
+            if not any(name in vars(k).get("__annotations__", {}) for k in type(self).__mro__):
+                raise TypeError(f"{type(self).__name__} has no field {name!r}")
+            setattr(self, name, value)
 
 
 class UsageError(CudaRedistError):
@@ -40,35 +49,25 @@ class UsageError(CudaRedistError):
 
 
 class ManifestError(CudaRedistError):
-    def __init__(self, message: str, *, source: str = "", entry: str = "") -> None:
-        super().__init__(message)
-        self.source = source
-        self.entry = entry
+    source: str = ""
+    entry: str = ""
 
 
 class ResolveError(CudaRedistError):
-    def __init__(self, message: str, *, requested: str = "", where: str = "",
-                 available: tuple[str, ...] = ()) -> None:
-        super().__init__(message)
-        self.requested = requested
-        self.where = where
-        self.available = available
+    requested: str = ""
+    where: str = ""
+    available: tuple[str, ...] = ()
 
 
 class PlanError(CudaRedistError):
-    def __init__(self, message: str, *, component: str = "", release: str = "",
-                 platform: str = "") -> None:
-        super().__init__(message)
-        self.component = component
-        self.release = release
-        self.platform = platform
+    component: str = ""
+    release: str = ""
+    platform: str = ""
 
 
 class FetchError(CudaRedistError):
-    def __init__(self, message: str, *, url: str = "", status: int | None = None) -> None:
-        super().__init__(message)
-        self.url = url
-        self.status = status
+    url: str = ""
+    status: int | None = None
 
 
 class OfflineError(FetchError):
@@ -78,74 +77,54 @@ class OfflineError(FetchError):
 class TrustError(CudaRedistError):
     """A manifest or index page (the hashes) would come from plain HTTP that nothing authenticates."""
 
-    def __init__(self, message: str, *, url: str = "", host: str = "") -> None:
-        super().__init__(message)
-        self.url = url
-        self.host = host
+    url: str = ""
+    host: str = ""
 
 
 class IntegrityError(CudaRedistError):
-    def __init__(self, message: str, *, url: str = "", what: str = "",
-                 expected: str | int = "", actual: str | int = "") -> None:
-        super().__init__(message)
-        self.url = url
-        self.what = what
-        self.expected = expected
-        self.actual = actual
+    url: str = ""
+    what: str = ""
+    expected: str | int = ""
+    actual: str | int = ""
 
 
 class UnsafeArchiveError(CudaRedistError):
-    def __init__(self, message: str, *, archive: str = "", member: str = "") -> None:
-        super().__init__(message)
-        self.archive = archive
-        self.member = member
+    archive: str = ""
+    member: str = ""
 
 
 class ConflictError(CudaRedistError):
-    def __init__(self, message: str, *, path: str = "", first: str = "", second: str = "") -> None:
-        super().__init__(message)
-        self.path = path
-        self.first = first
-        self.second = second
+    path: str = ""
+    first: str = ""
+    second: str = ""
 
 
 class PrefixError(CudaRedistError):
-    def __init__(self, message: str, *, prefix: str = "") -> None:
-        super().__init__(message)
-        self.prefix = prefix
+    prefix: str = ""
 
 
 class RecordError(PrefixError):
     """The install record of ``prefix`` cannot be read, or lacks what every command needs
     (``problem`` names the field, e.g. ``plan.platform is missing``)."""
 
-    def __init__(self, message: str, *, prefix: str = "", record: str = "", problem: str = "") -> None:
-        super().__init__(message, prefix=prefix)
-        self.record = record
-        self.problem = problem
+    record: str = ""
+    problem: str = ""
 
 
 class BusyError(CudaRedistError):
     """Another process held the lock of ``path`` (a prefix, a cache entry, a mirror) past the timeout."""
 
     exit_code = 75  # EX_TEMPFAIL: try again later
-
-    def __init__(self, message: str, *, path: str = "", lock: str = "") -> None:
-        super().__init__(message)
-        self.path = path
-        self.lock = lock
+    path: str = ""
+    lock: str = ""
 
 
 class LockFileError(CudaRedistError):
-    def __init__(self, message: str, *, path: str = "") -> None:
-        super().__init__(message)
-        self.path = path
+    path: str = ""
 
 
 class ImportLibraryError(CudaRedistError):
-    def __init__(self, message: str, *, dll: str = "") -> None:
-        super().__init__(message)
-        self.dll = dll
+    dll: str = ""
 
 
 class LocalDiskError(CudaRedistError):
@@ -155,11 +134,9 @@ class LocalDiskError(CudaRedistError):
     the prefix, or the cache), ``errno`` the OS error number (0 for a refusal made in advance).
     """
 
-    def __init__(self, message: str, *, path: str = "", where: str = "", errno: int = 0) -> None:
-        super().__init__(message)
-        self.path = path
-        self.where = where
-        self.errno = errno
+    path: str = ""
+    where: str = ""
+    errno: int = 0
 
 
 class CacheError(LocalDiskError):
@@ -169,9 +146,6 @@ class CacheError(LocalDiskError):
 class ToolError(CudaRedistError):
     """A program cudaredist ran failed: ``command`` (argv), its exit ``status`` and ``output``."""
 
-    def __init__(self, message: str, *, command: tuple[str, ...] = (), status: int = 0,
-                 output: str = "") -> None:
-        super().__init__(message)
-        self.command = command
-        self.status = status
-        self.output = output
+    command: tuple[str, ...] = ()
+    status: int = 0
+    output: str = ""

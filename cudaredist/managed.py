@@ -18,7 +18,7 @@ import ntpath
 import os
 import re
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,11 +36,9 @@ _NAME = re.compile(r"^cuda-(?P<release>\d+\.\d+\.\d+)-(?P<platform>[a-z0-9]+-[a-
 
 def install_dir(given: Path | str | None = None) -> Path:
     """``--install-dir`` > ``CUDAREDIST_INSTALL_DIR`` > the user data dir (platformdirs)."""
-    if given:
-        return Path(os.path.abspath(os.path.expanduser(str(given))))
-    env = os.environ.get(ENV_INSTALL_DIR)
-    if env:
-        return Path(os.path.abspath(os.path.expanduser(env)))
+    chosen = given or os.environ.get(ENV_INSTALL_DIR)
+    if chosen:
+        return Path(os.path.abspath(os.path.expanduser(str(chosen))))
     import platformdirs
 
     return Path(platformdirs.user_data_dir("cudaredist", appauthor=False)) / "toolkits"
@@ -266,18 +264,10 @@ def update_train_links(root: Path, warn: Callable[[str], None] | None = None) ->
                      f"link). Is {root} on a filesystem without {kind}s?")
             continue
         made[link_name] = target
-    for link in _links(root):
-        if link.name not in best:
+    for link in root.iterdir() if root.is_dir() else ():  # train links whose train has none left
+        if fsops.is_link(link) and re.match(r"^cuda-\d+\.\d+-", link.name) and link.name not in best:
             fsops.remove_link(link)
     return sorted(made.items())
-
-
-def _links(root: Path) -> Iterator[Path]:
-    if not root.is_dir():
-        return
-    for entry in root.iterdir():
-        if fsops.is_link(entry) and re.match(r"^cuda-\d+\.\d+-", entry.name) and not _NAME.match(entry.name):
-            yield entry
 
 
 def satisfied_toolkit(root: Path, *, train: str, platform: str, profile: str | None,

@@ -26,21 +26,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cudaredist.doctor import driver, toolkit
 from cudaredist.doctor.checks import Check, Loader, Report, Toolkit, Which, _which
 from cudaredist.doctor.compiler import check_host_compiler, check_probe
-from cudaredist.doctor.driver import (
-    check_driver,
-    check_gpu,
-    default_driver_library,
-    nvcc_gpu_codes,
-    probe_driver,
-)
-from cudaredist.doctor.toolkit import (
-    check_environment,
-    check_msbuild,
-    check_nvcc,
-    check_toolkit,
-)
 from cudaredist.fsops import WINDOWS
 
 
@@ -79,19 +67,18 @@ def run(prefix: Path | None = None, *, train: str | None = None, inputs: Inputs 
                                 "installed one for this train (see `cudaredist list`)",
                                 f"install one: cudaredist install {train}"))
     if prefix is not None:
-        toolkit_check, tk = check_toolkit(prefix, host_windows=inputs.host_windows)
+        toolkit_check, tk = toolkit.check_toolkit(prefix, host_windows=inputs.host_windows)
         checks.append(toolkit_check)
         if tk is not None:
-            release = tk.release
-            nvcc_check, reported = check_nvcc(tk, env)
+            nvcc_check, reported = toolkit.check_nvcc(tk, env)
             checks.append(nvcc_check)
-            release = release or reported
+            release = tk.release or reported
             checks.append(check_host_compiler(tk, env, windows=tk.windows, which=inputs.which))
             checks.append(check_probe(tk, env))
-            checks.append(check_msbuild(tk))
-    info = probe_driver(inputs.driver_library or default_driver_library(inputs.host_windows),
-                        loader=inputs.loader)
-    checks.append(check_driver(info, release, windows=inputs.host_windows))
-    checks.append(check_gpu(info, nvcc_gpu_codes(tk, env)))
-    checks.append(check_environment(env, tk, which=inputs.which))
+            checks.append(toolkit.check_msbuild(tk))
+    info = driver.probe_driver(inputs.driver_library or driver.default_driver_library(inputs.host_windows),
+                               loader=inputs.loader)
+    checks.append(driver.check_driver(info, release, windows=inputs.host_windows))
+    checks.append(driver.check_gpu(info, driver.nvcc_gpu_codes(tk, env)))
+    checks.append(toolkit.check_environment(env, tk, which=inputs.which))
     return Report(str(prefix) if prefix is not None else None, release, tuple(checks))

@@ -4,16 +4,10 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
-
-if sys.version_info >= (3, 11):
-    pass
-else:  # pragma: no cover
-    pass
 
 Status = Literal["ok", "warn", "fail"]
 _RANK = {"ok": 0, "warn": 1, "fail": 2}
@@ -21,20 +15,6 @@ ORDER = ("toolkit", "nvcc", "host-compiler", "probe", "msbuild", "driver", "gpu"
 
 Which = Callable[[str, str | None], str | None]  # (command, PATH) -> path or None
 Loader = Callable[[str], Any]  # ctypes.CDLL
-
-# CUresult values the driver check names (cuda.h)
-CUDA_SUCCESS = 0
-CUDA_ERROR_NO_DEVICE = 100
-CUDA_ERROR_STUB_LIBRARY = 34
-_CU_ERRORS = {1: "CUDA_ERROR_INVALID_VALUE", 2: "CUDA_ERROR_OUT_OF_MEMORY",
-              3: "CUDA_ERROR_NOT_INITIALIZED", 4: "CUDA_ERROR_DEINITIALIZED",
-              34: "CUDA_ERROR_STUB_LIBRARY", 35: "CUDA_ERROR_INSUFFICIENT_DRIVER",
-              46: "CUDA_ERROR_DEVICE_UNAVAILABLE", 100: "CUDA_ERROR_NO_DEVICE",
-              101: "CUDA_ERROR_INVALID_DEVICE", 304: "CUDA_ERROR_OPERATING_SYSTEM",
-              803: "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
-              804: "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE", 999: "CUDA_ERROR_UNKNOWN"}
-_ATTR_CC_MAJOR = 75  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
-_ATTR_CC_MINOR = 76
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -13,10 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-if sys.version_info >= (3, 11):
-    pass
-else:  # pragma: no cover
-    pass
 from cudaredist.doctor.checks import _RANK, Check, Toolkit, Which, _first_line, _run, _which
 from cudaredist.doctor.toolkit import _not_run
 from cudaredist.profiles import platform_rule
@@ -98,8 +93,7 @@ def compiler_version(hc: HostCompiler, env: Mapping[str, str]) -> str:
     """The compiler's own banner line ("gcc (Debian 12.2.0-14) 12.2.0", "Microsoft (R) C/C++ ...")."""
     if hc.path is None:
         return ""
-    rc, out = _run([hc.path] if hc.msvc else [hc.path, "--version"], env, timeout=30)
-    return _first_line(out) if out else ""
+    return _first_line(_run([hc.path] if hc.msvc else [hc.path, "--version"], env, timeout=30)[1])
 
 
 @dataclass(frozen=True)
@@ -153,13 +147,6 @@ def cccl_msvc_rule(text: str) -> Literal["error", "message", "none"]:
     return "message" if re.search(r"#\s*pragma\s+message", block) else "none"
 
 
-def cccl_preprocessor_header(include: Path) -> Path | None:
-    for rel in ("cccl/cuda/std/__cccl/preprocessor.h", "cuda/std/__cccl/preprocessor.h"):
-        if (include / rel).is_file():
-            return include / rel
-    return None
-
-
 def zc_preprocessor_given(env: Mapping[str, str]) -> str:
     """Where /Zc:preprocessor reaches cl.exe ("" if nowhere): nvcc's flag variables (as
     -Xcompiler) or CL / _CL_, the variables cl.exe itself reads."""
@@ -171,7 +158,9 @@ def zc_preprocessor_given(env: Mapping[str, str]) -> str:
 
 def check_msvc_preprocessor(include: Path, env: Mapping[str, str]) -> Check:
     """Whether this tree's CCCL needs /Zc:preprocessor from cl.exe, and whether it gets it."""
-    header = cccl_preprocessor_header(include)
+    header = next((include / rel for rel in ("cccl/cuda/std/__cccl/preprocessor.h",
+                                             "cuda/std/__cccl/preprocessor.h")
+                   if (include / rel).is_file()), None)
     rule = cccl_msvc_rule(header.read_text(encoding="utf-8", errors="replace")) if header else "none"
     given = zc_preprocessor_given(env)
     fix = ('pass it to cl.exe through nvcc: set NVCC_APPEND_FLAGS="-Xcompiler=/Zc:preprocessor" (CMake: '
@@ -215,8 +204,7 @@ def _supported_fix(hc: HostCompiler, tk: Toolkit) -> str:
 def check_host_compiler(tk: Toolkit, env: Mapping[str, str], *, windows: bool | None = None,
                         which: Which = _which) -> Check:
     """The compiler nvcc will use, judged by the tree's own ``include/crt/host_config.h``."""
-    skip = _not_run(tk)
-    if skip:
+    if skip := _not_run(tk):
         return Check("host-compiler", "ok", skip)
     windows = tk.windows if windows is None else windows
     hc = select_host_compiler(env, windows=windows, which=which)
@@ -314,19 +302,16 @@ def explain_probe_failure(output: str) -> tuple[str, str]:
     lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
     first = next((ln for ln in lines if re.search(r"\berror\b|fatal|not found|cannot", ln, re.I)),
                  lines[0] if lines else "no output")
-    for pattern, meaning in _MEANINGS:
-        if re.search(pattern, first, re.I):
-            return first, meaning
-    for pattern, meaning in _MEANINGS:  # the first line did not say; the rest of the output may
-        if re.search(pattern, output, re.I):
-            return first, meaning
+    for text in (first, output):  # when the first line does not say, the rest of the output may
+        for pattern, meaning in _MEANINGS:
+            if re.search(pattern, text, re.I):
+                return first, meaning
     return first, "the toolkit could not build a minimal CUDA program"
 
 
 def check_probe(tk: Toolkit, env: Mapping[str, str], *, timeout: float = 300) -> Check:
     """Compile and link a kernel and a host call with the tree's nvcc, like CMake's try-compile."""
-    skip = _not_run(tk)
-    if skip:
+    if skip := _not_run(tk):
         return Check("probe", "ok", skip)
     nvcc = tk.nvcc()
     with tempfile.TemporaryDirectory(prefix="cudaredist-probe-") as tmp:

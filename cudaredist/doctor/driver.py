@@ -6,33 +6,30 @@ import contextlib
 import ctypes
 import os
 import re
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cudaredist.errors import ManifestError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-from cudaredist.doctor.checks import (
-    _ATTR_CC_MAJOR,
-    _ATTR_CC_MINOR,
-    _CU_ERRORS,
-    CUDA_ERROR_NO_DEVICE,
-    CUDA_ERROR_STUB_LIBRARY,
-    CUDA_SUCCESS,
-    Check,
-    Loader,
-    Toolkit,
-    _run,
-    _short,
-)
+from cudaredist.doctor.checks import Check, Loader, Toolkit, _run, _short
 from cudaredist.doctor.toolkit import _not_run
+from cudaredist.errors import ManifestError
 from cudaredist.fsops import WINDOWS
+from cudaredist.plan import version_key
+
+# CUresult values the driver check names (cuda.h)
+CUDA_SUCCESS = 0
+CUDA_ERROR_NO_DEVICE = 100
+CUDA_ERROR_STUB_LIBRARY = 34
+_CU_ERRORS = {1: "CUDA_ERROR_INVALID_VALUE", 2: "CUDA_ERROR_OUT_OF_MEMORY",
+              3: "CUDA_ERROR_NOT_INITIALIZED", 4: "CUDA_ERROR_DEINITIALIZED",
+              34: "CUDA_ERROR_STUB_LIBRARY", 35: "CUDA_ERROR_INSUFFICIENT_DRIVER",
+              46: "CUDA_ERROR_DEVICE_UNAVAILABLE", 100: "CUDA_ERROR_NO_DEVICE",
+              101: "CUDA_ERROR_INVALID_DEVICE", 304: "CUDA_ERROR_OPERATING_SYSTEM",
+              803: "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
+              804: "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE", 999: "CUDA_ERROR_UNKNOWN"}
+_ATTR_CC_MAJOR = 75  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
+_ATTR_CC_MINOR = 76
 
 
 # -- driver -------------------------------------------------------------------------------------
@@ -169,16 +166,14 @@ class DriverBranch:
 
 def driver_branches(path: Path | None = None) -> dict[int, DriverBranch]:
     """manifests/drivers.toml: the driver branch each CUDA major version needs."""
-    from cudaredist.profiles import data_dir
+    from cudaredist.profiles import _load, data_dir
 
     path = path or data_dir() / "drivers.toml"
     try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
         return {int(k): DriverBranch(int(k), int(v["branch"]), str(v.get("linux", "")),
                                      str(v.get("windows", "")))
-                for k, v in data.get("cuda", {}).items()}
-    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as exc:
+                for k, v in _load(str(path)).get("cuda", {}).items()}
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise ManifestError(f"cannot read {path}: {exc}", source=str(path)) from exc
 
 
@@ -191,17 +186,11 @@ def _branch_advice(major: int, branches: Mapping[int, DriverBranch], windows: bo
             + f", which runs every CUDA {major}.x")
 
 
-def _release_key(release: str) -> tuple[int, int]:
-    parts = [int(p) for p in re.findall(r"\d+", release)[:2]] + [0, 0]
-    return parts[0], parts[1]
-
-
 def check_driver(info: DriverInfo, release: str | None, *, windows: bool | None = None,
                  branches: Mapping[int, DriverBranch] | None = None) -> Check:
     windows = WINDOWS if windows is None else windows
-    if branches is None:
-        branches = driver_branches()
-    wanted = _release_key(release) if release else None
+    branches = driver_branches() if branches is None else branches
+    wanted = (version_key(release) + (0, 0))[:2] if release else None
     install = _branch_advice(wanted[0], branches, windows) if wanted else "an NVIDIA driver"
     where = f" from {info.path}" if info.path else ""
     if not info.loaded:

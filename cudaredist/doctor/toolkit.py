@@ -4,17 +4,11 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from cudaredist.errors import CudaRedistError
-
-if sys.version_info >= (3, 11):
-    pass
-else:  # pragma: no cover
-    pass
 from cudaredist.doctor.checks import Check, Toolkit, Which, _first_line, _run, _short, _which
+from cudaredist.errors import CudaRedistError
 from cudaredist.fsops import WINDOWS
 from cudaredist.profiles import is_windows
 
@@ -50,8 +44,7 @@ def check_toolkit(prefix: Path, *, host_windows: bool | None = None) -> tuple[Ch
     windows = is_windows(platform)
     nvcc_version = next((str(c["version"]) for c in plan.get("components", [])
                          if c.get("name") == "cuda_nvcc"), None)
-    names = [f["path"] for f in rec.get("files", [])]
-    has_nvcc = any(n in ("bin/nvcc", "bin/nvcc.exe") for n in names)
+    has_nvcc = any(f["path"] in ("bin/nvcc", "bin/nvcc.exe") for f in rec.get("files", []))
     tk = Toolkit(prefix, release, platform, nvcc_version, has_nvcc, windows == host_windows, windows)
     report = verify(prefix, fast=True)
     # exec bits: a tree copied through a tool that drops them has an nvcc that cannot start
@@ -91,8 +84,7 @@ def _not_run(tk: Toolkit) -> str | None:
 
 def check_nvcc(tk: Toolkit, env: Mapping[str, str]) -> tuple[Check, str | None]:
     """``bin/nvcc --version`` runs and reports the record's release; returns the X.Y it reports."""
-    skip = _not_run(tk)
-    if skip:
+    if skip := _not_run(tk):
         return Check("nvcc", "ok", skip), None
     nvcc = tk.nvcc()
     if not nvcc.is_file():
@@ -142,14 +134,10 @@ def check_msbuild(tk: Toolkit) -> Check:
 
 
 # -- environment --------------------------------------------------------------------------------
-def _same(a: str, b: str | Path) -> bool:
-    return os.path.normcase(os.path.realpath(a)) == os.path.normcase(os.path.realpath(b))
-
-
-def _inside(path: str, root: str | Path) -> bool:
-    p = os.path.normcase(os.path.realpath(path))
-    r = os.path.normcase(os.path.realpath(root))
-    return p == r or p.startswith(r.rstrip(os.sep) + os.sep)
+def _inside(path: str, root: str | Path, *, same: bool = False) -> bool:
+    """``path`` is ``root`` or (unless ``same``) below it, links resolved, case folded where the OS does."""
+    p, r = (os.path.normcase(os.path.realpath(x)) for x in (path, root))
+    return p == r or (not same and p.startswith(r.rstrip(os.sep) + os.sep))
 
 
 def check_environment(env: Mapping[str, str], tk: Toolkit | None, *, which: Which = _which,
@@ -168,7 +156,7 @@ def check_environment(env: Mapping[str, str], tk: Toolkit | None, *, which: Whic
     problems: list[str] = []
     if tk is not None and not tk.native:  # a cross-compiling tree: only WINDOWS_CUDA_HOME names it
         home = env.get("WINDOWS_CUDA_HOME")
-        if tk.windows and (not home or not _same(home, tk.prefix)):
+        if tk.windows and (not home or not _inside(home, tk.prefix, same=True)):
             return Check("environment", "warn",
                          f"WINDOWS_CUDA_HOME is {home or 'unset'}, not this tree ({tk.prefix})",
                          load_hint(str(tk.prefix), host_windows=windows))
@@ -176,7 +164,7 @@ def check_environment(env: Mapping[str, str], tk: Toolkit | None, *, which: Whic
     if tk is not None:
         for var in ("CUDA_PATH", "CUDA_HOME"):
             value = env.get(var)
-            if value and not _same(value, tk.prefix):
+            if value and not _inside(value, tk.prefix, same=True):
                 problems.append(f"{var}={value} names another toolkit than {tk.prefix}")
         if tk.has_nvcc:
             if plain is None:

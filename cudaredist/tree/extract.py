@@ -10,6 +10,7 @@ import contextlib
 import io
 import lzma
 import os
+import struct
 import tarfile
 import threading
 import zipfile
@@ -19,9 +20,13 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 from cudaredist.errors import ConflictError, UnsafeArchiveError
-from cudaredist.tree.inflate import DeflatedMember
 from cudaredist.tree.paths import clean_member, strip_top, tree_path, zip_entry_mode
 from cudaredist.tree.staging import Mapper, Tree
+
+try:
+    from zlib_ng import zlib_ng as zlib
+except ImportError:  # pragma: no cover - a host without its wheel
+    import zlib  # type: ignore[no-redef]
 
 READ_SIZE = 1 << 20
 # A complete zip with this much compressed file data is inflated by several threads, member by
@@ -30,6 +35,7 @@ READ_SIZE = 1 << 20
 # hold one core while the other waits.
 PARALLEL_ZIP_BYTES = 8 << 20
 ZIP_THREADS = 4
+_LOCAL = struct.Struct("<4sHHHHHIIIHH")  # a zip member's local header
 
 
 def redist_mapper(component: str, archive: str, root: str = "") -> Mapper:
@@ -67,13 +73,14 @@ def extract(path: Path | None, tree: Tree, *, component: str, archive: str, mapp
 
 
 def _open_tar(raw: IO[bytes]) -> tarfile.TarFile:
-    """A front-to-back tar reader. xz goes through LZMAFile: tarfile's own "r|xz" decompresses
-    in 10 KiB steps and re-joins its buffers, a tenth of the time on big archives."""
-    head = raw.read(6)
+    """A front-to-back tar reader over ``raw`` (a file or a download being written, both
+    unbuffered). xz goes through LZMAFile: tarfile's own "r|xz" decompresses in 10 KiB steps and
+    re-joins its buffers, a tenth of the time on big archives."""
     # LZMAFile and tarfile read 8-64 KiB at a time: one 1 MiB read of the source serves many
     # (a followed download takes a lock and a seek for each read).
-    rest = cast(IO[bytes], io.BufferedReader(_Prepend(head, raw), READ_SIZE))
-    if head == b"\xfd7zXZ\x00":
+    buffered = io.BufferedReader(cast(io.RawIOBase, raw), READ_SIZE)
+    rest = cast(IO[bytes], buffered)
+    if buffered.peek(6)[:6] == b"\xfd7zXZ\x00":
         # tarfile reads headers from it; member data is read from it directly (_member_data)
         return tarfile.open(fileobj=cast(IO[bytes], _Forward(lzma.LZMAFile(rest))), mode="r:")
     return tarfile.open(fileobj=rest, mode="r|*", bufsize=1 << 16)
@@ -126,12 +133,11 @@ class _MemberData(io.RawIOBase):
         if n <= 0:
             return b""
         data = self._stream.read(n)
-        if len(data) < n:
-            while len(data) < n:  # the decompressor may return less than asked before its end
-                more = self._stream.read(n - len(data))
-                if not more:
-                    raise tarfile.ReadError("unexpected end of data")
-                data += more
+        while len(data) < n:  # the decompressor may return less than asked before its end
+            more = self._stream.read(n - len(data))
+            if not more:
+                raise tarfile.ReadError("unexpected end of data")
+            data += more
         self._left -= n
         return data
 
@@ -153,35 +159,6 @@ def _member_data(tf: tarfile.TarFile, m: tarfile.TarInfo) -> IO[bytes]:
     return src
 
 
-class _Prepend(io.RawIOBase):
-    """``head`` followed by the rest of ``raw`` (so the format can be sniffed from a stream)."""
-
-    def __init__(self, head: bytes, raw: IO[bytes]) -> None:
-        super().__init__()
-        self._head = head
-        self._raw = raw
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buf: Any) -> int:
-        if self._head:
-            n = min(len(buf), len(self._head))
-            buf[:n] = self._head[:n]
-            self._head = self._head[n:]
-            return n
-        readinto = getattr(self._raw, "readinto", None)
-        if readinto is not None:
-            return int(readinto(buf) or 0)
-        data = self._raw.read(len(buf))
-        buf[: len(data)] = data
-        return len(data)
-
-    def close(self) -> None:
-        self._raw.close()
-        super().close()
-
-
 def _extract_tar(path: Path | None, tree: Tree, *, component: str, archive: str, mapper: Mapper,
                  fileobj: IO[bytes] | None = None) -> None:
     with contextlib.ExitStack() as stack:
@@ -200,9 +177,7 @@ def _tar_members(tf: tarfile.TarFile, tree: Tree, *, component: str, archive: st
     try:
         for m in tf:
             clean = clean_member(m.name, archive=archive)
-            if not clean:
-                continue
-            rel = mapper(clean)
+            rel = mapper(clean) if clean else None
             if rel is None:
                 continue
             if m.isdir():
@@ -212,8 +187,7 @@ def _tar_members(tf: tarfile.TarFile, tree: Tree, *, component: str, archive: st
             elif m.issym():
                 tree.add_symlink(rel, m.linkname, component, archive)
             elif m.islnk():
-                target = clean_member(m.linkname, archive=archive)
-                target_rel = mapper(target)
+                target_rel = mapper(clean_member(m.linkname, archive=archive))
                 if target_rel is None:
                     raise UnsafeArchiveError(f"{archive}: hard link {m.name!r} -> {m.linkname!r} "
                                              "leaves the archive's tree; refused",
@@ -237,25 +211,21 @@ def _extract_zip(path: Path, tree: Tree, *, component: str, archive: str, mapper
     except (zipfile.BadZipFile, OSError) as exc:
         raise UnsafeArchiveError(f"{archive} is not a readable zip archive: {exc}", archive=archive) from exc
     with zf:
-        infos = zf.infolist()
-        seen: set[str] = set()
-        for info in infos:
+        entries: dict[str, zipfile.ZipInfo] = {}
+        for info in zf.infolist():
             # the name as the archive spells it: on Windows zipfile turns backslashes into "/" in
             # .filename, which would let a Windows host accept what every other host refuses
             clean = clean_member(info.orig_filename, archive=archive, zip_entry=True)
             # one name twice is ambiguous in any zip; names differing only in case are the tree's to judge
             # (one path where the target folds case, as for a tar)
-            if clean in seen:
+            if clean in entries:
                 raise UnsafeArchiveError(f"{archive}: entry {info.orig_filename!r} appears twice; refused",
                                          archive=archive, member=info.orig_filename)
-            seen.add(clean)
+            entries[clean] = info
         try:
             files: list[tuple[zipfile.ZipInfo, str, int]] = []
-            for info in infos:
-                clean = clean_member(info.orig_filename, archive=archive, zip_entry=True)
-                if not clean:
-                    continue
-                rel = mapper(clean)
+            for clean, info in entries.items():
+                rel = mapper(clean) if clean else None
                 if rel is None:
                     continue
                 mode = zip_entry_mode(info.create_system, info.external_attr, archive=archive,
@@ -302,3 +272,74 @@ def _inflate(zf: zipfile.ZipFile, files: Sequence[tuple[zipfile.ZipInfo, str, in
         futures = [pool.submit(guarded, *f) for f in biggest_first]
     for fut in futures:
         fut.result()  # the first failure, biggest member first
+
+
+class DeflatedMember:
+    """``read(n)`` of one deflated member of a complete zip, through zlib-ng (the same API, about
+    twice as fast as the standard library's zlib, which zipfile always uses) where it is installed.
+
+    Like ``ZipFile.open``, from the local header the central directory points at: the local name
+    must be the central one, and the data must inflate to exactly the recorded size and CRC, or it
+    is a :class:`zipfile.BadZipFile`."""
+
+    def __init__(self, fh: IO[bytes], info: zipfile.ZipInfo) -> None:
+        fh.seek(info.header_offset)
+        head = fh.read(_LOCAL.size)
+        if len(head) != _LOCAL.size or head[:4] != b"PK\x03\x04":
+            raise zipfile.BadZipFile(f"bad local header for {info.orig_filename!r}")
+        fields = _LOCAL.unpack(head)
+        name = fh.read(fields[9])
+        fh.seek(fields[10], 1)  # the extra field
+        spelled = name.decode("utf-8" if info.flag_bits & 0x800 else "cp437")
+        if spelled != info.orig_filename:
+            raise zipfile.BadZipFile(f"file name in directory {info.orig_filename!r} and header "
+                                     f"{spelled!r} differ")
+        self._fh = fh
+        self._info = info
+        self._left = info.compress_size
+        self._out = 0
+        self._crc = 0
+        self._d = zlib.decompressobj(-15)
+        self._pending = b""
+
+    def read(self, n: int = -1) -> bytes:
+        """``n`` bytes (fewer only at the end), as a file's ``read``."""
+        want = READ_SIZE if n is None or n < 0 else n
+        parts, have = [self._pending], len(self._pending)
+        while have < want and (piece := self._more(want - have)):
+            parts.append(piece)
+            have += len(piece)
+        data = b"".join(parts)
+        self._pending = data[want:]
+        return data[:want]
+
+    def _more(self, want: int) -> bytes:
+        """The next inflated bytes (at most ``want``), b"" at the end (after checking it)."""
+        while True:
+            if self._d.unconsumed_tail:
+                out = self._d.decompress(self._d.unconsumed_tail, want)
+            elif self._left > 0:
+                raw = self._fh.read(min(READ_SIZE, self._left))
+                if not raw:
+                    raise EOFError(f"{self._info.orig_filename!r} is cut short")
+                self._left -= len(raw)
+                out = self._d.decompress(raw, want)
+            else:
+                out = self._d.flush()
+                if not out:
+                    self._check()
+                    return b""
+            if out:
+                self._crc = zlib.crc32(out, self._crc)
+                self._out += len(out)
+                if self._out > self._info.file_size:
+                    raise zipfile.BadZipFile(f"{self._info.orig_filename!r} inflates past its size")
+                return out
+
+    def _check(self) -> None:
+        info = self._info
+        if not self._d.eof or self._out != info.file_size:
+            raise zipfile.BadZipFile(f"{info.orig_filename!r} inflates to {self._out} bytes, not "
+                                     f"{info.file_size}")
+        if self._crc != info.CRC:
+            raise zipfile.BadZipFile(f"bad CRC-32 for {info.orig_filename!r}")

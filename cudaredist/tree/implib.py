@@ -146,11 +146,6 @@ def _read_exports(data: bytes | mmap.mmap, where: str) -> DllExports:
 
 
 # -- writing the import library --------------------------------------------------------------------
-def _section(name: bytes, size: int, offset: int, nrelocs: int, reloc_off: int, flags: int) -> bytes:
-    return struct.pack("<8sIIIIIIHHI", name, 0, 0, size, offset if size else 0,
-                       reloc_off if nrelocs else 0, 0, nrelocs, 0, flags)
-
-
 def _symbol(name: bytes, strtab: bytearray, value: int, section: int, storage: int) -> bytes:
     if len(name) <= 8:
         raw = name.ljust(8, b"\0")
@@ -179,7 +174,8 @@ def _coff(machine: int, sections: Sequence[tuple[bytes, bytes, Sequence[tuple[in
         reloc_off = header_size + len(body)
         for r_off, r_sym in relocs:
             body += struct.pack("<IIH", r_off, r_sym, reloc_type)
-        headers += _section(name, len(content), offset, len(relocs), reloc_off, flags)
+        headers += struct.pack("<8sIIIIIIHHI", name, 0, 0, len(content), offset if content else 0,
+                               reloc_off if relocs else 0, 0, len(relocs), 0, flags)
     strtab = bytearray()
     symtab = b"".join(_symbol(n, strtab, v, s, c) for n, v, s, c in symbols)
     characteristics = 0x0100 if machine == MACHINE_I386 else 0  # IMAGE_FILE_32BIT_MACHINE
@@ -206,19 +202,6 @@ def _import_descriptor(dll: str, stem: str, machine: int) -> bytes:
     ])
 
 
-def _null_import_descriptor(machine: int) -> bytes:
-    return _coff(machine, [(b".idata$3", bytes(20), [], _ALIGN_4 | _DATA_RW)],
-                 [(b"__NULL_IMPORT_DESCRIPTOR", 0, 1, _SYM_EXTERNAL)])
-
-
-def _null_thunk(stem: str, machine: int) -> bytes:
-    width = 4 if machine == MACHINE_I386 else 8
-    align = _ALIGN_4 if width == 4 else _ALIGN_8
-    return _coff(machine, [(b".idata$5", bytes(width), [], align | _DATA_RW),
-                           (b".idata$4", bytes(width), [], align | _DATA_RW)],
-                 [(b"\x7f" + stem.encode() + b"_NULL_THUNK_DATA", 0, 1, _SYM_EXTERNAL)])
-
-
 def _short_import(dll: str, machine: int, exp: Export) -> bytes:
     names = exp.name.encode("ascii") + b"\0" + dll.encode("ascii") + b"\0"
     kind = _IMPORT_DATA if exp.data else _IMPORT_CODE
@@ -229,41 +212,29 @@ def _short_import(dll: str, machine: int, exp: Export) -> bytes:
 
 def _ar(members: Sequence[tuple[str, bytes, Sequence[bytes]]]) -> bytes:
     """A GNU-style ar archive with a first linker member ("/") indexing every member's symbols."""
-    longnames = bytearray()
-    headers: list[bytes] = []
-    for name, _data, _syms in members:
-        if len(name) < 16:
-            headers.append(f"{name}/".encode())
-        else:
-            headers.append(f"/{len(longnames)}".encode())
-            longnames += name.encode() + b"/\n"
-
-    def header(name: bytes, size: int) -> bytes:
+    def member(name: bytes, data: bytes) -> bytes:
         # timestamp, owner, group 0 and mode 644: the same DLL always gives the same bytes
-        return b"%-16s%-12d%-6d%-6d%-8s%-10d`\n" % (name, 0, 0, 0, b"644", size)
+        head = b"%-16s%-12d%-6d%-6d%-8s%-10d`\n" % (name, 0, 0, 0, b"644", len(data))
+        return head + data + b"\n" * (len(data) & 1)
 
-    def padded(b: bytes) -> bytes:
-        return b + b"\n" * (len(b) & 1)
-
+    longnames = bytearray()
+    bodies: list[bytes] = []
+    for name, data, _syms in members:
+        if len(name) < 16:
+            bodies.append(member(f"{name}/".encode(), data))
+        else:
+            bodies.append(member(f"/{len(longnames)}".encode(), data))
+            longnames += name.encode() + b"/\n"
+    names = member(b"//", bytes(longnames)) if longnames else b""
     nsyms = sum(len(syms) for _n, _d, syms in members)
     strings = b"".join(s + b"\0" for _n, _d, syms in members for s in syms)
-    symtab_size = 4 + 4 * nsyms + len(strings)
-    offset = 8 + 60 + len(padded(bytes(symtab_size)))
-    if longnames:
-        offset += 60 + len(padded(bytes(longnames)))
+    offset = 8 + len(member(b"/", bytes(4 + 4 * nsyms + len(strings)))) + len(names)
     offsets: list[int] = []
-    for (_name, data, syms) in members:
+    for body, (_name, _data, syms) in zip(bodies, members, strict=True):
         offsets += [offset] * len(syms)
-        offset += 60 + len(padded(data))
-    out = io.BytesIO()
-    out.write(b"!<arch>\n")
-    out.write(header(b"/", symtab_size))
-    out.write(padded(struct.pack(f">I{nsyms}I", nsyms, *offsets) + strings))
-    if longnames:
-        out.write(header(b"//", len(longnames)) + padded(bytes(longnames)))
-    for hdr, (_name, data, _syms) in zip(headers, members, strict=True):
-        out.write(header(hdr, len(data)) + padded(data))
-    return out.getvalue()
+        offset += len(body)
+    symtab = member(b"/", struct.pack(f">I{nsyms}I", nsyms, *offsets) + strings)
+    return b"!<arch>\n" + symtab + names + b"".join(bodies)
 
 
 def import_library(info: DllExports) -> bytes:
@@ -274,10 +245,17 @@ def import_library(info: DllExports) -> bytes:
                                  "can be written for (x86, x64, arm64)", dll=dll)
     stem = dll.rsplit(".", 1)[0] if "." in dll else dll
     thunk = b"\x7f" + stem.encode() + b"_NULL_THUNK_DATA"
+    # the directory's terminator; the terminators of the lookup and address tables (one pointer each)
+    width, align = (4, _ALIGN_4) if info.machine == MACHINE_I386 else (8, _ALIGN_8)
+    null_descriptor = _coff(info.machine, [(b".idata$3", bytes(20), [], _ALIGN_4 | _DATA_RW)],
+                            [(b"__NULL_IMPORT_DESCRIPTOR", 0, 1, _SYM_EXTERNAL)])
+    null_thunk = _coff(info.machine, [(b".idata$5", bytes(width), [], align | _DATA_RW),
+                                      (b".idata$4", bytes(width), [], align | _DATA_RW)],
+                       [(thunk, 0, 1, _SYM_EXTERNAL)])
     members: list[tuple[str, bytes, Sequence[bytes]]] = [
         (dll, _import_descriptor(dll, stem, info.machine), [b"__IMPORT_DESCRIPTOR_" + stem.encode()]),
-        (dll, _null_import_descriptor(info.machine), [b"__NULL_IMPORT_DESCRIPTOR"]),
-        (dll, _null_thunk(stem, info.machine), [thunk]),
+        (dll, null_descriptor, [b"__NULL_IMPORT_DESCRIPTOR"]),
+        (dll, null_thunk, [thunk]),
     ]
     for exp in info.exports:
         syms = [b"__imp_" + exp.name.encode()] + ([] if exp.data else [exp.name.encode()])

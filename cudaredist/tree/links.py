@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from cudaredist import fsops
@@ -101,9 +102,9 @@ def _clonefile(src: str, dest: str) -> bool:  # pragma: no cover - macOS only
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.clonefile(os.fsencode(src), os.fsencode(dest), 0) == 0:
         return True
-    if ctypes.get_errno() in _UNSUPPORTED:
-        return False
     err = ctypes.get_errno()
+    if err in _UNSUPPORTED:
+        return False
     raise OSError(err, os.strerror(err), str(dest))
 
 
@@ -130,13 +131,9 @@ def _copy_fd(fi: int, fo: int, size: int | None = None) -> None:
                 view = view[os.write(fo, view):]
 
 
-def _copy_file_range_impl(fi: int, fo: int, count: int) -> int:
-    return os.copy_file_range(fi, fo, count)
-
-
-def _sendfile_impl(fi: int, fo: int, count: int) -> int:
-    return os.sendfile(fo, fi, None, count)
-
-
-_copy_file_range = _copy_file_range_impl if hasattr(os, "copy_file_range") else None
-_sendfile = _sendfile_impl if hasattr(os, "sendfile") and sys.platform.startswith("linux") else None
+# looked up in os on each call (tests replace os.copy_file_range and os.write alike)
+_copy_file_range: Callable[[int, int, int], int] | None = (
+    (lambda fi, fo, count: os.copy_file_range(fi, fo, count)) if hasattr(os, "copy_file_range") else None)
+_sendfile: Callable[[int, int, int], int] | None = (
+    (lambda fi, fo, count: os.sendfile(fo, fi, None, count))
+    if hasattr(os, "sendfile") and sys.platform.startswith("linux") else None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import posixpath
 import re
 import stat
@@ -18,28 +19,23 @@ def clean_member(name: str, *, archive: str, zip_entry: bool = False) -> str:
     Refused: absolute paths, drive letters, ``..`` anywhere, NUL/control characters,
     and in zips backslashes (a Windows extractor treats them as separators).
     """
-    raw = name
+    def refuse(why: str, kind: str = "member", because: str = "") -> UnsafeArchiveError:
+        return UnsafeArchiveError(f"{archive}: {kind} {name!r} {why}; refused{because}", archive=archive,
+                                  member=name)
+
     if any(ord(c) < 0x20 for c in name):
-        raise UnsafeArchiveError(f"{archive}: member {raw!r} has control characters in its name; refused",
-                                 archive=archive, member=raw)
+        raise refuse("has control characters in its name")
     if "\\" in name and (zip_entry or WINDOWS):
-        raise UnsafeArchiveError(
-            f"{archive}: entry {raw!r} uses backslashes; refused (Windows reads them as "
-            "directory separators)", archive=archive, member=raw)
-    if name.startswith("/") or _DRIVE.match(name) or name.startswith("\\"):
-        raise UnsafeArchiveError(f"{archive}: member {raw!r} is an absolute path; refused",
-                                 archive=archive, member=raw)
+        raise refuse("uses backslashes", "entry", " (Windows reads them as directory separators)")
     parts = [p for p in name.split("/") if p not in ("", ".")]
-    if parts and parts[0].startswith("\\"):  # "./\\x": rooted once the "." is gone
-        raise UnsafeArchiveError(f"{archive}: member {raw!r} is an absolute path; refused",
-                                 archive=archive, member=raw)
+    # "./\\x" is rooted once the "." is gone
+    if name.startswith(("/", "\\")) or _DRIVE.match(name) or (parts and parts[0].startswith("\\")):
+        raise refuse("is an absolute path")
     if ".." in parts:
-        raise UnsafeArchiveError(f"{archive}: member {raw!r} contains '..'; refused",
-                                 archive=archive, member=raw)
+        raise refuse("contains '..'")
     # "./C:/x" or "top/C:/x": once the leading parts are gone, Windows reads "C:/x" as absolute
     if any(_DRIVE.match(p) for p in parts):
-        raise UnsafeArchiveError(f"{archive}: member {raw!r} contains a drive letter; refused",
-                                 archive=archive, member=raw)
+        raise refuse("contains a drive letter")
     return "/".join(parts)
 
 
@@ -66,28 +62,23 @@ def tree_path(rest: str, *, component: str, root: str = "") -> str:
 
 def link_target_inside(link_path: str, target: str, *, archive: str) -> str:
     """The tree path a symlink at ``link_path`` points to; refuses targets leaving the tree."""
+    def refuse(why: str) -> UnsafeArchiveError:
+        return UnsafeArchiveError(f"{archive}: symlink {link_path!r} -> {target!r} {why}; refused",
+                                  archive=archive, member=link_path)
+
     if target.startswith("/") or _DRIVE.match(target) or "\\" in target:
-        raise UnsafeArchiveError(
-            f"{archive}: symlink {link_path!r} -> {target!r} points to an absolute path; refused",
-            archive=archive, member=link_path)
+        raise refuse("points to an absolute path")
     if not target:
         raise UnsafeArchiveError(f"{archive}: symlink {link_path!r} has an empty target; refused",
                                  archive=archive, member=link_path)
     # Lexical normalisation is only right if no '..' follows a name: in "x/y/../.." the OS
     # resolves x/y first, and if another member made x/y a link to "..", this leaves the tree.
     parts = [p for p in target.split("/") if p not in ("", ".")]
-    ups = 0
-    while ups < len(parts) and parts[ups] == "..":
-        ups += 1
-    if ".." in parts[ups:]:
-        raise UnsafeArchiveError(
-            f"{archive}: symlink {link_path!r} -> {target!r} climbs with '..' after a name, which "
-            "can leave the prefix through another link; refused", archive=archive, member=link_path)
+    if ".." in itertools.dropwhile(lambda p: p == "..", parts):
+        raise refuse("climbs with '..' after a name, which can leave the prefix through another link")
     resolved = posixpath.normpath(posixpath.join(posixpath.dirname(link_path), target))
-    if resolved == ".." or resolved.startswith("../") or resolved.startswith("/"):
-        raise UnsafeArchiveError(
-            f"{archive}: symlink {link_path!r} -> {target!r} leaves the prefix; refused",
-            archive=archive, member=link_path)
+    if resolved == ".." or resolved.startswith(("../", "/")):
+        raise refuse("leaves the prefix")
     return resolved
 
 

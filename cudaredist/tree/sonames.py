@@ -15,9 +15,6 @@ if TYPE_CHECKING:
     from cudaredist.tree.staging import Tree
 
 _DEV_LIB = re.compile(r"^lib[^/]*\.so(?:\.\d+)*$")
-
-
-
 _PT_LOAD, _PT_DYNAMIC = 1, 2
 _DT_NULL, _DT_STRTAB, _DT_SONAME = 0, 5, 14
 
