@@ -227,7 +227,7 @@ def link_trains(root: Path, *, timeout: float,
     try:
         lock.acquire()
     except filelock.Timeout as exc:
-        raise BusyError(f"the train links of {root} are being updated by another cudaredist process for "
+        raise BusyError(f"the train links of {root} are busy: another cudaredist process held them for "
                         f"more than {timeout:g}s; retry, or raise --lock-timeout", path=str(root),
                         lock=lock.lock_file) from exc
     except OSError as exc:

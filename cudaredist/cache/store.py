@@ -266,8 +266,8 @@ class Cache:
                             raise
         except filelock.Timeout as exc:
             raise BusyError(
-                f"the cache entry {name} in {self.root} is locked by another cudaredist process "
-                f"for more than {wait:g}s; retry, or raise --lock-timeout",
+                f"the cache entry {name} in {self.root} is busy: another cudaredist process has held its "
+                f"lock for more than {wait:g}s; retry, or raise --lock-timeout",
                 path=str(self.root), lock=lock.lock_file) from exc
         except OSError as exc:
             raise local_error(exc, doing="lock", path=lock.lock_file, option=OPTION,

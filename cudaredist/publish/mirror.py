@@ -135,7 +135,7 @@ def mirror_lock(out: Path, timeout: float) -> Any:
         with lock:
             yield
     except filelock.Timeout as exc:
-        raise BusyError(f"another cudaredist process is writing the mirror {out}; retry later",
+        raise BusyError(f"the mirror {out} is busy: another cudaredist process is writing it; retry later",
                         path=str(out), lock=lock.lock_file) from exc
 
 
