@@ -5,7 +5,7 @@ from __future__ import annotations
 import platform as _platform
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -40,13 +40,22 @@ class Spec:
     def __str__(self) -> str:
         return "|".join(self.names)
 
+    def unplannable(self, message: str, release: str, platform: str) -> PlanError:
+        """The error for this component when ``release`` cannot give it for ``platform``."""
+        return PlanError(message, component=str(self), release=release, platform=platform)
+
 
 @dataclass(frozen=True)
 class Profile:
+    """A profile of profiles.toml or pypi.toml: its specs with those of what it extends; ``since``
+    and ``before`` (pypi.toml) the nearest in the chain that says."""
+
     name: str
     description: str
     specs: tuple[Spec, ...]
     extends: str = ""
+    since: str = ""
+    before: str = ""
 
 
 @dataclass(frozen=True)
@@ -120,14 +129,22 @@ def extends_chain(table: Mapping[str, Any], name: str, where: str) -> list[dict[
     raise ManifestError(f"{where}: profile {name!r} extends itself (through {' -> '.join(chain)})")
 
 
+def build_profile(table: Mapping[str, Any], name: str, where: str, key: str = "components",
+                  spec: Callable[[object, str], Spec] = parse_spec) -> Profile:
+    """The profile ``name`` of ``table`` (``where``: the data file, ``key``: its list of components)."""
+    chain = extends_chain(table, name, where)
+    at = f"profile {name}" if where == "profiles.toml" else f"{where} profile {name}"
+    return Profile(name, str(chain[-1].get("description", "")),
+                   tuple(spec(c, at) for body in chain for c in body.get(key, [])),
+                   str(chain[-1].get("extends", "")),
+                   *(next((str(b[f]) for b in reversed(chain) if f in b), "") for f in ("since", "before")))
+
+
 def get_profile(name: str) -> Profile:
     profiles = _data().get("profiles", {})
     if name not in profiles:
         raise UsageError(f"unknown profile {name!r}; profiles: {', '.join(sorted(profiles))}")
-    specs = [parse_spec(c, f"profile {name}")
-             for body in extends_chain(profiles, name, "profiles.toml") for c in body.get("components", [])]
-    body = profiles[name]
-    return Profile(name, str(body.get("description", "")), tuple(specs), str(body.get("extends", "")))
+    return build_profile(profiles, name, "profiles.toml")
 
 
 def platform_rule(name: str) -> PlatformRule:

@@ -338,7 +338,7 @@ def _requirements_for(spec: Spec, meta: Metadata, release: Release, platform: st
     else:
         msg = (f"{data.metapackage} {release.label} has no extra, component or wheel {spec} for {platform}; "
                f"its extras: {', '.join(offered)}")
-    raise PlanError(msg, component=str(spec), release=release.label, platform=platform)
+    raise spec.unplannable(msg, release.label, platform)
 
 
 def _plan_item(index: WheelIndex, name: str, specs: list[str], release: Release, platform: str,
@@ -400,7 +400,7 @@ def resolve_plan(index: WheelIndex, train: str, *, platform: str, profile: str |
             raise PlanError(
                 f"profile {profile} cannot be built from CUDA {label}'s wheels: {prof.before}. "
                 f"Use --source nvidia, or a release from {prof.since} on", release=label, platform=platform)
-        for s in prof.extras:
+        for s in prof.specs:
             if s.applies_to(label):
                 specs.append(s)
             elif s.missing:
