@@ -118,12 +118,8 @@ def translate(exc: Exception) -> CudaRedistError:
                            "run it again with --verbose and report the traceback")
 
 
-def json_text(obj: Any) -> str:
-    return json.dumps(obj, indent=2)
-
-
 def emit_json(obj: Any) -> None:
-    typer.echo(json_text(obj))
+    typer.echo(json.dumps(obj, indent=2))
 
 
 @dataclass(frozen=True)
@@ -243,8 +239,6 @@ def print_plan(plan: Plan) -> None:
     typer.echo(f"total: {len(plan.items)} archives, {mb(plan.total_size)}")
     for note in plan.notes:
         typer.echo(f"note: {note}")
-
-
 
 
 @dataclass(frozen=True)
