@@ -5,7 +5,7 @@ from __future__ import annotations
 import platform as _platform
 import re
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -112,6 +112,14 @@ def parse_spec(item: object, where: str = "profile") -> Spec:
         raise ManifestError(f"{where}: {names}: platforms must be a list of platform names, "
                             f"got {platforms!r}")
     return Spec(parts, since, tuple(platforms), missing)
+
+
+def wanted_specs(profile_specs: Iterable[Spec], components: Sequence[str]) -> list[Spec]:
+    """What a plan installs: the profile's specs (those of the release) and each ``--component``."""
+    specs = [*profile_specs, *(parse_spec(c, "--component") for c in components)]
+    if not specs:
+        raise PlanError("nothing to install: give a profile or at least one --component")
+    return specs
 
 
 def extends_chain(table: Mapping[str, Any], name: str, where: str) -> list[dict[str, Any]]:

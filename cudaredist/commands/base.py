@@ -18,26 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from cudaredist.commands.options import (
-    BaseUrlOpt,
-    CacheDirOpt,
-    ChannelOpt,
-    ComponentOpt,
-    IndexUrlOpt,
-    InstallDirOpt,
-    MirrorOpt,
-    NoFallbackOpt,
-    OfflineOpt,
-    OnlyOpt,
-    PlatformOpt,
-    PrefixOpt,
-    ProfileOpt,
-    SourceOpt,
-    ToolkitArg,
-    TrustedHostOpt,
-    VerboseOpt,
-    WithOpt,
-)
+from cudaredist.commands import options as o
 from cudaredist.errors import CudaRedistError, ToolError
 from cudaredist.localfs import mb
 from cudaredist.profiles import DEFAULT_PROFILE
@@ -127,15 +108,15 @@ class Ctx:
     """Where a command resolves and fetches from: the options install, resolve, trains, mirror and
     lock share (a command takes them as one ``ctx: Ctx`` parameter, see :func:`command`)."""
 
-    base_url: BaseUrlOpt = None
-    channel: ChannelOpt = None
-    mirror: MirrorOpt = None
-    no_fallback: NoFallbackOpt = False
-    trusted_host: TrustedHostOpt = None
-    cache_dir: CacheDirOpt = None
-    offline: OfflineOpt = False
-    source: SourceOpt = None  # None: not given (install --lock takes the lock's)
-    index_url: IndexUrlOpt = None
+    base_url: o.BaseUrlOpt = None
+    channel: o.ChannelOpt = None
+    mirror: o.MirrorOpt = None
+    no_fallback: o.NoFallbackOpt = False
+    trusted_host: o.TrustedHostOpt = None
+    cache_dir: o.CacheDirOpt = None
+    offline: o.OfflineOpt = False
+    source: o.SourceOpt = None  # None: not given (install --lock takes the lock's)
+    index_url: o.IndexUrlOpt = None
 
     def where(self) -> Where:
         from cudaredist.sources import Where
@@ -165,10 +146,10 @@ class Ctx:
 class Selection:
     """What to install: the options install, resolve, mirror and lock share (see :func:`command`)."""
 
-    profile: ProfileOpt = None
-    component: ComponentOpt = None
-    only: OnlyOpt = False
-    with_: WithOpt = None
+    profile: o.ProfileOpt = None
+    component: o.ComponentOpt = None
+    only: o.OnlyOpt = False
+    with_: o.WithOpt = None
 
     def resolving(self) -> dict[str, Any]:
         """The keyword arguments of a source's ``resolve`` and ``mirror_content``."""
@@ -200,7 +181,7 @@ def command(body: Callable[..., None]) -> Callable[..., None]:
             params.append(p.replace(kind=inspect.Parameter.KEYWORD_ONLY))
     if not wants_verbose:
         params.append(inspect.Parameter("verbose", inspect.Parameter.KEYWORD_ONLY, default=False,
-                                        annotation=VerboseOpt))
+                                        annotation=o.VerboseOpt))
 
     @functools.wraps(body)
     def run(**kw: Any) -> None:
@@ -246,10 +227,10 @@ class Toolkit:
     """The installed tree a command acts on (verify, info, env, uninstall, doctor): ``--prefix``, or
     the best managed toolkit of TRAIN (see :func:`command`)."""
 
-    train: ToolkitArg = None
-    prefix: PrefixOpt = None
-    platform: PlatformOpt = None
-    install_dir: InstallDirOpt = None
+    train: o.ToolkitArg = None
+    prefix: o.PrefixOpt = None
+    platform: o.PlatformOpt = None
+    install_dir: o.InstallDirOpt = None
 
     def target(self) -> Path:
         from cudaredist.managed import find_one, install_dir

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from cudaredist.errors import PlanError
 from cudaredist.plan import Archive, Plan, PlannedArchive, archive_url
-from cudaredist.profiles import Spec, get_profile, parse_spec
+from cudaredist.profiles import Spec, get_profile, wanted_specs
 from cudaredist.sources.nvidia.manifest import Component, Manifest
 
 
@@ -50,12 +50,8 @@ def make_plan(manifest: Manifest, *, platform: str, base_url: str, profile: str 
             f"CUDA {manifest.label} has no archives for platform {platform!r}; "
             f"platforms in this release: {', '.join(p for p in manifest.platforms)}",
             release=manifest.label, platform=platform)
-    specs: list[Spec] = []
-    if profile is not None:
-        specs.extend(s for s in get_profile(profile).specs if s.applies_to(manifest.label, platform))
-    specs.extend(parse_spec(c, "--component") for c in components)
-    if not specs:
-        raise PlanError("nothing to install: give a profile or at least one --component")
+    specs = wanted_specs([s for s in get_profile(profile).specs if s.applies_to(manifest.label, platform)]
+                         if profile is not None else [], components)
     items: list[PlannedArchive] = []
     notes: list[str] = []
     seen: set[str] = set()

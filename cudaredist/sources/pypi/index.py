@@ -22,18 +22,11 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from cudaredist.cache import Cache
-from cudaredist.errors import (
-    FetchError,
-    IntegrityError,
-    ManifestError,
-    OfflineError,
-    PlanError,
-    ResolveError,
-)
+from cudaredist.errors import FetchError, IntegrityError, ManifestError, OfflineError, PlanError, ResolveError
 from cudaredist.fetch.client import UNREACHABLE_HINT, is_local, local_path
 from cudaredist.fetch.transport import Transport
 from cudaredist.plan import Archive, Plan, PlannedArchive
-from cudaredist.profiles import Spec, needed_components, parse_product_requests, parse_spec
+from cudaredist.profiles import Spec, needed_components, parse_product_requests, wanted_specs
 from cudaredist.sources.nvidia.index import normalize_base
 from cudaredist.sources.nvidia.releases import check_train, pick_release, train_rows
 from cudaredist.sources.pypi.simple import IndexFile, parse_simple_page
@@ -393,21 +386,14 @@ def resolve_plan(index: WheelIndex, train: str, *, platform: str, profile: str |
     picked = [plan_product(index, r, platform=platform, cuda_release=label) for r in requests]
     components = needed_components(requests, components, {r.name: r.release for r, _item in picked})
     notes: list[str] = []
-    specs: list[Spec] = []
-    if profile is not None:
-        prof = data.profile(profile)
-        if prof.since and pep440(label) < pep440(prof.since):
-            raise PlanError(
-                f"profile {profile} cannot be built from CUDA {label}'s wheels: {prof.before}. "
-                f"Use --source nvidia, or a release from {prof.since} on", release=label, platform=platform)
-        for s in prof.specs:
-            if s.applies_to(label):
-                specs.append(s)
-            elif s.missing:
-                notes.append(s.missing)
-    specs.extend(parse_spec(c, "--component") for c in components)
-    if not specs:
-        raise PlanError("nothing to install: give a profile or at least one --component")
+    prof = data.profile(profile) if profile is not None else None
+    if prof is not None and prof.since and pep440(label) < pep440(prof.since):
+        raise PlanError(f"profile {profile} cannot be built from CUDA {label}'s wheels: {prof.before}. "
+                        f"Use --source nvidia, or a release from {prof.since} on", release=label,
+                        platform=platform)
+    own = prof.specs if prof is not None else ()
+    notes.extend(s.missing for s in own if s.missing and not s.applies_to(label))
+    specs = wanted_specs([s for s in own if s.applies_to(label)], components)
     meta = index.metadata(release)
     wanted: dict[str, list[str]] = {}
     for spec in specs:

@@ -91,11 +91,6 @@ class WheelData:
         return self.platforms[name]
 
 
-def _spec(item: object, where: str) -> ExtraSpec:
-    spec = parse_spec(item, where)
-    return ExtraSpec(spec.names, spec.since, spec.platforms, spec.missing)
-
-
 def parse_wheel_data(raw: Mapping[str, Any]) -> WheelData:
     packages: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {}
     for name, value in raw.get("packages", {}).items():
@@ -116,7 +111,8 @@ def parse_wheel_data(raw: Mapping[str, Any]) -> WheelData:
     }
     notes = tuple(Note(str(n["component"]), tuple(n.get("platforms", [])), str(n["text"]))
                   for n in raw.get("notes", []))
-    profiles = {name: build_profile(raw["profiles"], name, "pypi.toml", "extras", _spec)
+    profiles = {name: build_profile(raw["profiles"], name, "pypi.toml", "extras",
+                                      lambda item, at: ExtraSpec(**vars(parse_spec(item, at))))
                 for name in raw.get("profiles", {})}
     return WheelData(str(raw.get("metapackage", "cuda-toolkit")), profiles,
                      packages, relocate, dict(raw.get("real_names", {})), platforms, notes,
