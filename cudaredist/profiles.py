@@ -284,19 +284,17 @@ def parse_product_request(text: str) -> ProductRequest:
 
 
 def needed_components(requests: Sequence[ProductRequest], components: Sequence[str],
-                      releases: Mapping[str, str] | None = None) -> list[str]:
+                      releases: Mapping[str, str]) -> list[str]:
     """``components`` plus the toolkit components the requested products need (``releases``: the
     product releases picked, by product name), each once."""
-    rel = releases or {}
     return list(dict.fromkeys([*components, *(n for r in requests
-                                              for n in r.product.needs_for(rel.get(r.name, "")))]))
+                                              for n in r.product.needs_for(releases.get(r.name, "")))]))
 
 
 def needs_notes(requests: Sequence[ProductRequest], components: Sequence[str],
-                planned: Sequence[str], releases: Mapping[str, str] | None = None) -> list[str]:
+                planned: Sequence[str], releases: Mapping[str, str]) -> list[str]:
     """A plan note per toolkit component that is there only because a product needs it."""
-    rel = releases or {}
-    needs = {r.name: r.product.needs_for(rel.get(r.name, "")) for r in requests}
+    needs = {r.name: r.product.needs_for(releases.get(r.name, "")) for r in requests}
     out = []
     for name in dict.fromkeys(n for r in requests for n in needs[r.name]):
         if name in planned and name not in components:

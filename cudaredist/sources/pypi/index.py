@@ -48,8 +48,6 @@ from cudaredist.sources.pypi.wheels import (
 )
 from cudaredist.trust import Trust, refuse, unreachable
 
-DEFAULT_INDEX_URL = "https://pypi.org/simple/"
-ENV_INDEX_URL = "PIP_INDEX_URL"
 LAYOUT = "wheel"
 # PEP 691 content negotiation: JSON (it carries sizes) before HTML.
 ACCEPT = ("application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, "
@@ -59,7 +57,7 @@ PAGE_LIMIT = 32 << 20
 
 def default_index_url(url: str | None = None) -> str:
     """``--index-url`` > ``PIP_INDEX_URL`` > PyPI; always with a trailing slash."""
-    return normalize_base(url or os.environ.get(ENV_INDEX_URL) or DEFAULT_INDEX_URL)
+    return normalize_base(url or os.environ.get("PIP_INDEX_URL") or "https://pypi.org/simple/")
 
 
 @dataclass(frozen=True)
