@@ -11,10 +11,8 @@ import subprocess
 import traceback
 import typing
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
@@ -35,12 +33,12 @@ def set_verbose(v: bool) -> None:
     _VERBOSE = v
 
 
-def fail(message: str, code: int = 1) -> None:
+def fail(message: str, code: int = 1) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code)
 
 
-@contextmanager
+@contextlib.contextmanager
 def errors() -> Iterator[None]:
     """The one error boundary: a :class:`CudaRedistError` becomes its paragraph and exit code; what
     escaped translation where it happened is translated here as a last resort."""
@@ -50,20 +48,16 @@ def errors() -> Iterator[None]:
         raise
     except KeyboardInterrupt:
         fail("interrupted; nothing was changed in the prefix", 130)
-    except BrokenPipeError as exc:
-        if exc.filename is not None:  # a pipe the command opened itself: an error like any other
-            if _VERBOSE:
-                traceback.print_exc()
-            fail(str(translate(exc)))
-        _stdout_closed()
     except Exception as exc:  # noqa: BLE001 - the boundary: every failure is one paragraph
+        if isinstance(exc, BrokenPipeError) and exc.filename is None:  # not a pipe the command opened
+            _stdout_closed()
         if _VERBOSE:
             traceback.print_exc()
         err = translate(exc)
         fail(str(err), err.exit_code)
 
 
-def _stdout_closed() -> None:
+def _stdout_closed() -> NoReturn:
     """The reader of stdout went away (``cudaredist list | head -1``): stop quietly with the status a
     process killed by SIGPIPE has, as git and coreutils do; nothing left to print, nothing to report."""
     import os
@@ -103,7 +97,7 @@ def emit_json(obj: Any) -> None:
     typer.echo(json.dumps(obj, indent=2))
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Ctx:
     """Where a command resolves and fetches from: the options install, resolve, trains, mirror and
     lock share (a command takes them as one ``ctx: Ctx`` parameter, see :func:`command`)."""
@@ -129,7 +123,7 @@ class Ctx:
 
         return Cache(self.cache_dir)
 
-    @contextmanager
+    @contextlib.contextmanager
     def open(self, jobs: int = 8) -> Iterator[Any]:
         """The source to ask, over one transport of ``jobs`` connections."""
         from cudaredist.fetch.transport import Transport
@@ -142,7 +136,7 @@ class Ctx:
             transport.close()
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Selection:
     """What to install: the options install, resolve, mirror and lock share (see :func:`command`)."""
 
@@ -222,7 +216,7 @@ def print_plan(plan: Plan) -> None:
         typer.echo(f"note: {note}")
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Toolkit:
     """The installed tree a command acts on (verify, info, env, uninstall, doctor): ``--prefix``, or
     the best managed toolkit of TRAIN (see :func:`command`)."""
@@ -242,7 +236,6 @@ class Toolkit:
             return canonical_prefix(self.prefix)
         if self.train is None:
             fail("give --prefix DIR, or the TRAIN of a managed toolkit (see `cudaredist list`)", 2)
-        assert self.train is not None
         return find_one(install_dir(self.install_dir), self.train, self.platform).path
 
 

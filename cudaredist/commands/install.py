@@ -53,8 +53,7 @@ def install(
     request = InstallRequest(
         trains=tuple(trains or ()), prefix=prefix, install_dir=install_dir, platform=platform,
         profile=sel.profile, components=tuple(sel.component or ()), only=sel.only,
-        products=tuple(sel.with_ or ()),
-        lock=lock, source=ctx.source,
+        products=tuple(sel.with_ or ()), lock=lock, source=ctx.source,
         reinstall=reinstall or force, replace_foreign=replace_foreign, refresh=refresh,
         link_mode=link_mode, lock_timeout=lock_timeout, jobs=jobs, cache_dir=ctx.cache_dir,
         where=ctx.where())

@@ -123,35 +123,31 @@ class WheelIndex:
 
     def files(self, project: str) -> list[IndexFile]:
         name = canonicalize_name(project)
-        if name not in self._pages:
-            readers = self.readers()
-            errors: list[FetchError] = []
-            for i, root in enumerate(readers):
-                try:
-                    data = self._page(root, name, quick=i < len(readers) - 1)
-                except FetchError as exc:
-                    errors.append(exc)
-                    continue
-                self._pages[name] = parse_simple_page(data, f"{root}{name}/")
-                self.served[name] = root
-                break
-            else:
-                if self.pages_from_the_mirror_only and errors[0].status == 404:
-                    raise FetchError(f"the mirror {self.mirror_url} has no project {name}, and --no-fallback "
-                                     f"forbids its page at the package index {self.index_url}: add the "
-                                     f"project to the mirror, or drop --no-fallback",
-                                     url=errors[0].url, status=404) from errors[0]
-                mirror = self.mirror_url
-                if mirror is not None and not self.trust.trusted(mirror) and not all(
-                        e.status == 404 or isinstance(e, OfflineError) for e in errors):
-                    cause = "; ".join(str(e).replace(" " + UNREACHABLE_HINT, "") for e in errors)
-                    raise unreachable(("the mirror", mirror), readers, cause,
-                                      what="the index pages") from errors[0]
-                if len(errors) == 1:
-                    raise errors[0]
-                raise FetchError("; ".join(map(str, errors)), url=errors[0].url,
-                                 status=errors[-1].status)
-        return self._pages[name]
+        if name in self._pages:
+            return self._pages[name]
+        readers = self.readers()
+        errors: list[FetchError] = []
+        for i, root in enumerate(readers):
+            try:
+                data = self._page(root, name, quick=i < len(readers) - 1)
+            except FetchError as exc:
+                errors.append(exc)
+                continue
+            self._pages[name] = parse_simple_page(data, f"{root}{name}/")
+            self.served[name] = root
+            return self._pages[name]
+        if self.pages_from_the_mirror_only and errors[0].status == 404:
+            raise FetchError(f"the mirror {self.mirror_url} has no project {name}, and --no-fallback forbids "
+                             f"its page at the package index {self.index_url}: add the project to the "
+                             "mirror, or drop --no-fallback", url=errors[0].url, status=404) from errors[0]
+        mirror = self.mirror_url
+        if mirror is not None and not self.trust.trusted(mirror) and not all(
+                e.status == 404 or isinstance(e, OfflineError) for e in errors):
+            cause = "; ".join(str(e).replace(" " + UNREACHABLE_HINT, "") for e in errors)
+            raise unreachable(("the mirror", mirror), readers, cause, what="the index pages") from errors[0]
+        if len(errors) == 1:
+            raise errors[0]
+        raise FetchError("; ".join(map(str, errors)), url=errors[0].url, status=errors[-1].status)
 
     def _page(self, root: str, name: str, *, quick: bool = False) -> bytes:
         page_url = f"{root}{name}/"
