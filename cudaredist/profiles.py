@@ -81,7 +81,7 @@ def data_dir() -> Path:
 
 
 @cache
-def _load(path: str) -> dict[str, Any]:
+def load_toml(path: str) -> dict[str, Any]:
     try:
         with open(path, "rb") as fh:
             data: dict[str, Any] = tomllib.load(fh)
@@ -91,7 +91,7 @@ def _load(path: str) -> dict[str, Any]:
 
 
 def _data() -> dict[str, Any]:
-    return _load(str(data_dir() / "profiles.toml"))
+    return load_toml(str(data_dir() / "profiles.toml"))
 
 
 def parse_spec(item: object, where: str = "profile") -> Spec:

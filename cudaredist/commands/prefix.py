@@ -31,9 +31,8 @@ def verify(
             for path in getattr(report, kind):
                 why = report.reasons.get(path) if kind == "changed" else None
                 typer.echo(f"{kind:8} {path}" + (f" ({why})" if why else ""))
-        status = "ok" if report.ok else "DIFFERS"
-        typer.echo(f"{status}: {report.checked} files checked, {len(report.missing)} missing, "
-                   f"{len(report.changed)} changed, {len(report.extra)} extra"
+        typer.echo(f"{'ok' if report.ok else 'DIFFERS'}: {report.checked} files checked, "
+                   f"{len(report.missing)} missing, {len(report.changed)} changed, {len(report.extra)} extra"
                    + (" (added since the install, kept by uninstall)" if report.extra else ""))
         if report.drift:
             typer.echo(f"note: {report.drift}")

@@ -262,11 +262,9 @@ class WheelIndex:
         path = self.fetch(release.file, urls)
         try:
             with zipfile.ZipFile(path) as zf:
-                names = [n for n in zf.namelist()
-                         if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+                names = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
                 if len(names) != 1:
-                    raise PlanError(f"{release.file.filename} holds {len(names)} METADATA files, "
-                                    "not one")
+                    raise PlanError(f"{release.file.filename} holds {len(names)} METADATA files, not one")
                 text = zf.read(names[0]).decode("utf-8", "replace")
         except zipfile.BadZipFile as exc:
             raise PlanError(f"{release.file.filename} is not a readable wheel: {exc}") from exc
@@ -389,19 +387,15 @@ def resolve_plan(index: WheelIndex, train: str, *, platform: str, profile: str |
     notes.extend(s.missing for s in own if s.missing and not s.applies_to(label))
     specs = wanted_specs([s for s in own if s.applies_to(label)], components)
     meta = index.metadata(release)
-    wanted: dict[str, list[str]] = {}
+    wanted: dict[str, dict[str, None]] = {}  # wheel -> its specifiers, each once, in order
     for spec in specs:
         for req in _requirements_for(spec, meta, release, platform, data):
-            pin = str(req.specifier)
-            wanted.setdefault(req.name, [])
-            if pin not in wanted[req.name]:
-                wanted[req.name].append(pin)
+            wanted.setdefault(req.name, {})[str(req.specifier)] = None
     with ThreadPoolExecutor(min(8, len(wanted))) as pool:
-        results = list(pool.map(lambda kv: _plan_item(index, kv[0], kv[1], release, platform, pre),
+        results = list(pool.map(lambda kv: _plan_item(index, kv[0], list(kv[1]), release, platform, pre),
                                 wanted.items()))
     items = tuple(item for item, _n in results) + tuple(item for _r, item in picked)
-    for _item, extra_notes in results:
-        notes.extend(extra_notes)
+    notes.extend(n for _item, item_notes in results for n in item_notes)
     present = {i.component for i in items}
     notes.extend(n.text for n in data.notes if n.component in present and platform in n.platforms)
     notes.extend(dict.fromkeys(index.notes))

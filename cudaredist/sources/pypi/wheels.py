@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import fnmatch
 import re
-import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -25,15 +24,9 @@ from packaging.utils import InvalidWheelFilename, NormalizedName, canonicalize_n
 from packaging.version import InvalidVersion, Version
 
 from cudaredist.errors import ManifestError, PlanError
-from cudaredist.profiles import Profile, Spec, build_profile, data_dir, is_windows, parse_spec
+from cudaredist.profiles import Profile, Spec, build_profile, data_dir, is_windows, load_toml, parse_spec
 from cudaredist.sources.pypi.simple import IndexFile
 from cudaredist.tree.paths import tree_path
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 
 # ------------------------------------------------------------------------------------------------
 # Data (manifests/pypi.toml)
@@ -122,10 +115,10 @@ def parse_wheel_data(raw: Mapping[str, Any]) -> WheelData:
 @cache
 def wheel_data() -> WheelData:
     path = data_dir() / "pypi.toml"
+    raw = load_toml(str(path))  # a file it cannot read or parse: its ManifestError
     try:
-        with open(path, "rb") as fh:
-            return parse_wheel_data(tomllib.load(fh))
-    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError, AttributeError) as exc:
+        return parse_wheel_data(raw)
+    except (KeyError, TypeError, AttributeError) as exc:
         raise ManifestError(f"cannot read {path}: {exc}", source=str(path)) from exc
 
 
