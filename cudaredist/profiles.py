@@ -122,28 +122,26 @@ def wanted_specs(profile_specs: Iterable[Spec], components: Sequence[str]) -> li
     return specs
 
 
-def extends_chain(table: Mapping[str, Any], name: str, where: str) -> list[dict[str, Any]]:
-    """The bodies of the profile ``name`` and of those it ``extends``, the base first (``where``:
-    the data file, for the errors)."""
-    chain: list[str] = []
-    while name not in chain:
-        body = table.get(name)
-        if not isinstance(body, dict):
-            raise ManifestError(f"{where}: profile {name!r} is not defined")
-        chain.append(name)
-        if "extends" not in body:
-            return [table[n] for n in reversed(chain)]
-        name = str(body["extends"])
-    raise ManifestError(f"{where}: profile {name!r} extends itself (through {' -> '.join(chain)})")
-
-
 def build_profile(table: Mapping[str, Any], name: str, where: str, key: str = "components",
                   spec: Callable[[object, str], Spec] = parse_spec) -> Profile:
-    """The profile ``name`` of ``table`` (``where``: the data file, ``key``: its list of components)."""
-    chain = extends_chain(table, name, where)
+    """The profile ``name`` of ``table`` (``where``: the data file, ``key``: its list of components)
+    with the components of those it ``extends``, the base's first."""
+    names: list[str] = []
+    link = name
+    while link not in names:
+        body = table.get(link)
+        if not isinstance(body, dict):
+            raise ManifestError(f"{where}: profile {link!r} is not defined")
+        names.append(link)
+        if "extends" not in body:
+            break
+        link = str(body["extends"])
+    else:
+        raise ManifestError(f"{where}: profile {link!r} extends itself (through {' -> '.join(names)})")
+    chain = [table[n] for n in reversed(names)]
     at = f"profile {name}" if where == "profiles.toml" else f"{where} profile {name}"
     return Profile(name, str(chain[-1].get("description", "")),
-                   tuple(spec(c, at) for body in chain for c in body.get(key, [])),
+                   tuple(spec(c, at) for b in chain for c in b.get(key, [])),
                    str(chain[-1].get("extends", "")),
                    *(next((str(b[f]) for b in reversed(chain) if f in b), "") for f in ("since", "before")))
 

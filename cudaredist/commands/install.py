@@ -57,10 +57,9 @@ def install(
         reinstall=reinstall or force, replace_foreign=replace_foreign, refresh=refresh,
         link_mode=link_mode, lock_timeout=lock_timeout, jobs=jobs, cache_dir=ctx.cache_dir,
         where=ctx.where())
-    talk = not (quiet or as_json)
 
     def say(text: str) -> None:
-        if talk:
+        if not (quiet or as_json):
             typer.echo(text, err=True)
 
     outcome = do_install(request, reporter=pick(quiet=quiet or as_json, verbose=verbose), say=say)
