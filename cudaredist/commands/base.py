@@ -19,7 +19,7 @@ import typer
 from cudaredist.commands import options as o
 from cudaredist.errors import CudaRedistError, ToolError
 from cudaredist.localfs import mb
-from cudaredist.profiles import DEFAULT_PROFILE
+from cudaredist.profiles import DEFAULT_PROFILE, product_title
 
 if TYPE_CHECKING:  # the CLI starts without the cache, the sources and httpx
     from cudaredist.plan import Plan
@@ -203,8 +203,6 @@ def print_plan(plan: Plan) -> None:
                f"profile {plan.profile}, from {plan.base_url}"
                + (f" ({plan.channel} channel)" if plan.channel else ""))
     for p in plan.products:
-        from cudaredist.profiles import product_title
-
         typer.echo(f"with {product_title(p.name)} {p.release} ({p.release_date or 'date unknown'}, "
                    f"--with {p.requested}, {p.cuda_variant or 'any CUDA'} build) from {p.base_url}")
     width = max(len(i.component) for i in plan.items)
