@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -11,16 +11,9 @@ from cudaredist import __version__, commands
 from cudaredist.commands.install import install
 from cudaredist.commands.options import App
 
-_SETTINGS: dict[str, Any] = dict(
-    name="cudaredist",
-    help="Assemble a CUDA toolkit tree from NVIDIA's redistributable archives: "
-         "no installer, no admin rights, any host.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
-app = App(**_SETTINGS)
+app = App(name="cudaredist", help="Assemble a CUDA toolkit tree from NVIDIA's redistributable archives: "
+                                  "no installer, no admin rights, any host.",
+          no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
 
 
 def _version(value: bool) -> None:
@@ -35,8 +28,10 @@ def _root(version: Annotated[bool, typer.Option("--version", callback=_version, 
     pass
 
 
-def _register_commands(app: typer.Typer) -> None:
-    """Every command but install (each lives in ``cudaredist/commands/``; this module only assembles)."""
+app.command()(install)
+if not commands.install_only:
+    # every command but install (each lives in ``cudaredist/commands/``; this module only assembles);
+    # `cudaredist install ...` neither imports nor builds them (a no-op install is mostly start-up)
     from cudaredist.commands import cache, doctor, managed, prefix, profiles, source
 
     app.command()(source.resolve)
@@ -55,24 +50,10 @@ def _register_commands(app: typer.Typer) -> None:
     app.add_typer(cache.app, name="cache")
 
 
-app.command()(install)
-if not commands.install_only:
-    _register_commands(app)
-
-
 def main() -> None:
     from cudaredist import streams
 
     streams.configure()  # a redirected stdout on Windows: the code page its reader decodes with
-    # exit code 2 is click's for usage errors; ours are 1 (or the error's own code)
-    if commands.install_only:
-        # `cudaredist install ...`: a group of that command alone, the same options, help and errors,
-        # without importing or building the others (a no-op install is mostly start-up)
-        one = App(**_SETTINGS)
-        one.callback()(_root)
-        one.command()(install)
-        one(prog_name="cudaredist")
-        return
     app(prog_name="cudaredist")
 
 

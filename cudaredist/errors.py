@@ -1,21 +1,21 @@
 """The error tree. Every failure a user can cause or meet is one of these.
 
     CudaRedistError            base; ``str(err)`` is the one-paragraph message for stderr
-    ├── UsageError             options that do not go together, an unknown option value (exit 2)
+    ├── UsageError             options that clash, an unknown value, a missing environment (exit 2)
     ├── ManifestError          a redistrib JSON (or a profile file) is malformed
     ├── ResolveError           a train/release does not exist at the base URL
     ├── PlanError              a component/platform/profile cannot be planned
     ├── FetchError             network or file access failed (after retries)
     │   └── OfflineError       --offline and something is not in the cache
-    ├── TrustError             hashes would come from an origin nothing authenticates (plain HTTP)
+    ├── TrustError             a manifest or index page (the hashes) would come from unauthenticated HTTP
     ├── IntegrityError         size or sha256 of a download or cache entry is wrong
     ├── UnsafeArchiveError     an archive member would escape the prefix or is a device
     ├── ConflictError          two archives write one path with different content
     ├── PrefixError            the prefix cannot be used (not ours, not installed)
     │   └── RecordError        its install record is unreadable or damaged
-    ├── BusyError              another process holds a lock (prefix, cache entry, mirror) (exit 75)
+    ├── BusyError              another process held a lock (prefix, cache entry, mirror) too long (exit 75)
     ├── LocalDiskError         a file operation on this machine failed (full, read-only, no permission)
-    │   └── CacheError         the cache directory cannot be used, or is not a cudaredist cache
+    │   └── CacheError         the cache directory cannot be used, or is not a cudaredist cache (left as is)
     ├── LockFileError          a lock file is malformed or the resolution drifted from it
     ├── ImportLibraryError     a Windows DLL's export table cannot be read for an import library
     └── ToolError              a program cudaredist ran (e.g. mklink) failed
@@ -43,8 +43,6 @@ class CudaRedistError(Exception):
 
 
 class UsageError(CudaRedistError):
-    """Options that do not go together, or an environment a command needs that is not there."""
-
     exit_code = 2
 
 
@@ -75,8 +73,6 @@ class OfflineError(FetchError):
 
 
 class TrustError(CudaRedistError):
-    """A manifest or index page (the hashes) would come from plain HTTP that nothing authenticates."""
-
     url: str = ""
     host: str = ""
 
@@ -112,8 +108,6 @@ class RecordError(PrefixError):
 
 
 class BusyError(CudaRedistError):
-    """Another process held the lock of ``path`` (a prefix, a cache entry, a mirror) past the timeout."""
-
     exit_code = 75  # EX_TEMPFAIL: try again later
     path: str = ""
     lock: str = ""
@@ -140,7 +134,7 @@ class LocalDiskError(CudaRedistError):
 
 
 class CacheError(LocalDiskError):
-    """The cache directory cannot be used, or is not a cudaredist cache (nothing in it is touched)."""
+    pass
 
 
 class ToolError(CudaRedistError):

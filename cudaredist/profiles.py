@@ -5,7 +5,7 @@ from __future__ import annotations
 import platform as _platform
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -40,13 +40,22 @@ class Spec:
     def __str__(self) -> str:
         return "|".join(self.names)
 
+    def unplannable(self, message: str, release: str, platform: str) -> PlanError:
+        """The error for this component when ``release`` cannot give it for ``platform``."""
+        return PlanError(message, component=str(self), release=release, platform=platform)
+
 
 @dataclass(frozen=True)
 class Profile:
+    """A profile of profiles.toml or pypi.toml: its specs with those of what it extends; ``since``
+    and ``before`` (pypi.toml) the nearest in the chain that says."""
+
     name: str
     description: str
     specs: tuple[Spec, ...]
     extends: str = ""
+    since: str = ""
+    before: str = ""
 
 
 @dataclass(frozen=True)
@@ -72,7 +81,7 @@ def data_dir() -> Path:
 
 
 @cache
-def _load(path: str) -> dict[str, Any]:
+def load_toml(path: str) -> dict[str, Any]:
     try:
         with open(path, "rb") as fh:
             data: dict[str, Any] = tomllib.load(fh)
@@ -82,7 +91,7 @@ def _load(path: str) -> dict[str, Any]:
 
 
 def _data() -> dict[str, Any]:
-    return _load(str(data_dir() / "profiles.toml"))
+    return load_toml(str(data_dir() / "profiles.toml"))
 
 
 def parse_spec(item: object, where: str = "profile") -> Spec:
@@ -105,29 +114,43 @@ def parse_spec(item: object, where: str = "profile") -> Spec:
     return Spec(parts, since, tuple(platforms), missing)
 
 
-def extends_chain(table: Mapping[str, Any], name: str, where: str) -> list[dict[str, Any]]:
-    """The bodies of the profile ``name`` and of those it ``extends``, the base first (``where``:
-    the data file, for the errors)."""
-    chain: list[str] = []
-    while name not in chain:
-        body = table.get(name)
+def wanted_specs(profile_specs: Iterable[Spec], components: Sequence[str]) -> list[Spec]:
+    """What a plan installs: the profile's specs (those of the release) and each ``--component``."""
+    specs = [*profile_specs, *(parse_spec(c, "--component") for c in components)]
+    if not specs:
+        raise PlanError("nothing to install: give a profile or at least one --component")
+    return specs
+
+
+def build_profile(table: Mapping[str, Any], name: str, where: str, key: str = "components",
+                  spec: Callable[[object, str], Spec] = parse_spec) -> Profile:
+    """The profile ``name`` of ``table`` (``where``: the data file, ``key``: its list of components)
+    with the components of those it ``extends``, the base's first."""
+    names: list[str] = []
+    link = name
+    while link not in names:
+        body = table.get(link)
         if not isinstance(body, dict):
-            raise ManifestError(f"{where}: profile {name!r} is not defined")
-        chain.append(name)
+            raise ManifestError(f"{where}: profile {link!r} is not defined")
+        names.append(link)
         if "extends" not in body:
-            return [table[n] for n in reversed(chain)]
-        name = str(body["extends"])
-    raise ManifestError(f"{where}: profile {name!r} extends itself (through {' -> '.join(chain)})")
+            break
+        link = str(body["extends"])
+    else:
+        raise ManifestError(f"{where}: profile {link!r} extends itself (through {' -> '.join(names)})")
+    chain = [table[n] for n in reversed(names)]
+    at = f"profile {name}" if where == "profiles.toml" else f"{where} profile {name}"
+    return Profile(name, str(chain[-1].get("description", "")),
+                   tuple(spec(c, at) for b in chain for c in b.get(key, [])),
+                   str(chain[-1].get("extends", "")),
+                   *(next((str(b[f]) for b in reversed(chain) if f in b), "") for f in ("since", "before")))
 
 
 def get_profile(name: str) -> Profile:
     profiles = _data().get("profiles", {})
     if name not in profiles:
         raise UsageError(f"unknown profile {name!r}; profiles: {', '.join(sorted(profiles))}")
-    specs = [parse_spec(c, f"profile {name}")
-             for body in extends_chain(profiles, name, "profiles.toml") for c in body.get("components", [])]
-    body = profiles[name]
-    return Profile(name, str(body.get("description", "")), tuple(specs), str(body.get("extends", "")))
+    return build_profile(profiles, name, "profiles.toml")
 
 
 def platform_rule(name: str) -> PlatformRule:
@@ -259,19 +282,17 @@ def parse_product_request(text: str) -> ProductRequest:
 
 
 def needed_components(requests: Sequence[ProductRequest], components: Sequence[str],
-                      releases: Mapping[str, str] | None = None) -> list[str]:
+                      releases: Mapping[str, str]) -> list[str]:
     """``components`` plus the toolkit components the requested products need (``releases``: the
     product releases picked, by product name), each once."""
-    rel = releases or {}
     return list(dict.fromkeys([*components, *(n for r in requests
-                                              for n in r.product.needs_for(rel.get(r.name, "")))]))
+                                              for n in r.product.needs_for(releases.get(r.name, "")))]))
 
 
 def needs_notes(requests: Sequence[ProductRequest], components: Sequence[str],
-                planned: Sequence[str], releases: Mapping[str, str] | None = None) -> list[str]:
+                planned: Sequence[str], releases: Mapping[str, str]) -> list[str]:
     """A plan note per toolkit component that is there only because a product needs it."""
-    rel = releases or {}
-    needs = {r.name: r.product.needs_for(rel.get(r.name, "")) for r in requests}
+    needs = {r.name: r.product.needs_for(releases.get(r.name, "")) for r in requests}
     out = []
     for name in dict.fromkeys(n for r in requests for n in needs[r.name]):
         if name in planned and name not in components:

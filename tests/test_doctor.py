@@ -600,7 +600,7 @@ def test_cli_json_schema_and_exit_codes(tiny_tree: Path, monkeypatch: pytest.Mon
     r = runner.invoke(app, ["doctor", "--prefix", str(tiny_tree)])
     assert r.exit_code == 1 and "fail  nvcc" in r.stdout and "ok    toolkit" in r.stdout
     r = runner.invoke(app, ["doctor", "13.0", "--prefix", str(tiny_tree)])
-    assert r.exit_code == 2 and "either TRAIN or --prefix" in r.stderr
+    assert r.exit_code == 2 and "give --prefix DIR or a TRAIN, not both" in r.stderr
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="the dynamic loader's search path")

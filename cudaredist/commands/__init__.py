@@ -1,6 +1,4 @@
 """The commands' shared parts: options, the error boundary, and commands grouped by what they act on."""
 
-# Set by :func:`cudaredist.entry.main` before the command line is imported, for `cudaredist install ...`:
-# the command line then imports and builds the install command alone (the one run most often, whose
-# no-op is mostly interpreter start-up and imports).
+# Set by :func:`cudaredist.entry.main` for `cudaredist install ...`: the command line builds that one alone.
 install_only = False

@@ -11,36 +11,15 @@ import subprocess
 import traceback
 import typing
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
-from cudaredist.commands.options import (
-    BaseUrlOpt,
-    CacheDirOpt,
-    ChannelOpt,
-    ComponentOpt,
-    IndexUrlOpt,
-    InstallDirOpt,
-    MirrorOpt,
-    NoFallbackOpt,
-    OfflineOpt,
-    OnlyOpt,
-    PlatformOpt,
-    PrefixOpt,
-    ProfileOpt,
-    SourceOpt,
-    ToolkitArg,
-    TrustedHostOpt,
-    VerboseOpt,
-    WithOpt,
-)
+from cudaredist.commands import options as o
 from cudaredist.errors import CudaRedistError, ToolError
 from cudaredist.localfs import mb
-from cudaredist.profiles import DEFAULT_PROFILE
+from cudaredist.profiles import DEFAULT_PROFILE, product_title
 
 if TYPE_CHECKING:  # the CLI starts without the cache, the sources and httpx
     from cudaredist.plan import Plan
@@ -54,12 +33,12 @@ def set_verbose(v: bool) -> None:
     _VERBOSE = v
 
 
-def fail(message: str, code: int = 1) -> None:
+def fail(message: str, code: int = 1) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code)
 
 
-@contextmanager
+@contextlib.contextmanager
 def errors() -> Iterator[None]:
     """The one error boundary: a :class:`CudaRedistError` becomes its paragraph and exit code; what
     escaped translation where it happened is translated here as a last resort."""
@@ -69,20 +48,16 @@ def errors() -> Iterator[None]:
         raise
     except KeyboardInterrupt:
         fail("interrupted; nothing was changed in the prefix", 130)
-    except BrokenPipeError as exc:
-        if exc.filename is not None:  # a pipe the command opened itself: an error like any other
-            if _VERBOSE:
-                traceback.print_exc()
-            fail(str(translate(exc)))
-        _stdout_closed()
     except Exception as exc:  # noqa: BLE001 - the boundary: every failure is one paragraph
+        if isinstance(exc, BrokenPipeError) and exc.filename is None:  # not a pipe the command opened
+            _stdout_closed()
         if _VERBOSE:
             traceback.print_exc()
         err = translate(exc)
         fail(str(err), err.exit_code)
 
 
-def _stdout_closed() -> None:
+def _stdout_closed() -> NoReturn:
     """The reader of stdout went away (``cudaredist list | head -1``): stop quietly with the status a
     process killed by SIGPIPE has, as git and coreutils do; nothing left to print, nothing to report."""
     import os
@@ -118,28 +93,24 @@ def translate(exc: Exception) -> CudaRedistError:
                            "run it again with --verbose and report the traceback")
 
 
-def json_text(obj: Any) -> str:
-    return json.dumps(obj, indent=2)
-
-
 def emit_json(obj: Any) -> None:
-    typer.echo(json_text(obj))
+    typer.echo(json.dumps(obj, indent=2))
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Ctx:
     """Where a command resolves and fetches from: the options install, resolve, trains, mirror and
     lock share (a command takes them as one ``ctx: Ctx`` parameter, see :func:`command`)."""
 
-    base_url: BaseUrlOpt = None
-    channel: ChannelOpt = None
-    mirror: MirrorOpt = None
-    no_fallback: NoFallbackOpt = False
-    trusted_host: TrustedHostOpt = None
-    cache_dir: CacheDirOpt = None
-    offline: OfflineOpt = False
-    source: SourceOpt = None  # None: not given (install --lock takes the lock's)
-    index_url: IndexUrlOpt = None
+    base_url: o.BaseUrlOpt = None
+    channel: o.ChannelOpt = None
+    mirror: o.MirrorOpt = None
+    no_fallback: o.NoFallbackOpt = False
+    trusted_host: o.TrustedHostOpt = None
+    cache_dir: o.CacheDirOpt = None
+    offline: o.OfflineOpt = False
+    source: o.SourceOpt = None  # None: not given (install --lock takes the lock's)
+    index_url: o.IndexUrlOpt = None
 
     def where(self) -> Where:
         from cudaredist.sources import Where
@@ -152,7 +123,7 @@ class Ctx:
 
         return Cache(self.cache_dir)
 
-    @contextmanager
+    @contextlib.contextmanager
     def open(self, jobs: int = 8) -> Iterator[Any]:
         """The source to ask, over one transport of ``jobs`` connections."""
         from cudaredist.fetch.transport import Transport
@@ -165,14 +136,14 @@ class Ctx:
             transport.close()
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Selection:
     """What to install: the options install, resolve, mirror and lock share (see :func:`command`)."""
 
-    profile: ProfileOpt = None
-    component: ComponentOpt = None
-    only: OnlyOpt = False
-    with_: WithOpt = None
+    profile: o.ProfileOpt = None
+    component: o.ComponentOpt = None
+    only: o.OnlyOpt = False
+    with_: o.WithOpt = None
 
     def resolving(self) -> dict[str, Any]:
         """The keyword arguments of a source's ``resolve`` and ``mirror_content``."""
@@ -204,7 +175,7 @@ def command(body: Callable[..., None]) -> Callable[..., None]:
             params.append(p.replace(kind=inspect.Parameter.KEYWORD_ONLY))
     if not wants_verbose:
         params.append(inspect.Parameter("verbose", inspect.Parameter.KEYWORD_ONLY, default=False,
-                                        annotation=VerboseOpt))
+                                        annotation=o.VerboseOpt))
 
     @functools.wraps(body)
     def run(**kw: Any) -> None:
@@ -232,8 +203,6 @@ def print_plan(plan: Plan) -> None:
                f"profile {plan.profile}, from {plan.base_url}"
                + (f" ({plan.channel} channel)" if plan.channel else ""))
     for p in plan.products:
-        from cudaredist.profiles import product_title
-
         typer.echo(f"with {product_title(p.name)} {p.release} ({p.release_date or 'date unknown'}, "
                    f"--with {p.requested}, {p.cuda_variant or 'any CUDA'} build) from {p.base_url}")
     width = max(len(i.component) for i in plan.items)
@@ -245,17 +214,15 @@ def print_plan(plan: Plan) -> None:
         typer.echo(f"note: {note}")
 
 
-
-
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Toolkit:
     """The installed tree a command acts on (verify, info, env, uninstall, doctor): ``--prefix``, or
     the best managed toolkit of TRAIN (see :func:`command`)."""
 
-    train: ToolkitArg = None
-    prefix: PrefixOpt = None
-    platform: PlatformOpt = None
-    install_dir: InstallDirOpt = None
+    train: o.ToolkitArg = None
+    prefix: o.PrefixOpt = None
+    platform: o.PlatformOpt = None
+    install_dir: o.InstallDirOpt = None
 
     def target(self) -> Path:
         from cudaredist.managed import find_one, install_dir
@@ -267,7 +234,6 @@ class Toolkit:
             return canonical_prefix(self.prefix)
         if self.train is None:
             fail("give --prefix DIR, or the TRAIN of a managed toolkit (see `cudaredist list`)", 2)
-        assert self.train is not None
         return find_one(install_dir(self.install_dir), self.train, self.platform).path
 
 

@@ -53,8 +53,7 @@ def _report(done: str, cleaned: Cleaned) -> None:
     typer.echo(f"{done}: removed {files}, {mb(cleaned.freed)}")
     if cleaned.busy:
         typer.echo(f"note: left {cleaned.busy} {'entry' if cleaned.busy == 1 else 'entries'} that a running "
-                   "cudaredist holds; run this again "
-                   "when it is done", err=True)
+                   "cudaredist holds; run this again when it is done", err=True)
     if cleaned.foreign:
         typer.echo(f"note: left {', '.join(cleaned.foreign)}: cudaredist did not write them", err=True)
 

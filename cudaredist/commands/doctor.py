@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from cudaredist.commands.base import TOOLKIT, Toolkit, command, emit_json, fail
+from cudaredist.commands.base import TOOLKIT, Toolkit, command, emit_json
 from cudaredist.commands.options import JsonOpt
 
 
@@ -22,21 +22,17 @@ def doctor(
     from cudaredist.doctor.checks import ORDER
     from cudaredist.managed import best, scan, scan_matches
     from cudaredist.managed import install_dir as managed_dir
-    from cudaredist.record import canonical_prefix
 
-    if tk.train is not None and tk.prefix is not None:
-        fail("give either TRAIN or --prefix, not both", 2)
     root = managed_dir(tk.install_dir)
 
     def managed(t: str) -> Path | None:
         found = best(root, t, tk.platform)
         if found is None:  # a toolkit of the train whose record is damaged: the check says so
-            damaged = next((p for p, _e in scan(root).damaged if scan_matches(p, t, tk.platform)), None)
-            return damaged
+            return next((p for p, _e in scan(root).damaged if scan_matches(p, t, tk.platform)), None)
         return found.path
 
-    report = doc.run(canonical_prefix(tk.prefix) if tk.prefix is not None else None, train=tk.train,
-                     find=managed)
+    # target(): --prefix, checked (and refused with a TRAIN); a TRAIN alone is the doctor's to find
+    report = doc.run(tk.target() if tk.prefix is not None else None, train=tk.train, find=managed)
     if as_json:
         emit_json(report.to_json())
     else:

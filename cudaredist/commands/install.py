@@ -7,19 +7,8 @@ from typing import Annotated
 
 import typer
 
+from cudaredist.commands import options as o
 from cudaredist.commands.base import OPTIONS, SELECTION, Ctx, Selection, command, emit_json
-from cudaredist.commands.options import (
-    InstallDirOpt,
-    JobsOpt,
-    JsonOpt,
-    LinkModeOpt,
-    LockOpt,
-    LockTimeoutOpt,
-    PlatformOpt,
-    PrefixOpt,
-    QuietOpt,
-    VerboseOpt,
-)
 
 
 @command
@@ -29,13 +18,13 @@ def install(
                                    "(13.4.1). Without --prefix each goes to the install dir as "
                                    "cuda-<release>-<platform>; with --prefix, one train (or --lock).",
         show_default=False)] = None,
-    prefix: PrefixOpt = None,
-    install_dir: InstallDirOpt = None,
-    platform: PlatformOpt = None,
+    prefix: o.PrefixOpt = None,
+    install_dir: o.InstallDirOpt = None,
+    platform: o.PlatformOpt = None,
     sel: Selection = SELECTION,
     ctx: Ctx = OPTIONS,
-    jobs: JobsOpt = 8,
-    link_mode: LinkModeOpt = None,
+    jobs: o.JobsOpt = 8,
+    link_mode: o.LinkModeOpt = None,
     reinstall: Annotated[bool, typer.Option(
         "--reinstall", help="Build the tree again even if the prefix already holds it (or its install "
                             "record is unreadable).")] = False,
@@ -46,11 +35,11 @@ def install(
                                         help="Deprecated: --reinstall.")] = False,
     refresh: Annotated[bool, typer.Option("--refresh", help="Look for a newer release of the train "
                                                             "even if the prefix satisfies it.")] = False,
-    lock_timeout: LockTimeoutOpt = None,
-    quiet: QuietOpt = False,
-    verbose: VerboseOpt = False,
-    as_json: JsonOpt = False,
-    lock: LockOpt = None,
+    lock_timeout: o.LockTimeoutOpt = None,
+    quiet: o.QuietOpt = False,
+    verbose: o.VerboseOpt = False,
+    as_json: o.JsonOpt = False,
+    lock: o.LockOpt = None,
 ) -> None:
     """Install toolkit trees: into --prefix, or by train into the install dir (`cudaredist list`).
     Atomic: a failure leaves every prefix as it was."""
@@ -64,15 +53,13 @@ def install(
     request = InstallRequest(
         trains=tuple(trains or ()), prefix=prefix, install_dir=install_dir, platform=platform,
         profile=sel.profile, components=tuple(sel.component or ()), only=sel.only,
-        products=tuple(sel.with_ or ()),
-        lock=lock, source=ctx.source,
+        products=tuple(sel.with_ or ()), lock=lock, source=ctx.source,
         reinstall=reinstall or force, replace_foreign=replace_foreign, refresh=refresh,
         link_mode=link_mode, lock_timeout=lock_timeout, jobs=jobs, cache_dir=ctx.cache_dir,
         where=ctx.where())
-    talk = not (quiet or as_json)
 
     def say(text: str) -> None:
-        if talk:
+        if not (quiet or as_json):
             typer.echo(text, err=True)
 
     outcome = do_install(request, reporter=pick(quiet=quiet or as_json, verbose=verbose), say=say)

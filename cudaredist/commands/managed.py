@@ -120,23 +120,17 @@ def _own_options(args: list[str]) -> tuple[dict[str, str], list[str]]:
     """``run``'s own options given after TRAIN (``run 13.4 --install-dir D -- nvcc``), and the
     command after them. They end at ``--`` or at the first word that is not one of them."""
     given: dict[str, str] = {}
-    i = 0
-    while i < len(args):
-        word = args[i]
-        if word == "--":
-            return given, args[i + 1:]
-        name, eq, value = word.partition("=")
+    while args and args[0] != "--":
+        name, eq, value = args[0].partition("=")
         if name in ("--verbose", "-v") and not eq:
             set_verbose(True)
-            i += 1
-            continue
-        if name not in _RUN_OPTIONS:
-            break
-        if not eq:
-            if i + 1 >= len(args):
-                fail(f"{name} needs a value", 2)
-            value = args[i + 1]
-            i += 1
-        given[_RUN_OPTIONS[name]] = value
-        i += 1
-    return given, args[i:]
+        elif name not in _RUN_OPTIONS:
+            return given, args
+        elif eq:
+            given[_RUN_OPTIONS[name]] = value
+        elif len(args) < 2:
+            fail(f"{name} needs a value", 2)
+        else:
+            given[_RUN_OPTIONS[name]], args = args[1], args[1:]
+        args = args[1:]
+    return given, args[1:]

@@ -108,11 +108,6 @@ COMMAND_PANELS: dict[str, tuple[str, ...]] = {
 }
 
 
-def panel_of(param: Any) -> str:
-    names = set(param.opts)
-    return next((p for p, opts in PANELS.items() if names & set(opts)), "Options")
-
-
 def _write_panels(cmd: Any, ctx: Any, formatter: Any) -> None:
     # (click's types, duck-typed: typer vendors click from 0.28 on, as typer.core does itself)
     panels: dict[str, list[tuple[str, str]]] = {"Arguments": [], "Options": [], **{p: [] for p in PANELS}}
@@ -122,7 +117,8 @@ def _write_panels(cmd: Any, ctx: Any, formatter: Any) -> None:
                                  (param.name or "value").upper())
         record = param.get_help_record(ctx)
         if record is not None:
-            panels["Arguments" if param.param_type_name == "argument" else panel_of(param)].append(record)
+            panel = next((p for p, opts in PANELS.items() if set(param.opts) & set(opts)), "Options")
+            panels["Arguments" if param.param_type_name == "argument" else panel].append(record)
     _write_sections(formatter, list(panels.items()))
 
 

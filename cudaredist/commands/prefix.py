@@ -8,10 +8,7 @@ from typing import Annotated
 import typer
 
 from cudaredist.commands.base import TOOLKIT, Toolkit, command, emit_json, fail
-from cudaredist.commands.options import (
-    JsonOpt,
-    LockTimeoutOpt,
-)
+from cudaredist.commands.options import JsonOpt, LockTimeoutOpt
 from cudaredist.fsops import WINDOWS
 
 
@@ -26,8 +23,7 @@ def verify(
     link targets) fail it; extra files, added since the install, are listed."""
     from cudaredist.record import verify as do_verify
 
-    report = do_verify(tk.target(),
-                       fast=fast)
+    report = do_verify(tk.target(), fast=fast)
     if as_json:
         emit_json(report.to_json())
     else:
@@ -35,9 +31,8 @@ def verify(
             for path in getattr(report, kind):
                 why = report.reasons.get(path) if kind == "changed" else None
                 typer.echo(f"{kind:8} {path}" + (f" ({why})" if why else ""))
-        status = "ok" if report.ok else "DIFFERS"
-        typer.echo(f"{status}: {report.checked} files checked, {len(report.missing)} missing, "
-                   f"{len(report.changed)} changed, {len(report.extra)} extra"
+        typer.echo(f"{'ok' if report.ok else 'DIFFERS'}: {report.checked} files checked, "
+                   f"{len(report.missing)} missing, {len(report.changed)} changed, {len(report.extra)} extra"
                    + (" (added since the install, kept by uninstall)" if report.extra else ""))
         if report.drift:
             typer.echo(f"note: {report.drift}")
@@ -139,9 +134,7 @@ def env_cmd(
         fail(f"unknown --shell {shell!r}; choose one of {', '.join(SHELLS)}", 2)
     target = tk.target()
     plan = require_record(target)["plan"]
-    host_windows = WINDOWS
-    found = environment(str(target), platform=plan["platform"], release=plan["release"],
-                        host_windows=host_windows,
+    found = environment(str(target), platform=plan["platform"], release=plan["release"], host_windows=WINDOWS,
                         msbuild=any(c["name"] == "visual_studio_integration" for c in plan["components"]))
     for note in [] if as_json else found.notes:
         typer.echo(f"note: {note}", err=True)
@@ -155,6 +148,6 @@ def env_cmd(
         emit_json({"prefix": str(target), "release": plan["release"], "platform": plan["platform"]}
                    | found.to_json())
     else:
-        typer.echo(render(found, shell or default_shell(host_windows)), nl=False)
+        typer.echo(render(found, shell or default_shell(WINDOWS)), nl=False)
 
 

@@ -16,21 +16,15 @@ ProfileNameOpt = Annotated[list[str] | None, typer.Option(
     "--profile", help="Only this profile (repeatable). Default: all.")]
 
 
-def _rows(names: list[str], trains: list[str]) -> list[dict[str, Any]]:
+def _row(name: str, trains: list[str]) -> dict[str, Any]:
     from cudaredist.profiles import get_profile
 
-    rows: list[dict[str, Any]] = []
-    for name in names:
-        prof = get_profile(name)
-        specs = list(dict.fromkeys(prof.specs))  # a profile extending another may repeat one
-        row: dict[str, Any] = {
-            "name": name, "description": prof.description, "extends": prof.extends or None,
+    prof = get_profile(name)
+    specs = list(dict.fromkeys(prof.specs))  # a profile extending another may repeat one
+    return {"name": name, "description": prof.description, "extends": prof.extends or None,
             "components": [{"name": str(s), "alternatives": list(s.names), "since": s.since or None,
-                            "platforms": list(s.platforms) or None} for s in specs]}
-        if trains:
-            row["trains"] = {t: [str(s) for s in specs if s.applies_to(t)] for t in trains}
-        rows.append(row)
-    return rows
+                            "platforms": list(s.platforms) or None} for s in specs]} | (
+        {"trains": {t: [str(s) for s in specs if s.applies_to(t)] for t in trains}} if trains else {})
 
 
 @command
@@ -45,7 +39,7 @@ def profiles_cmd(train: TrainsOpt = None, profile: ProfileNameOpt = None, as_jso
     from cudaredist.sources.nvidia.releases import check_train
 
     trains = list(dict.fromkeys(check_train(t) for t in train or []))
-    rows = _rows(list(dict.fromkeys(profile or profile_names())), trains)
+    rows = [_row(name, trains) for name in dict.fromkeys(profile or profile_names())]
     if as_json:
         emit_json({"profiles": rows})
         return

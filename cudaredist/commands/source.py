@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from cudaredist.commands import options as o
 from cudaredist.commands.base import (
     OPTIONS,
     SELECTION,
@@ -17,24 +18,15 @@ from cudaredist.commands.base import (
     platforms_or_host,
     print_plan,
 )
-from cudaredist.commands.options import (
-    JobsOpt,
-    JsonOpt,
-    PlatformOpt,
-    PlatformsOpt,
-    QuietOpt,
-    Train,
-    VerboseOpt,
-)
 
 
 @command
 def resolve(
-    train: Train,
-    platform: PlatformOpt = None,
+    train: o.Train,
+    platform: o.PlatformOpt = None,
     sel: Selection = SELECTION,
     ctx: Ctx = OPTIONS,
-    as_json: JsonOpt = False,
+    as_json: o.JsonOpt = False,
 ) -> None:
     """Show the install plan without installing: release, and per component version, URL, size, sha256."""
     from cudaredist.profiles import host_platform
@@ -50,7 +42,7 @@ def resolve(
 @command
 def trains(
     ctx: Ctx = OPTIONS,
-    as_json: JsonOpt = False,
+    as_json: o.JsonOpt = False,
 ) -> None:
     """List the published trains, each with its newest release and date."""
     with ctx.open() as src:
@@ -76,13 +68,13 @@ def mirror_cmd(
         metavar="TRAIN...", help="Trains or releases to mirror (13.4 = newest 13.4.x, 13.0.2, ...).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="The mirror directory (created, or completed "
                                                             "in place).")],
-    platform: PlatformsOpt = None,
+    platform: o.PlatformsOpt = None,
     sel: Selection = SELECTION,
     ctx: Ctx = OPTIONS,
-    jobs: JobsOpt = 8,
-    quiet: QuietOpt = False,
-    verbose: VerboseOpt = False,
-    as_json: JsonOpt = False,
+    jobs: o.JobsOpt = 8,
+    quiet: o.QuietOpt = False,
+    verbose: o.VerboseOpt = False,
+    as_json: o.JsonOpt = False,
     xz_preset: Annotated[str | None, typer.Option(
         "--xz-preset", metavar="0-9|store", callback=_xz_preset,
         help="--source pypi: xz preset of the .tar.xz archives (the deflate level of the .zip ones, 1 at "
@@ -127,8 +119,8 @@ def mirror_cmd(
 
 @command
 def lock_cmd(
-    train: Train,
-    platform: PlatformsOpt = None,
+    train: o.Train,
+    platform: o.PlatformsOpt = None,
     sel: Selection = SELECTION,
     output: Annotated[Path | None, typer.Option(
         "--output", "-o", help="Write the lock file here (default: print it).")] = None,

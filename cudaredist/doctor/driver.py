@@ -166,13 +166,13 @@ class DriverBranch:
 
 def driver_branches(path: Path | None = None) -> dict[int, DriverBranch]:
     """manifests/drivers.toml: the driver branch each CUDA major version needs."""
-    from cudaredist.profiles import _load, data_dir
+    from cudaredist.profiles import data_dir, load_toml
 
     path = path or data_dir() / "drivers.toml"
     try:
         return {int(k): DriverBranch(int(k), int(v["branch"]), str(v.get("linux", "")),
                                      str(v.get("windows", "")))
-                for k, v in _load(str(path)).get("cuda", {}).items()}
+                for k, v in load_toml(str(path)).get("cuda", {}).items()}
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise ManifestError(f"cannot read {path}: {exc}", source=str(path)) from exc
 

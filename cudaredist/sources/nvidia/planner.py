@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from cudaredist.errors import PlanError
 from cudaredist.plan import Archive, Plan, PlannedArchive, archive_url
-from cudaredist.profiles import Spec, get_profile, parse_spec
+from cudaredist.profiles import Spec, get_profile, wanted_specs
 from cudaredist.sources.nvidia.manifest import Component, Manifest
 
 
@@ -29,16 +29,13 @@ def _pick_archive(comp: Component, platform: str, release: str) -> Archive | Non
 
 
 def _missing(spec: Spec, manifest: Manifest, platform: str) -> PlanError:
-    present = [n for n in spec.names if n in manifest.components]
-    if present:
-        comp = manifest.components[present[0]]
-        have = ", ".join(comp.platforms) or "none"
-        msg = (f"component {present[0]} of CUDA {manifest.label} has no archive for platform {platform} "
-               f"(it has: {have})")
-    else:
-        msg = (f"CUDA {manifest.label} has no component {' or '.join(spec.names)} "
-               f"(needed for platform {platform})")
-    return PlanError(msg, component=str(spec), release=manifest.label, platform=platform)
+    present = next((n for n in spec.names if n in manifest.components), None)
+    if present is None:
+        return spec.unplannable(f"CUDA {manifest.label} has no component {' or '.join(spec.names)} "
+                                f"(needed for platform {platform})", manifest.label, platform)
+    have = ", ".join(manifest.components[present].platforms) or "none"
+    return spec.unplannable(f"component {present} of CUDA {manifest.label} has no archive for platform "
+                            f"{platform} (it has: {have})", manifest.label, platform)
 
 
 def make_plan(manifest: Manifest, *, platform: str, base_url: str, profile: str | None = "nvcc",
@@ -53,12 +50,8 @@ def make_plan(manifest: Manifest, *, platform: str, base_url: str, profile: str 
             f"CUDA {manifest.label} has no archives for platform {platform!r}; "
             f"platforms in this release: {', '.join(p for p in manifest.platforms)}",
             release=manifest.label, platform=platform)
-    specs: list[Spec] = []
-    if profile is not None:
-        specs.extend(s for s in get_profile(profile).specs if s.applies_to(manifest.label, platform))
-    specs.extend(parse_spec(c, "--component") for c in components)
-    if not specs:
-        raise PlanError("nothing to install: give a profile or at least one --component")
+    specs = wanted_specs([s for s in get_profile(profile).specs if s.applies_to(manifest.label, platform)]
+                         if profile is not None else [], components)
     items: list[PlannedArchive] = []
     notes: list[str] = []
     seen: set[str] = set()

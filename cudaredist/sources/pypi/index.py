@@ -22,18 +22,11 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from cudaredist.cache import Cache
-from cudaredist.errors import (
-    FetchError,
-    IntegrityError,
-    ManifestError,
-    OfflineError,
-    PlanError,
-    ResolveError,
-)
+from cudaredist.errors import FetchError, IntegrityError, ManifestError, OfflineError, PlanError, ResolveError
 from cudaredist.fetch.client import UNREACHABLE_HINT, is_local, local_path
 from cudaredist.fetch.transport import Transport
 from cudaredist.plan import Archive, Plan, PlannedArchive
-from cudaredist.profiles import Spec, needed_components, parse_product_requests, parse_spec
+from cudaredist.profiles import Spec, needed_components, parse_product_requests, wanted_specs
 from cudaredist.sources.nvidia.index import normalize_base
 from cudaredist.sources.nvidia.releases import check_train, pick_release, train_rows
 from cudaredist.sources.pypi.simple import IndexFile, parse_simple_page
@@ -55,8 +48,6 @@ from cudaredist.sources.pypi.wheels import (
 )
 from cudaredist.trust import Trust, refuse, unreachable
 
-DEFAULT_INDEX_URL = "https://pypi.org/simple/"
-ENV_INDEX_URL = "PIP_INDEX_URL"
 LAYOUT = "wheel"
 # PEP 691 content negotiation: JSON (it carries sizes) before HTML.
 ACCEPT = ("application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, "
@@ -66,7 +57,7 @@ PAGE_LIMIT = 32 << 20
 
 def default_index_url(url: str | None = None) -> str:
     """``--index-url`` > ``PIP_INDEX_URL`` > PyPI; always with a trailing slash."""
-    return normalize_base(url or os.environ.get(ENV_INDEX_URL) or DEFAULT_INDEX_URL)
+    return normalize_base(url or os.environ.get("PIP_INDEX_URL") or "https://pypi.org/simple/")
 
 
 @dataclass(frozen=True)
@@ -132,35 +123,31 @@ class WheelIndex:
 
     def files(self, project: str) -> list[IndexFile]:
         name = canonicalize_name(project)
-        if name not in self._pages:
-            readers = self.readers()
-            errors: list[FetchError] = []
-            for i, root in enumerate(readers):
-                try:
-                    data = self._page(root, name, quick=i < len(readers) - 1)
-                except FetchError as exc:
-                    errors.append(exc)
-                    continue
-                self._pages[name] = parse_simple_page(data, f"{root}{name}/")
-                self.served[name] = root
-                break
-            else:
-                if self.pages_from_the_mirror_only and errors[0].status == 404:
-                    raise FetchError(f"the mirror {self.mirror_url} has no project {name}, and --no-fallback "
-                                     f"forbids its page at the package index {self.index_url}: add the "
-                                     f"project to the mirror, or drop --no-fallback",
-                                     url=errors[0].url, status=404) from errors[0]
-                mirror = self.mirror_url
-                if mirror is not None and not self.trust.trusted(mirror) and not all(
-                        e.status == 404 or isinstance(e, OfflineError) for e in errors):
-                    cause = "; ".join(str(e).replace(" " + UNREACHABLE_HINT, "") for e in errors)
-                    raise unreachable(("the mirror", mirror), readers, cause,
-                                      what="the index pages") from errors[0]
-                if len(errors) == 1:
-                    raise errors[0]
-                raise FetchError("; ".join(map(str, errors)), url=errors[0].url,
-                                 status=errors[-1].status)
-        return self._pages[name]
+        if name in self._pages:
+            return self._pages[name]
+        readers = self.readers()
+        errors: list[FetchError] = []
+        for i, root in enumerate(readers):
+            try:
+                data = self._page(root, name, quick=i < len(readers) - 1)
+            except FetchError as exc:
+                errors.append(exc)
+                continue
+            self._pages[name] = parse_simple_page(data, f"{root}{name}/")
+            self.served[name] = root
+            return self._pages[name]
+        if self.pages_from_the_mirror_only and errors[0].status == 404:
+            raise FetchError(f"the mirror {self.mirror_url} has no project {name}, and --no-fallback forbids "
+                             f"its page at the package index {self.index_url}: add the project to the "
+                             "mirror, or drop --no-fallback", url=errors[0].url, status=404) from errors[0]
+        mirror = self.mirror_url
+        if mirror is not None and not self.trust.trusted(mirror) and not all(
+                e.status == 404 or isinstance(e, OfflineError) for e in errors):
+            cause = "; ".join(str(e).replace(" " + UNREACHABLE_HINT, "") for e in errors)
+            raise unreachable(("the mirror", mirror), readers, cause, what="the index pages") from errors[0]
+        if len(errors) == 1:
+            raise errors[0]
+        raise FetchError("; ".join(map(str, errors)), url=errors[0].url, status=errors[-1].status)
 
     def _page(self, root: str, name: str, *, quick: bool = False) -> bytes:
         page_url = f"{root}{name}/"
@@ -275,11 +262,9 @@ class WheelIndex:
         path = self.fetch(release.file, urls)
         try:
             with zipfile.ZipFile(path) as zf:
-                names = [n for n in zf.namelist()
-                         if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+                names = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
                 if len(names) != 1:
-                    raise PlanError(f"{release.file.filename} holds {len(names)} METADATA files, "
-                                    "not one")
+                    raise PlanError(f"{release.file.filename} holds {len(names)} METADATA files, not one")
                 text = zf.read(names[0]).decode("utf-8", "replace")
         except zipfile.BadZipFile as exc:
             raise PlanError(f"{release.file.filename} is not a readable wheel: {exc}") from exc
@@ -338,7 +323,7 @@ def _requirements_for(spec: Spec, meta: Metadata, release: Release, platform: st
     else:
         msg = (f"{data.metapackage} {release.label} has no extra, component or wheel {spec} for {platform}; "
                f"its extras: {', '.join(offered)}")
-    raise PlanError(msg, component=str(spec), release=release.label, platform=platform)
+    raise spec.unplannable(msg, release.label, platform)
 
 
 def _plan_item(index: WheelIndex, name: str, specs: list[str], release: Release, platform: str,
@@ -393,35 +378,24 @@ def resolve_plan(index: WheelIndex, train: str, *, platform: str, profile: str |
     picked = [plan_product(index, r, platform=platform, cuda_release=label) for r in requests]
     components = needed_components(requests, components, {r.name: r.release for r, _item in picked})
     notes: list[str] = []
-    specs: list[Spec] = []
-    if profile is not None:
-        prof = data.profile(profile)
-        if prof.since and pep440(label) < pep440(prof.since):
-            raise PlanError(
-                f"profile {profile} cannot be built from CUDA {label}'s wheels: {prof.before}. "
-                f"Use --source nvidia, or a release from {prof.since} on", release=label, platform=platform)
-        for s in prof.extras:
-            if s.applies_to(label):
-                specs.append(s)
-            elif s.missing:
-                notes.append(s.missing)
-    specs.extend(parse_spec(c, "--component") for c in components)
-    if not specs:
-        raise PlanError("nothing to install: give a profile or at least one --component")
+    prof = data.profile(profile) if profile is not None else None
+    if prof is not None and prof.since and pep440(label) < pep440(prof.since):
+        raise PlanError(f"profile {profile} cannot be built from CUDA {label}'s wheels: {prof.before}. "
+                        f"Use --source nvidia, or a release from {prof.since} on", release=label,
+                        platform=platform)
+    own = prof.specs if prof is not None else ()
+    notes.extend(s.missing for s in own if s.missing and not s.applies_to(label))
+    specs = wanted_specs([s for s in own if s.applies_to(label)], components)
     meta = index.metadata(release)
-    wanted: dict[str, list[str]] = {}
+    wanted: dict[str, dict[str, None]] = {}  # wheel -> its specifiers, each once, in order
     for spec in specs:
         for req in _requirements_for(spec, meta, release, platform, data):
-            pin = str(req.specifier)
-            wanted.setdefault(req.name, [])
-            if pin not in wanted[req.name]:
-                wanted[req.name].append(pin)
+            wanted.setdefault(req.name, {})[str(req.specifier)] = None
     with ThreadPoolExecutor(min(8, len(wanted))) as pool:
-        results = list(pool.map(lambda kv: _plan_item(index, kv[0], kv[1], release, platform, pre),
+        results = list(pool.map(lambda kv: _plan_item(index, kv[0], list(kv[1]), release, platform, pre),
                                 wanted.items()))
     items = tuple(item for item, _n in results) + tuple(item for _r, item in picked)
-    for _item, extra_notes in results:
-        notes.extend(extra_notes)
+    notes.extend(n for _item, item_notes in results for n in item_notes)
     present = {i.component for i in items}
     notes.extend(n.text for n in data.notes if n.component in present and platform in n.platforms)
     notes.extend(dict.fromkeys(index.notes))

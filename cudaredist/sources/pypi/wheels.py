@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import fnmatch
 import re
-import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -25,15 +24,9 @@ from packaging.utils import InvalidWheelFilename, NormalizedName, canonicalize_n
 from packaging.version import InvalidVersion, Version
 
 from cudaredist.errors import ManifestError, PlanError
-from cudaredist.profiles import Spec, data_dir, extends_chain, is_windows, parse_spec
+from cudaredist.profiles import Profile, Spec, build_profile, data_dir, is_windows, load_toml, parse_spec
 from cudaredist.sources.pypi.simple import IndexFile
 from cudaredist.tree.paths import tree_path
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 
 # ------------------------------------------------------------------------------------------------
 # Data (manifests/pypi.toml)
@@ -46,15 +39,6 @@ class ExtraSpec(Spec):
 
     def applies_to(self, release: str, platform: str | None = None) -> bool:
         return not self.since or pep440(release) >= pep440(self.since)
-
-
-@dataclass(frozen=True)
-class WheelProfile:
-    name: str
-    description: str
-    extras: tuple[ExtraSpec, ...]
-    since: str = ""
-    before: str = ""
 
 
 @dataclass(frozen=True)
@@ -79,7 +63,7 @@ class Note:
 @dataclass(frozen=True)
 class WheelData:
     metapackage: str
-    profiles: Mapping[str, WheelProfile]
+    profiles: Mapping[str, Profile]
     packages: Mapping[str, tuple[str, tuple[tuple[str, str], ...]]]  # base name -> (component, renames)
     relocate: Mapping[str, Mapping[str, tuple[tuple[str, str], ...]]]  # component -> os -> rules
     real_names: Mapping[str, str]
@@ -88,7 +72,7 @@ class WheelData:
     # component -> the wheel's top directory when it is not nvidia/<dir>/ (cuTENSOR's: cutensor/)
     roots: Mapping[str, str] = field(default_factory=dict)
 
-    def profile(self, name: str) -> WheelProfile:
+    def profile(self, name: str) -> Profile:
         if name not in self.profiles:
             raise PlanError(f"unknown profile {name!r}; profiles: {', '.join(sorted(self.profiles))}")
         return self.profiles[name]
@@ -98,23 +82,6 @@ class WheelData:
             raise PlanError(f"NVIDIA publishes no CUDA wheels for platform {name!r}; wheel platforms: "
                             f"{', '.join(sorted(self.platforms))}", platform=name)
         return self.platforms[name]
-
-
-def _spec(item: object, where: str) -> ExtraSpec:
-    spec = parse_spec(item, where)
-    return ExtraSpec(spec.names, spec.since, spec.platforms, spec.missing)
-
-
-def _profiles(raw: Mapping[str, Any]) -> dict[str, WheelProfile]:
-    out: dict[str, WheelProfile] = {}
-    for name in raw:
-        chain = extends_chain(raw, name, "pypi.toml")  # since and before: the nearest that says
-        out[name] = WheelProfile(
-            name, str(chain[-1].get("description", "")),
-            tuple(_spec(x, f"pypi.toml profile {name}") for b in chain for x in b.get("extras", [])),
-            next((str(b["since"]) for b in reversed(chain) if "since" in b), ""),
-            next((str(b["before"]) for b in reversed(chain) if "before" in b), ""))
-    return out
 
 
 def parse_wheel_data(raw: Mapping[str, Any]) -> WheelData:
@@ -137,7 +104,10 @@ def parse_wheel_data(raw: Mapping[str, Any]) -> WheelData:
     }
     notes = tuple(Note(str(n["component"]), tuple(n.get("platforms", [])), str(n["text"]))
                   for n in raw.get("notes", []))
-    return WheelData(str(raw.get("metapackage", "cuda-toolkit")), _profiles(raw.get("profiles", {})),
+    profiles = {name: build_profile(raw["profiles"], name, "pypi.toml", "extras",
+                                      lambda item, at: ExtraSpec(**vars(parse_spec(item, at))))
+                for name in raw.get("profiles", {})}
+    return WheelData(str(raw.get("metapackage", "cuda-toolkit")), profiles,
                      packages, relocate, dict(raw.get("real_names", {})), platforms, notes,
                      {str(k): str(v) for k, v in raw.get("roots", {}).items()})
 
@@ -145,10 +115,10 @@ def parse_wheel_data(raw: Mapping[str, Any]) -> WheelData:
 @cache
 def wheel_data() -> WheelData:
     path = data_dir() / "pypi.toml"
+    raw = load_toml(str(path))  # a file it cannot read or parse: its ManifestError
     try:
-        with open(path, "rb") as fh:
-            return parse_wheel_data(tomllib.load(fh))
-    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError, AttributeError) as exc:
+        return parse_wheel_data(raw)
+    except (KeyError, TypeError, AttributeError) as exc:
         raise ManifestError(f"cannot read {path}: {exc}", source=str(path)) from exc
 
 
