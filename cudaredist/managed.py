@@ -27,8 +27,8 @@ from cudaredist import fsops
 from cudaredist.cache.store import hold
 from cudaredist.errors import PrefixError, RecordError, ResolveError
 from cudaredist.fsops import WINDOWS
-from cudaredist.plan import version_key
-from cudaredist.record import matches, read_record, satisfying_record
+from cudaredist.plan import matches, version_key
+from cudaredist.record import read_record, satisfying_record
 
 ENV_INSTALL_DIR = "CUDAREDIST_INSTALL_DIR"
 _NAME = re.compile(r"^cuda-(?P<release>\d+\.\d+\.\d+)-(?P<platform>[a-z0-9]+-[a-z0-9_]+)$")
@@ -100,9 +100,7 @@ def scan(root: Path) -> Scan:
     """Managed toolkits in ``root`` (directories named cuda-<release>-<platform> with a record)."""
     found: list[Toolkit] = []
     damaged: list[tuple[Path, RecordError]] = []
-    if not root.is_dir():
-        return Scan(found, damaged)
-    for entry in sorted(root.iterdir()):
+    for entry in sorted(root.iterdir()) if root.is_dir() else ():
         m = _NAME.match(entry.name)
         if m is None or fsops.is_link(entry) or not entry.is_dir():
             continue

@@ -19,8 +19,7 @@ from cudaredist.cache.store import ENV_LOCK_TIMEOUT, hold
 from cudaredist.errors import PrefixError, RecordError
 from cudaredist.fsops import WINDOWS
 from cudaredist.hashing import sha256_file
-from cudaredist.localfs import local_error
-from cudaredist.plan import Plan, version_key
+from cudaredist.plan import Plan, matches
 
 if TYPE_CHECKING:  # the no-op path reads records without loading the archive modules
     from cudaredist.tree.staging import FileRecord
@@ -43,16 +42,13 @@ def leftovers(prefix: Path) -> list[Path]:
 @contextlib.contextmanager
 def prefix_lock(prefix: Path, timeout: float) -> Iterator[None]:
     """Hold ``.NAME.cudaredist.lock`` beside ``prefix``; removed on the way out when the prefix is
-    gone (an uninstall), so a waiter that got the removed file takes the lock again."""
-    doing = "create the lock file of the prefix in"
-    try:
-        prefix.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise local_error(exc, doing=doing, path=prefix.parent, option="--prefix") from exc
+    gone (an uninstall), so a waiter that got the removed file takes the lock again. (filelock
+    makes the folders above it: a parent that cannot be made is reported as the lock's.)"""
     with hold(prefix.parent / f".{prefix.name}.cudaredist.lock", timeout,
               f"{prefix} is busy: another cudaredist process has held its lock for {timeout:g}s. "
               f"Retry later, or wait longer with --lock-timeout / {ENV_LOCK_TIMEOUT}.", prefix,
-              doing=doing, where=prefix.parent, option="--prefix", same=None if WINDOWS else _holds) as lock:
+              doing="create the lock file of the prefix in", where=prefix.parent, option="--prefix",
+              same=None if WINDOWS else _holds) as lock:
         try:
             yield
         finally:
@@ -139,12 +135,6 @@ def satisfies(record: dict[str, Any], *, train: str, platform: str, profile: str
             and sorted(request.get("components", [])) == sorted(components))
 
 
-def matches(train: str, release: str) -> bool:
-    """``13.4`` matches 13.4.x, ``13`` matches 13.x.y, ``13.4.1`` only itself."""
-    want = version_key(train)
-    return bool(want) and version_key(release)[: len(want)] == want
-
-
 def lacking(record: dict[str, Any]) -> list[str]:
     """The components the record's own request means today for its release that its tree lacks
     (``profile nvcc`` gained ``cuda_profiler_api`` in a later cudaredist): offline, from
@@ -200,9 +190,7 @@ def satisfying_record(prefix: Path, *, train: str, platform: str, profile: str |
                       products: Sequence[str] = ()) -> tuple[dict[str, Any] | None, list[str]]:
     """(the record of ``prefix``, what it lacks) when it was installed for this request, else
     (None, []): a record with nothing lacking answers the request without network."""
-    if not prefix.is_dir():
-        return None, []
-    rec = read_record(prefix)
+    rec = read_record(prefix) if prefix.is_dir() else None
     if rec is None or not satisfies(rec, train=train, platform=platform, profile=profile,
                                     components=components, source=source, products=products):
         return None, []

@@ -243,32 +243,16 @@ class Cache:
                               cls=CacheError) from exc
 
     # -- locking -------------------------------------------------------------------------------
-    def _lock_path(self, name: str) -> Path:
-        self.prepare()
-        try:
-            (self.root / "locks").mkdir(exist_ok=True)
-        except OSError as exc:
-            raise local_error(exc, doing="create", path=self.root / "locks", option=OPTION,
-                              cls=CacheError) from exc
-        return self.root / "locks" / f"{name}.lock"
-
     @contextlib.contextmanager
     def try_lock(self, *names: str) -> Iterator[bool]:
         """Take the entry locks ``names`` without waiting: yields False when another process holds one."""
-        import filelock
-
         with contextlib.ExitStack() as held:
-            for name in names:
-                lock = filelock.FileLock(str(self._lock_path(name)), timeout=0)
-                try:
-                    lock.acquire()
-                except filelock.Timeout:
-                    yield False
-                    return
-                except OSError as exc:
-                    raise local_error(exc, doing="lock", path=lock.lock_file, option=OPTION,
-                                      cls=CacheError) from exc
-                held.callback(lock.release)
+            try:
+                for name in names:
+                    held.enter_context(self.lock(name, timeout=0))
+            except BusyError:
+                yield False
+                return
             yield True
 
     @contextlib.contextmanager
@@ -276,7 +260,8 @@ class Cache:
              waiting: Callable[[], None] | None = None) -> Iterator[None]:
         """Hold the entry lock ``name`` (``waiting``: see :func:`hold`)."""
         wait = self.lock_timeout if timeout is None else timeout
-        path = self._lock_path(name)
+        self.prepare()
+        path = self.root / "locks" / f"{name}.lock"  # filelock makes locks/
         with hold(path, wait, f"the cache entry {name} in {self.root} is busy: another cudaredist process "
                   f"has held its lock for more than {wait:g}s; retry, or raise --lock-timeout", self.root,
                   doing="lock", where=path, option=OPTION, cls=CacheError, waiting=waiting):

@@ -53,11 +53,9 @@ class _Claim:
 class WriterFailed(CudaRedistError):
     """Another archive was writing a path this one also has, and failed: its error is the real one."""
 
-    def __init__(self, message: str, *, path: str = "", first: str = "", second: str = "") -> None:
-        super().__init__(message)
-        self.path = path
-        self.first = first
-        self.second = second
+    path: str = ""
+    first: str = ""
+    second: str = ""
 
 
 def _write_all(fd: int, data: bytes) -> None:
