@@ -337,10 +337,6 @@ class VerifyReport:
                 "reasons": {p: self.reasons[p] for p in self.changed if p in self.reasons}} | (
                     {"drift": self.drift} if self.drift else {})
 
-    def change(self, rel: str, reason: str) -> None:
-        self.changed.append(rel)
-        self.reasons[rel] = reason
-
 
 def _walk(prefix: Path, skip: set[str]) -> set[str]:
     """Every file and symlink under ``prefix`` (POSIX, relative), not descending into ``skip``."""
@@ -428,7 +424,8 @@ def verify(prefix: Path, *, fast: bool = False) -> VerifyReport:
         if why is None:
             report.missing.append(rel)
         elif why:
-            report.change(rel, why)
+            report.changed.append(rel)
+            report.reasons[rel] = why
     report.checked = len(rec["files"]) + len(fixups)
     report.missing.sort()
     report.changed.sort()
