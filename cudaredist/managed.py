@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from cudaredist import fsops
-from cudaredist.errors import BusyError, PrefixError, RecordError, ResolveError
+from cudaredist.cache.store import hold
+from cudaredist.errors import PrefixError, RecordError, ResolveError
 from cudaredist.fsops import WINDOWS
-from cudaredist.localfs import local_error
-from cudaredist.plan import version_key
+from cudaredist.plan import matches, version_key
 from cudaredist.record import read_record, satisfying_record
 
 ENV_INSTALL_DIR = "CUDAREDIST_INSTALL_DIR"
@@ -100,9 +100,7 @@ def scan(root: Path) -> Scan:
     """Managed toolkits in ``root`` (directories named cuda-<release>-<platform> with a record)."""
     found: list[Toolkit] = []
     damaged: list[tuple[Path, RecordError]] = []
-    if not root.is_dir():
-        return Scan(found, damaged)
-    for entry in sorted(root.iterdir()):
+    for entry in sorted(root.iterdir()) if root.is_dir() else ():
         m = _NAME.match(entry.name)
         if m is None or fsops.is_link(entry) or not entry.is_dir():
             continue
@@ -131,12 +129,6 @@ def _products(plan: dict[str, Any]) -> tuple[tuple[str, str], ...]:
 def installed(root: Path) -> list[Toolkit]:
     """Managed toolkits in ``root``, newest release first (damaged ones left out: see :func:`scan`)."""
     return scan(root).toolkits
-
-
-def matches(train: str, release: str) -> bool:
-    """``13.4`` matches 13.4.x, ``13`` matches 13.x.y, ``13.4.1`` only itself."""
-    want = version_key(train)
-    return bool(want) and version_key(release)[: len(want)] == want
 
 
 def find(root: Path, train: str, platform: str | None = None) -> list[Toolkit]:
@@ -219,23 +211,12 @@ def link_trains(root: Path, *, timeout: float,
                 warn: Callable[[str], None] | None = None) -> list[tuple[str, str]]:
     """:func:`update_train_links` under the install dir's lock: of two installs finishing at once,
     the second sees the first one's toolkit, so the newest patch always ends up linked."""
-    import filelock
-
     if not root.is_dir():
         return []
-    lock = filelock.FileLock(str(root / LINKS_LOCK), timeout=timeout)
-    try:
-        lock.acquire()
-    except filelock.Timeout as exc:
-        raise BusyError(f"the train links of {root} are busy: another cudaredist process held them for "
-                        f"more than {timeout:g}s; retry, or raise --lock-timeout", path=str(root),
-                        lock=lock.lock_file) from exc
-    except OSError as exc:
-        raise local_error(exc, doing="lock the train links of", path=root, option="--install-dir") from exc
-    try:
+    with hold(root / LINKS_LOCK, timeout, f"the train links of {root} are busy: another cudaredist process "
+              f"held them for more than {timeout:g}s; retry, or raise --lock-timeout", root,
+              doing="lock the train links of", where=root, option="--install-dir"):
         return update_train_links(root, warn)
-    finally:
-        lock.release()
 
 
 def update_train_links(root: Path, warn: Callable[[str], None] | None = None) -> list[tuple[str, str]]:

@@ -19,6 +19,12 @@ def version_key(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"[0-9]{1,18}", text))
 
 
+def matches(train: str, release: str) -> bool:
+    """``13.4`` matches 13.4.x, ``13`` matches 13.x.y, ``13.4.1`` only itself."""
+    want = version_key(train)
+    return bool(want) and version_key(release)[: len(want)] == want
+
+
 @dataclass(frozen=True)
 class Archive:
     """One downloadable archive: where it is relative to the base URL and how to check it."""

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import datetime
 import glob
 import json
 import os
 import stat
-import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -15,12 +15,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cudaredist import __version__, fsops
-from cudaredist.cache.store import ENV_LOCK_TIMEOUT
-from cudaredist.errors import BusyError, PrefixError, RecordError
+from cudaredist.cache.store import ENV_LOCK_TIMEOUT, hold
+from cudaredist.errors import PrefixError, RecordError
 from cudaredist.fsops import WINDOWS
 from cudaredist.hashing import sha256_file
-from cudaredist.localfs import local_error
-from cudaredist.plan import Plan, version_key
+from cudaredist.plan import Plan, matches
 
 if TYPE_CHECKING:  # the no-op path reads records without loading the archive modules
     from cudaredist.tree.staging import FileRecord
@@ -43,33 +42,19 @@ def leftovers(prefix: Path) -> list[Path]:
 @contextlib.contextmanager
 def prefix_lock(prefix: Path, timeout: float) -> Iterator[None]:
     """Hold ``.NAME.cudaredist.lock`` beside ``prefix``; removed on the way out when the prefix is
-    gone (an uninstall), so a waiter that got the removed file takes the lock again."""
-    import filelock
-
-    lock = filelock.FileLock(str(prefix.parent / f".{prefix.name}.cudaredist.lock"), timeout=timeout)
-    deadline = time.monotonic() + timeout
-    try:
-        prefix.parent.mkdir(parents=True, exist_ok=True)
-        while True:
-            lock.acquire(timeout=max(0.0, deadline - time.monotonic()))
-            if WINDOWS or _holds(lock):
-                break
-            lock.release()
-    except filelock.Timeout as exc:
-        raise BusyError(
-            f"{prefix} is busy: another cudaredist process has held its lock for {timeout:g}s. "
-            f"Retry later, or wait longer with --lock-timeout / {ENV_LOCK_TIMEOUT}.",
-            path=str(prefix), lock=lock.lock_file) from exc
-    except OSError as exc:
-        raise local_error(exc, doing="create the lock file of the prefix in", path=prefix.parent,
-                          option="--prefix") from exc
-    try:
-        yield
-    finally:
-        if not WINDOWS and not os.path.lexists(prefix):  # Windows' filelock removes it itself
-            with contextlib.suppress(OSError):
-                os.unlink(lock.lock_file)
-        lock.release()
+    gone (an uninstall), so a waiter that got the removed file takes the lock again. (filelock
+    makes the folders above it: a parent that cannot be made is reported as the lock's.)"""
+    with hold(prefix.parent / f".{prefix.name}.cudaredist.lock", timeout,
+              f"{prefix} is busy: another cudaredist process has held its lock for {timeout:g}s. "
+              f"Retry later, or wait longer with --lock-timeout / {ENV_LOCK_TIMEOUT}.", prefix,
+              doing="create the lock file of the prefix in", where=prefix.parent, option="--prefix",
+              same=None if WINDOWS else _holds) as lock:
+        try:
+            yield
+        finally:
+            if not WINDOWS and not os.path.lexists(prefix):  # Windows' filelock removes it itself
+                with contextlib.suppress(OSError):
+                    os.unlink(lock.lock_file)
 
 
 def _holds(lock: Any) -> bool:
@@ -143,11 +128,8 @@ def satisfies(record: dict[str, Any], *, train: str, platform: str, profile: str
     if not isinstance(had, list) or sorted(str(p.get("requested", "")) for p in had
                                            if isinstance(p, dict)) != asked:
         return False
-    want = version_key(train)
-    if version_key(str(plan.get("release", "")))[: len(want)] != want:
-        return False
     request = record.get("request", {})
-    return (plan.get("platform") == platform
+    return (matches(train, str(plan.get("release", ""))) and plan.get("platform") == platform
             and plan.get("source", "nvidia") == source
             and plan.get("profile") == (profile or "custom")
             and sorted(request.get("components", [])) == sorted(components))
@@ -208,9 +190,7 @@ def satisfying_record(prefix: Path, *, train: str, platform: str, profile: str |
                       products: Sequence[str] = ()) -> tuple[dict[str, Any] | None, list[str]]:
     """(the record of ``prefix``, what it lacks) when it was installed for this request, else
     (None, []): a record with nothing lacking answers the request without network."""
-    if not prefix.is_dir():
-        return None, []
-    rec = read_record(prefix)
+    rec = read_record(prefix) if prefix.is_dir() else None
     if rec is None or not satisfies(rec, train=train, platform=platform, profile=profile,
                                     components=components, source=source, products=products):
         return None, []
@@ -221,15 +201,14 @@ def record_path(prefix: Path) -> Path:
     return prefix / RECORD_DIR / RECORD_FILE
 
 
-def build_record(plan: Plan, files: list[FileRecord], installed_at: str, *,
-                 served: dict[str, str] | None = None) -> dict[str, Any]:
+def build_record(plan: Plan, files: list[FileRecord], *, served: dict[str, str],
+                 links: list[dict[str, str]], requested: Sequence[str]) -> dict[str, Any]:
     """``served``: sha256 -> the URL this run downloaded it from (an archive not in it came from
-    the cache)."""
-    served = served or {}
+    the cache); ``links``: the platform fix-ups made; ``requested``: the ``--component`` names."""
     return {
         "schema": SCHEMA,
         "tool": f"cudaredist {__version__}",
-        "installed_at": installed_at,
+        "installed_at": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
         "content_key": plan.content_key(),
         "plan": plan.to_json(),
         # where the hashes came from, and where each archive's (verified) bytes came from
@@ -243,6 +222,8 @@ def build_record(plan: Plan, files: list[FileRecord], installed_at: str, *,
              **({"link": f.link} if f.link else {}), "component": f.component}
             for f in files
         ],
+        "links": links,
+        "request": {"components": list(requested)},
     }
 
 
@@ -310,23 +291,21 @@ def read_record(prefix: Path) -> dict[str, Any] | None:
     """The record, or None when the prefix holds no cudaredist install; a record that cannot be
     read, or lacks a field the commands use, is a :class:`RecordError` naming it."""
     p = record_path(prefix)
+
+    def bad(what: str, problem: str) -> RecordError:
+        return RecordError(f"the install record {p} {what}; reinstall over it with --reinstall, or "
+                           f"delete {prefix}", prefix=str(prefix), record=str(p), problem=problem)
+
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
-        raise RecordError(f"the install record {p} is unreadable ({exc}); reinstall over it with "
-                          f"--reinstall, or delete {prefix}", prefix=str(prefix), record=str(p),
-                          problem=str(exc)) from exc
+        raise bad(f"is unreadable ({exc})", str(exc)) from exc
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        raise RecordError(f"the install record {p} has an unknown format (not schema {SCHEMA}: written "
-                          f"by another cudaredist?); reinstall over it with --reinstall, or delete "
-                          f"{prefix}", prefix=str(prefix), record=str(p), problem="schema")
-    problem = _problem(data, _RECORD, "")
-    if problem:
-        raise RecordError(f"the install record {p} is damaged ({problem}); reinstall over it with "
-                          f"--reinstall, or delete {prefix}", prefix=str(prefix), record=str(p),
-                          problem=problem)
+        raise bad(f"has an unknown format (not schema {SCHEMA}: written by another cudaredist?)", "schema")
+    if problem := _problem(data, _RECORD, ""):
+        raise bad(f"is damaged ({problem})", problem)
     return data
 
 
@@ -358,45 +337,34 @@ class VerifyReport:
                 "reasons": {p: self.reasons[p] for p in self.changed if p in self.reasons}} | (
                     {"drift": self.drift} if self.drift else {})
 
-    def change(self, rel: str, reason: str) -> None:
-        self.changed.append(rel)
-        self.reasons[rel] = reason
-
 
 def _walk(prefix: Path, skip: set[str]) -> set[str]:
     """Every file and symlink under ``prefix`` (POSIX, relative), not descending into ``skip``."""
     found: set[str] = set()
     for dirpath, dirnames, filenames in os.walk(prefix):
         rel_dir = os.path.relpath(dirpath, prefix).replace(os.sep, "/")
-
-        def rel(name: str, rel_dir: str = rel_dir) -> str:
-            return name if rel_dir == "." else f"{rel_dir}/{name}"
-
-        if rel_dir == ".":
-            dirnames[:] = [d for d in dirnames if d != RECORD_DIR]
-        found.update(rel(n) for n in filenames)
+        base = "" if rel_dir == "." else f"{rel_dir}/"
+        found.update(base + n for n in filenames)
         # a link or a junction is one entry, never walked into (its target is not the tree's)
-        found.update(rel(d) for d in dirnames if fsops.is_link(os.path.join(dirpath, d)) or rel(d) in skip)
-        dirnames[:] = [d for d in dirnames
-                       if not fsops.is_link(os.path.join(dirpath, d)) and rel(d) not in skip]
+        ends = {d for d in dirnames if fsops.is_link(os.path.join(dirpath, d)) or base + d in skip}
+        found.update(base + d for d in ends)
+        dirnames[:] = [d for d in dirnames if d not in ends and (base or d != RECORD_DIR)]
     return found
 
 
-def _check_link(p: Path, target: str) -> tuple[str, str]:
-    """What is wrong with the link ``p`` -> ``target``: ("", ""), ("missing", "") or ("changed", why)."""
+def _link_change(p: Path, target: str) -> str | None:
+    """Why the link ``p`` -> ``target`` no longer is as recorded ("" when it is, None when it is missing)."""
     try:
         actual = os.readlink(p)
     except FileNotFoundError:
-        return "missing", ""
+        return None
     except OSError:  # not a link: a copy where symlinks could not be made (Windows), else a change
         if not os.path.lexists(p):
-            return "missing", ""
+            return None
         if WINDOWS:
-            return "", ""
-        return "changed", f"a symlink to {target} was replaced by a {'directory' if p.is_dir() else 'file'}"
-    if actual == target:
-        return "", ""
-    return "changed", f"the symlink points to {actual}, not {target}"
+            return ""
+        return f"a symlink to {target} was replaced by a {'directory' if p.is_dir() else 'file'}"
+    return "" if actual == target else f"the symlink points to {actual}, not {target}"
 
 
 def _keeps_exec_bits(prefix: Path) -> bool:
@@ -442,43 +410,27 @@ def verify(prefix: Path, *, fast: bool = False) -> VerifyReport:
     rec = require_record(prefix)
     report = VerifyReport(str(prefix), drift=drift_note(prefix, rec))
     modes = _keeps_exec_bits(prefix)
-    recorded: set[str] = set()
-    for f in rec["files"]:
-        rel = f["path"]
-        recorded.add(rel)
-        p = prefix / rel
-        report.checked += 1
+    fixups = rec.get("links", [])  # platform fix-ups such as lib64 -> lib
+    for f in rec["files"] + fixups:
+        rel, p = f["path"], prefix / f["path"]
+        why: str | None = None  # None: missing
         if "link" in f:
-            problem, why = _check_link(p, f["link"])
-            if problem == "missing":
-                report.missing.append(rel)
-            elif problem:
-                report.change(rel, why)
-            continue
-        try:
-            st = p.lstat()
-        except FileNotFoundError:
+            why = _link_change(p, f["link"])
+            if why and f in fixups and p.is_dir() and not p.is_symlink():
+                why = ""  # a fix-up materialised as a directory copy when the link could not be made
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                why = _file_change(p, p.lstat(), f, fast, modes)
+        if why is None:
             report.missing.append(rel)
-            continue
-        why = _file_change(p, st, f, fast, modes)
-        if why:
-            report.change(rel, why)
-    links: set[str] = set()
-    for extra in rec.get("links", []):  # platform fix-ups such as lib64 -> lib
-        rel = extra["path"]
-        links.add(rel)
-        report.checked += 1
-        p = prefix / rel
-        problem, why = _check_link(p, extra["link"])
-        if problem == "changed" and p.is_dir() and not p.is_symlink():
-            problem = ""  # materialised as a directory copy when the link could not be made
-        if problem == "missing":
-            report.missing.append(rel)
-        elif problem:
-            report.change(rel, why)
+        elif why:
+            report.changed.append(rel)
+            report.reasons[rel] = why
+    report.checked = len(rec["files"]) + len(fixups)
     report.missing.sort()
     report.changed.sort()
-    report.extra = sorted(_walk(prefix, links) - recorded - links)
+    links = {x["path"] for x in fixups}
+    report.extra = sorted(_walk(prefix, links) - {f["path"] for f in rec["files"]} - links)
     return report
 
 
@@ -508,22 +460,20 @@ def uninstall(prefix: Path) -> int:
     install made that directory itself (a link it had to copy).
     """
     rec = require_record(prefix)
-    # (path, what was installed there: "file", "link" or "directory" for a link made as a copy)
-    entries = [(f["path"], "link" if "link" in f else "file") for f in rec["files"]]
-    entries += [(x["path"], "directory" if x.get("copy") == "directory" else "link")
-                for x in rec.get("links", [])]
+    # (path, whether the install made a directory there: a link it had to copy)
+    entries = [(f["path"], f.get("copy") == "directory") for f in rec["files"] + rec.get("links", [])]
     for old in (prefix / RECORD_DIR).glob("removing-*"):  # what a killed uninstall left
         fsops.rmtree(old)
     trash = prefix / RECORD_DIR / f"removing-{uuid.uuid4().hex[:8]}"
     trash.mkdir()
     moved: list[tuple[Path, Path]] = []
     try:
-        for rel, kind in entries:
+        for rel, made_dir in entries:
             p = _installed_path(prefix, rel)
             if p is None:
                 continue
             # never followed: a link (or a junction) is moved, not its target
-            if fsops.is_link(p) or p.is_file() or (kind == "directory" and p.is_dir()):
+            if fsops.is_link(p) or p.is_file() or (made_dir and p.is_dir()):
                 to = trash / str(len(moved))
                 try:
                     fsops.rename(p, to)

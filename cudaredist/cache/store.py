@@ -33,10 +33,10 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cudaredist import fsops
-from cudaredist.errors import BusyError, CacheError, UsageError
+from cudaredist.errors import BusyError, CacheError, LocalDiskError, UsageError
 from cudaredist.localfs import local_error
 
 if TYPE_CHECKING:
@@ -107,6 +107,42 @@ def lock_wait(given: float | None = None) -> float:
                          f"{ENV_LOCK_TIMEOUT}=120, or unset it for the default (600)") from None
 
 
+@contextlib.contextmanager
+def hold(path: Path, wait: float, busy: str, owner: Path, *, doing: str, where: Path, option: str,
+         cls: type[LocalDiskError] = LocalDiskError, waiting: Callable[[], None] | None = None,
+         same: Callable[[Any], bool] | None = None) -> Iterator[filelock.BaseFileLock]:
+    """Hold the lock file ``path`` of ``owner`` (the one way cudaredist waits for another process):
+    a :class:`BusyError` saying ``busy`` after ``wait`` seconds, a local error (``doing`` ``where``)
+    when it cannot be made. ``waiting()`` is called while another process holds it (it may raise,
+    e.g. to give up on Ctrl-C in a worker thread); a lock for which ``same(lock)`` is false (its file
+    was removed by the previous holder) is taken again."""
+    import filelock
+
+    lock = filelock.FileLock(str(path), timeout=wait)
+    deadline = time.monotonic() + wait
+    try:
+        while True:
+            if waiting is not None:
+                waiting()
+            try:
+                lock.acquire(timeout=max(0.0, min(0.1, deadline - time.monotonic())))
+            except filelock.Timeout:
+                if time.monotonic() >= deadline:
+                    raise
+                continue
+            if same is None or same(lock):
+                break
+            lock.release()
+    except filelock.Timeout as exc:
+        raise BusyError(busy, path=str(owner), lock=lock.lock_file) from exc
+    except OSError as exc:
+        raise local_error(exc, doing=doing, path=where, option=option, cls=cls) from exc
+    try:
+        yield lock
+    finally:
+        lock.release()
+
+
 class Cache:
     def __init__(self, root: Path | None = None, *, lock_timeout: float | None = None,
                  index_ttl: float = 0.0) -> None:
@@ -140,9 +176,6 @@ class Cache:
         return self.root / "index" / key
 
     # -- the root: tagged, marked, and never a directory that is not ours ---------------------------
-    def is_marked(self) -> bool:
-        return (self.root / MARKER).is_file()
-
     def _names(self) -> set[str]:
         """The root's entries, less the temp files of a marker or tag being written right now."""
         return {n for n in os.listdir(self.root) if not _MARKING.fullmatch(n)}
@@ -179,12 +212,8 @@ class Cache:
             return
         with _PREPARING:  # the fetcher's threads share one Cache
             try:
-                if self.root.exists() and not self.root.is_dir():
-                    raise CacheError(f"the cache directory {self.root} is a file; choose another {OPTION}, "
-                                     "or move that file away", path=str(self.root))
-                if not self.is_marked() and self.root.is_dir() and not self._older_cache():
-                    raise self._not_ours("use")
-                self.root.mkdir(parents=True, exist_ok=True)
+                if not self.maintainable("use"):
+                    self.root.mkdir(parents=True, exist_ok=True)
                 self._mark()
             except OSError as exc:
                 raise local_error(exc, doing="use the cache directory", path=self.root, option=OPTION,
@@ -192,14 +221,16 @@ class Cache:
             self._ready = True
 
     def maintainable(self, doing: str) -> bool:
-        """May maintenance delete in the root? False when there is nothing; raises if it is not ours."""
+        """May cudaredist write and delete in the root? False when there is nothing yet; raises if it is
+        not ours."""
         try:
             if not self.root.exists():
                 return False
             if not self.root.is_dir():
                 raise CacheError(f"the cache directory {self.root} is a file, not a cudaredist cache; "
-                                 f"refusing to {doing} it", path=str(self.root))
-            if self.is_marked():
+                                 f"refusing to {doing} it: choose another {OPTION}, or move that file away",
+                                 path=str(self.root))
+            if (self.root / MARKER).is_file():
                 return True
             if not self._names():
                 return False
@@ -212,70 +243,29 @@ class Cache:
                               cls=CacheError) from exc
 
     # -- locking -------------------------------------------------------------------------------
-    def _lock_file(self, name: str, timeout: float) -> filelock.BaseFileLock:
-        import filelock
-
-        self.prepare()
-        try:
-            (self.root / "locks").mkdir(exist_ok=True)
-        except OSError as exc:
-            raise local_error(exc, doing="create", path=self.root / "locks", option=OPTION,
-                              cls=CacheError) from exc
-        return filelock.FileLock(str(self.root / "locks" / f"{name}.lock"), timeout=timeout)
-
     @contextlib.contextmanager
     def try_lock(self, *names: str) -> Iterator[bool]:
         """Take the entry locks ``names`` without waiting: yields False when another process holds one."""
-        import filelock
-
         with contextlib.ExitStack() as held:
-            for name in names:
-                lock = self._lock_file(name, 0)
-                try:
-                    lock.acquire()
-                except filelock.Timeout:
-                    yield False
-                    return
-                except OSError as exc:
-                    raise local_error(exc, doing="lock", path=lock.lock_file, option=OPTION,
-                                      cls=CacheError) from exc
-                held.callback(lock.release)
+            try:
+                for name in names:
+                    held.enter_context(self.lock(name, timeout=0))
+            except BusyError:
+                yield False
+                return
             yield True
 
     @contextlib.contextmanager
     def lock(self, name: str, *, timeout: float | None = None,
              waiting: Callable[[], None] | None = None) -> Iterator[None]:
-        """Hold the entry lock ``name``; ``waiting()`` is called while another process holds it
-        (it may raise, e.g. to give up on Ctrl-C in a worker thread)."""
-        import filelock
-
+        """Hold the entry lock ``name`` (``waiting``: see :func:`hold`)."""
         wait = self.lock_timeout if timeout is None else timeout
-        lock = self._lock_file(name, wait)
-        try:
-            if waiting is None:
-                lock.acquire()
-            else:
-                deadline = time.monotonic() + wait
-                while True:
-                    waiting()
-                    try:
-                        lock.acquire(timeout=max(0.0, min(0.1, deadline - time.monotonic())))
-                        break
-                    except filelock.Timeout:
-                        if time.monotonic() >= deadline:
-                            raise
-        except filelock.Timeout as exc:
-            raise BusyError(
-                f"the cache entry {name} in {self.root} is busy: another cudaredist process has held its "
-                f"lock for more than {wait:g}s; retry, or raise --lock-timeout",
-                path=str(self.root), lock=lock.lock_file) from exc
-        except OSError as exc:
-            raise local_error(exc, doing="lock", path=lock.lock_file, option=OPTION,
-                              cls=CacheError) from exc
-        try:
+        self.prepare()
+        path = self.root / "locks" / f"{name}.lock"  # filelock makes locks/
+        with hold(path, wait, f"the cache entry {name} in {self.root} is busy: another cudaredist process "
+                  f"has held its lock for more than {wait:g}s; retry, or raise --lock-timeout", self.root,
+                  doing="lock", where=path, option=OPTION, cls=CacheError, waiting=waiting):
             yield
-        finally:
-            lock.release()
 
     # -- archives ------------------------------------------------------------------------------
     def lookup(self, sha256: str, size: int) -> Path | None:
@@ -291,15 +281,10 @@ class Cache:
         with contextlib.suppress(OSError):
             os.utime(self.archive_path(sha256))
 
-    def drop_partials(self, hint: str) -> int:
+    def drop_partials(self, hint: str) -> None:
         """Delete partial downloads ``hint.*``; call with that entry's lock held (their writer is gone)."""
-        count = 0
-        if self.tmp.is_dir():
-            for p in self.tmp.glob(f"{glob.escape(hint)}.*"):
-                with contextlib.suppress(FileNotFoundError):
-                    p.unlink()
-                    count += 1
-        return count
+        for p in self.tmp.glob(f"{glob.escape(hint)}.*"):
+            p.unlink(missing_ok=True)
 
     def partial(self, sha256: str) -> Path:
         """Where the download of ``sha256`` is written (write it with that entry's lock held)."""

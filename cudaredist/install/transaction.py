@@ -8,7 +8,6 @@ lock serialises installers; leftovers of a killed run are cleaned by the next on
 
 from __future__ import annotations
 
-import datetime as _dt
 import io
 import os
 import shutil
@@ -148,14 +147,8 @@ class Installer:
         with prefix_lock(prefix, self.lock_timeout):
             for action in recover(prefix):
                 (warnings.append if action.startswith("warning: ") else self.reporter.message)(action)
-            record = None
-            if prefix.is_dir():
-                try:
-                    record = read_record(prefix)
-                except PrefixError:
-                    if not reinstall:  # its message says to reinstall with --reinstall
-                        raise
-            if record is not None and holds(record, plan) and not reinstall:
+            # an unreadable record's error says to reinstall with --reinstall: then it is not read
+            if not reinstall and prefix.is_dir() and (record := read_record(prefix)) and holds(record, plan):
                 return InstallResult(prefix, plan, noop=True, seconds=time.monotonic() - t0,
                                      warnings=tuple(warnings))
             if not replace_foreign:
@@ -180,12 +173,8 @@ class Installer:
                     staging.mkdir()
                     files, downloaded, cached = self._build(plan, staging, prefix=prefix,
                                                              stream=False)
-                links = self._complete(plan, staging)
-                stamp = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
-                rec = build_record(plan, files, stamp, served=self.fetcher.served)
-                rec["links"] = links
-                rec["request"] = {"components": list(requested)}
-                write_record(staging, rec)
+                write_record(staging, build_record(plan, files, served=self.fetcher.served,
+                                                   links=self._complete(plan, staging), requested=requested))
                 swap_into_place(staging, prefix, warn=warnings.append)
             except BaseException:
                 fsops.rmtree(staging)

@@ -31,7 +31,7 @@ from typing import Any
 
 from cudaredist.errors import LockFileError, ManifestError
 from cudaredist.localfs import directory_as_file
-from cudaredist.plan import Plan, archive_url, plan_from_json, version_key
+from cudaredist.plan import Plan, archive_url, matches, plan_from_json
 from cudaredist.sources.nvidia.manifest import check_relative_path
 
 LOCK_VERSION = 1
@@ -202,11 +202,9 @@ def select(lock: Lock, *, train: str | None, platform: str | None, host: str | N
     """The locked plan for this request, or :class:`LockFileError` if the request drifted."""
     hint = (f"regenerate the lock (`cudaredist lock {train or lock.train} ... -o {lock.path}`) "
             "or drop the conflicting option")
-    if train is not None:
-        want = version_key(train)
-        if not want or version_key(lock.release)[: len(want)] != want:
-            raise LockFileError(f"{lock.path} pins CUDA {lock.release}, but {train} was asked for; "
-                                f"{hint}", path=lock.path)
+    if train is not None and not matches(train, lock.release):
+        raise LockFileError(f"{lock.path} pins CUDA {lock.release}, but {train} was asked for; "
+                            f"{hint}", path=lock.path)
     if platform is None:
         if host in lock.plans:
             platform = host

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from cudaredist.cache.store import lock_wait
-from cudaredist.errors import BusyError, FetchError, ManifestError
+from cudaredist.cache.store import hold, lock_wait
+from cudaredist.errors import FetchError, ManifestError
 from cudaredist.hashing import sha256_file
 from cudaredist.localfs import UMASK
 from cudaredist.plan import PlannedArchive
@@ -125,20 +125,6 @@ def index_page(labels: Sequence[str], dirs: Sequence[str]) -> str:
             "</pre><hr></body>\n</html>\n")
 
 
-@contextlib.contextmanager
-def mirror_lock(out: Path, timeout: float) -> Any:
-    import filelock
-
-    # beside the mirror, like the prefix lock, so that the mirror holds only what it serves
-    lock = filelock.FileLock(str(out.parent / f".{out.name}.cudaredist-mirror.lock"), timeout=timeout)
-    try:
-        with lock:
-            yield
-    except filelock.Timeout as exc:
-        raise BusyError(f"the mirror {out} is busy: another cudaredist process is writing it; retry later",
-                        path=str(out), lock=lock.lock_file) from exc
-
-
 def write_mirror(
     out: Path,
     content: MirrorContent,
@@ -166,7 +152,11 @@ def write_mirror(
     out.mkdir(parents=True, exist_ok=True)
     report = MirrorReport(str(out), releases=list(content.releases), notes=list(content.notes),
                           base=str(top))
-    with contextlib.nullcontext() if locked else mirror_lock(out, lock_wait(lock_timeout)):
+    # the lock beside the mirror, like the prefix lock, so that the mirror holds only what it serves
+    with contextlib.nullcontext() if locked else hold(
+            out.parent / f".{out.name}.cudaredist-mirror.lock", lock_wait(lock_timeout),
+            f"the mirror {out} is busy: another cudaredist process is writing it; retry later", out,
+            doing="create the lock file of the mirror in", where=out.parent, option="--out"):
         _copy_archives(out, content.copies, fetch, reporter, jobs, report)
         made = wheelmirror.build_archives(out, content.builds, fetch=fetch, reporter=reporter, jobs=jobs,
                                           preset=content.xz_preset, report=report)

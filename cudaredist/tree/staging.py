@@ -12,7 +12,7 @@ import os
 import posixpath
 import shutil
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -53,11 +53,9 @@ class _Claim:
 class WriterFailed(CudaRedistError):
     """Another archive was writing a path this one also has, and failed: its error is the real one."""
 
-    def __init__(self, message: str, *, path: str = "", first: str = "", second: str = "") -> None:
-        super().__init__(message)
-        self.path = path
-        self.first = first
-        self.second = second
+    path: str = ""
+    first: str = ""
+    second: str = ""
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -99,12 +97,13 @@ class Tree:
         # claim never changes kind, so their parents need no second look
         self._dir_chains: set[str] = set()
         self._records: dict[str, FileRecord] = {}
-        self._deferred_links: list[tuple[str, str, str]] = []
+        self._deferred_links: list[tuple[str, str]] = []
         self._written = 0
         self._clones = True  # until a clone into this tree came back as a copy
 
     # -- claims ------------------------------------------------------------------------------------
-    def _check_parents(self, rel: str, component: str, archive: str) -> None:
+    def _claim_parents(self, rel: str, component: str, archive: str) -> None:
+        """Claim every directory above ``rel`` (the lock held), refusing one that is a link or a file."""
         parts = rel.split("/")
         for i in range(1, len(parts)):
             parent = "/".join(parts[:i])
@@ -114,24 +113,20 @@ class Tree:
                     f"{archive}: member {rel!r} lies under the symlink {parent!r}"
                     + (" (names compared case-insensitively)" if self.case_insensitive else "")
                     + "; refused", archive=archive, member=rel)
-            claim = self._claims.get(key)
-            if claim is not None and claim.kind != "dir":
+            claim = self._claims.setdefault(key, _Claim(component, "dir", done=True, path=parent))
+            if claim.kind != "dir":
                 raise ConflictError(
                     f"{component} ({archive}) needs {parent!r} to be a directory for {rel!r}, but "
                     f"{claim.component} installs a {claim.kind} there", path=rel, first=claim.component,
                     second=component)
+            self._dir_chains.add(key)
 
     def _claim(self, rel: str, kind: str, component: str, archive: str) -> _Claim | None:
         """Claim ``rel``; returns the earlier claim if another archive has it."""
         with self._cond:
             parent = rel.rpartition("/")[0]
             if parent and self._key(parent) not in self._dir_chains:
-                self._check_parents(rel, component, archive)
-                for i in range(1, rel.count("/") + 1):
-                    parent = rel.rsplit("/", i)[0]
-                    key = self._key(parent)
-                    self._claims.setdefault(key, _Claim(component, "dir", done=True, path=parent))
-                    self._dir_chains.add(key)
+                self._claim_parents(rel, component, archive)
             key = self._key(rel)
             prev = self._claims.get(key)
             if prev is None:
@@ -155,11 +150,14 @@ class Tree:
                     parts[i - 1] = claim.path.rpartition("/")[2]
         return "/".join(parts)
 
-    def _settle(self, rel: str, digest: str) -> None:
+    def _settle(self, rec: FileRecord, written: int = 0) -> None:
+        """``rec`` is in the tree: recorded, and its claim done for whoever waits to compare."""
         with self._cond:
-            c = self._claims[self._key(rel)]
-            c.digest, c.done = digest, True
+            c = self._claims[self._key(rec.path)]
+            c.digest, c.done = rec.link or rec.sha256, True
             self._cond.notify_all()
+            self._written += written
+            self._records[rec.path] = rec
 
     def _abandon(self, rel: str) -> None:
         """The writer of ``rel`` failed: wake everyone waiting to compare against it."""
@@ -198,16 +196,25 @@ class Tree:
         return disk_error(exc, path=shown, where=self._where, written=written, symlink=symlink,
                           cache=self._cache_root is not None, cached="unpacked copy")
 
-    def _parented(self, rel: str, archive: str) -> tuple[str, Path]:
-        """A claimed path as the tree spells it and where it goes, its parents made (the claim is
-        given back if they cannot be)."""
+    @contextlib.contextmanager
+    def _disk(self, path: str | Path) -> Iterator[None]:
+        """An OSError in the block is this machine's disk failing at ``path``: a LocalDiskError."""
+        try:
+            yield
+        except OSError as exc:
+            raise self._local(exc, path) from exc
+
+    @contextlib.contextmanager
+    def _writing(self, rel: str, archive: str) -> Iterator[tuple[str, Path]]:
+        """A claimed path as the tree spells it and where it goes, its parents made; the claim is
+        given back if they cannot be, or if the block writing it fails."""
         rel = self._spelled(rel)
         try:
             self._ensure_dir(rel.rpartition("/")[0], archive)
+            yield rel, self.root / rel
         except BaseException:
             self._abandon(rel)
             raise
-        return rel, self.root / rel
 
     def _ensure_dir(self, rel_dir: str, archive: str) -> None:
         """``rel_dir`` and its parents exist as real directories that resolve inside the tree.
@@ -233,10 +240,8 @@ class Tree:
         except OSError as exc:
             raise self._local(exc, path) from exc
         if not made:  # something was there already (or a name that folds onto it): where does it lead?
-            try:
+            with self._disk(path):
                 real = fsops.short_path(os.path.realpath(fsops.long_path(path)))
-            except OSError as exc:
-                raise self._local(exc, path) from exc
             if real != self._real_root and not real.startswith(self._real_root + os.sep):
                 raise UnsafeArchiveError(
                     f"{archive}: the directory {rel_dir!r} resolves to {real}, outside the tree (through "
@@ -266,11 +271,9 @@ class Tree:
         if prev is not None:
             while chunk := src.read(CHUNK):
                 h.update(chunk)
-                size += len(chunk)
             self._compare(rel, prev, "file", h.hexdigest(), component)
             return
-        rel, dest = self._parented(rel, archive)
-        try:
+        with self._writing(rel, archive) as (rel, dest):
             try:
                 fd = os.open(fsops.long_path(dest), _OPEN_FLAGS, mode)
             except FileExistsError as exc:
@@ -282,33 +285,21 @@ class Tree:
                 # reasons: only a failed write is a LocalDiskError.
                 while chunk := src.read(CHUNK):
                     h.update(chunk)
-                    try:
+                    with self._disk(dest):
                         _write_all(fd, chunk)
-                    except OSError as exc:
-                        raise self._local(exc, dest) from exc
                     size += len(chunk)
                     with self._cond:
                         self._written += len(chunk)
                 if not WINDOWS:
-                    try:
+                    with self._disk(dest):
                         os.fchmod(fd, mode)  # umask-independent
-                    except OSError as exc:
-                        raise self._local(exc, dest) from exc
             except BaseException:
                 with contextlib.suppress(OSError):
                     os.close(fd)
                 raise
-            try:
+            with self._disk(dest):
                 os.close(fd)  # NFS and quotas may report a failed write only here
-            except OSError as exc:
-                raise self._local(exc, dest) from exc
-        except BaseException:
-            self._abandon(rel)
-            raise
-        digest = h.hexdigest()
-        self._settle(rel, digest)
-        with self._cond:
-            self._records[rel] = FileRecord(rel, size, digest, mode, component=component)
+        self._settle(FileRecord(rel, size, h.hexdigest(), mode, component=component))
 
     def add_symlink(self, rel: str, target: str, component: str, archive: str) -> None:
         link_target_inside(rel, target, archive=archive)
@@ -316,8 +307,7 @@ class Tree:
         if prev is not None:
             self._compare(rel, prev, "link", target, component)
             return
-        rel, dest = self._parented(rel, archive)
-        try:
+        with self._writing(rel, archive) as (rel, dest):
             try:
                 fsops.symlink(target, dest)
             except FileExistsError as exc:
@@ -328,13 +318,8 @@ class Tree:
                     raise self._local(exc, dest, symlink=True) from exc
                 # Windows without symlink rights: materialise the target once all files exist.
                 with self._cond:
-                    self._deferred_links.append((rel, target, component))
-        except BaseException:
-            self._abandon(rel)
-            raise
-        self._settle(rel, target)
-        with self._cond:
-            self._records[rel] = FileRecord(rel, 0, "", 0o777, link=target, component=component)
+                    self._deferred_links.append((rel, target))
+        self._settle(FileRecord(rel, 0, "", 0o777, link=target, component=component))
 
     def add_hardlink(self, rel: str, target_rel: str, component: str, archive: str) -> None:
         """Hard links become copies of a file that the same tree already holds."""
@@ -348,11 +333,8 @@ class Tree:
         # the tree's own file, on this machine's disk: its errors are the disk's, never the archive's
         # (an "corrupt archive" would evict a verified download)
         source = self.root / target_rel
-        try:
-            with open(fsops.long_path(source), "rb") as src:
-                self.add_file(rel, src, rec.mode, component, archive)
-        except OSError as exc:
-            raise self._local(exc, source) from exc
+        with self._disk(source), open(fsops.long_path(source), "rb") as src:
+            self.add_file(rel, src, rec.mode, component, archive)
 
     def add_placed(self, rec: FileRecord, src: str | Path, how: str, component: str, archive: str) -> None:
         """A file or link of the unpacked cache (already checked and hashed) into this tree:
@@ -366,10 +348,7 @@ class Tree:
             return
         from cudaredist.tree.links import place
 
-        rel = self._spelled(rec.path)
-        dest = os.path.join(self.root, rel)
-        try:
-            self._ensure_dir(rel.rpartition("/")[0], archive)
+        with self._writing(rec.path, archive) as (rel, dest):
             try:
                 # a filesystem (pair) that could not clone one file cannot clone the next: copy
                 used = place(src, dest, "copy" if how == "clone" and not self._clones else how, rec.mode,
@@ -380,15 +359,7 @@ class Tree:
                 raise _taken(archive, rel, component) from exc
             except OSError as exc:  # both sides are this machine's disks
                 raise self._local(exc, dest) from exc
-        except BaseException:
-            self._abandon(rel)
-            raise
-        with self._cond:  # settled and recorded under one hold of the lock
-            claim = self._claims[self._key(rel)]
-            claim.digest, claim.done = rec.sha256, True
-            self._cond.notify_all()
-            self._written += rec.size
-            self._records[rel] = FileRecord(rel, rec.size, rec.sha256, rec.mode, component=component)
+        self._settle(FileRecord(rel, rec.size, rec.sha256, rec.mode, component=component), rec.size)
 
     def component_of(self, rel: str) -> str | None:
         """The component that wrote the file ``rel`` (None if none did)."""
@@ -405,7 +376,7 @@ class Tree:
         """Links that could not be made (Windows without symlink rights) become copies of their
         targets, each after the deferred links it points at or through: ``libx.so -> libx.so.13
         -> libx.so.13.0.1`` arrives in any order and every name ends up with the bytes."""
-        pending = {self._key(rel): (rel, target) for rel, target, _c in self._deferred_links}
+        pending = {self._key(rel): (rel, target) for rel, target in self._deferred_links}
         done: set[str] = set()
 
         def resolved(rel: str, target: str) -> str:
@@ -422,13 +393,11 @@ class Tree:
             done.add(key)
             src = fsops.long_path((self.root / rel).parent / target)
             dest = self.root / rel
-            try:
+            with self._disk(dest):
                 if os.path.isdir(src):
                     shutil.copytree(src, fsops.long_path(dest))
                 elif os.path.exists(src):
                     shutil.copy2(src, fsops.long_path(dest))
-            except OSError as exc:
-                raise self._local(exc, dest) from exc
 
         for key in sorted(pending):
             copy(key)

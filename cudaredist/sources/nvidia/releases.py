@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from cudaredist.errors import ResolveError
-from cudaredist.plan import version_key
+from cudaredist.plan import matches, version_key
 
 # ASCII digits only (\d also matches "١٣"); a "\n" before "$" is not part of a train
 _HREF = re.compile(r"""href\s*=\s*['"]?(?:[^'"\s>]*/)?redistrib_(\d+\.\d+\.\d+)\.json['"\s>]""",
@@ -66,13 +66,12 @@ def pick_release(train: str, labels: Iterable[str], where: str) -> str:
     """``13.4`` -> highest 13.4.x; ``13`` -> highest 13.x.y; ``13.4.1`` -> exactly that."""
     train = check_train(train)
     labels = list(labels)
-    want = version_key(train)
-    matching = [lbl for lbl in labels if version_key(lbl)[: len(want)] == want]
+    matching = [lbl for lbl in labels if matches(train, lbl)]
     if matching:
         return max(matching, key=version_key)
     published = trains(labels)
     shown = ", ".join(published) if published else "none"
-    kind = "release" if len(want) == 3 else "train"
+    kind = "release" if len(version_key(train)) == 3 else "train"
     hint = ""
     if kind == "release":
         same = [lbl for lbl in labels if train_of(lbl) == train_of(train)]
