@@ -42,21 +42,22 @@ def mingw_gxx() -> str:
     raise AssertionError("unreachable")
 
 
-def mingw_objdump() -> str:
-    found = shutil.which("x86_64-w64-mingw32-objdump")
+def tool(name: str, hint: str) -> str:
+    """The path of a program on PATH; a fail under CI, else a skip, naming how to install it."""
+    found = shutil.which(name)
     if found is None:
-        _missing("x86_64-w64-mingw32-objdump", "apt-get install binutils-mingw-w64-x86-64")
+        _missing(name, hint)
         raise AssertionError("unreachable")
     return found
+
+
+def mingw_objdump() -> str:
+    return tool("x86_64-w64-mingw32-objdump", "apt-get install binutils-mingw-w64-x86-64")
 
 
 def lld_link() -> str:
     """LLVM's MSVC-compatible linker (Debian: lld)."""
-    found = shutil.which("lld-link")
-    if found is None:
-        _missing("lld-link", "apt-get install lld")
-        raise AssertionError("unreachable")
-    return found
+    return tool("lld-link", "apt-get install lld")
 
 
 def wine_binary() -> str:

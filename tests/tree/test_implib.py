@@ -8,7 +8,6 @@ written by cudaredist, a program linked against it by GNU ld and run under Wine.
 from __future__ import annotations
 
 import io
-import shutil
 import struct
 import subprocess
 from pathlib import Path
@@ -29,12 +28,12 @@ from cudaredist.tree.implib import (
 from cudaredist.tree.staging import Tree
 from tests.pe import make_dll
 from tests.wintools import (  # noqa: F401
-    _missing,
     imported_dlls,
     lld_link,
     mingw_gxx,
     mingw_objdump,
     run_under_wine,
+    tool,
     wine_prefix,
 )
 
@@ -377,13 +376,10 @@ mainCRTStartup:
 """
 
 
-def _llvm(tool: str, *args: str) -> str:
-    found = shutil.which(tool)
-    if found is None:
-        _missing(tool, "apt-get install lld llvm")
-        raise AssertionError("unreachable")
-    r = subprocess.run([found, *args], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, f"{tool} {' '.join(args)}:\n{r.stderr[-3000:]}"
+def _llvm(name: str, *args: str) -> str:
+    r = subprocess.run([tool(name, "apt-get install lld llvm"), *args], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, f"{name} {' '.join(args)}:\n{r.stderr[-3000:]}"
     return r.stdout
 
 
