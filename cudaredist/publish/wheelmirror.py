@@ -7,10 +7,9 @@ with what the mirror already lists. :func:`cudaredist.publish.mirror.write_mirro
 
 from __future__ import annotations
 
-import heapq
 import json
 import os
-import threading
+import queue
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -190,13 +189,10 @@ def build_archives(out: Path, builds: Sequence[BuiltArchive], *,
 
         # Packing is the slow part (xz and deflate hold a core each): the biggest wheel that has
         # arrived goes first, so the longest job does not start last.
-        ready: list[tuple[int, int, BuiltArchive, Path, bool]] = []
-        ready_lock = threading.Lock()
+        ready: queue.PriorityQueue[tuple[int, int, BuiltArchive, Path, bool]] = queue.PriorityQueue()
 
         def pack_biggest() -> None:
-            with ready_lock:
-                _size, _n, job, wheel, cached = heapq.heappop(ready)
-            build(job, wheel, cached)
+            build(*ready.get_nowait()[2:])
 
         packers = max(1, min(jobs, os.cpu_count() or 1))
         fetched: dict[Any, BuiltArchive] = {}
@@ -211,9 +207,7 @@ def build_archives(out: Path, builds: Sequence[BuiltArchive], *,
                         wheel, cached = fut.result()
                         reporter.archive_done(job.wheel.archive.filename, job.wheel.archive.size,
                                               cached=cached)
-                        with ready_lock:
-                            queued = (-job.wheel.archive.size, len(packing), job, wheel, cached)
-                            heapq.heappush(ready, queued)
+                        ready.put((-job.wheel.archive.size, len(packing), job, wheel, cached))
                         packing.append(packs.submit(pack_biggest))
                     for fut in packing:
                         fut.result()
@@ -226,11 +220,9 @@ def build_archives(out: Path, builds: Sequence[BuiltArchive], *,
     for rel, text in sorted(licenses.items()):
         if write_if_changed(dest_path(out, rel), text):
             report.licenses.append(rel)
-    for b in builds:
-        report.archives.append({"component": b.wheel.component, "relative_path": b.relative_path,
-                                "sha256": made[b.relative_path].entry["sha256"],
-                                "size": int(made[b.relative_path].entry["size"]),
-                                "status": made[b.relative_path].status, "wheel": b.wheel.archive.filename})
+    report.archives += [{"component": b.wheel.component, "relative_path": b.relative_path,
+                         "sha256": m.entry["sha256"], "size": int(m.entry["size"]), "status": m.status,
+                         "wheel": b.wheel.archive.filename} for b in builds for m in [made[b.relative_path]]]
     return made
 
 
