@@ -164,36 +164,36 @@ def read_lock(path: Path) -> Lock:
 
 
 def _check_plan(plan: Plan, platform: str, release: str, source: str, where: str) -> None:
+    def bad(message: str) -> LockFileError:
+        return LockFileError(f"{where}: {message}", path=where)
+
     if plan.platform != platform or plan.release != release:
-        raise LockFileError(f"{where}: the plan under {platform!r} is for {plan.platform} "
-                            f"CUDA {plan.release}, not {platform} CUDA {release}", path=where)
+        raise bad(f"the plan under {platform!r} is for {plan.platform} CUDA {plan.release}, not {platform} "
+                  f"CUDA {release}")
     if plan.source != source:
-        raise LockFileError(f"{where}: the plan for {platform} is from source {plan.source!r}, the lock "
-                            f"from {source!r}", path=where)
+        raise bad(f"the plan for {platform} is from source {plan.source!r}, the lock from {source!r}")
     if not plan.items:
-        raise LockFileError(f"{where}: the plan for {platform} lists no archives", path=where)
+        raise bad(f"the plan for {platform} lists no archives")
     named = {p.name for p in plan.products}
     for item in plan.items:
         entry = f"{platform}/{item.component}"
         if item.product and item.product not in named:
-            raise LockFileError(f"{where}: {entry} belongs to product {item.product!r}, which the plan for "
-                                f"{platform} does not list", path=where)
+            raise bad(f"{entry} belongs to product {item.product!r}, which the plan for {platform} does "
+                      "not list")
         if item.layout != LAYOUTS[source]:
-            raise LockFileError(f"{where}: {entry}: layout {item.layout!r} is not that of a {source} "
-                                f"archive ({LAYOUTS[source]!r})", path=where)
+            raise bad(f"{entry}: layout {item.layout!r} is not that of a {source} archive "
+                      f"({LAYOUTS[source]!r})")
         try:
             check_relative_path(item.archive.relative_path, entry, where)
             archive_url(plan.product_base(item.product), item.archive.relative_path, entry)
         except ManifestError as exc:
             raise LockFileError(str(exc), path=where) from exc
         if not isinstance(item.archive.sha256, str) or not _HEX64.match(item.archive.sha256):
-            raise LockFileError(f"{where}: {entry}: sha256 must be 64 lowercase hex digits",
-                                path=where)
+            raise bad(f"{entry}: sha256 must be 64 lowercase hex digits")
         if item.archive.size < 0:
-            raise LockFileError(f"{where}: {entry}: size must not be negative", path=where)
+            raise bad(f"{entry}: size must not be negative")
         if not isinstance(item.url, str) or not _URL.match(item.url):
-            raise LockFileError(f"{where}: {entry}: url {item.url!r} is not http(s):// or file://",
-                                path=where)
+            raise bad(f"{entry}: url {item.url!r} is not http(s):// or file://")
 
 
 def select(lock: Lock, *, train: str | None, platform: str | None, host: str | None,
