@@ -72,19 +72,12 @@ def pick_archive(comp: Component, platform: str, cuda_release: str, *,
     ``source`` archive (samples)."""
     have = version_key(cuda_release)
     major, minor = have[0], (have[1] if len(have) > 1 else 0)
-    ranked: list[tuple[int, tuple[int, ...], Archive, str]] = []
-    for tag, archive, name in _builds(comp, platform):
-        if tag == (major, minor):
-            ranked.append((0, (), archive, name))
-        elif tag == (major,):
-            ranked.append((1, (), archive, name))
-        elif len(tag) == 2 and tag[0] == major and tag[1] < minor:
-            ranked.append((2, (-tag[1],), archive, name))
-        elif not tag:
-            ranked.append((3, (), archive, name))
+    ranks = {(major, minor): (0, 0), (major,): (1, 0), (): (3, 0)}  # an older minor: 2, the newest first
+    ranks |= {(major, m): (2, -m) for m in range(minor)}
+    ranked = [(ranks[tag], archive, name) for tag, archive, name in _builds(comp, platform) if tag in ranks]
     if ranked:
-        best = min(ranked, key=lambda r: (r[0], r[1]))
-        return best[2], best[3]
+        _rank, archive, name = min(ranked, key=lambda r: r[0])
+        return archive, name
     if explicit and platform != SOURCE_PLATFORM and SOURCE_PLATFORM in comp.platforms:
         return pick_archive(comp, SOURCE_PLATFORM, cuda_release, explicit=False)
     return None
@@ -190,6 +183,12 @@ def choose_release(request: ProductRequest, labels: Sequence[str], load: Callabl
                            requested=str(request), where=base_url, available=tuple(sort_labels(labels)))
     seen: list[Manifest] = []
 
+    def quiet(label: str) -> Manifest | None:
+        try:
+            return load(label)
+        except CudaRedistError:  # a manifest that does not answer is left out of the listing
+            return None
+
     def attempt(manifest: Manifest) -> ProductPlan | None:
         seen.append(manifest)
         return plan_product(manifest, request, platform=platform, cuda_release=cuda_release,
@@ -199,7 +198,7 @@ def choose_release(request: ProductRequest, labels: Sequence[str], load: Callabl
     found = attempt(load(ordered[0]))
     if found is None and ordered[1:]:
         with ThreadPoolExecutor(8) as pool:  # the rest at once: read them all to say what exists
-            rest = list(pool.map(_quiet(load), ordered[1:]))
+            rest = list(pool.map(quiet, ordered[1:]))
         for manifest in rest:
             if manifest is not None and (found := attempt(manifest)) is not None:
                 break
@@ -210,15 +209,6 @@ def choose_release(request: ProductRequest, labels: Sequence[str], load: Callabl
         f"{title}{asked} has no release with archives for CUDA {major} on {platform} at {base_url} "
         f"({_coverage(seen, request, platform, major)}); pick another --with {request.name}=VERSION, "
         "another CUDA train or another --platform", requested=str(request), where=base_url)
-
-
-def _quiet(load: Callable[[str], Manifest]) -> Callable[[str], Manifest | None]:
-    def run(label: str) -> Manifest | None:
-        try:
-            return load(label)
-        except CudaRedistError:  # a manifest that does not answer is left out of the listing
-            return None
-    return run
 
 
 def product_bases(bases: Bases, product: str, *, base_url: str, trust: Trust) -> Bases:
