@@ -40,7 +40,6 @@ from cudaredist.sources.mirroring import BuiltManifest, CopiedArchive, Document,
 from cudaredist.sources.nvidia.products import product_dir
 from cudaredist.sources.nvidia.releases import labels_from_names, sort_labels
 
-INDEX_PAGE = "index.html"
 T = TypeVar("T")
 
 
@@ -177,7 +176,7 @@ def write_mirror(
             report.notes += [n for n in part.notes if n not in report.notes]
         labels = labels_from_names(os.listdir(top))
         dirs = [p.name for p in top.iterdir() if p.is_dir() and not p.name.startswith(".")]
-        write_if_changed(top / INDEX_PAGE, index_page(sort_labels(labels), dirs).encode())
+        write_if_changed(top / "index.html", index_page(sort_labels(labels), dirs).encode())
     report.archives.sort(key=lambda a: (a.get("product", ""), a["relative_path"]))
     return report
 

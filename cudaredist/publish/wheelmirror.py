@@ -62,10 +62,9 @@ def merge_manifest(existing: dict[str, Any] | None, *, label: str, release_date:
 
     ``archives`` are (component, platform, version, entry, fields); ``variants[i]`` (a product's
     ``cuda13``) lists archive ``i`` under that subkey of its platform, and in ``cuda_variant``. A release
-    date and
-    component fields already present are kept, so later runs do not rewrite earlier ones;
-    keys come in NVIDIA's order (release keys, then components by name, each with its
-    fields, then its platforms), so the bytes do not depend on which run added what.
+    date and component fields already present are kept, so later runs do not rewrite earlier ones;
+    keys come in NVIDIA's order (release keys, then components by name, each with its fields, then
+    its platforms), so the bytes do not depend on which run added what.
     """
     from cudaredist.sources.pypi.wheels import pep440
 
@@ -100,11 +99,6 @@ def merge_manifest(existing: dict[str, Any] | None, *, label: str, release_date:
         ordered.update({p: comp[p] for p in platforms})
         out[key] = ordered
     return out
-
-
-def dump_manifest(obj: dict[str, Any]) -> bytes:
-    """As NVIDIA writes them: 4-space indent, no trailing newline."""
-    return json.dumps(obj, indent=4, ensure_ascii=False).encode()
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -229,17 +223,14 @@ def build_archives(out: Path, builds: Sequence[BuiltArchive], *,
 def write_manifest(out: Path, manifest: BuiltManifest, made: dict[str, Made]) -> None:
     """``redistrib_<label>.json``: the mirror's own (if any) with the archives built for it added."""
     path = out / f"redistrib_{manifest.label}.json"
-    existing = None
-    if path.exists():
-        existing = _read_json(path)
-        if existing is None:
-            raise ManifestError(f"{path} is not a JSON object; move it away to rebuild the manifest of "
-                                f"CUDA {manifest.label}", source=str(path))
+    if (existing := _read_json(path)) is None and path.exists():
+        raise ManifestError(f"{path} is not a JSON object; move it away to rebuild the manifest of "
+                            f"CUDA {manifest.label}", source=str(path))
     rows = [(b.wheel.component, b.platform, b.wheel.version, made[b.relative_path].entry,
              made[b.relative_path].fields) for b in manifest.archives]
     merged = merge_manifest(existing, label=manifest.label, release_date=manifest.release_date, archives=rows,
                             variants=[b.variant for b in manifest.archives], product=manifest.product)
     if merged != existing:
-        data = dump_manifest(merged)
+        data = json.dumps(merged, indent=4, ensure_ascii=False).encode()  # as NVIDIA's: no final newline
         parse_manifest(data, label=manifest.label, source=str(path))  # what the mirror serves must read back
         write_if_changed(path, data)
