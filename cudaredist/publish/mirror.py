@@ -26,7 +26,7 @@ import shutil
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -46,8 +46,8 @@ T = TypeVar("T")
 @dataclass
 class MirrorReport:
     out: str
+    base: str   # the folder holding the manifests, to install from (``out`` or a folder in it)
     releases: list[str] = field(default_factory=list)
-    base: str = ""   # the folder holding the manifests, to install from (``out`` or a folder in it)
     archives: list[dict[str, Any]] = field(default_factory=list)
     licenses: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -59,9 +59,7 @@ class MirrorReport:
         return sum(1 for a in self.archives if a["status"] == status)
 
     def to_json(self) -> dict[str, Any]:
-        return {"out": self.out, "base": self.base or self.out, "releases": self.releases,
-                "archives": self.archives, "licenses": self.licenses, "notes": self.notes} | (
-            {"products": self.products} if self.products else {})
+        return {k: v for k, v in asdict(self).items() if v or k != "products"}
 
 
 def dest_path(out: Path, relative_path: str) -> Path:
@@ -149,8 +147,7 @@ def write_mirror(
     out = out.absolute()
     top = dest_path(out, content.folder) if content.folder else out  # where the manifests go
     out.mkdir(parents=True, exist_ok=True)
-    report = MirrorReport(str(out), releases=list(content.releases), notes=list(content.notes),
-                          base=str(top))
+    report = MirrorReport(str(out), str(top), releases=list(content.releases), notes=list(content.notes))
     # the lock beside the mirror, like the prefix lock, so that the mirror holds only what it serves
     with contextlib.nullcontext() if locked else hold(
             out.parent / f".{out.name}.cudaredist-mirror.lock", lock_wait(lock_timeout),
