@@ -228,24 +228,22 @@ def resolve_product(index: Index, request: ProductRequest, bases: Bases, *, plat
                     cuda_release: str, components: Sequence[str]) -> ProductPlan:
     """One ``--with`` request for ``platform``, from the first base in ``bases`` (the product's)
     that lists the product's releases."""
-    failures: list[str] = []
-    last: FetchError | None = None
+    failures: list[FetchError] = []
     for i, base in enumerate(bases.manifests):
         try:
             labels = index.labels(base, quick=i < len(bases.manifests) - 1)
         except FetchError as exc:
-            failures.append(str(exc))
-            last = exc
+            failures.append(exc)
             continue
         failed = set(bases.manifests[:i])
         archive_bases = [b for b in bases.archives if b not in failed]
         return choose_release(request, labels, functools.partial(index.manifest, base),
                               platform=platform, cuda_release=cuda_release, base_url=base,
                               archive_bases=archive_bases, components=components)
-    title = request.product.title
+    title, tried = request.product.title, "; ".join(map(str, failures))
     raise FetchError(
-        f"cannot list the {title} releases ({'; '.join(failures)}). NVIDIA publishes {title} beside "
+        f"cannot list the {title} releases ({tried}). NVIDIA publishes {title} beside "
         f"the toolkit's redist folder (.../compute/{request.name}/redist/ next to .../compute/cuda/redist/; "
         f"a mirror written by `cudaredist mirror --with {request.name}` holds it there too); point "
         f"{env_base(request.name)} at its folder if yours is elsewhere",
-        url=last.url if last else "", status=last.status if last else None)
+        url=failures[-1].url if failures else "", status=failures[-1].status if failures else None)
