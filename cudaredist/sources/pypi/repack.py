@@ -80,10 +80,8 @@ def relative_path(component: str, platform: str, version: str, variant: str = ""
 def archive_member(path: str, component: str) -> str:
     """Where a tree path sits below the archive's top folder: the inverse of
     :func:`cudaredist.tree.paths.tree_path` (a component's own licence sits at the top)."""
-    for name in ("LICENSE", "LICENSE.txt"):
-        if path == f"licenses/{component}/{name}":
-            return name
-    return path
+    name = path.removeprefix(f"licenses/{component}/")
+    return name if name in ("LICENSE", "LICENSE.txt") else path
 
 
 def wheel_members(zf: zipfile.ZipFile, *, component: str, version: str, platform: str,
@@ -179,14 +177,9 @@ def _about(zf: zipfile.ZipFile, members: list[Member], component: str) -> tuple[
     if len(metas) == 1 and metas[0].file_size <= SMALL_LIMIT:
         meta = parse_metadata(zf.read(metas[0]).decode("utf-8", "replace"))
         summary, license_ = meta.summary, meta.license
-    text = b""
-    by_path = {m.path: m for m in members}
-    for name in ("LICENSE.txt", "LICENSE"):
-        found = by_path.get(f"licenses/{component}/{name}")
-        if found is not None and found.size <= SMALL_LIMIT:
-            text = zf.read(found.source)
-            break
-    return summary, license_, text
+    found = [m for name in ("LICENSE.txt", "LICENSE") for m in members
+             if m.path == f"licenses/{component}/{name}" and m.size <= SMALL_LIMIT]
+    return summary, license_, zf.read(found[0].source) if found else b""
 
 
 def _write_tar(zf: zipfile.ZipFile, members: list[Member], top: str, component: str, out: IO[bytes], *,
