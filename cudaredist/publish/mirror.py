@@ -104,11 +104,10 @@ def link_or_copy(src: Path) -> Callable[[Path], None]:
 def verifies(dest: Path, size: int, sha256: str) -> bool:
     """``dest`` holds ``size`` bytes whose sha256 is ``sha256`` (size first: no hashing of a wrong file)."""
     try:
-        if dest.stat().st_size != size:
-            return False
+        right_size = dest.stat().st_size == size
     except OSError:
         return False
-    return sha256_file(dest) == sha256
+    return right_size and sha256_file(dest) == sha256
 
 
 def index_page(labels: Sequence[str], dirs: Sequence[str]) -> str:
