@@ -23,7 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from cudaredist.errors import CudaRedistError, FetchError, PlanError, ResolveError
 from cudaredist.plan import Archive, PlannedArchive, ProductRelease, archive_url, join_url, version_key
-from cudaredist.profiles import ProductRequest, Spec, parse_spec
+from cudaredist.profiles import ProductRequest, parse_spec
 from cudaredist.sources.nvidia.index import Bases, Index, normalize_base
 from cudaredist.sources.nvidia.manifest import Component, Manifest
 from cudaredist.sources.nvidia.releases import sort_labels
@@ -107,18 +107,14 @@ class ProductPlan:
     claimed: tuple[str, ...]   # the --component values it took
 
 
-def _routed(components: Sequence[str], manifest: Manifest) -> list[Spec]:
-    specs = [parse_spec(c, "--component") for c in components]
-    return [s for s in specs if any(n in manifest.components for n in s.names)]
-
-
 def plan_product(manifest: Manifest, request: ProductRequest, *, platform: str, cuda_release: str,
                  base_url: str, archive_bases: Sequence[str], components: Sequence[str] = (),
                  strict: bool = True) -> ProductPlan | None:
     """The product's archives from ``manifest`` for ``platform``: its default components, or those
     of ``components`` the manifest has. None when a default is missing (``strict``: raise instead)."""
     title = request.product.title
-    routed = _routed(components, manifest)
+    routed = [s for s in (parse_spec(c, "--component") for c in components)
+              if any(n in manifest.components for n in s.names)]
     specs = [*request.product.specs, *routed]
     items: list[PlannedArchive] = []
     variant = ""
