@@ -122,11 +122,9 @@ def read_lock(path: Path) -> Lock:
     except FileNotFoundError:
         raise LockFileError(f"the lock file {where} does not exist; create it with "
                             "`cudaredist lock TRAIN -o FILE`", path=where) from None
-    except OSError as exc:
-        raise LockFileError(f"the lock file {where} is not readable JSON: {directory_as_file(exc, where)}",
-                            path=where) from exc
-    except ValueError as exc:
-        raise LockFileError(f"the lock file {where} is not readable JSON: {exc}", path=where) from exc
+    except (OSError, ValueError) as exc:
+        why = directory_as_file(exc, where) if isinstance(exc, OSError) else exc
+        raise LockFileError(f"the lock file {where} is not readable JSON: {why}", path=where) from exc
     if not isinstance(obj, dict) or obj.get("lock_version") != LOCK_VERSION:
         version = obj.get("lock_version") if isinstance(obj, dict) else None
         raise LockFileError(f"{where} is not a cudaredist lock of version {LOCK_VERSION} "
