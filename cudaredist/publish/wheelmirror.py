@@ -189,7 +189,6 @@ def build_archives(out: Path, builds: Sequence[BuiltArchive], *,
             build(*ready.get_nowait()[2:])
 
         packers = max(1, min(jobs, os.cpu_count() or 1))
-        fetched: dict[Any, BuiltArchive] = {}
         packing: list[Any] = []
         try:
             with ThreadPoolExecutor(max(1, min(jobs, len(need))), thread_name_prefix="fetch") as pool, \
