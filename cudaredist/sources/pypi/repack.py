@@ -115,11 +115,8 @@ def wheel_members(zf: zipfile.ZipFile, *, component: str, version: str, platform
             mode = 0o755 if unix_mode & 0o111 else 0o644
             members[rel] = Member(rel, "file", info.filename, info.file_size, mode)
 
-    def soname_of(rel: str) -> str | None:
-        member = members[rel]
-        if member.kind != "file":
-            return None
-        with zf.open(member.source) as fh:  # seekable: the program headers lead to DT_SONAME
+    def soname_of(rel: str) -> str | None:  # chain_links asks only about ``files``
+        with zf.open(members[rel].source) as fh:  # seekable: the program headers lead to DT_SONAME
             return read_soname(fh)
 
     files = [m.path for m in members.values() if m.kind == "file"]
