@@ -91,14 +91,12 @@ def place(dest: Path, fill: Callable[[Path], T]) -> T:
         tmp.unlink(missing_ok=True)
 
 
-def link_or_copy(src: Path) -> Callable[[Path], None]:
-    """Fills a file with a verified cache file: a hard link when possible, else a copy."""
-    def fill(tmp: Path) -> None:
-        try:
-            os.link(src, tmp)
-        except OSError:  # another filesystem, or links not supported
-            shutil.copyfile(src, tmp)
-    return fill
+def link_or_copy(src: Path, tmp: Path) -> None:
+    """Fills ``tmp`` with a verified cache file: a hard link when possible, else a copy."""
+    try:
+        os.link(src, tmp)
+    except OSError:  # another filesystem, or links not supported
+        shutil.copyfile(src, tmp)
 
 
 def verifies(dest: Path, size: int, sha256: str) -> bool:
@@ -201,7 +199,7 @@ def _copy_archives(out: Path, copies: Sequence[CopiedArchive], fetch: Fetch, rep
     def one(copy: CopiedArchive) -> dict[str, Any]:
         item = copy.item
         path, cached = fetch(item)
-        place(dest_path(out, copy.relative_path), link_or_copy(path))
+        place(dest_path(out, copy.relative_path), lambda tmp: link_or_copy(path, tmp))
         reporter.archive_done(item.archive.filename, item.archive.size, cached=cached)
         return _row(item, "cached" if cached else "downloaded")
 
