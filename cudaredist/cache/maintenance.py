@@ -107,10 +107,12 @@ def _clean(cache: Cache, doing: str, *, archive_cutoff: float, partial_cutoff: f
             else:
                 busy += 1
         for d in cache.unpacked.leftovers():
-            # what a killed build or removal left (a running build is younger than an hour)
-            if d.stat().st_mtime < time.time() - 3600:
-                fsops.rmtree(d)
-                files += 1
+            # what a killed build or removal left (a running build is younger than an hour, and may
+            # rename its folder into place between the listing and this look: then it is not ours)
+            with contextlib.suppress(FileNotFoundError):
+                if d.stat().st_mtime < time.time() - 3600:
+                    fsops.rmtree(d)
+                    files += 1
         if cache.archives.is_dir():  # metadata whose archive is gone
             for n in os.listdir(cache.archives):
                 if n.endswith(".json") and ARCHIVE_NAME.fullmatch(n) \

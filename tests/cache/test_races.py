@@ -164,3 +164,16 @@ def test_a_cached_archive_removed_between_its_lookup_and_its_hash(
     _install(transport, cache, plan, tmp_path / "cuda")
     assert raced
     assert_installed(tmp_path / "cuda", "13.0.1", cache)
+
+
+@pytest.mark.parametrize("clean", [maintenance.clear, maintenance.prune], ids=["clear", "prune"])
+def test_a_build_folder_renamed_away_while_the_cache_is_cleaned(
+        clean: Callable[[Cache], Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A running build renames its .tmp- folder into place between the listing and the look at it:
+    the clean goes on (it was never a leftover), not 'cannot clear the cache: No such file'."""
+    cache = Cache(tmp_path / "c")
+    cache.prepare()
+    gone = cache.unpacked.root / ".tmp-renamed-into-place"
+    monkeypatch.setattr(type(cache.unpacked), "leftovers", lambda self: iter([gone]))
+    clean(cache)
+    assert not gone.exists()
