@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,9 +26,6 @@ class Check:
     detail: str
     fix: str = ""
 
-    def to_json(self) -> dict[str, str]:
-        return {"name": self.name, "status": self.status, "detail": self.detail, "fix": self.fix}
-
 
 @dataclass(frozen=True)
 class Report:
@@ -41,8 +38,7 @@ class Report:
         return any(c.status == "fail" for c in self.checks)
 
     def to_json(self) -> dict[str, Any]:
-        return {"prefix": self.prefix, "release": self.release,
-                "checks": [c.to_json() for c in self.checks]}
+        return asdict(self)
 
 
 @dataclass(frozen=True)
