@@ -279,18 +279,15 @@ def check_gpu(info: DriverInfo, codes: Sequence[str] = ()) -> Check:
         return Check("gpu", "ok", said)
     known = {int(c[3:].rstrip("abcdefghijklmnopqrstuvwxyz")) for c in codes}
     lo, hi = min(known), max(known)
-    older = [d for d in info.devices if int(d.sm) not in known and int(d.sm) < lo]
-    newer = [d for d in info.devices if int(d.sm) not in known and int(d.sm) >= lo]
-    if older:
-        return Check("gpu", "fail",
-                     f"{said}; this toolkit cannot build for {_short([f'sm_{d.sm}' for d in older])}: its "
-                     f"nvcc targets sm_{lo} to sm_{hi}",
-                     "use an older CUDA release whose `nvcc --list-gpu-code` still lists "
-                     f"{_short([f'sm_{d.sm}' for d in older])}")
-    if newer:
-        ptx = min(max(k for k in known if k <= int(d.sm)) for d in newer)
+    unknown = [int(d.sm) for d in info.devices if int(d.sm) not in known]
+    if older := _short([f"sm_{sm}" for sm in unknown if sm < lo]):
+        return Check("gpu", "fail", f"{said}; this toolkit cannot build for {older}: its nvcc targets "
+                     f"sm_{lo} to sm_{hi}",
+                     f"use an older CUDA release whose `nvcc --list-gpu-code` still lists {older}")
+    if unknown:  # newer than the oldest target the tree knows
+        ptx = min(max(k for k in known if k <= sm) for sm in unknown)
         return Check("gpu", "warn",
-                     f"{said}; this toolkit's nvcc does not list {_short([f'sm_{d.sm}' for d in newer])} "
+                     f"{said}; this toolkit's nvcc does not list {_short([f'sm_{sm}' for sm in unknown])} "
                      f"(it targets sm_{lo} to sm_{hi})",
                      "embed PTX the driver can compile for it "
                      f"(-gencode arch=compute_{ptx},code=compute_{ptx}), or install a newer CUDA release "
