@@ -56,6 +56,13 @@ class Toolkit:
     def nvcc(self) -> Path:
         return self.prefix / "bin" / ("nvcc.exe" if self.windows else "nvcc")
 
+    def not_run(self) -> str | None:
+        """Why the tree's programs are not run here, or None."""
+        if not self.native:
+            return (f"not run: a {self.platform or ('Windows' if self.windows else 'Linux')} tree does not "
+                    "run on this host (a cross-compiling tree)")
+        return None if self.has_nvcc else "not run: the tree has no nvcc (a runtime-only profile)"
+
 
 def _which(command: str, path: str | None) -> str | None:
     return shutil.which(command, path=path)

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Literal
 
 from cudaredist.doctor.checks import _RANK, Check, Toolkit, Which, _first_line, _run, _which
-from cudaredist.doctor.toolkit import _not_run
 from cudaredist.profiles import platform_rule
 
 
@@ -87,13 +86,6 @@ def select_host_compiler(env: Mapping[str, str], *, windows: bool, which: Which 
     name = os.path.basename(spec).lower()
     msvc = windows and name in ("cl", "cl.exe")
     return HostCompiler(spec, path, source, msvc, linker, bool(allow), allow)
-
-
-def compiler_version(hc: HostCompiler, env: Mapping[str, str]) -> str:
-    """The compiler's own banner line ("gcc (Debian 12.2.0-14) 12.2.0", "Microsoft (R) C/C++ ...")."""
-    if hc.path is None:
-        return ""
-    return _first_line(_run([hc.path] if hc.msvc else [hc.path, "--version"], env, timeout=30)[1])
 
 
 @dataclass(frozen=True)
@@ -204,7 +196,7 @@ def _supported_fix(hc: HostCompiler, tk: Toolkit) -> str:
 def check_host_compiler(tk: Toolkit, env: Mapping[str, str], *, windows: bool | None = None,
                         which: Which = _which) -> Check:
     """The compiler nvcc will use, judged by the tree's own ``include/crt/host_config.h``."""
-    if skip := _not_run(tk):
+    if skip := tk.not_run():
         return Check("host-compiler", "ok", skip)
     windows = tk.windows if windows is None else windows
     hc = select_host_compiler(env, windows=windows, which=which)
@@ -218,7 +210,8 @@ def check_host_compiler(tk: Toolkit, env: Mapping[str, str], *, windows: bool | 
                      f"nvcc will run {hc.spec} ({hc.source}), which is not found",
                      "install a C++ compiler (Debian/Ubuntu: apt-get install g++), or set NVCC_CCBIN "
                      "to one this toolkit supports")
-    version = compiler_version(hc, env)
+    # the compiler's own banner line ("gcc (Debian 12.2.0-14) 12.2.0", "Microsoft (R) C/C++ ...")
+    version = _first_line(_run([hc.path] if hc.msvc else [hc.path, "--version"], env, timeout=30)[1])
     who = f"{version or hc.spec} ({hc.path}, {hc.source})"
     include = tk.prefix / "include"
     verdict = judge_host_config(hc, include, env)
@@ -311,7 +304,7 @@ def explain_probe_failure(output: str) -> tuple[str, str]:
 
 def check_probe(tk: Toolkit, env: Mapping[str, str], *, timeout: float = 300) -> Check:
     """Compile and link a kernel and a host call with the tree's nvcc, like CMake's try-compile."""
-    if skip := _not_run(tk):
+    if skip := tk.not_run():
         return Check("probe", "ok", skip)
     nvcc = tk.nvcc()
     with tempfile.TemporaryDirectory(prefix="cudaredist-probe-") as tmp:

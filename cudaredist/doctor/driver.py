@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from cudaredist.doctor.checks import Check, Loader, Toolkit, _run, _short
-from cudaredist.doctor.toolkit import _not_run
 from cudaredist.errors import ManifestError
 from cudaredist.fsops import WINDOWS
 from cudaredist.plan import version_key
@@ -247,7 +246,7 @@ def arch_flags(devices: Sequence[Device]) -> tuple[str, str]:
 
 def nvcc_gpu_codes(tk: Toolkit | None, env: Mapping[str, str]) -> tuple[str, ...]:
     """The sm_XY targets the tree's nvcc can build (``nvcc --list-gpu-code``); () if unknown."""
-    if tk is None or _not_run(tk) or not tk.nvcc().is_file():
+    if tk is None or tk.not_run() or not tk.nvcc().is_file():
         return ()
     rc, out = _run([str(tk.nvcc()), "--list-gpu-code"], env, timeout=60)
     return tuple(re.findall(r"\bsm_\d+[a-z]?\b", out)) if rc == 0 else ()

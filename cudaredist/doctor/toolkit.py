@@ -72,19 +72,9 @@ def check_toolkit(prefix: Path, *, host_windows: bool | None = None) -> tuple[Ch
 _NVCC_VERSION = re.compile(r"release (\d+\.\d+), V(\d+(?:\.\d+)+)")
 
 
-def _not_run(tk: Toolkit) -> str | None:
-    """Why the tree's programs are not run here, or None."""
-    if not tk.native:
-        return (f"not run: a {tk.platform or ('Windows' if tk.windows else 'Linux')} tree does not "
-                "run on this host (a cross-compiling tree)")
-    if not tk.has_nvcc:
-        return "not run: the tree has no nvcc (a runtime-only profile)"
-    return None
-
-
 def check_nvcc(tk: Toolkit, env: Mapping[str, str]) -> tuple[Check, str | None]:
     """``bin/nvcc --version`` runs and reports the record's release; returns the X.Y it reports."""
-    if skip := _not_run(tk):
+    if skip := tk.not_run():
         return Check("nvcc", "ok", skip), None
     nvcc = tk.nvcc()
     if not nvcc.is_file():
