@@ -215,25 +215,20 @@ def check_host_compiler(tk: Toolkit, env: Mapping[str, str], *, windows: bool | 
     who = f"{version or hc.spec} ({hc.path}, {hc.source})"
     include = tk.prefix / "include"
     verdict = judge_host_config(hc, include, env)
-    checks: list[Check] = []
-    what = f"CUDA {tk.release}'s" if tk.release else "the tree's"
+    header = f"{f'CUDA {tk.release}' if tk.release else 'the tree'}'s include/crt/host_config.h"
     if verdict.accepted:
-        checks.append(Check("host-compiler", "ok", f"{who} passes {what} include/crt/host_config.h"))
+        checks = [Check("host-compiler", "ok", f"{who} passes {header}")]
     elif not verdict.judged:
-        checks.append(Check("host-compiler", "warn",
-                            f"could not judge {who} against {what} include/crt/host_config.h: "
-                            f"{verdict.error}",
-                            "run the probe's build by hand to see nvcc's own error"))
+        checks = [Check("host-compiler", "warn", f"could not judge {who} against {header}: {verdict.error}",
+                        "run the probe's build by hand to see nvcc's own error")]
     elif hc.allow_unsupported:
-        checks.append(Check("host-compiler", "warn",
-                            f"{who} is refused by {what} include/crt/host_config.h (\"{verdict.error}\"); "
-                            f"nvcc accepts it only because -allow-unsupported-compiler is set in "
-                            f"{hc.flags_source}, which may fail to compile or build wrong code",
-                            _supported_fix(hc, tk)))
+        checks = [Check("host-compiler", "warn",
+                        f"{who} is refused by {header} (\"{verdict.error}\"); nvcc accepts it only because "
+                        f"-allow-unsupported-compiler is set in {hc.flags_source}, which may fail to compile "
+                        "or build wrong code", _supported_fix(hc, tk))]
     else:
-        checks.append(Check("host-compiler", "fail",
-                            f"{who} is refused by {what} include/crt/host_config.h: \"{verdict.error}\"",
-                            _supported_fix(hc, tk)))
+        checks = [Check("host-compiler", "fail", f"{who} is refused by {header}: \"{verdict.error}\"",
+                        _supported_fix(hc, tk))]
     if hc.linker == "":
         checks.append(Check("host-compiler", "fail", "nvcc links with g++, which is not on PATH",
                             "install g++ (Debian/Ubuntu: apt-get install g++), or set NVCC_CCBIN to a C++ "
