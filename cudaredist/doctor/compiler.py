@@ -97,9 +97,6 @@ class HostConfigVerdict:
     judged: bool  # False: the preprocessor failed for another reason (no verdict)
 
 
-_ERROR_LINE = re.compile(r"#\s*error:?\s*(.*)")
-
-
 def judge_host_config(hc: HostCompiler, include: Path, env: Mapping[str, str]) -> HostConfigVerdict:
     """Preprocess ``crt/host_config.h`` from ``include`` with the compiler and the defines nvcc
     sets, and see whether it reaches one of the header's ``#error`` lines."""
@@ -119,10 +116,9 @@ def judge_host_config(hc: HostCompiler, include: Path, env: Mapping[str, str]) -
         rc, out = _run(cmd, env, cwd=tmp, timeout=60)
     if rc == 0:
         return HostConfigVerdict(True, "", judged=True)
-    for line in out.splitlines():  # only host_config.h is included: its #error is the verdict
-        m = _ERROR_LINE.search(line)
-        if m:
-            return HostConfigVerdict(False, m.group(1).strip().lstrip("-").strip(), judged=True)
+    # only host_config.h is included: its first #error is the verdict
+    if m := re.search(r"#[ \t]*error:?[ \t]*(.*)", out):
+        return HostConfigVerdict(False, m.group(1).strip().lstrip("-").strip(), judged=True)
     first = next((ln.strip() for ln in out.splitlines() if re.search(r"error|fatal", ln, re.I)), "")
     return HostConfigVerdict(False, first or _first_line(out) or f"exit {rc}", judged=False)
 
