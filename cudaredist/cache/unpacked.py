@@ -25,10 +25,8 @@ import json
 import os
 import re
 import stat
-import threading
 import uuid
-from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +36,7 @@ from cudaredist.cache.store import evict
 from cudaredist.localfs import disk_error, is_case_insensitive
 from cudaredist.plan import PlannedArchive
 from cudaredist.profiles import is_windows
+from cudaredist.tree.extract import in_threads
 from cudaredist.tree.staging import FileRecord, Tree
 
 UNPACKED_VERSION = 2  # 2: [roots] (visual_studio_integration under extras/)
@@ -214,20 +213,6 @@ def materialize(entry: UnpackedEntry, tree: Tree, *, how: str, component: str, a
         for rec in records:
             tree.add_placed(rec, source(rec), how, component, archive)
         return
-    failed = threading.Event()
-
-    def place_share(share: Sequence[FileRecord]) -> None:
-        try:
-            for rec in share:
-                if failed.is_set():
-                    return
-                tree.add_placed(rec, source(rec), how, component, archive)
-        except BaseException:
-            failed.set()  # the others stop at their next file
-            raise
-
     # the directories exist: files and links land in any order, each claimed as usual
-    with ThreadPoolExecutor(threads, thread_name_prefix="place") as pool:
-        futures = [pool.submit(place_share, records[k::threads]) for k in range(threads)]
-    for fut in futures:
-        fut.result()  # the first failure, in submission order
+    in_threads(tree.add_placed, [[(rec, source(rec), how, component, archive) for rec in records[k::threads]]
+                                 for k in range(threads)], threads, "place")

@@ -14,7 +14,7 @@ import struct
 import tarfile
 import threading
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any, cast
@@ -256,22 +256,30 @@ def _inflate(zf: zipfile.ZipFile, files: Sequence[tuple[zipfile.ZipInfo, str, in
         for info, rel, mode in files:
             one(info, rel, mode)
         return
+    in_threads(one, [[f] for f in sorted(files, key=lambda f: -f[0].compress_size)], threads, "inflate")
+
+
+def in_threads(fn: Callable[..., None], shares: Sequence[Iterable[Sequence[Any]]], threads: int,
+               name: str) -> None:
+    """``fn(*args)`` for every ``args`` of every share, one share per task on ``threads`` threads.
+    The first failure (in share order) is raised; the shares still running stop at their next item
+    and those not started yet are skipped."""
     failed = threading.Event()
 
-    def guarded(info: zipfile.ZipInfo, rel: str, mode: int) -> None:
-        if failed.is_set():
-            return
+    def run(share: Iterable[Sequence[Any]]) -> None:
         try:
-            one(info, rel, mode)
+            for args in share:
+                if failed.is_set():
+                    return
+                fn(*args)
         except BaseException:
-            failed.set()  # the members not started yet are skipped
+            failed.set()
             raise
 
-    biggest_first = sorted(files, key=lambda f: -f[0].compress_size)
-    with ThreadPoolExecutor(threads, thread_name_prefix="inflate") as pool:
-        futures = [pool.submit(guarded, *f) for f in biggest_first]
+    with ThreadPoolExecutor(threads, thread_name_prefix=name) as pool:
+        futures = [pool.submit(run, share) for share in shares]
     for fut in futures:
-        fut.result()  # the first failure, biggest member first
+        fut.result()
 
 
 class DeflatedMember:
