@@ -38,7 +38,6 @@ def _root_cause(futures: Sequence[Future[Any]]) -> BaseException | None:
     return None
 
 
-
 class _ArchiveGone(Exception):
     """The cached archive an extraction was to read was removed (a ``cache clear`` or ``prune``)."""
 

@@ -169,40 +169,36 @@ def _extract_tar(path: Path | None, tree: Tree, *, component: str, archive: str,
         except (tarfile.TarError, OSError, EOFError, lzma.LZMAError) as exc:
             raise UnsafeArchiveError(f"{archive} is not a readable tar archive: {exc}",
                                      archive=archive) from exc
-        with tf:
-            _tar_members(tf, tree, component=component, archive=archive, mapper=mapper)
-
-
-def _tar_members(tf: tarfile.TarFile, tree: Tree, *, component: str, archive: str, mapper: Mapper) -> None:
-    try:
-        for m in tf:
-            clean = clean_member(m.name, archive=archive)
-            rel = mapper(clean) if clean else None
-            if rel is None:
-                continue
-            if m.isdir():
-                tree.add_dir(rel, component, archive)
-            elif m.isreg():
-                tree.add_file(rel, _member_data(tf, m), m.mode, component, archive)
-            elif m.issym():
-                tree.add_symlink(rel, m.linkname, component, archive)
-            elif m.islnk():
-                target_rel = mapper(clean_member(m.linkname, archive=archive))
-                if target_rel is None:
-                    raise UnsafeArchiveError(f"{archive}: hard link {m.name!r} -> {m.linkname!r} "
-                                             "leaves the archive's tree; refused",
+        stack.enter_context(tf)  # closed before the file it reads
+        try:
+            for m in tf:
+                clean = clean_member(m.name, archive=archive)
+                rel = mapper(clean) if clean else None
+                if rel is None:
+                    continue
+                if m.isdir():
+                    tree.add_dir(rel, component, archive)
+                elif m.isreg():
+                    tree.add_file(rel, _member_data(tf, m), m.mode, component, archive)
+                elif m.issym():
+                    tree.add_symlink(rel, m.linkname, component, archive)
+                elif m.islnk():
+                    target_rel = mapper(clean_member(m.linkname, archive=archive))
+                    if target_rel is None:
+                        raise UnsafeArchiveError(f"{archive}: hard link {m.name!r} -> {m.linkname!r} "
+                                                 "leaves the archive's tree; refused",
+                                                 archive=archive, member=m.name)
+                    tree.add_hardlink(rel, target_rel, component, archive)
+                else:
+                    kind = {tarfile.CHRTYPE: "character device", tarfile.BLKTYPE: "block device",
+                            tarfile.FIFOTYPE: "fifo"}.get(m.type, f"special member (type {m.type!r})")
+                    raise UnsafeArchiveError(f"{archive}: member {m.name!r} is a {kind}; refused",
                                              archive=archive, member=m.name)
-                tree.add_hardlink(rel, target_rel, component, archive)
-            else:
-                kind = {tarfile.CHRTYPE: "character device", tarfile.BLKTYPE: "block device",
-                        tarfile.FIFOTYPE: "fifo"}.get(m.type, f"special member (type {m.type!r})")
-                raise UnsafeArchiveError(f"{archive}: member {m.name!r} is a {kind}; refused",
-                                         archive=archive, member=m.name)
-    except (tarfile.TarError, EOFError, OSError, lzma.LZMAError) as exc:
-        if isinstance(exc, FileExistsError):
-            raise ConflictError(f"{archive}: {exc.filename} already exists in the tree",
-                                path=str(exc.filename), second=component) from exc
-        raise UnsafeArchiveError(f"{archive} is corrupt or truncated: {exc}", archive=archive) from exc
+        except (tarfile.TarError, EOFError, OSError, lzma.LZMAError) as exc:
+            if isinstance(exc, FileExistsError):
+                raise ConflictError(f"{archive}: {exc.filename} already exists in the tree",
+                                    path=str(exc.filename), second=component) from exc
+            raise UnsafeArchiveError(f"{archive} is corrupt or truncated: {exc}", archive=archive) from exc
 
 
 def _extract_zip(path: Path, tree: Tree, *, component: str, archive: str, mapper: Mapper) -> None:
