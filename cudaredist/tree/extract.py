@@ -330,8 +330,12 @@ class DeflatedMember:
                 out = self._d.decompress(raw, want)
             else:
                 out = self._d.flush()
-                if not out:
-                    self._check()
+                if not out:  # the end: it must be exactly the recorded size and CRC
+                    if not self._d.eof or self._out != self._info.file_size:
+                        raise zipfile.BadZipFile(f"{self._info.orig_filename!r} inflates to {self._out} "
+                                                 f"bytes, not {self._info.file_size}")
+                    if self._crc != self._info.CRC:
+                        raise zipfile.BadZipFile(f"bad CRC-32 for {self._info.orig_filename!r}")
                     return b""
             if out:
                 self._crc = zlib.crc32(out, self._crc)
@@ -339,11 +343,3 @@ class DeflatedMember:
                 if self._out > self._info.file_size:
                     raise zipfile.BadZipFile(f"{self._info.orig_filename!r} inflates past its size")
                 return out
-
-    def _check(self) -> None:
-        info = self._info
-        if not self._d.eof or self._out != info.file_size:
-            raise zipfile.BadZipFile(f"{info.orig_filename!r} inflates to {self._out} bytes, not "
-                                     f"{info.file_size}")
-        if self._crc != info.CRC:
-            raise zipfile.BadZipFile(f"bad CRC-32 for {info.orig_filename!r}")
