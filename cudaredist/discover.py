@@ -57,11 +57,10 @@ def _is_toolkit(root: Path) -> bool:
 
 
 def _candidates(environ: Mapping[str, str], prefixes: Iterable[str]) -> Iterable[tuple[Path, str]]:
-    for var in ("CUDA_PATH", "CUDA_HOME"):
+    versioned = sorted(v for v in environ if re.fullmatch(r"CUDA_PATH_V\d+_\d+", v))
+    for var in ("CUDA_PATH", "CUDA_HOME", *versioned):
         if environ.get(var):
             yield Path(environ[var]), var
-    for var in sorted(v for v in environ if re.fullmatch(r"CUDA_PATH_V\d+_\d+", v)):
-        yield Path(environ[var]), var
     for p in sorted(glob.glob("/usr/local/cuda*")):
         yield Path(p), "/usr/local/cuda*"
     if environ.get("CONDA_PREFIX"):

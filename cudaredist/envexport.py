@@ -147,9 +147,8 @@ def quote_cmd(value: str, *, name: str) -> str:
 def msys_path(path: str) -> str:
     """``C:\\a b\\cuda`` -> ``/c/a b/cuda``: how Git Bash / MSYS2 shells spell a PATH entry."""
     m = _DRIVE.match(path)
-    rest = path[m.end():] if m else path
-    rest = rest.replace("\\", "/")
-    return f"/{m.group(1).lower()}/{rest}" if m else rest
+    rest = path[m.end() if m else 0:].replace("\\", "/")
+    return f"/{m[1].lower()}/{rest}" if m else rest
 
 
 # -- renderers -----------------------------------------------------------------------------------

@@ -25,10 +25,8 @@ import json
 import os
 import re
 import stat
-import threading
 import uuid
-from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +36,7 @@ from cudaredist.cache.store import evict
 from cudaredist.localfs import disk_error, is_case_insensitive
 from cudaredist.plan import PlannedArchive
 from cudaredist.profiles import is_windows
+from cudaredist.tree.extract import in_threads
 from cudaredist.tree.staging import FileRecord, Tree
 
 UNPACKED_VERSION = 2  # 2: [roots] (visual_studio_integration under extras/)
@@ -52,7 +51,6 @@ class UnpackedEntry:
     records: tuple[FileRecord, ...]
     dirs: tuple[str, ...]
     size: int
-    archive_sha256: str
     name: str
     last_used: float
     stamps: dict[str, list[int]]  # path -> size, mode, mtime when made (a link: its target instead)
@@ -80,9 +78,6 @@ class UnpackedCache:
     def __init__(self, root: Path) -> None:
         self.root = root / "unpacked"
 
-    def _dir(self, key: str) -> Path:
-        return self.root / key
-
     def lookup(self, item: PlannedArchive, platform: str) -> UnpackedEntry | None:
         """The entry of ``item`` if it is complete and unchanged since it was made, else None
         (a changed one is removed)."""
@@ -100,10 +95,10 @@ class UnpackedCache:
     def present(self, item: PlannedArchive, platform: str) -> bool:
         """Whether ``item`` has a finished entry (its record is there), without checking its files:
         a hint, taken without the entry's lock; :meth:`lookup` under the lock decides."""
-        return os.path.isfile(self._dir(entry_key(item, platform)) / RECORD)
+        return os.path.isfile(self.root / entry_key(item, platform) / RECORD)
 
     def _load(self, key: str) -> UnpackedEntry | None:
-        d = self._dir(key)
+        d = self.root / key
         try:
             with open(d / RECORD, "rb") as fh:
                 raw = json.loads(fh.read().decode("utf-8"))
@@ -111,8 +106,7 @@ class UnpackedCache:
             records = tuple(FileRecord(f["path"], int(f["size"]), f["sha256"], int(f["mode"]),
                                        f.get("link", ""), f.get("component", "")) for f in raw["files"])
             return UnpackedEntry(key, d, records, tuple(raw.get("dirs", [])), int(raw["size"]),
-                                 str(raw["archive_sha256"]), str(raw.get("name", "")), mtime,
-                                 raw.get("stamps", {}))
+                                 str(raw.get("name", "")), mtime, raw.get("stamps", {}))
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
@@ -168,7 +162,7 @@ class UnpackedCache:
         (tmp / RECORD).write_text(json.dumps(body), "utf-8")
         try:
             # retried: a scanner opens the fresh DLLs in ``tmp`` for a moment (Windows)
-            fsops.rename(tmp, self._dir(key))
+            fsops.rename(tmp, self.root / key)
         except OSError:
             if self._load(key) is None:  # not a finished entry in the way: a real failure
                 raise
@@ -214,20 +208,6 @@ def materialize(entry: UnpackedEntry, tree: Tree, *, how: str, component: str, a
         for rec in records:
             tree.add_placed(rec, source(rec), how, component, archive)
         return
-    failed = threading.Event()
-
-    def place_share(share: Sequence[FileRecord]) -> None:
-        try:
-            for rec in share:
-                if failed.is_set():
-                    return
-                tree.add_placed(rec, source(rec), how, component, archive)
-        except BaseException:
-            failed.set()  # the others stop at their next file
-            raise
-
     # the directories exist: files and links land in any order, each claimed as usual
-    with ThreadPoolExecutor(threads, thread_name_prefix="place") as pool:
-        futures = [pool.submit(place_share, records[k::threads]) for k in range(threads)]
-    for fut in futures:
-        fut.result()  # the first failure, in submission order
+    in_threads(tree.add_placed, [[(rec, source(rec), how, component, archive) for rec in records[k::threads]]
+                                 for k in range(threads)], threads, "place")

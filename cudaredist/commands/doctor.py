@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import typer
 
 from cudaredist.commands.base import TOOLKIT, Toolkit, command, emit_json
@@ -20,19 +18,10 @@ def doctor(
     Without --prefix or TRAIN: driver, gpu and environment only."""
     from cudaredist import doctor as doc
     from cudaredist.doctor.checks import ORDER
-    from cudaredist.managed import best, scan, scan_matches
-    from cudaredist.managed import install_dir as managed_dir
-
-    root = managed_dir(tk.install_dir)
-
-    def managed(t: str) -> Path | None:
-        found = best(root, t, tk.platform)
-        if found is None:  # a toolkit of the train whose record is damaged: the check says so
-            return next((p for p, _e in scan(root).damaged if scan_matches(p, t, tk.platform)), None)
-        return found.path
 
     # target(): --prefix, checked (and refused with a TRAIN); a TRAIN alone is the doctor's to find
-    report = doc.run(tk.target() if tk.prefix is not None else None, train=tk.train, find=managed)
+    report = doc.run(tk.target() if tk.prefix is not None else None, train=tk.train,
+                     find=lambda t: doc.find_toolkit(t, tk.platform, tk.install_dir))
     if as_json:
         emit_json(report.to_json())
     else:

@@ -33,12 +33,16 @@ from cudaredist.fsops import WINDOWS
 
 
 # -- the whole run ------------------------------------------------------------------------------
-def find_toolkit(train: str) -> Path | None:
-    """The newest managed toolkit of ``train`` (this host's platform first), or None."""
-    from cudaredist.managed import best, install_dir
+def find_toolkit(train: str, platform: str | None = None, root: Path | str | None = None) -> Path | None:
+    """The newest managed toolkit of ``train`` in ``root`` (this host's platform first), else one
+    of the train whose record is damaged (the toolkit check says so), or None."""
+    from cudaredist.managed import best, install_dir, scan
 
-    found = best(install_dir(), train)
-    return found.path if found is not None else None
+    root = install_dir(root)
+    if (found := best(root, train, platform)) is not None:
+        return found.path
+    damaged = scan(root).damaged_of(train, platform)
+    return Path(damaged.prefix) if damaged is not None else None
 
 
 @dataclass(frozen=True)

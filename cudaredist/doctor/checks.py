@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,9 +26,6 @@ class Check:
     detail: str
     fix: str = ""
 
-    def to_json(self) -> dict[str, str]:
-        return {"name": self.name, "status": self.status, "detail": self.detail, "fix": self.fix}
-
 
 @dataclass(frozen=True)
 class Report:
@@ -41,8 +38,7 @@ class Report:
         return any(c.status == "fail" for c in self.checks)
 
     def to_json(self) -> dict[str, Any]:
-        return {"prefix": self.prefix, "release": self.release,
-                "checks": [c.to_json() for c in self.checks]}
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -59,6 +55,13 @@ class Toolkit:
 
     def nvcc(self) -> Path:
         return self.prefix / "bin" / ("nvcc.exe" if self.windows else "nvcc")
+
+    def not_run(self) -> str | None:
+        """Why the tree's programs are not run here, or None."""
+        if not self.native:
+            return (f"not run: a {self.platform or ('Windows' if self.windows else 'Linux')} tree does not "
+                    "run on this host (a cross-compiling tree)")
+        return None if self.has_nvcc else "not run: the tree has no nvcc (a runtime-only profile)"
 
 
 def _which(command: str, path: str | None) -> str | None:

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Literal
 
 from cudaredist.doctor.checks import _RANK, Check, Toolkit, Which, _first_line, _run, _which
-from cudaredist.doctor.toolkit import _not_run
 from cudaredist.profiles import platform_rule
 
 
@@ -89,13 +88,6 @@ def select_host_compiler(env: Mapping[str, str], *, windows: bool, which: Which 
     return HostCompiler(spec, path, source, msvc, linker, bool(allow), allow)
 
 
-def compiler_version(hc: HostCompiler, env: Mapping[str, str]) -> str:
-    """The compiler's own banner line ("gcc (Debian 12.2.0-14) 12.2.0", "Microsoft (R) C/C++ ...")."""
-    if hc.path is None:
-        return ""
-    return _first_line(_run([hc.path] if hc.msvc else [hc.path, "--version"], env, timeout=30)[1])
-
-
 @dataclass(frozen=True)
 class HostConfigVerdict:
     """What preprocessing the tree's host_config.h with the compiler said."""
@@ -103,9 +95,6 @@ class HostConfigVerdict:
     accepted: bool
     error: str  # the #error text when refused, or why it could not be judged
     judged: bool  # False: the preprocessor failed for another reason (no verdict)
-
-
-_ERROR_LINE = re.compile(r"#\s*error:?\s*(.*)")
 
 
 def judge_host_config(hc: HostCompiler, include: Path, env: Mapping[str, str]) -> HostConfigVerdict:
@@ -127,10 +116,9 @@ def judge_host_config(hc: HostCompiler, include: Path, env: Mapping[str, str]) -
         rc, out = _run(cmd, env, cwd=tmp, timeout=60)
     if rc == 0:
         return HostConfigVerdict(True, "", judged=True)
-    for line in out.splitlines():  # only host_config.h is included: its #error is the verdict
-        m = _ERROR_LINE.search(line)
-        if m:
-            return HostConfigVerdict(False, m.group(1).strip().lstrip("-").strip(), judged=True)
+    # only host_config.h is included: its first #error is the verdict
+    if m := re.search(r"#[ \t]*error:?[ \t]*(.*)", out):
+        return HostConfigVerdict(False, m.group(1).strip().lstrip("-").strip(), judged=True)
     first = next((ln.strip() for ln in out.splitlines() if re.search(r"error|fatal", ln, re.I)), "")
     return HostConfigVerdict(False, first or _first_line(out) or f"exit {rc}", judged=False)
 
@@ -204,7 +192,7 @@ def _supported_fix(hc: HostCompiler, tk: Toolkit) -> str:
 def check_host_compiler(tk: Toolkit, env: Mapping[str, str], *, windows: bool | None = None,
                         which: Which = _which) -> Check:
     """The compiler nvcc will use, judged by the tree's own ``include/crt/host_config.h``."""
-    if skip := _not_run(tk):
+    if skip := tk.not_run():
         return Check("host-compiler", "ok", skip)
     windows = tk.windows if windows is None else windows
     hc = select_host_compiler(env, windows=windows, which=which)
@@ -218,29 +206,25 @@ def check_host_compiler(tk: Toolkit, env: Mapping[str, str], *, windows: bool | 
                      f"nvcc will run {hc.spec} ({hc.source}), which is not found",
                      "install a C++ compiler (Debian/Ubuntu: apt-get install g++), or set NVCC_CCBIN "
                      "to one this toolkit supports")
-    version = compiler_version(hc, env)
+    # the compiler's own banner line ("gcc (Debian 12.2.0-14) 12.2.0", "Microsoft (R) C/C++ ...")
+    version = _first_line(_run([hc.path] if hc.msvc else [hc.path, "--version"], env, timeout=30)[1])
     who = f"{version or hc.spec} ({hc.path}, {hc.source})"
     include = tk.prefix / "include"
     verdict = judge_host_config(hc, include, env)
-    checks: list[Check] = []
-    what = f"CUDA {tk.release}'s" if tk.release else "the tree's"
+    header = f"{f'CUDA {tk.release}' if tk.release else 'the tree'}'s include/crt/host_config.h"
     if verdict.accepted:
-        checks.append(Check("host-compiler", "ok", f"{who} passes {what} include/crt/host_config.h"))
+        checks = [Check("host-compiler", "ok", f"{who} passes {header}")]
     elif not verdict.judged:
-        checks.append(Check("host-compiler", "warn",
-                            f"could not judge {who} against {what} include/crt/host_config.h: "
-                            f"{verdict.error}",
-                            "run the probe's build by hand to see nvcc's own error"))
+        checks = [Check("host-compiler", "warn", f"could not judge {who} against {header}: {verdict.error}",
+                        "run the probe's build by hand to see nvcc's own error")]
     elif hc.allow_unsupported:
-        checks.append(Check("host-compiler", "warn",
-                            f"{who} is refused by {what} include/crt/host_config.h (\"{verdict.error}\"); "
-                            f"nvcc accepts it only because -allow-unsupported-compiler is set in "
-                            f"{hc.flags_source}, which may fail to compile or build wrong code",
-                            _supported_fix(hc, tk)))
+        checks = [Check("host-compiler", "warn",
+                        f"{who} is refused by {header} (\"{verdict.error}\"); nvcc accepts it only because "
+                        f"-allow-unsupported-compiler is set in {hc.flags_source}, which may fail to compile "
+                        "or build wrong code", _supported_fix(hc, tk))]
     else:
-        checks.append(Check("host-compiler", "fail",
-                            f"{who} is refused by {what} include/crt/host_config.h: \"{verdict.error}\"",
-                            _supported_fix(hc, tk)))
+        checks = [Check("host-compiler", "fail", f"{who} is refused by {header}: \"{verdict.error}\"",
+                        _supported_fix(hc, tk))]
     if hc.linker == "":
         checks.append(Check("host-compiler", "fail", "nvcc links with g++, which is not on PATH",
                             "install g++ (Debian/Ubuntu: apt-get install g++), or set NVCC_CCBIN to a C++ "
@@ -311,7 +295,7 @@ def explain_probe_failure(output: str) -> tuple[str, str]:
 
 def check_probe(tk: Toolkit, env: Mapping[str, str], *, timeout: float = 300) -> Check:
     """Compile and link a kernel and a host call with the tree's nvcc, like CMake's try-compile."""
-    if skip := _not_run(tk):
+    if skip := tk.not_run():
         return Check("probe", "ok", skip)
     nvcc = tk.nvcc()
     with tempfile.TemporaryDirectory(prefix="cudaredist-probe-") as tmp:

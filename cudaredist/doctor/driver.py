@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from cudaredist.doctor.checks import Check, Loader, Toolkit, _run, _short
-from cudaredist.doctor.toolkit import _not_run
 from cudaredist.errors import ManifestError
 from cudaredist.fsops import WINDOWS
 from cudaredist.plan import version_key
@@ -21,13 +20,11 @@ from cudaredist.plan import version_key
 CUDA_SUCCESS = 0
 CUDA_ERROR_NO_DEVICE = 100
 CUDA_ERROR_STUB_LIBRARY = 34
-_CU_ERRORS = {1: "CUDA_ERROR_INVALID_VALUE", 2: "CUDA_ERROR_OUT_OF_MEMORY",
-              3: "CUDA_ERROR_NOT_INITIALIZED", 4: "CUDA_ERROR_DEINITIALIZED",
-              34: "CUDA_ERROR_STUB_LIBRARY", 35: "CUDA_ERROR_INSUFFICIENT_DRIVER",
-              46: "CUDA_ERROR_DEVICE_UNAVAILABLE", 100: "CUDA_ERROR_NO_DEVICE",
-              101: "CUDA_ERROR_INVALID_DEVICE", 304: "CUDA_ERROR_OPERATING_SYSTEM",
-              803: "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
-              804: "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE", 999: "CUDA_ERROR_UNKNOWN"}
+_CU_ERRORS = {code: f"CUDA_ERROR_{name}" for code, name in {
+    1: "INVALID_VALUE", 2: "OUT_OF_MEMORY", 3: "NOT_INITIALIZED", 4: "DEINITIALIZED", 34: "STUB_LIBRARY",
+    35: "INSUFFICIENT_DRIVER", 46: "DEVICE_UNAVAILABLE", 100: "NO_DEVICE", 101: "INVALID_DEVICE",
+    304: "OPERATING_SYSTEM", 803: "SYSTEM_DRIVER_MISMATCH", 804: "COMPAT_NOT_SUPPORTED_ON_DEVICE",
+    999: "UNKNOWN"}.items()}
 _ATTR_CC_MAJOR = 75  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
 _ATTR_CC_MINOR = 76
 
@@ -247,7 +244,7 @@ def arch_flags(devices: Sequence[Device]) -> tuple[str, str]:
 
 def nvcc_gpu_codes(tk: Toolkit | None, env: Mapping[str, str]) -> tuple[str, ...]:
     """The sm_XY targets the tree's nvcc can build (``nvcc --list-gpu-code``); () if unknown."""
-    if tk is None or _not_run(tk) or not tk.nvcc().is_file():
+    if tk is None or tk.not_run() or not tk.nvcc().is_file():
         return ()
     rc, out = _run([str(tk.nvcc()), "--list-gpu-code"], env, timeout=60)
     return tuple(re.findall(r"\bsm_\d+[a-z]?\b", out)) if rc == 0 else ()
@@ -279,18 +276,15 @@ def check_gpu(info: DriverInfo, codes: Sequence[str] = ()) -> Check:
         return Check("gpu", "ok", said)
     known = {int(c[3:].rstrip("abcdefghijklmnopqrstuvwxyz")) for c in codes}
     lo, hi = min(known), max(known)
-    older = [d for d in info.devices if int(d.sm) not in known and int(d.sm) < lo]
-    newer = [d for d in info.devices if int(d.sm) not in known and int(d.sm) >= lo]
-    if older:
-        return Check("gpu", "fail",
-                     f"{said}; this toolkit cannot build for {_short([f'sm_{d.sm}' for d in older])}: its "
-                     f"nvcc targets sm_{lo} to sm_{hi}",
-                     "use an older CUDA release whose `nvcc --list-gpu-code` still lists "
-                     f"{_short([f'sm_{d.sm}' for d in older])}")
-    if newer:
-        ptx = min(max(k for k in known if k <= int(d.sm)) for d in newer)
+    unknown = [int(d.sm) for d in info.devices if int(d.sm) not in known]
+    if older := _short([f"sm_{sm}" for sm in unknown if sm < lo]):
+        return Check("gpu", "fail", f"{said}; this toolkit cannot build for {older}: its nvcc targets "
+                     f"sm_{lo} to sm_{hi}",
+                     f"use an older CUDA release whose `nvcc --list-gpu-code` still lists {older}")
+    if unknown:  # newer than the oldest target the tree knows
+        ptx = min(max(k for k in known if k <= sm) for sm in unknown)
         return Check("gpu", "warn",
-                     f"{said}; this toolkit's nvcc does not list {_short([f'sm_{d.sm}' for d in newer])} "
+                     f"{said}; this toolkit's nvcc does not list {_short([f'sm_{sm}' for sm in unknown])} "
                      f"(it targets sm_{lo} to sm_{hi})",
                      "embed PTX the driver can compile for it "
                      f"(-gencode arch=compute_{ptx},code=compute_{ptx}), or install a newer CUDA release "

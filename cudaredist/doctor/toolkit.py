@@ -48,13 +48,10 @@ def check_toolkit(prefix: Path, *, host_windows: bool | None = None) -> tuple[Ch
     tk = Toolkit(prefix, release, platform, nvcc_version, has_nvcc, windows == host_windows, windows)
     report = verify(prefix, fast=True)
     # exec bits: a tree copied through a tool that drops them has an nvcc that cannot start
-    lost = [] if host_windows else [
-        f["path"] for f in rec.get("files", [])
-        if "link" not in f and int(str(f.get("mode", "0")), 8) & 0o111
-        and (prefix / f["path"]).is_file() and not os.access(prefix / f["path"], os.X_OK)]
+    lost = [p for p in report.changed if report.reasons.get(p) == "the exec bit was removed"]
     what = f"CUDA {release} ({platform}, profile {plan.get('profile', '?')})"
     reinstall = f"cudaredist install {release} --platform {platform} --prefix {prefix} --reinstall"
-    changed = [p for p in report.changed if p not in lost]  # verify names lost exec bits too
+    changed = [p for p in report.changed if p not in lost]
     if report.missing or changed:
         problems = [f"{len(found)} {kind} ({_short(found)})"
                     for kind, found in (("missing", report.missing), ("changed", changed)) if found]
@@ -72,19 +69,9 @@ def check_toolkit(prefix: Path, *, host_windows: bool | None = None) -> tuple[Ch
 _NVCC_VERSION = re.compile(r"release (\d+\.\d+), V(\d+(?:\.\d+)+)")
 
 
-def _not_run(tk: Toolkit) -> str | None:
-    """Why the tree's programs are not run here, or None."""
-    if not tk.native:
-        return (f"not run: a {tk.platform or ('Windows' if tk.windows else 'Linux')} tree does not "
-                "run on this host (a cross-compiling tree)")
-    if not tk.has_nvcc:
-        return "not run: the tree has no nvcc (a runtime-only profile)"
-    return None
-
-
 def check_nvcc(tk: Toolkit, env: Mapping[str, str]) -> tuple[Check, str | None]:
     """``bin/nvcc --version`` runs and reports the record's release; returns the X.Y it reports."""
-    if skip := _not_run(tk):
+    if skip := tk.not_run():
         return Check("nvcc", "ok", skip), None
     nvcc = tk.nvcc()
     if not nvcc.is_file():

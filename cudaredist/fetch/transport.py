@@ -38,10 +38,6 @@ if TYPE_CHECKING:
 _T = TypeVar("_T")
 
 
-def _noop(_: int) -> None:
-    pass
-
-
 class Aborted(Exception):
     """The run was cancelled (Ctrl-C, or another download failed): stop, keep nothing."""
 
@@ -220,7 +216,7 @@ class Transport:
 
     # -- archives --------------------------------------------------------------------------------
     def download(self, url: str, dest: Path, *, size: int, sha256: str,
-                 progress: Progress = _noop, watch: Progress | None = None,
+                 progress: Progress = lambda _n: None, watch: Progress | None = None,
                  offset: int = 0, quick: bool = False) -> None:
         """Fetch ``url`` into ``dest``, checking size and sha256 as the bytes arrive.
 

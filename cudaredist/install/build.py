@@ -38,7 +38,6 @@ def _root_cause(futures: Sequence[Future[Any]]) -> BaseException | None:
     return None
 
 
-
 class _ArchiveGone(Exception):
     """The cached archive an extraction was to read was removed (a ``cache clear`` or ``prune``)."""
 
@@ -84,7 +83,9 @@ class Build:
         again under its lock, and made again if it vanished; otherwise the archive (a cached file, or
         ``follow``: a download still landing) is extracted into a new entry first."""
         try:
-            with self._entry_lock(item):
+            installer = self.installer
+            with installer.cache.lock(f"unpacked-{entry_key(item, self.plan.platform)}",
+                                      timeout=installer.lock_timeout, waiting=self.fetcher.check_abort):
                 entry = self.unpacked.lookup(item, self.plan.platform) if item in self.ready else None
                 if entry is None and item in self.ready:  # removed or changed since the hint
                     path, cached = self.fetcher.fetch(item)
@@ -92,15 +93,12 @@ class Build:
                         with self._counting:
                             self.cached -= 1
                             self.downloaded += 1
-                self._place(item, entry or self._unpack(item, path, follow))
+                materialize(entry or self._unpack(item, path, follow), self.tree, how=installer.link_mode,
+                            component=item.component, archive=item.archive.filename)
+                self.reporter.extracted(item.archive.filename)
         finally:
             if follow is not None:
                 follow.close()
-
-    def _entry_lock(self, item: PlannedArchive) -> contextlib.AbstractContextManager[None]:
-        installer = self.installer
-        return installer.cache.lock(f"unpacked-{entry_key(item, self.plan.platform)}",
-                                    timeout=installer.lock_timeout, waiting=self.fetcher.check_abort)
 
     def _unpack(self, item: PlannedArchive, path: Path | None, follow: GrowingFile | None) -> UnpackedEntry:
         """Make the unpacked entry of ``item`` (call with its lock held)."""
@@ -157,11 +155,6 @@ class Build:
                 after(item, self.plan.platform, entry_tree, written)
 
         return fill
-
-    def _place(self, item: PlannedArchive, entry: UnpackedEntry) -> None:
-        materialize(entry, self.tree, how=self.installer.link_mode, component=item.component,
-                    archive=item.archive.filename)
-        self.reporter.extracted(item.archive.filename)
 
     # -- all of them -------------------------------------------------------------------------------
     def run(self) -> None:

@@ -14,7 +14,7 @@ import struct
 import tarfile
 import threading
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any, cast
@@ -169,40 +169,36 @@ def _extract_tar(path: Path | None, tree: Tree, *, component: str, archive: str,
         except (tarfile.TarError, OSError, EOFError, lzma.LZMAError) as exc:
             raise UnsafeArchiveError(f"{archive} is not a readable tar archive: {exc}",
                                      archive=archive) from exc
-        with tf:
-            _tar_members(tf, tree, component=component, archive=archive, mapper=mapper)
-
-
-def _tar_members(tf: tarfile.TarFile, tree: Tree, *, component: str, archive: str, mapper: Mapper) -> None:
-    try:
-        for m in tf:
-            clean = clean_member(m.name, archive=archive)
-            rel = mapper(clean) if clean else None
-            if rel is None:
-                continue
-            if m.isdir():
-                tree.add_dir(rel, component, archive)
-            elif m.isreg():
-                tree.add_file(rel, _member_data(tf, m), m.mode, component, archive)
-            elif m.issym():
-                tree.add_symlink(rel, m.linkname, component, archive)
-            elif m.islnk():
-                target_rel = mapper(clean_member(m.linkname, archive=archive))
-                if target_rel is None:
-                    raise UnsafeArchiveError(f"{archive}: hard link {m.name!r} -> {m.linkname!r} "
-                                             "leaves the archive's tree; refused",
+        stack.enter_context(tf)  # closed before the file it reads
+        try:
+            for m in tf:
+                clean = clean_member(m.name, archive=archive)
+                rel = mapper(clean) if clean else None
+                if rel is None:
+                    continue
+                if m.isdir():
+                    tree.add_dir(rel, component, archive)
+                elif m.isreg():
+                    tree.add_file(rel, _member_data(tf, m), m.mode, component, archive)
+                elif m.issym():
+                    tree.add_symlink(rel, m.linkname, component, archive)
+                elif m.islnk():
+                    target_rel = mapper(clean_member(m.linkname, archive=archive))
+                    if target_rel is None:
+                        raise UnsafeArchiveError(f"{archive}: hard link {m.name!r} -> {m.linkname!r} "
+                                                 "leaves the archive's tree; refused",
+                                                 archive=archive, member=m.name)
+                    tree.add_hardlink(rel, target_rel, component, archive)
+                else:
+                    kind = {tarfile.CHRTYPE: "character device", tarfile.BLKTYPE: "block device",
+                            tarfile.FIFOTYPE: "fifo"}.get(m.type, f"special member (type {m.type!r})")
+                    raise UnsafeArchiveError(f"{archive}: member {m.name!r} is a {kind}; refused",
                                              archive=archive, member=m.name)
-                tree.add_hardlink(rel, target_rel, component, archive)
-            else:
-                kind = {tarfile.CHRTYPE: "character device", tarfile.BLKTYPE: "block device",
-                        tarfile.FIFOTYPE: "fifo"}.get(m.type, f"special member (type {m.type!r})")
-                raise UnsafeArchiveError(f"{archive}: member {m.name!r} is a {kind}; refused",
-                                         archive=archive, member=m.name)
-    except (tarfile.TarError, EOFError, OSError, lzma.LZMAError) as exc:
-        if isinstance(exc, FileExistsError):
-            raise ConflictError(f"{archive}: {exc.filename} already exists in the tree",
-                                path=str(exc.filename), second=component) from exc
-        raise UnsafeArchiveError(f"{archive} is corrupt or truncated: {exc}", archive=archive) from exc
+        except (tarfile.TarError, EOFError, OSError, lzma.LZMAError) as exc:
+            if isinstance(exc, FileExistsError):
+                raise ConflictError(f"{archive}: {exc.filename} already exists in the tree",
+                                    path=str(exc.filename), second=component) from exc
+            raise UnsafeArchiveError(f"{archive} is corrupt or truncated: {exc}", archive=archive) from exc
 
 
 def _extract_zip(path: Path, tree: Tree, *, component: str, archive: str, mapper: Mapper) -> None:
@@ -256,22 +252,30 @@ def _inflate(zf: zipfile.ZipFile, files: Sequence[tuple[zipfile.ZipInfo, str, in
         for info, rel, mode in files:
             one(info, rel, mode)
         return
+    in_threads(one, [[f] for f in sorted(files, key=lambda f: -f[0].compress_size)], threads, "inflate")
+
+
+def in_threads(fn: Callable[..., None], shares: Sequence[Iterable[Sequence[Any]]], threads: int,
+               name: str) -> None:
+    """``fn(*args)`` for every ``args`` of every share, one share per task on ``threads`` threads.
+    The first failure (in share order) is raised; the shares still running stop at their next item
+    and those not started yet are skipped."""
     failed = threading.Event()
 
-    def guarded(info: zipfile.ZipInfo, rel: str, mode: int) -> None:
-        if failed.is_set():
-            return
+    def run(share: Iterable[Sequence[Any]]) -> None:
         try:
-            one(info, rel, mode)
+            for args in share:
+                if failed.is_set():
+                    return
+                fn(*args)
         except BaseException:
-            failed.set()  # the members not started yet are skipped
+            failed.set()
             raise
 
-    biggest_first = sorted(files, key=lambda f: -f[0].compress_size)
-    with ThreadPoolExecutor(threads, thread_name_prefix="inflate") as pool:
-        futures = [pool.submit(guarded, *f) for f in biggest_first]
+    with ThreadPoolExecutor(threads, thread_name_prefix=name) as pool:
+        futures = [pool.submit(run, share) for share in shares]
     for fut in futures:
-        fut.result()  # the first failure, biggest member first
+        fut.result()
 
 
 class DeflatedMember:
@@ -326,8 +330,12 @@ class DeflatedMember:
                 out = self._d.decompress(raw, want)
             else:
                 out = self._d.flush()
-                if not out:
-                    self._check()
+                if not out:  # the end: it must be exactly the recorded size and CRC
+                    if not self._d.eof or self._out != self._info.file_size:
+                        raise zipfile.BadZipFile(f"{self._info.orig_filename!r} inflates to {self._out} "
+                                                 f"bytes, not {self._info.file_size}")
+                    if self._crc != self._info.CRC:
+                        raise zipfile.BadZipFile(f"bad CRC-32 for {self._info.orig_filename!r}")
                     return b""
             if out:
                 self._crc = zlib.crc32(out, self._crc)
@@ -335,11 +343,3 @@ class DeflatedMember:
                 if self._out > self._info.file_size:
                     raise zipfile.BadZipFile(f"{self._info.orig_filename!r} inflates past its size")
                 return out
-
-    def _check(self) -> None:
-        info = self._info
-        if not self._d.eof or self._out != info.file_size:
-            raise zipfile.BadZipFile(f"{info.orig_filename!r} inflates to {self._out} bytes, not "
-                                     f"{info.file_size}")
-        if self._crc != info.CRC:
-            raise zipfile.BadZipFile(f"bad CRC-32 for {info.orig_filename!r}")
