@@ -31,7 +31,7 @@ from typing import Any
 
 from cudaredist.errors import LockFileError, ManifestError
 from cudaredist.localfs import directory_as_file
-from cudaredist.plan import Plan, archive_url, matches, plan_from_json
+from cudaredist.plan import Plan, PlannedArchive, archive_url, matches, plan_from_json
 from cudaredist.sources.nvidia.manifest import check_relative_path
 
 LOCK_VERSION = 1
@@ -96,12 +96,11 @@ def build_lock(plans: Sequence[Plan], *, train: str, components: Sequence[str] =
 def _plain(plan: Plan) -> Plan:
     """The plan as recorded: no mirror fallbacks; redist archives on the plan's own base (a wheel's
     URL is wherever the index said it is, not under the index URL)."""
-    plan = replace(plan, hashes_from="")  # an install from the lock believes the lock
-    if plan.source != "nvidia":  # the index's own URL: the last one (a mirror's comes first)
-        return replace(plan, items=tuple(replace(i, url=i.urls[-1], fallback_urls=()) for i in plan.items))
-    return replace(plan, items=tuple(replace(i, url=archive_url(plan.product_base(i.product),
-                                                                i.archive.relative_path, i.component),
-                                             fallback_urls=()) for i in plan.items))
+    def url(i: PlannedArchive) -> str:  # a wheel: the index's own URL, the last (a mirror's comes first)
+        return i.urls[-1] if plan.source != "nvidia" else archive_url(
+            plan.product_base(i.product), i.archive.relative_path, i.component)
+    return replace(plan, hashes_from="",  # an install from the lock believes the lock
+                   items=tuple(replace(i, url=url(i), fallback_urls=()) for i in plan.items))
 
 
 def dumps(lock: dict[str, Any]) -> str:
@@ -122,11 +121,9 @@ def read_lock(path: Path) -> Lock:
     except FileNotFoundError:
         raise LockFileError(f"the lock file {where} does not exist; create it with "
                             "`cudaredist lock TRAIN -o FILE`", path=where) from None
-    except OSError as exc:
-        raise LockFileError(f"the lock file {where} is not readable JSON: {directory_as_file(exc, where)}",
-                            path=where) from exc
-    except ValueError as exc:
-        raise LockFileError(f"the lock file {where} is not readable JSON: {exc}", path=where) from exc
+    except (OSError, ValueError) as exc:
+        why = directory_as_file(exc, where) if isinstance(exc, OSError) else exc
+        raise LockFileError(f"the lock file {where} is not readable JSON: {why}", path=where) from exc
     if not isinstance(obj, dict) or obj.get("lock_version") != LOCK_VERSION:
         version = obj.get("lock_version") if isinstance(obj, dict) else None
         raise LockFileError(f"{where} is not a cudaredist lock of version {LOCK_VERSION} "
@@ -164,36 +161,36 @@ def read_lock(path: Path) -> Lock:
 
 
 def _check_plan(plan: Plan, platform: str, release: str, source: str, where: str) -> None:
+    def bad(message: str) -> LockFileError:
+        return LockFileError(f"{where}: {message}", path=where)
+
     if plan.platform != platform or plan.release != release:
-        raise LockFileError(f"{where}: the plan under {platform!r} is for {plan.platform} "
-                            f"CUDA {plan.release}, not {platform} CUDA {release}", path=where)
+        raise bad(f"the plan under {platform!r} is for {plan.platform} CUDA {plan.release}, not {platform} "
+                  f"CUDA {release}")
     if plan.source != source:
-        raise LockFileError(f"{where}: the plan for {platform} is from source {plan.source!r}, the lock "
-                            f"from {source!r}", path=where)
+        raise bad(f"the plan for {platform} is from source {plan.source!r}, the lock from {source!r}")
     if not plan.items:
-        raise LockFileError(f"{where}: the plan for {platform} lists no archives", path=where)
+        raise bad(f"the plan for {platform} lists no archives")
     named = {p.name for p in plan.products}
     for item in plan.items:
         entry = f"{platform}/{item.component}"
         if item.product and item.product not in named:
-            raise LockFileError(f"{where}: {entry} belongs to product {item.product!r}, which the plan for "
-                                f"{platform} does not list", path=where)
+            raise bad(f"{entry} belongs to product {item.product!r}, which the plan for {platform} does "
+                      "not list")
         if item.layout != LAYOUTS[source]:
-            raise LockFileError(f"{where}: {entry}: layout {item.layout!r} is not that of a {source} "
-                                f"archive ({LAYOUTS[source]!r})", path=where)
+            raise bad(f"{entry}: layout {item.layout!r} is not that of a {source} archive "
+                      f"({LAYOUTS[source]!r})")
         try:
             check_relative_path(item.archive.relative_path, entry, where)
             archive_url(plan.product_base(item.product), item.archive.relative_path, entry)
         except ManifestError as exc:
             raise LockFileError(str(exc), path=where) from exc
         if not isinstance(item.archive.sha256, str) or not _HEX64.match(item.archive.sha256):
-            raise LockFileError(f"{where}: {entry}: sha256 must be 64 lowercase hex digits",
-                                path=where)
+            raise bad(f"{entry}: sha256 must be 64 lowercase hex digits")
         if item.archive.size < 0:
-            raise LockFileError(f"{where}: {entry}: size must not be negative", path=where)
+            raise bad(f"{entry}: size must not be negative")
         if not isinstance(item.url, str) or not _URL.match(item.url):
-            raise LockFileError(f"{where}: {entry}: url {item.url!r} is not http(s):// or file://",
-                                path=where)
+            raise bad(f"{entry}: url {item.url!r} is not http(s):// or file://")
 
 
 def select(lock: Lock, *, train: str | None, platform: str | None, host: str | None,

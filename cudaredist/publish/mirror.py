@@ -26,7 +26,7 @@ import shutil
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -40,15 +40,14 @@ from cudaredist.sources.mirroring import BuiltManifest, CopiedArchive, Document,
 from cudaredist.sources.nvidia.products import product_dir
 from cudaredist.sources.nvidia.releases import labels_from_names, sort_labels
 
-INDEX_PAGE = "index.html"
 T = TypeVar("T")
 
 
 @dataclass
 class MirrorReport:
     out: str
+    base: str   # the folder holding the manifests, to install from (``out`` or a folder in it)
     releases: list[str] = field(default_factory=list)
-    base: str = ""   # the folder holding the manifests, to install from (``out`` or a folder in it)
     archives: list[dict[str, Any]] = field(default_factory=list)
     licenses: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -60,9 +59,7 @@ class MirrorReport:
         return sum(1 for a in self.archives if a["status"] == status)
 
     def to_json(self) -> dict[str, Any]:
-        return {"out": self.out, "base": self.base or self.out, "releases": self.releases,
-                "archives": self.archives, "licenses": self.licenses, "notes": self.notes} | (
-            {"products": self.products} if self.products else {})
+        return {k: v for k, v in asdict(self).items() if v or k != "products"}
 
 
 def dest_path(out: Path, relative_path: str) -> Path:
@@ -94,24 +91,21 @@ def place(dest: Path, fill: Callable[[Path], T]) -> T:
         tmp.unlink(missing_ok=True)
 
 
-def link_or_copy(src: Path) -> Callable[[Path], None]:
-    """Fills a file with a verified cache file: a hard link when possible, else a copy."""
-    def fill(tmp: Path) -> None:
-        try:
-            os.link(src, tmp)
-        except OSError:  # another filesystem, or links not supported
-            shutil.copyfile(src, tmp)
-    return fill
+def link_or_copy(src: Path, tmp: Path) -> None:
+    """Fills ``tmp`` with a verified cache file: a hard link when possible, else a copy."""
+    try:
+        os.link(src, tmp)
+    except OSError:  # another filesystem, or links not supported
+        shutil.copyfile(src, tmp)
 
 
 def verifies(dest: Path, size: int, sha256: str) -> bool:
     """``dest`` holds ``size`` bytes whose sha256 is ``sha256`` (size first: no hashing of a wrong file)."""
     try:
-        if dest.stat().st_size != size:
-            return False
+        right_size = dest.stat().st_size == size
     except OSError:
         return False
-    return sha256_file(dest) == sha256
+    return right_size and sha256_file(dest) == sha256
 
 
 def index_page(labels: Sequence[str], dirs: Sequence[str]) -> str:
@@ -150,8 +144,7 @@ def write_mirror(
     out = out.absolute()
     top = dest_path(out, content.folder) if content.folder else out  # where the manifests go
     out.mkdir(parents=True, exist_ok=True)
-    report = MirrorReport(str(out), releases=list(content.releases), notes=list(content.notes),
-                          base=str(top))
+    report = MirrorReport(str(out), str(top), releases=list(content.releases), notes=list(content.notes))
     # the lock beside the mirror, like the prefix lock, so that the mirror holds only what it serves
     with contextlib.nullcontext() if locked else hold(
             out.parent / f".{out.name}.cudaredist-mirror.lock", lock_wait(lock_timeout),
@@ -177,7 +170,7 @@ def write_mirror(
             report.notes += [n for n in part.notes if n not in report.notes]
         labels = labels_from_names(os.listdir(top))
         dirs = [p.name for p in top.iterdir() if p.is_dir() and not p.name.startswith(".")]
-        write_if_changed(top / INDEX_PAGE, index_page(sort_labels(labels), dirs).encode())
+        write_if_changed(top / "index.html", index_page(sort_labels(labels), dirs).encode())
     report.archives.sort(key=lambda a: (a.get("product", ""), a["relative_path"]))
     return report
 
@@ -206,7 +199,7 @@ def _copy_archives(out: Path, copies: Sequence[CopiedArchive], fetch: Fetch, rep
     def one(copy: CopiedArchive) -> dict[str, Any]:
         item = copy.item
         path, cached = fetch(item)
-        place(dest_path(out, copy.relative_path), link_or_copy(path))
+        place(dest_path(out, copy.relative_path), lambda tmp: link_or_copy(path, tmp))
         reporter.archive_done(item.archive.filename, item.archive.size, cached=cached)
         return _row(item, "cached" if cached else "downloaded")
 

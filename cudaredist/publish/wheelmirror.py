@@ -7,10 +7,9 @@ with what the mirror already lists. :func:`cudaredist.publish.mirror.write_mirro
 
 from __future__ import annotations
 
-import heapq
 import json
 import os
-import threading
+import queue
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -63,10 +62,9 @@ def merge_manifest(existing: dict[str, Any] | None, *, label: str, release_date:
 
     ``archives`` are (component, platform, version, entry, fields); ``variants[i]`` (a product's
     ``cuda13``) lists archive ``i`` under that subkey of its platform, and in ``cuda_variant``. A release
-    date and
-    component fields already present are kept, so later runs do not rewrite earlier ones;
-    keys come in NVIDIA's order (release keys, then components by name, each with its
-    fields, then its platforms), so the bytes do not depend on which run added what.
+    date and component fields already present are kept, so later runs do not rewrite earlier ones;
+    keys come in NVIDIA's order (release keys, then components by name, each with its fields, then
+    its platforms), so the bytes do not depend on which run added what.
     """
     from cudaredist.sources.pypi.wheels import pep440
 
@@ -101,11 +99,6 @@ def merge_manifest(existing: dict[str, Any] | None, *, label: str, release_date:
         ordered.update({p: comp[p] for p in platforms})
         out[key] = ordered
     return out
-
-
-def dump_manifest(obj: dict[str, Any]) -> bytes:
-    """As NVIDIA writes them: 4-space indent, no trailing newline."""
-    return json.dumps(obj, indent=4, ensure_ascii=False).encode()
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -190,16 +183,12 @@ def build_archives(out: Path, builds: Sequence[BuiltArchive], *,
 
         # Packing is the slow part (xz and deflate hold a core each): the biggest wheel that has
         # arrived goes first, so the longest job does not start last.
-        ready: list[tuple[int, int, BuiltArchive, Path, bool]] = []
-        ready_lock = threading.Lock()
+        ready: queue.PriorityQueue[tuple[int, int, BuiltArchive, Path, bool]] = queue.PriorityQueue()
 
         def pack_biggest() -> None:
-            with ready_lock:
-                _size, _n, job, wheel, cached = heapq.heappop(ready)
-            build(job, wheel, cached)
+            build(*ready.get_nowait()[2:])
 
         packers = max(1, min(jobs, os.cpu_count() or 1))
-        fetched: dict[Any, BuiltArchive] = {}
         packing: list[Any] = []
         try:
             with ThreadPoolExecutor(max(1, min(jobs, len(need))), thread_name_prefix="fetch") as pool, \
@@ -211,9 +200,7 @@ def build_archives(out: Path, builds: Sequence[BuiltArchive], *,
                         wheel, cached = fut.result()
                         reporter.archive_done(job.wheel.archive.filename, job.wheel.archive.size,
                                               cached=cached)
-                        with ready_lock:
-                            queued = (-job.wheel.archive.size, len(packing), job, wheel, cached)
-                            heapq.heappush(ready, queued)
+                        ready.put((-job.wheel.archive.size, len(packing), job, wheel, cached))
                         packing.append(packs.submit(pack_biggest))
                     for fut in packing:
                         fut.result()
@@ -226,28 +213,23 @@ def build_archives(out: Path, builds: Sequence[BuiltArchive], *,
     for rel, text in sorted(licenses.items()):
         if write_if_changed(dest_path(out, rel), text):
             report.licenses.append(rel)
-    for b in builds:
-        report.archives.append({"component": b.wheel.component, "relative_path": b.relative_path,
-                                "sha256": made[b.relative_path].entry["sha256"],
-                                "size": int(made[b.relative_path].entry["size"]),
-                                "status": made[b.relative_path].status, "wheel": b.wheel.archive.filename})
+    report.archives += [{"component": b.wheel.component, "relative_path": b.relative_path,
+                         "sha256": m.entry["sha256"], "size": int(m.entry["size"]), "status": m.status,
+                         "wheel": b.wheel.archive.filename} for b in builds for m in [made[b.relative_path]]]
     return made
 
 
 def write_manifest(out: Path, manifest: BuiltManifest, made: dict[str, Made]) -> None:
     """``redistrib_<label>.json``: the mirror's own (if any) with the archives built for it added."""
     path = out / f"redistrib_{manifest.label}.json"
-    existing = None
-    if path.exists():
-        existing = _read_json(path)
-        if existing is None:
-            raise ManifestError(f"{path} is not a JSON object; move it away to rebuild the manifest of "
-                                f"CUDA {manifest.label}", source=str(path))
+    if (existing := _read_json(path)) is None and path.exists():
+        raise ManifestError(f"{path} is not a JSON object; move it away to rebuild the manifest of "
+                            f"CUDA {manifest.label}", source=str(path))
     rows = [(b.wheel.component, b.platform, b.wheel.version, made[b.relative_path].entry,
              made[b.relative_path].fields) for b in manifest.archives]
     merged = merge_manifest(existing, label=manifest.label, release_date=manifest.release_date, archives=rows,
                             variants=[b.variant for b in manifest.archives], product=manifest.product)
     if merged != existing:
-        data = dump_manifest(merged)
+        data = json.dumps(merged, indent=4, ensure_ascii=False).encode()  # as NVIDIA's: no final newline
         parse_manifest(data, label=manifest.label, source=str(path))  # what the mirror serves must read back
         write_if_changed(path, data)

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from cudaredist.errors import CudaRedistError, FetchError, PlanError, ResolveError
 from cudaredist.plan import Archive, PlannedArchive, ProductRelease, archive_url, join_url, version_key
-from cudaredist.profiles import ProductRequest, Spec, parse_spec
+from cudaredist.profiles import ProductRequest, parse_spec
 from cudaredist.sources.nvidia.index import Bases, Index, normalize_base
 from cudaredist.sources.nvidia.manifest import Component, Manifest
 from cudaredist.sources.nvidia.releases import sort_labels
@@ -72,19 +72,12 @@ def pick_archive(comp: Component, platform: str, cuda_release: str, *,
     ``source`` archive (samples)."""
     have = version_key(cuda_release)
     major, minor = have[0], (have[1] if len(have) > 1 else 0)
-    ranked: list[tuple[int, tuple[int, ...], Archive, str]] = []
-    for tag, archive, name in _builds(comp, platform):
-        if tag == (major, minor):
-            ranked.append((0, (), archive, name))
-        elif tag == (major,):
-            ranked.append((1, (), archive, name))
-        elif len(tag) == 2 and tag[0] == major and tag[1] < minor:
-            ranked.append((2, (-tag[1],), archive, name))
-        elif not tag:
-            ranked.append((3, (), archive, name))
+    ranks = {(major, minor): (0, 0), (major,): (1, 0), (): (3, 0)}  # an older minor: 2, the newest first
+    ranks |= {(major, m): (2, -m) for m in range(minor)}
+    ranked = [(ranks[tag], archive, name) for tag, archive, name in _builds(comp, platform) if tag in ranks]
     if ranked:
-        best = min(ranked, key=lambda r: (r[0], r[1]))
-        return best[2], best[3]
+        _rank, archive, name = min(ranked, key=lambda r: r[0])
+        return archive, name
     if explicit and platform != SOURCE_PLATFORM and SOURCE_PLATFORM in comp.platforms:
         return pick_archive(comp, SOURCE_PLATFORM, cuda_release, explicit=False)
     return None
@@ -114,18 +107,14 @@ class ProductPlan:
     claimed: tuple[str, ...]   # the --component values it took
 
 
-def _routed(components: Sequence[str], manifest: Manifest) -> list[Spec]:
-    specs = [parse_spec(c, "--component") for c in components]
-    return [s for s in specs if any(n in manifest.components for n in s.names)]
-
-
 def plan_product(manifest: Manifest, request: ProductRequest, *, platform: str, cuda_release: str,
                  base_url: str, archive_bases: Sequence[str], components: Sequence[str] = (),
                  strict: bool = True) -> ProductPlan | None:
     """The product's archives from ``manifest`` for ``platform``: its default components, or those
     of ``components`` the manifest has. None when a default is missing (``strict``: raise instead)."""
     title = request.product.title
-    routed = _routed(components, manifest)
+    routed = [s for s in (parse_spec(c, "--component") for c in components)
+              if any(n in manifest.components for n in s.names)]
     specs = [*request.product.specs, *routed]
     items: list[PlannedArchive] = []
     variant = ""
@@ -190,6 +179,12 @@ def choose_release(request: ProductRequest, labels: Sequence[str], load: Callabl
                            requested=str(request), where=base_url, available=tuple(sort_labels(labels)))
     seen: list[Manifest] = []
 
+    def quiet(label: str) -> Manifest | None:
+        try:
+            return load(label)
+        except CudaRedistError:  # a manifest that does not answer is left out of the listing
+            return None
+
     def attempt(manifest: Manifest) -> ProductPlan | None:
         seen.append(manifest)
         return plan_product(manifest, request, platform=platform, cuda_release=cuda_release,
@@ -199,7 +194,7 @@ def choose_release(request: ProductRequest, labels: Sequence[str], load: Callabl
     found = attempt(load(ordered[0]))
     if found is None and ordered[1:]:
         with ThreadPoolExecutor(8) as pool:  # the rest at once: read them all to say what exists
-            rest = list(pool.map(_quiet(load), ordered[1:]))
+            rest = list(pool.map(quiet, ordered[1:]))
         for manifest in rest:
             if manifest is not None and (found := attempt(manifest)) is not None:
                 break
@@ -210,15 +205,6 @@ def choose_release(request: ProductRequest, labels: Sequence[str], load: Callabl
         f"{title}{asked} has no release with archives for CUDA {major} on {platform} at {base_url} "
         f"({_coverage(seen, request, platform, major)}); pick another --with {request.name}=VERSION, "
         "another CUDA train or another --platform", requested=str(request), where=base_url)
-
-
-def _quiet(load: Callable[[str], Manifest]) -> Callable[[str], Manifest | None]:
-    def run(label: str) -> Manifest | None:
-        try:
-            return load(label)
-        except CudaRedistError:  # a manifest that does not answer is left out of the listing
-            return None
-    return run
 
 
 def product_bases(bases: Bases, product: str, *, base_url: str, trust: Trust) -> Bases:
@@ -238,24 +224,22 @@ def resolve_product(index: Index, request: ProductRequest, bases: Bases, *, plat
                     cuda_release: str, components: Sequence[str]) -> ProductPlan:
     """One ``--with`` request for ``platform``, from the first base in ``bases`` (the product's)
     that lists the product's releases."""
-    failures: list[str] = []
-    last: FetchError | None = None
+    failures: list[FetchError] = []
     for i, base in enumerate(bases.manifests):
         try:
             labels = index.labels(base, quick=i < len(bases.manifests) - 1)
         except FetchError as exc:
-            failures.append(str(exc))
-            last = exc
+            failures.append(exc)
             continue
         failed = set(bases.manifests[:i])
         archive_bases = [b for b in bases.archives if b not in failed]
         return choose_release(request, labels, functools.partial(index.manifest, base),
                               platform=platform, cuda_release=cuda_release, base_url=base,
                               archive_bases=archive_bases, components=components)
-    title = request.product.title
+    title, tried = request.product.title, "; ".join(map(str, failures))
     raise FetchError(
-        f"cannot list the {title} releases ({'; '.join(failures)}). NVIDIA publishes {title} beside "
+        f"cannot list the {title} releases ({tried}). NVIDIA publishes {title} beside "
         f"the toolkit's redist folder (.../compute/{request.name}/redist/ next to .../compute/cuda/redist/; "
         f"a mirror written by `cudaredist mirror --with {request.name}` holds it there too); point "
         f"{env_base(request.name)} at its folder if yours is elsewhere",
-        url=last.url if last else "", status=last.status if last else None)
+        url=failures[-1].url if failures else "", status=failures[-1].status if failures else None)

@@ -45,14 +45,12 @@ def plan_product(index: WheelIndex, request: ProductRequest, *, platform: str,
     plat = index.data.platform(platform)
     allowed = [v for v in sorted(found, reverse=True) if request.matches(str(v))]
     for version in allowed:
-        chosen = pick_wheel([f for f in found[version] if not f.yanked], plat)
-        if chosen is None:
+        if (chosen := pick_wheel([f for f in found[version] if not f.yanked], plat)) is None:
             continue
         _require_digest(chosen)
-        component = product.specs[0].names[0]
         url, fallbacks = index.wheel_urls(name, chosen, f"{product.title} {version}",
                                           release=cuda_release, platform=platform)
-        item = PlannedArchive(component, str(version),
+        item = PlannedArchive(product.specs[0].names[0], str(version),
                               Archive(chosen.filename, chosen.sha256, index.size(chosen)), url,
                               layout=LAYOUT, fallback_urls=fallbacks, product=request.name)
         served = index.served.get(name, index.index_url)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import IO, cast
 
 from cudaredist.errors import PlanError, UnsafeArchiveError
-from cudaredist.sources.pypi.wheels import WheelData, member_mapper, parse_metadata, wheel_data
+from cudaredist.sources.pypi.wheels import member_mapper, parse_metadata, wheel_data
 from cudaredist.sources.pypi.xzstore import StoredXZWriter
 from cudaredist.tree.paths import clean_member
 from cudaredist.tree.sonames import chain_links, read_soname
@@ -71,27 +71,24 @@ def archive_stem(component: str, platform: str, version: str, variant: str = "")
     return f"{component}-{platform}-{version}{'_' + variant if variant else ''}-archive"
 
 
-def relative_path(component: str, platform: str, version: str, data: WheelData | None = None,
-                  variant: str = "") -> str:
+def relative_path(component: str, platform: str, version: str, variant: str = "") -> str:
     """Where NVIDIA keeps this archive under the redist base."""
-    ext = "zip" if (data or wheel_data()).platform(platform).is_windows else "tar.xz"
+    ext = "zip" if wheel_data().platform(platform).is_windows else "tar.xz"
     return f"{component}/{platform}/{archive_stem(component, platform, version, variant)}.{ext}"
 
 
 def archive_member(path: str, component: str) -> str:
     """Where a tree path sits below the archive's top folder: the inverse of
     :func:`cudaredist.tree.paths.tree_path` (a component's own licence sits at the top)."""
-    for name in ("LICENSE", "LICENSE.txt"):
-        if path == f"licenses/{component}/{name}":
-            return name
-    return path
+    name = path.removeprefix(f"licenses/{component}/")
+    return name if name in ("LICENSE", "LICENSE.txt") else path
 
 
 def wheel_members(zf: zipfile.ZipFile, *, component: str, version: str, platform: str,
-                  archive: str, data: WheelData | None = None) -> list[Member]:
+                  archive: str) -> list[Member]:
     """The tree the pypi install makes of this wheel: files and directories by the member
     mapper, then the SONAME links. Refuses what the installer refuses, before anything is written."""
-    mapper = member_mapper(component, version, platform, data)
+    mapper = member_mapper(component, version, platform)
     seen: set[str] = set()
     members: dict[str, Member] = {}
     for info in zf.infolist():
@@ -118,11 +115,8 @@ def wheel_members(zf: zipfile.ZipFile, *, component: str, version: str, platform
             mode = 0o755 if unix_mode & 0o111 else 0o644
             members[rel] = Member(rel, "file", info.filename, info.file_size, mode)
 
-    def soname_of(rel: str) -> str | None:
-        member = members[rel]
-        if member.kind != "file":
-            return None
-        with zf.open(member.source) as fh:  # seekable: the program headers lead to DT_SONAME
+    def soname_of(rel: str) -> str | None:  # chain_links asks only about ``files``
+        with zf.open(members[rel].source) as fh:  # seekable: the program headers lead to DT_SONAME
             return read_soname(fh)
 
     files = [m.path for m in members.values() if m.kind == "file"]
@@ -141,12 +135,10 @@ def wheel_members(zf: zipfile.ZipFile, *, component: str, version: str, platform
 
 
 def repack(wheel: Path, dest: Path, *, component: str, version: str, platform: str, preset: XzPreset = 6,
-           data: WheelData | None = None, variant: str = "") -> Packed:
+           variant: str = "") -> Packed:
     """Write the redist archive of ``wheel`` to ``dest`` (the caller renames it into place)."""
-    data = data or wheel_data()
-    windows = data.platform(platform).is_windows
+    windows = wheel_data().platform(platform).is_windows
     top = archive_stem(component, platform, version, variant)
-    name = f"{top}.{'zip' if windows else 'tar.xz'}"
     try:
         zf = zipfile.ZipFile(wheel)
     except (zipfile.BadZipFile, OSError) as exc:
@@ -154,11 +146,11 @@ def repack(wheel: Path, dest: Path, *, component: str, version: str, platform: s
     with zf:
         try:
             members = wheel_members(zf, component=component, version=version, platform=platform,
-                                    archive=wheel.name, data=data)
+                                    archive=wheel.name)
             summary, license_, license_text = _about(zf, members, component)
             with open(dest, "wb") as out:
                 if windows:
-                    _write_zip(zf, members, top, component, out, name=name,
+                    _write_zip(zf, members, top, component, out,
                                level=None if preset == STORE else min(9, max(1, int(preset))))
                 else:
                     _write_tar(zf, members, top, component, out, preset=preset)
@@ -182,14 +174,9 @@ def _about(zf: zipfile.ZipFile, members: list[Member], component: str) -> tuple[
     if len(metas) == 1 and metas[0].file_size <= SMALL_LIMIT:
         meta = parse_metadata(zf.read(metas[0]).decode("utf-8", "replace"))
         summary, license_ = meta.summary, meta.license
-    text = b""
-    by_path = {m.path: m for m in members}
-    for name in ("LICENSE.txt", "LICENSE"):
-        found = by_path.get(f"licenses/{component}/{name}")
-        if found is not None and found.size <= SMALL_LIMIT:
-            text = zf.read(found.source)
-            break
-    return summary, license_, text
+    found = [m for name in ("LICENSE.txt", "LICENSE") for m in members
+             if m.path == f"licenses/{component}/{name}" and m.size <= SMALL_LIMIT]
+    return summary, license_, zf.read(found[0].source) if found else b""
 
 
 def _write_tar(zf: zipfile.ZipFile, members: list[Member], top: str, component: str, out: IO[bytes], *,
@@ -224,7 +211,7 @@ def _write_tar(zf: zipfile.ZipFile, members: list[Member], top: str, component: 
 
 
 def _write_zip(zf: zipfile.ZipFile, members: list[Member], top: str, component: str, out: IO[bytes], *,
-               level: int | None, name: str) -> None:
+               level: int | None) -> None:
     """``level`` None: stored members."""
     def info(arcname: str, mode: int) -> zipfile.ZipInfo:
         zi = zipfile.ZipInfo(arcname, date_time=ZIP_DATE)
@@ -240,7 +227,7 @@ def _write_zip(zf: zipfile.ZipFile, members: list[Member], top: str, component: 
             if m.kind == "dir":
                 zo.writestr(info(arcname + "/", stat.S_IFDIR | 0o755), b"", compress_type=zipfile.ZIP_STORED)
             elif m.kind == "link":
-                raise PlanError(f"{name}: {m.path} would be a symlink, which a zip archive cannot hold",
+                raise PlanError(f"{top}.zip: {m.path} would be a symlink, which a zip archive cannot hold",
                                 component=component)
             else:
                 zi = info(arcname, stat.S_IFREG | m.mode)
