@@ -23,7 +23,7 @@ for d in "$T"/*.deb; do
 done
 cp -a "$T"/host/usr/lib/x86_64-linux-gnu/lib*.so.* $M/hostlib/
 G=$M/usr/lib/gcc/x86_64-w64-mingw32/12-posix
-rm -rf $G/lto1 $G/cc1 $G/plugin $G/adalib $G/adainclude $G/libgfortran* $G/libgnat* $G/libstdc++-6.dll \
+rm -rf $G/lto1 $G/plugin $G/adalib $G/adainclude $G/libgfortran* $G/libgnat* $G/libstdc++-6.dll \
   $M/usr/bin/*lto-dump* $M/usr/share/doc $M/usr/share/man $M/usr/share/lintian $M/usr/share/mingw-w64/include/ddk
 ln -s x86_64-w64-mingw32-g++-posix $M/usr/bin/x86_64-w64-mingw32-g++  # what update-alternatives makes
 ln -s x86_64-w64-mingw32-gcc-posix $M/usr/bin/x86_64-w64-mingw32-gcc
