@@ -13,10 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from cudaredist import fsops
-from cudaredist.cache.store import ARCHIVE_NAME, INDEX_KEY, OPTION, OURS, PARTIAL_NAME, Cache, evict
+from cudaredist.cache.store import ARCHIVE_NAME, INDEX_KEY, OURS, PARTIAL_NAME, Cache, evict
 from cudaredist.cache.unpacked import UnpackedEntry
 from cudaredist.errors import CacheError, UsageError
-from cudaredist.localfs import local_error
+from cudaredist.localfs import CACHE_OPTION, local_error
 
 
 def parse_size(text: str) -> int:
@@ -151,5 +151,5 @@ def _clean(cache: Cache, doing: str, *, archive_cutoff: float, partial_cutoff: f
         foreign = tuple(sorted(n for n in os.listdir(cache.root) if n not in OURS))
     except OSError as exc:
         raise local_error(exc, doing=f"{doing} the cache in", path=exc.filename or cache.root,
-                          option=OPTION, cls=CacheError) from exc
+                          option=CACHE_OPTION, cls=CacheError) from exc
     return Cleaned(files, freed, busy, foreign)

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from cudaredist import fsops
 from cudaredist.errors import BusyError, CacheError, LocalDiskError, UsageError
+from cudaredist.localfs import CACHE_OPTION as OPTION
 from cudaredist.localfs import local_error
 
 if TYPE_CHECKING:
@@ -59,7 +60,6 @@ PARTIAL_NAME = re.compile(r"([0-9a-f]{16,64})\..*")
 INDEX_KEY = re.compile(r"[0-9a-f]{24}")
 _MARKING = re.compile(rf"\.({re.escape(MARKER)}|{re.escape(CACHEDIR_TAG)})\..*\.part")
 _PREPARING = threading.Lock()
-OPTION = "--cache-dir (or CUDAREDIST_CACHE_DIR)"
 # How long a fetched index page or manifest answers for the server (pip's and uv's PyPI pages get
 # max-age=600 from PyPI): a warm install within it needs no network at all.
 ENV_INDEX_TTL = "CUDAREDIST_INDEX_TTL"
