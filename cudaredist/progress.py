@@ -35,9 +35,6 @@ class Reporter:
         pass
 
 
-Silent = Reporter
-
-
 class PlainLines(Reporter):
     """For logs: one line per archive and a summary; thread-safe."""
 
@@ -123,7 +120,7 @@ class TqdmBar(PlainLines):
 def pick(*, quiet: bool, verbose: bool, stream: TextIO | None = None) -> Reporter:
     stream = stream or sys.stderr
     if quiet:
-        return Silent()
+        return Reporter()
     if stream.isatty():
         return TqdmBar(stream, verbose=verbose)
     return PlainLines(stream, verbose=verbose)

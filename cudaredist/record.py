@@ -292,20 +292,20 @@ def read_record(prefix: Path) -> dict[str, Any] | None:
     read, or lacks a field the commands use, is a :class:`RecordError` naming it."""
     p = record_path(prefix)
 
-    def bad(what: str, problem: str) -> RecordError:
+    def bad(what: str) -> RecordError:
         return RecordError(f"the install record {p} {what}; reinstall over it with --reinstall, or "
-                           f"delete {prefix}", prefix=str(prefix), record=str(p), problem=problem)
+                           f"delete {prefix}", prefix=str(prefix))
 
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
-        raise bad(f"is unreadable ({exc})", str(exc)) from exc
+        raise bad(f"is unreadable ({exc})") from exc
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        raise bad(f"has an unknown format (not schema {SCHEMA}: written by another cudaredist?)", "schema")
+        raise bad(f"has an unknown format (not schema {SCHEMA}: written by another cudaredist?)")
     if problem := _problem(data, _RECORD, ""):
-        raise bad(f"is damaged ({problem})", problem)
+        raise bad(f"is damaged ({problem})")
     return data
 
 

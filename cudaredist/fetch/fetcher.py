@@ -29,7 +29,7 @@ from cudaredist.fetch.transport import Aborted, Transport
 from cudaredist.hashing import CHUNK
 from cudaredist.localfs import disk_error
 from cudaredist.plan import PlannedArchive
-from cudaredist.progress import Reporter, Silent
+from cudaredist.progress import Reporter
 
 __all__ = ["PARTIAL_MAX_AGE_DAYS", "Aborted", "Fetcher", "StreamBroken"]
 
@@ -46,7 +46,7 @@ class Fetcher:
                  offline: bool = False, lock_timeout: float | None = None) -> None:
         self.transport = transport
         self.cache = cache
-        self.reporter = reporter or Silent()
+        self.reporter = reporter or Reporter()
         self.offline = offline
         self.lock_timeout = lock_wait(lock_timeout)
         # cancel(): stop every download now (stalled reads are cut); their workers raise Aborted.

@@ -29,7 +29,7 @@ from cudaredist.install.build import Build
 from cudaredist.localfs import UMASK, check_free_space, disk_error, is_case_insensitive, mb
 from cudaredist.plan import Plan
 from cudaredist.profiles import is_windows, platform_rule
-from cudaredist.progress import Reporter, Silent
+from cudaredist.progress import Reporter
 from cudaredist.record import (
     build_record,
     canonical_prefix,
@@ -108,7 +108,7 @@ class Installer:
                  extract_workers: int | None = None, link_mode: str | None = None) -> None:
         self.cache = cache
         self.link_mode = links.link_mode(link_mode)
-        self.reporter = reporter or Silent()
+        self.reporter = reporter or Reporter()
         self.jobs = max(1, jobs)
         self.lock_timeout = lock_wait(lock_timeout)
         self.extract_workers = extract_workers or max(1, min(4, os.cpu_count() or 1))

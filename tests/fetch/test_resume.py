@@ -85,11 +85,11 @@ def test_a_resumed_prefix_that_fails_while_read_along_says_why_and_downloads_onc
     """The extraction read the resumed bytes along: the tree is built again, from one new download,
     and the message names the failed check (it said "None; trying the next URL")."""
     from cudaredist.install import Installer
-    from cudaredist.progress import Silent
+    from cudaredist.progress import Reporter
     from cudaredist.sources.nvidia.index import Index
     from tests.fetch.test_faults import resolve_plan
 
-    class Said(Silent):
+    class Said(Reporter):
         lines: list[str] = []
 
         def message(self, text: str) -> None:
