@@ -17,6 +17,7 @@ import shutil
 import stat
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -78,6 +79,16 @@ def rename(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
 
 def replace(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
     retrying(os.replace, long_path(src), long_path(dst))
+
+
+def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
+    """``data`` at ``path`` through a temp file beside it (``.NAME.*.part``) renamed over it: a
+    reader (or a killed run) sees the old content or the new, never part of it."""
+    head, name = os.path.split(path)
+    tmp = os.path.join(head, f".{name}.{uuid.uuid4().hex[:8]}.part")
+    with open(tmp, "xb") as fh:  # not mkstemp: the umask gives the mode, as for any file we write
+        fh.write(data)
+    replace(tmp, path)
 
 
 def _make_writable(p: str) -> None:

@@ -230,9 +230,7 @@ def build_record(plan: Plan, files: list[FileRecord], *, served: dict[str, str],
 def write_record(prefix: Path, record: dict[str, Any]) -> None:
     p = record_path(prefix)
     p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_suffix(".tmp")
-    tmp.write_text(_dumps(record), encoding="utf-8")
-    fsops.replace(tmp, p)
+    fsops.write_atomic(p, _dumps(record).encode())
 
 
 def _dumps(record: dict[str, Any]) -> str:

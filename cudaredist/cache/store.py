@@ -26,7 +26,6 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 import threading
 import time
 import uuid
@@ -200,10 +199,7 @@ class Cache:
         # the marker first: once it is there, no other process takes the root for someone's data
         for name, text in ((MARKER, json.dumps({"format": FORMAT}) + "\n"), (CACHEDIR_TAG, _TAG_TEXT)):
             if not (self.root / name).is_file():
-                fd, tmp = tempfile.mkstemp(dir=self.root, prefix=f".{name}.", suffix=".part")
-                with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                    fh.write(text)
-                os.replace(tmp, self.root / name)
+                fsops.write_atomic(self.root / name, text.encode())
 
     def prepare(self) -> None:
         """Make the root ready for writing: created, tagged and marked. A directory that holds other
@@ -352,10 +348,7 @@ class Cache:
             try:
                 d.mkdir(parents=True, exist_ok=True)
                 (d / "base_url").write_text(base_url)
-                fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{name}.", suffix=".part")
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(data)
-                os.replace(tmp, d / name)
+                fsops.write_atomic(d / name, data)
             except OSError as exc:
                 raise local_error(exc, doing="write the index cache", path=d, option=OPTION,
                                   cls=CacheError) from exc
