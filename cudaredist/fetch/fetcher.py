@@ -100,9 +100,6 @@ class Fetcher:
                 if follow is not None:
                     part.touch()
                     follow.attach(part)
-            except OSError as exc:
-                raise disk_error(exc, path=part, where=self.cache.root, cache=True) from exc
-            try:
                 self._download_any(item, part, follow, offset)
                 committed = self.cache.commit(part, sha, url=self.served.get(sha, item.url),
                                               name=item.archive.filename)
