@@ -1,22 +1,4 @@
-"""The cache root and its archives: content-addressed archives, index pages and manifests, locks.
-
-Layout under the cache root (``--cache-dir`` > ``CUDAREDIST_CACHE_DIR`` > the user cache dir):
-
-    archives/<sha256>            verified archive bytes, named by their hash
-    archives/<sha256>.json       where it came from (url, file name, size), for ``cache list``
-    index/<key>/                 listing.html and redistrib_*.json per base URL (for --offline), and
-                                 the package index's pages; for an install, a copy younger than
-                                 the index TTL (CUDAREDIST_INDEX_TTL, 600 s) answers instead of
-                                 the server (``install --refresh``: never)
-    tmp/                         partial downloads (<sha256>.part, resumed by the next run); only
-                                 ever renamed into archives/ after they verify
-    locks/                       one lock file per entry being written
-    CACHEDIR.TAG                 the Cache Directory Tagging standard: backup tools skip the cache
-    .cudaredist-cache            our marker (format version): maintenance refuses a directory without it
-
-Maintenance (``clear``, ``prune``) deletes only names cudaredist writes, and an entry only while
-holding its lock (the lock the fetcher holds while it writes that entry); an entry in use is skipped.
-"""
+"""The cache root and its archives, index pages and locks (the layout: :mod:`cudaredist.cache`)."""
 
 from __future__ import annotations
 
