@@ -4,13 +4,12 @@ install (an entry is removed only while holding its lock) or touching what cudar
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import re
 import shutil
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from cudaredist import fsops
 from cudaredist.cache.store import ARCHIVE_NAME, INDEX_KEY, OURS, PARTIAL_NAME, Cache, evict
@@ -55,16 +54,11 @@ def clear(cache: Cache) -> Cleaned:
     install holds."""
     return _clean(cache, "clear", archive_cutoff=float("inf"), partial_cutoff=float("inf"), index=True)
 
-def _drop_archive(cache: Cache, sha256: str) -> bool:
-    with cache.try_lock(sha256) as got:
-        return got and evict(cache.archive_path(sha256))
-
-def _drop_unpacked(cache: Cache, e: UnpackedEntry) -> bool:
-    """Remove an unpacked entry unless an install is making or placing it (its lock is held)."""
-    with cache.try_lock(f"unpacked-{e.key}") as got:
-        if got:
-            evict(e.path)
-        return got
+def _drop(cache: Cache, lock: str, entry: Path) -> bool:
+    """Evict an archive or unpacked ``entry`` unless an install holds its ``lock`` (fetching, making or
+    placing it) or has it open."""
+    with cache.try_lock(lock) as got:
+        return got and evict(entry)
 
 
 def _drop_lock_files(cache: Cache) -> int:
@@ -93,16 +87,13 @@ def _clean(cache: Cache, doing: str, *, archive_cutoff: float, partial_cutoff: f
     try:
         # archives and unpacked entries, least recently used first: those unused since the cutoff
         # go, then more until both kinds together fit in ``max_size``
-        drops: list[tuple[float, int, Callable[[], bool]]] = sorted(
-            [(e.last_used, e.size, functools.partial(_drop_archive, cache, e.sha256))
-             for e in cache.entries()]
-            + [(u.last_used, u.size, functools.partial(_drop_unpacked, cache, u))
-               for u in cache.unpacked.entries()], key=lambda k: k[0])
-        total = sum(size for _t, size, _d in drops)
-        for used, size, drop in drops:
+        drops = sorted([(e.last_used, e.size, e.sha256, e.path) for e in cache.entries()] + [
+            (u.last_used, u.size, f"unpacked-{u.key}", u.path) for u in cache.unpacked.entries()])
+        total = sum(size for _t, size, _l, _p in drops)
+        for used, size, lock, entry in drops:
             if used >= archive_cutoff and (max_size is None or total <= max_size):
                 break
-            if drop():
+            if _drop(cache, lock, entry):
                 total, files, freed = total - size, files + 1, freed + size
             else:
                 busy += 1
