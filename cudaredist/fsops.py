@@ -125,11 +125,8 @@ def rmtree(path: str | os.PathLike[str]) -> None:
     Each entry gets one bounded wait (:func:`retrying`, about 5 s), not the whole walk again
     around it: a file another process keeps open costs seconds, then its error is raised."""
     p = long_path(path)
-    if is_junction(p):
-        retrying(os.rmdir, p)  # the junction goes, never its target's contents
-        return
-    if os.path.islink(p) or os.path.isfile(p):
-        unlink(p)
+    if is_link(p) or os.path.isfile(p):
+        remove_link(p)  # a link or a junction goes, never its target's contents
         return
     if not os.path.exists(p):
         return

@@ -65,10 +65,8 @@ class PlainLines(Reporter):
 class TqdmBar(PlainLines):
     """One aggregate bar; per-archive lines are written above it."""
 
-    def __init__(self, stream: TextIO | None = None, *, verbose: bool = False) -> None:
-        super().__init__(stream, verbose=verbose)
-        self._bar: Any = None
-        self._archives = self._fetched = self._extracted = 0
+    _bar: Any = None
+    _archives = _fetched = _extracted = 0
 
     def start(self, total_bytes: int, archives: int) -> None:
         from tqdm import tqdm

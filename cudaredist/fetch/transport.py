@@ -301,7 +301,7 @@ class Transport:
         n = min(self.connections, max(2, (size - start) // self.segment_size))
         bounds = [(start + i * (size - start) // n, start + (i + 1) * (size - start) // n)
                   for i in range(n)]
-        with Marker(dest, start) as mark:  # closed however this ends: see Marker
+        with contextlib.closing(Marker(dest, start)) as mark:  # closed however this ends: see Marker
             with open(dest, "r+b" if start else "wb") as fh:
                 fh.truncate(size)
             hasher = OrderedHasher(dest, bounds, (mark.update, *([watch] if watch else [])), seed)
