@@ -18,7 +18,6 @@ import hashlib
 import threading
 import time
 from pathlib import Path
-from typing import NoReturn
 
 from cudaredist.cache import Cache
 from cudaredist.cache.store import evict, lock_wait
@@ -206,7 +205,11 @@ class Fetcher:
             except FetchError as exc:  # another URL may serve the right bytes
                 offset = resume_point(tmp, item.archive.size)  # what arrived is kept
                 self._failed(url, exc, sent, follow, attempts, errors)
-        self._raise(item, errors)
+        if len(errors) == 1:
+            raise errors[0]
+        if all(isinstance(e, IntegrityError) for e in errors):
+            raise errors[-1]
+        raise FetchError("; ".join(str(e) for e in errors), url=item.url)
 
     def _failed(self, url: str, exc: FetchError | IntegrityError, sent: int, follow: GrowingFile | None,
                 attempts: list[str], errors: list[FetchError | IntegrityError]) -> None:
@@ -218,11 +221,3 @@ class Fetcher:
         errors.append(exc)
         if attempts:
             self.reporter.message(f"{url} failed ({exc}); trying {attempts[0]}")
-
-    @staticmethod
-    def _raise(item: PlannedArchive, errors: list[FetchError | IntegrityError]) -> NoReturn:
-        if len(errors) == 1:
-            raise errors[0]
-        if all(isinstance(e, IntegrityError) for e in errors):
-            raise errors[-1]
-        raise FetchError("; ".join(str(e) for e in errors), url=item.url)

@@ -105,13 +105,13 @@ def swap_into_place(staging: Path, prefix: Path, warn: Callable[[str], None] | N
 class Installer:
     def __init__(self, transport: Transport, cache: Cache, *, reporter: Reporter | None = None,
                  jobs: int = 8, offline: bool = False, lock_timeout: float | None = None,
-                 extract_workers: int | None = None, link_mode: str | None = None) -> None:
+                 link_mode: str | None = None) -> None:
         self.cache = cache
         self.link_mode = links.link_mode(link_mode)
         self.reporter = reporter or Reporter()
         self.jobs = max(1, jobs)
         self.lock_timeout = lock_wait(lock_timeout)
-        self.extract_workers = extract_workers or max(1, min(4, os.cpu_count() or 1))
+        self.extract_workers = max(1, min(4, os.cpu_count() or 1))
         self.fetcher = Fetcher(transport, cache, reporter=self.reporter, offline=offline,
                                lock_timeout=self.lock_timeout)
 
@@ -164,15 +164,14 @@ class Installer:
                 os.chmod(staging, 0o777 & ~UMASK)
                 self._check_space(plan, staging)
                 try:
-                    files, downloaded, cached = self._build(plan, staging, prefix=prefix)
+                    files, downloaded, cached = self._build(plan, staging, prefix)
                 except StreamBroken as broken:
                     # (its __cause__ is gone: the build re-raises from None)
                     self.reporter.message(f"{broken.args[0]}; building the tree again, without "
                                           "extracting while downloading")
                     fsops.rmtree(staging)
                     staging.mkdir()
-                    files, downloaded, cached = self._build(plan, staging, prefix=prefix,
-                                                             stream=False)
+                    files, downloaded, cached = self._build(plan, staging, prefix, stream=False)
                 write_record(staging, build_record(plan, files, served=self.fetcher.served,
                                                    links=self._complete(plan, staging), requested=requested))
                 swap_into_place(staging, prefix, warn=warnings.append)
@@ -202,11 +201,11 @@ class Installer:
                               + (", plus their downloads into the cache on the same disk)" if same_disk
                                  and needed > plan.total_size else ")"))
 
-    def _build(self, plan: Plan, staging: Path, *, prefix: Path | None = None,
+    def _build(self, plan: Plan, staging: Path, prefix: Path, *,
                stream: bool = True) -> tuple[list[FileRecord], int, int]:
         """Fill ``staging`` with the plan's archives: see :class:`~cudaredist.install.build.Build`."""
         self.fetcher.resume()
-        tree = Tree(staging, dest=prefix or staging,
+        tree = Tree(staging, dest=prefix,
                     case_insensitive=is_windows(plan.platform) or is_case_insensitive(staging))
         build = Build(self, plan, tree, stream=stream)
         build.run()
