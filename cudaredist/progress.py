@@ -16,23 +16,12 @@ from cudaredist.localfs import mb
 class Reporter:
     """What the library tells about its progress; this base says nothing (``--quiet``)."""
 
-    def start(self, total_bytes: int, archives: int) -> None:
-        pass
-
-    def advance(self, nbytes: int) -> None:
-        pass
-
-    def archive_done(self, name: str, size: int, *, cached: bool) -> None:
-        pass
-
-    def extracted(self, name: str) -> None:
-        pass
-
-    def message(self, text: str) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
+    def start(self, total_bytes: int, archives: int) -> None: ...
+    def advance(self, nbytes: int) -> None: ...
+    def archive_done(self, name: str, size: int, *, cached: bool) -> None: ...
+    def extracted(self, name: str) -> None: ...
+    def message(self, text: str) -> None: ...
+    def close(self) -> None: ...
 
 
 class PlainLines(Reporter):
