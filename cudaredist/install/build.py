@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, cast
 from cudaredist.cache.store import evict
 from cudaredist.cache.unpacked import UnpackedEntry, entry_key, materialize
 from cudaredist.errors import FetchError, UnsafeArchiveError
-from cudaredist.fetch.fetcher import Aborted
-from cudaredist.fetch.growing import DownloadFailed, GrowingFile
+from cudaredist.fetch.fetcher import Aborted, DownloadFailed, GrowingFile
 from cudaredist.fsops import WINDOWS
 from cudaredist.plan import Plan, PlannedArchive
 from cudaredist.sources import layout
