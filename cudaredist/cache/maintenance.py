@@ -104,13 +104,9 @@ def _clean(cache: Cache, doing: str, *, archive_cutoff: float, partial_cutoff: f
                 if d.stat().st_mtime < time.time() - 3600:
                     fsops.rmtree(d)
                     files += 1
-        if cache.archives.is_dir():  # metadata whose archive is gone
-            for n in os.listdir(cache.archives):
-                if n.endswith(".json") and ARCHIVE_NAME.fullmatch(n) \
-                        and not (cache.archives / n).with_suffix("").exists():
-                    with cache.try_lock(n[:64]) as got, contextlib.suppress(FileNotFoundError):
-                        if got:
-                            (cache.archives / n).unlink()
+        for n in os.listdir(cache.archives) if cache.archives.is_dir() else []:  # a .json without its archive
+            if n.endswith(".json") and ARCHIVE_NAME.fullmatch(n) and not (cache.archives / n[:64]).exists():
+                _drop(cache, n[:64], cache.archives / n[:64])
         for p in sorted(cache.tmp.iterdir()) if cache.tmp.is_dir() else []:
             m = PARTIAL_NAME.fullmatch(p.name)
             if m is None or not p.is_file() or p.is_symlink():

@@ -57,8 +57,7 @@ def index_ttl_default() -> float:
 
 
 def default_cache_dir() -> Path:
-    env = os.environ.get(ENV_CACHE_DIR)
-    if env:
+    if env := os.environ.get(ENV_CACHE_DIR):
         return Path(env).expanduser()
     import platformdirs
 

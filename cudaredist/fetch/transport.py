@@ -367,8 +367,7 @@ class Transport:
             want_range = ranged or pos > 0
             if want_range:
                 headers["Range"] = f"bytes={pos}-{end - 1}" if end < total or ranged else f"bytes={pos}-"
-            got = 0
-            skip = 0
+            got = skip = 0
             answered = False
             try:
                 with self.slots, self.client.stream("GET", url, headers=headers,
