@@ -491,12 +491,9 @@ def uninstall(prefix: Path) -> int:
             + (f"{held}; close it and run the uninstall again" if held
                else f"cannot remove {exc.filename or prefix} ({exc.strerror or exc})")
             + ". Nothing was removed.", prefix=str(prefix)) from exc
-    rp = record_path(prefix)
-    fsops.unlink(rp)
+    fsops.unlink(record_path(prefix))
     with contextlib.suppress(OSError):  # moved out of the tree already; a scanner's late open
         fsops.rmtree(trash)
-    with contextlib.suppress(OSError):
-        rp.parent.rmdir()
     dirs: list[str] = []
     for dirpath, dirnames, _files in os.walk(prefix):
         # never into a link or a junction (os.walk follows junctions: they are not islink)

@@ -61,12 +61,11 @@ def _drop(cache: Cache, lock: str, entry: Path) -> bool:
         return got and evict(entry)
 
 
-def _drop_lock_files(cache: Cache) -> int:
+def _drop_lock_files(cache: Cache) -> None:
     """Remove the lock files no process holds (one is left behind by every entry ever written).
 
     Each is unlinked while held: a process that opened it before and waits for it finds its inode
     gone once it gets the lock and takes the new file instead (filelock >= 4 checks the link count)."""
-    count = 0
     locks = cache.root / "locks"
     for p in sorted(locks.glob("*.lock")) if locks.is_dir() else []:
         if p.is_symlink() or not p.is_file():
@@ -75,8 +74,6 @@ def _drop_lock_files(cache: Cache) -> int:
             if got:
                 with contextlib.suppress(OSError):  # Windows: another process has it open
                     p.unlink()
-                    count += 1
-    return count
 
 
 def _clean(cache: Cache, doing: str, *, archive_cutoff: float, partial_cutoff: float, index: bool,
@@ -122,8 +119,7 @@ def _clean(cache: Cache, doing: str, *, archive_cutoff: float, partial_cutoff: f
                 resumable = len(m.group(1)) == 64 and partial_cutoff != float("inf")
                 if st.st_mtime < (partial_cutoff - 6 * 86400 if resumable else partial_cutoff):
                     p.unlink()
-                    files += 1
-                    freed += st.st_size
+                    files, freed = files + 1, freed + st.st_size
         index_root = cache.root / "index"
         for d in sorted(index_root.iterdir()) if index and index_root.is_dir() else []:
             if not (INDEX_KEY.fullmatch(d.name) and d.is_dir() and not d.is_symlink()):

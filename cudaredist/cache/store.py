@@ -273,9 +273,9 @@ class Cache:
         self.prepare()
         self.archives.mkdir(exist_ok=True)
         final = self.archive_path(sha256)
-        meta = {"url": url, "name": name, "size": temp.stat().st_size, "sha256": sha256}
         meta_tmp = temp.with_suffix(".meta")
-        meta_tmp.write_text(json.dumps(meta))
+        meta_tmp.write_text(json.dumps({"url": url, "name": name, "size": temp.stat().st_size,
+                                        "sha256": sha256}))
         # the sidecar first: a kill between the two renames leaves a .json without its archive
         # (maintenance drops those), never a stray file in tmp/ beside a committed archive
         fsops.replace(meta_tmp, final.with_suffix(".json"))
