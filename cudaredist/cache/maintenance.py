@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cudaredist import fsops
-from cudaredist.cache.store import ARCHIVE_NAME, INDEX_KEY, OURS, PARTIAL_NAME, Cache, evict
+from cudaredist.cache.store import ARCHIVE_NAME, INDEX_KEY, OURS, PARTIAL_DAYS, PARTIAL_NAME, Cache, evict
 from cudaredist.cache.unpacked import UnpackedEntry
 from cudaredist.errors import CacheError, UsageError
 from cudaredist.localfs import CACHE_OPTION, local_error
@@ -115,9 +115,9 @@ def _clean(cache: Cache, doing: str, *, archive_cutoff: float, partial_cutoff: f
                     busy += 1
                     continue
                 st = p.stat()
-                # a resumable download (<sha256>.part) is kept a week for the next run to resume
+                # a resumable download (<sha256>.part) is kept for the next run to resume
                 resumable = len(m.group(1)) == 64 and partial_cutoff != float("inf")
-                if st.st_mtime < (partial_cutoff - 6 * 86400 if resumable else partial_cutoff):
+                if st.st_mtime < (time.time() - PARTIAL_DAYS * 86400 if resumable else partial_cutoff):
                     p.unlink()
                     files, freed = files + 1, freed + st.st_size
         index_root = cache.root / "index"

@@ -45,6 +45,7 @@ _PREPARING = threading.Lock()
 # max-age=600 from PyPI): a warm install within it needs no network at all.
 ENV_INDEX_TTL = "CUDAREDIST_INDEX_TTL"
 DEFAULT_INDEX_TTL = 600.0
+PARTIAL_DAYS = 7.0  # a partial download kept this long for a later run to resume, then dropped
 
 
 def index_ttl_default() -> float:

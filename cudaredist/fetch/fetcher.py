@@ -7,7 +7,7 @@ the bytes are published as they land so an extraction can read along.
 
 A download is written to ``tmp/<sha256>.part`` in the cache. When a run is killed, the next
 one resumes it with Range (the whole sha256 is still checked; a mismatch starts over from
-zero); a partial older than :data:`PARTIAL_MAX_AGE_DAYS` is dropped. A cancelled run (Ctrl-C)
+zero); a partial older than :data:`PARTIAL_DAYS` is dropped. A cancelled run (Ctrl-C)
 and a download that fails its checks leave no partial.
 """
 
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from cudaredist.cache import Cache
-from cudaredist.cache.store import evict, lock_wait
+from cudaredist.cache.store import PARTIAL_DAYS, evict, lock_wait
 from cudaredist.errors import FetchError, IntegrityError, OfflineError
 from cudaredist.fetch.ranges import discard_partial, resume_point
 from cudaredist.fetch.transport import Aborted, Transport
@@ -30,9 +30,7 @@ from cudaredist.localfs import disk_error
 from cudaredist.plan import PlannedArchive
 from cudaredist.progress import Reporter
 
-__all__ = ["PARTIAL_MAX_AGE_DAYS", "Aborted", "DownloadFailed", "Fetcher", "GrowingFile", "StreamBroken"]
-
-PARTIAL_MAX_AGE_DAYS = 7.0
+__all__ = ["Aborted", "DownloadFailed", "Fetcher", "GrowingFile", "StreamBroken"]
 
 
 class StreamBroken(Exception):
@@ -127,7 +125,7 @@ class Fetcher:
             age = time.time() - part.stat().st_mtime
         except OSError:
             return 0
-        offset = resume_point(part, size) if age < PARTIAL_MAX_AGE_DAYS * 86400 else 0
+        offset = resume_point(part, size) if age < PARTIAL_DAYS * 86400 else 0
         if offset == 0:
             discard_partial(part)
         else:

@@ -8,7 +8,7 @@ import os
 import time
 from pathlib import Path
 
-from cudaredist.fetch.fetcher import PARTIAL_MAX_AGE_DAYS
+from cudaredist.cache.store import PARTIAL_DAYS
 from tests.fetch import test_faults
 from tests.fetch.test_faults import NVCC, SEG, Rig
 from tests.invariants import assert_installed, partials
@@ -56,7 +56,7 @@ def test_a_prefix_that_does_not_verify_starts_over(rig: Rig) -> None:
 def test_an_old_partial_is_dropped(rig: Rig) -> None:
     part = rig.cache.partial(rig.sha)
     part.write_bytes(archive(rig)[:100_000])
-    old = time.time() - (PARTIAL_MAX_AGE_DAYS + 1) * 86400
+    old = time.time() - (PARTIAL_DAYS + 1) * 86400
     os.utime(part, (old, old))
     rig.install("13.0")
     assert rig.nvcc_requests() == [None]
