@@ -112,6 +112,8 @@ def local_error(exc: OSError, *, doing: str = "write to", path: Path | str | Non
     elif code in (_errno.ENOTDIR, _errno.EEXIST, _errno.EISDIR):
         message = (f"cannot {doing} {shown}: a file stands where a directory should be, or a directory "
                    f"where a file should be ({reason}). Remove it or choose another {other}{end}")
+    elif code == _errno.ENOENT:
+        message = f"cannot {doing} {shown}: {reason}; check that it exists, or choose another {other}{end}"
     else:
         message = (f"cannot {doing} {shown} ({reason}); the local disk refused it, not the archive. "
                    f"Check {where} or choose another {other}{end}")
