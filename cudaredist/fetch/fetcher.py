@@ -89,9 +89,7 @@ class Fetcher:
             if hit is not None:
                 return hit, True
             self.cache.drop_partials(sha[:16])  # what an older cudaredist left for this entry
-            part = self.cache.partial(sha)
-            with contextlib.suppress(FileNotFoundError):
-                part.with_suffix(".meta").unlink()  # a commit a killed run did not finish
+            part = self.cache.partial(sha)  # (a .meta beside it that a killed commit left is rewritten)
             try:
                 offset = self._resumable(part, size)
                 if follow is not None:
