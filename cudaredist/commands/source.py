@@ -66,8 +66,8 @@ def _xz_preset(value: str | None) -> int | str | None:
 def mirror_cmd(
     train_list: Annotated[list[str], typer.Argument(
         metavar="TRAIN...", help="Trains or releases to mirror (13.4 = newest 13.4.x, 13.0.2, ...).")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="The mirror directory (created, or completed "
-                                                            "in place).")],
+    out: Annotated[Path, typer.Option("--out", "-o", metavar="DIR",
+                                      help="The mirror directory (created, or completed in place).")],
     platform: o.PlatformsOpt = None,
     sel: Selection = SELECTION,
     ctx: Ctx = OPTIONS,
@@ -123,7 +123,7 @@ def lock_cmd(
     platform: o.PlatformsOpt = None,
     sel: Selection = SELECTION,
     output: Annotated[Path | None, typer.Option(
-        "--output", "-o", help="Write the lock file here (default: print it).")] = None,
+        "--output", "-o", metavar="FILE", help="Write the lock file here (default: print it).")] = None,
     hash_only: Annotated[bool, typer.Option(
         "--hash", help="Print only the content key: a stable hex key of the resolved archives "
                        "(a CI cache key).")] = False,
