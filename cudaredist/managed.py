@@ -48,10 +48,6 @@ def toolkit_name(release: str, platform: str) -> str:
     return f"cuda-{release}-{platform}"
 
 
-def train_link_name(release: str, platform: str) -> str:
-    return f"cuda-{'.'.join(release.split('.')[:2])}-{platform}"
-
-
 @dataclass(frozen=True)
 class Toolkit:
     """An installed managed toolkit, read from its install record."""
@@ -87,13 +83,9 @@ class Scan:
 
     def damaged_of(self, train: str, platform: str | None) -> RecordError | None:
         """The error of a damaged toolkit that, by its directory name, is of ``train``."""
-        return next((err for path, err in self.damaged if scan_matches(path, train, platform)), None)
-
-
-def scan_matches(path: Path, train: str, platform: str | None) -> bool:
-    """Is ``path`` named like a toolkit of ``train`` (and ``platform`` when given)?"""
-    m = _NAME.match(path.name)
-    return m is not None and matches(train, m["release"]) and platform in (None, m["platform"])
+        named = ((_NAME.match(path.name), err) for path, err in self.damaged)
+        return next((err for m, err in named
+                     if m and matches(train, m["release"]) and platform in (None, m["platform"])), None)
 
 
 def scan(root: Path) -> Scan:
@@ -225,7 +217,7 @@ def update_train_links(root: Path, warn: Callable[[str], None] | None = None) ->
     that cannot be made is left out and ``warn`` told (the toolkit itself is installed)."""
     best: dict[str, str] = {}
     for t in installed(root):  # newest first
-        best.setdefault(train_link_name(t.release, t.platform), t.path.name)
+        best.setdefault(f"cuda-{'.'.join(t.release.split('.')[:2])}-{t.platform}", t.path.name)
     made: dict[str, str] = {}
     for link_name, target in best.items():
         link = root / link_name
