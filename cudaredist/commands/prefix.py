@@ -104,8 +104,7 @@ def uninstall(
                  "name one (e.g. a full release, or --platform)", 2)
         targets = [h.path for h in hits] or [tk.target()]
     else:
-        root = None
-        targets = [tk.target()]
+        root, targets = None, [tk.target()]
     timeout = lock_wait(lock_timeout)
     for target in targets:
         with prefix_lock(target, timeout):
