@@ -200,7 +200,7 @@ LINKS_LOCK = ".cudaredist-links.lock"
 
 
 def link_trains(root: Path, *, timeout: float,
-                warn: Callable[[str], None] | None = None) -> list[tuple[str, str]]:
+                warn: Callable[[str], None] = lambda _text: None) -> list[tuple[str, str]]:
     """:func:`update_train_links` under the install dir's lock: of two installs finishing at once,
     the second sees the first one's toolkit, so the newest patch always ends up linked."""
     if not root.is_dir():
@@ -211,7 +211,7 @@ def link_trains(root: Path, *, timeout: float,
         return update_train_links(root, warn)
 
 
-def update_train_links(root: Path, warn: Callable[[str], None] | None = None) -> list[tuple[str, str]]:
+def update_train_links(root: Path, warn: Callable[[str], None] = lambda _text: None) -> list[tuple[str, str]]:
     """Point every ``cuda-X.Y-<platform>`` link at the newest installed X.Y.z; drop links whose train
     has none left. Returns the (link, target) pairs now in place, each checked to be there; a link
     that cannot be made is left out and ``warn`` told (the toolkit itself is installed)."""
@@ -230,11 +230,10 @@ def update_train_links(root: Path, warn: Callable[[str], None] | None = None) ->
         try:
             _point(link, target)
         except OSError as exc:
-            if warn is not None:
-                kind = "junction" if WINDOWS else "symbolic link"
-                warn(f"warning: could not make the train link {link} -> {target} ({exc.strerror or exc}); "
-                     f"the toolkit is installed: use its full name, or `cudaredist find` (it needs no "
-                     f"link). Is {root} on a filesystem without {kind}s?")
+            kind = "junction" if WINDOWS else "symbolic link"
+            warn(f"warning: could not make the train link {link} -> {target} ({exc.strerror or exc}); the "
+                 f"toolkit is installed: use its full name, or `cudaredist find` (it needs no link). Is "
+                 f"{root} on a filesystem without {kind}s?")
             continue
         made[link_name] = target
     for link in root.iterdir() if root.is_dir() else ():  # train links whose train has none left

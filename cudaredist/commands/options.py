@@ -151,5 +151,4 @@ class App(typer.Typer):
         super().__init__(cls=HelpGroup, **settings)
 
     def command(self, name: str | None = None, **kwargs: Any) -> Callable[[_F], _F]:
-        kwargs.setdefault("cls", HelpCommand)
-        return super().command(name, **kwargs)
+        return super().command(name, **{"cls": HelpCommand, **kwargs})

@@ -291,13 +291,9 @@ class DeflatedMember:
         if spelled != info.orig_filename:
             raise zipfile.BadZipFile(f"file name in directory {info.orig_filename!r} and header "
                                      f"{spelled!r} differ")
-        self._fh = fh
-        self._info = info
-        self._left = info.compress_size
-        self._out = 0
-        self._crc = 0
-        self._d = zlib.decompressobj(-15)
-        self._pending = b""
+        self._fh, self._info, self._left = fh, info, info.compress_size
+        self._out = self._crc = 0  # inflated bytes so far, and their CRC-32
+        self._d, self._pending = zlib.decompressobj(-15), b""
 
     def read(self, n: int = -1) -> bytes:
         """``n`` bytes (fewer only at the end), as a file's ``read``."""
