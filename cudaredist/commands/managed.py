@@ -54,11 +54,7 @@ def list_cmd(
 
 
 @command
-def find_cmd(
-    train: Train,
-    platform: PlatformOpt = None,
-    install_dir: InstallDirOpt = None,
-) -> None:
+def find_cmd(train: Train, platform: PlatformOpt = None, install_dir: InstallDirOpt = None) -> None:
     """Print the path of the newest installed managed toolkit of TRAIN (exit 1 when there is none)."""
     from cudaredist.managed import find_one, scan
     from cudaredist.managed import install_dir as managed_dir

@@ -41,10 +41,7 @@ def verify(
 
 
 @command
-def info(
-    tk: Toolkit = TOOLKIT,
-    as_json: JsonOpt = False,
-) -> None:
+def info(tk: Toolkit = TOOLKIT, as_json: JsonOpt = False) -> None:
     """Show the install record of a prefix."""
     from cudaredist.record import drift_note, require_record
 

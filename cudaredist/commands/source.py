@@ -21,13 +21,8 @@ from cudaredist.commands.base import (
 
 
 @command
-def resolve(
-    train: o.Train,
-    platform: o.PlatformOpt = None,
-    sel: Selection = SELECTION,
-    ctx: Ctx = OPTIONS,
-    as_json: o.JsonOpt = False,
-) -> None:
+def resolve(train: o.Train, platform: o.PlatformOpt = None, sel: Selection = SELECTION, ctx: Ctx = OPTIONS,
+            as_json: o.JsonOpt = False) -> None:
     """Show the install plan without installing: release, and per component version, URL, size, sha256."""
     from cudaredist.profiles import host_platform
 
@@ -40,10 +35,7 @@ def resolve(
 
 
 @command
-def trains(
-    ctx: Ctx = OPTIONS,
-    as_json: o.JsonOpt = False,
-) -> None:
+def trains(ctx: Ctx = OPTIONS, as_json: o.JsonOpt = False) -> None:
     """List the published trains, each with its newest release and date."""
     with ctx.open() as src:
         rows, where, name = src.trains(), src.location(), src.name
