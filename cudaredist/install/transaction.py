@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from cudaredist import fsops
+from cudaredist import fsops, record
 from cudaredist.cache import Cache
 from cudaredist.cache.store import lock_wait
 from cudaredist.errors import PrefixError
@@ -30,17 +30,6 @@ from cudaredist.localfs import UMASK, check_free_space, disk_error, is_case_inse
 from cudaredist.plan import Plan
 from cudaredist.profiles import is_windows, platform_rule
 from cudaredist.progress import Reporter
-from cudaredist.record import (
-    build_record,
-    canonical_prefix,
-    holds,
-    not_removed,
-    prefix_lock,
-    read_record,
-    recover,
-    refuse_foreign,
-    write_record,
-)
 from cudaredist.tree import links, versionjson
 from cudaredist.tree.implib import add_import_libraries
 from cudaredist.tree.staging import FileRecord, Tree
@@ -99,7 +88,7 @@ def swap_into_place(staging: Path, prefix: Path, warn: Callable[[str], None] | N
         fsops.rmtree(gone)
     except OSError as exc:
         if warn is not None:
-            warn(f"warning: {not_removed(gone, exc)}")
+            warn(f"warning: {record.not_removed(gone, exc)}")
 
 
 class Installer:
@@ -141,18 +130,18 @@ class Installer:
         """``reinstall``: build the tree again even if the prefix holds this plan (or its record is
         unreadable); ``replace_foreign``: replace a prefix that holds no cudaredist install."""
         t0 = time.monotonic()
-        prefix = canonical_prefix(prefix)
+        prefix = record.canonical_prefix(prefix)
         self.cache.prepare()  # a --cache-dir that is not a cache is refused before anything is written
         warnings: list[str] = []
-        with prefix_lock(prefix, self.lock_timeout):
-            for action in recover(prefix):
+        with record.prefix_lock(prefix, self.lock_timeout):
+            for action in record.recover(prefix):
                 (warnings.append if action.startswith("warning: ") else self.reporter.message)(action)
             # an unreadable record's error says to reinstall with --reinstall: then it is not read
-            if not reinstall and prefix.is_dir() and (record := read_record(prefix)) and holds(record, plan):
+            if not reinstall and prefix.is_dir() and record.holds(record.read_record(prefix) or {}, plan):
                 return InstallResult(prefix, plan, noop=True, seconds=time.monotonic() - t0,
                                      warnings=tuple(warnings))
             if not replace_foreign:
-                refuse_foreign(prefix)
+                record.refuse_foreign(prefix)
             try:
                 staging = Path(tempfile.mkdtemp(dir=prefix.parent,
                                                 prefix=f".{prefix.name}.cudaredist-stage-"))
@@ -172,8 +161,9 @@ class Installer:
                     fsops.rmtree(staging)
                     staging.mkdir()
                     files, downloaded, cached = self._build(plan, staging, prefix, stream=False)
-                write_record(staging, build_record(plan, files, served=self.fetcher.served,
-                                                   links=self._complete(plan, staging), requested=requested))
+                record.write_record(staging, record.build_record(
+                    plan, files, served=self.fetcher.served, links=self._complete(plan, staging),
+                    requested=requested))
                 swap_into_place(staging, prefix, warn=warnings.append)
             except BaseException:
                 fsops.rmtree(staging)
