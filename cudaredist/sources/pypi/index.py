@@ -14,7 +14,6 @@ import zipfile
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from packaging.requirements import Requirement
@@ -37,13 +36,13 @@ from cudaredist.sources.pypi.wheels import (
     choose_version,
     component_for,
     marker_env,
-    parse_metadata,
     parse_version,
     parse_wheel_name,
     pep440,
     pick_wheel,
     release_label,
     wheel_data,
+    wheel_metadata,
     wheel_platforms,
 )
 from cudaredist.trust import Trust, refuse, unreachable
@@ -177,19 +176,26 @@ class WheelIndex:
             why = f"no {url}index.html" if local else f"HTTP 404 for {url}"
             raise FetchError(f"the index {root} has no project {name} ({why})", url=url, status=404) from exc
 
-    def wheel_urls(self, project: str, chosen: IndexFile, needed_by: str, *, release: str,
-                   platform: str) -> tuple[str, tuple[str, ...]]:
-        """Where ``chosen`` is fetched from and its fallbacks: the mirror's copy first (its bytes are
-        checked against the index's sha256), the index's URL after it unless --no-fallback, which
-        refuses a wheel the mirror does not list."""
+    def planned(self, project: str, chosen: IndexFile, component: str, version: str, needed_by: str, *,
+                release: str, platform: str, product: str = "") -> PlannedArchive:
+        """``chosen`` as a planned wheel, its published sha256 required. Fetched from the mirror's copy
+        first (its bytes are checked against the index's sha256), the index's URL after it unless
+        --no-fallback, which refuses a wheel the mirror does not list."""
+        if len(chosen.sha256) != 64 or any(c not in "0123456789abcdef" for c in chosen.sha256):
+            raise IntegrityError(
+                f"the index lists no sha256 for {chosen.filename} ({chosen.url}); cudaredist installs only "
+                "files whose digest the index publishes", url=chosen.url, what="sha256",
+                expected="a published sha256", actual=chosen.sha256 or "none")
         at_mirror = self.mirror_file(project, chosen.filename)
-        if at_mirror is not None:
-            return at_mirror, (() if self.no_fallback else (chosen.url,))
-        if self.no_fallback and self.served.get(canonicalize_name(project)) != self.mirror_url:
+        served = self.served.get(canonicalize_name(project))
+        if at_mirror is None and self.no_fallback and served != self.mirror_url:
             raise PlanError(f"the mirror {self.mirror_url} does not list {chosen.filename} (needed by "
                             f"{needed_by}), and --no-fallback forbids {chosen.url}",
                             component=project, release=release, platform=platform)
-        return chosen.url, ()
+        fallbacks = (chosen.url,) if at_mirror is not None and not self.no_fallback else ()
+        archive = Archive(chosen.filename, chosen.sha256, self.size(chosen))
+        return PlannedArchive(component, version, archive, at_mirror or chosen.url, layout=LAYOUT,
+                              fallback_urls=fallbacks, product=product)
 
     def mirror_file(self, project: str, filename: str) -> str | None:
         """Where the plain-HTTP mirror serves ``filename`` (its page gives URLs only), or None."""
@@ -257,38 +263,18 @@ class WheelIndex:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def metadata(self, release: Release) -> Metadata:
-        urls = self.wheel_urls(self.data.metapackage, release.file, f"CUDA {release.label}'s requirements",
-                               release=release.label, platform="")
-        path = self.fetch(release.file, urls)
-        try:
-            with zipfile.ZipFile(path) as zf:
-                names = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
-                if len(names) != 1:
-                    raise PlanError(f"{release.file.filename} holds {len(names)} METADATA files, not one")
-                text = zf.read(names[0]).decode("utf-8", "replace")
-        except zipfile.BadZipFile as exc:
-            raise PlanError(f"{release.file.filename} is not a readable wheel: {exc}") from exc
-        return parse_metadata(text)
-
-    def fetch(self, f: IndexFile, urls: tuple[str, tuple[str, ...]]) -> Path:
-        """A small file (the metapackage wheel) into the cache, verified against the index's sha256,
-        through the archives' :class:`~cudaredist.fetch.fetcher.Fetcher`: from ``urls`` (the first,
-        then its fallbacks: :meth:`wheel_urls`)."""
+        """The metapackage release's METADATA, its wheel fetched into the cache and verified first."""
         from cudaredist.fetch.fetcher import Fetcher
 
-        _require_digest(f)
-        url, fallbacks = urls
-        item = PlannedArchive(self.data.metapackage, "", Archive(f.filename, f.sha256, self.size(f)), url,
-                              fallback_urls=fallbacks)
-        return Fetcher(self.transport, self.cache, offline=self.offline).fetch(item)[0]
-
-
-def _require_digest(f: IndexFile) -> None:
-    if len(f.sha256) != 64 or any(c not in "0123456789abcdef" for c in f.sha256):
-        raise IntegrityError(
-            f"the index lists no sha256 for {f.filename} ({f.url}); cudaredist installs only files "
-            "whose digest the index publishes", url=f.url, what="sha256", expected="a published sha256",
-            actual=f.sha256 or "none")
+        meta = self.data.metapackage
+        item = self.planned(meta, release.file, meta, "", f"CUDA {release.label}'s requirements",
+                            release=release.label, platform="")
+        path = Fetcher(self.transport, self.cache, offline=self.offline).fetch(item)[0]
+        try:
+            with zipfile.ZipFile(path) as zf:
+                return wheel_metadata(zf, release.file.filename)
+        except zipfile.BadZipFile as exc:
+            raise PlanError(f"{release.file.filename} is not a readable wheel: {exc}") from exc
 
 
 # ------------------------------------------------------------------------------------------------
@@ -351,12 +337,8 @@ def _plan_item(index: WheelIndex, name: str, specs: list[str], release: Release,
             f"{name} {version} has no wheel for {platform} on {index.index_url} (its wheels are for: "
             f"{', '.join(fits) or 'no known platform'})", component=name, release=release.label,
             platform=platform)
-    _require_digest(chosen)
-    comp = component_for(name, release.label, data)
-    url, fallbacks = index.wheel_urls(name, chosen, f"{data.metapackage} {release.label}",
-                                      release=release.label, platform=platform)
-    item = PlannedArchive(comp, version, Archive(chosen.filename, chosen.sha256, index.size(chosen)),
-                          url, layout=LAYOUT, fallback_urls=fallbacks)
+    item = index.planned(name, chosen, component_for(name, release.label, data), version,
+                         f"{data.metapackage} {release.label}", release=release.label, platform=platform)
     return item, notes
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import IO, cast
 
 from cudaredist.errors import PlanError, UnsafeArchiveError
-from cudaredist.sources.pypi.wheels import member_mapper, parse_metadata, wheel_data
+from cudaredist.sources.pypi.wheels import member_mapper, wheel_data, wheel_metadata
 from cudaredist.sources.pypi.xzstore import StoredXZWriter
 from cudaredist.tree.paths import clean_member
 from cudaredist.tree.sonames import chain_links, read_soname
@@ -34,7 +34,7 @@ from cudaredist.tree.sonames import chain_links, read_soname
 MTIME = 946684800
 ZIP_DATE = (2000, 1, 1, 0, 0, 0)
 CHUNK = 1 << 20
-SMALL_LIMIT = 4 << 20  # METADATA and licence files are read whole; a bigger one is not a text file
+SMALL_LIMIT = 4 << 20  # licence files are read whole; a bigger one is not a text file
 # xz's preset 0-9, or "store": xz streams of LZMA2's uncompressed chunks and zips of stored members
 # (cudaredist.sources.pypi.xzstore), packed at disk speed
 XzPreset = int | str
@@ -147,7 +147,10 @@ def repack(wheel: Path, dest: Path, *, component: str, version: str, platform: s
         try:
             members = wheel_members(zf, component=component, version=version, platform=platform,
                                     archive=wheel.name)
-            summary, license_, license_text = _about(zf, members, component)
+            meta = wheel_metadata(zf, wheel.name)
+            licence = [m for name in ("LICENSE.txt", "LICENSE") for m in members
+                       if m.path == f"licenses/{component}/{name}" and m.size <= SMALL_LIMIT]
+            license_text = zf.read(licence[0].source) if licence else b""
             with open(dest, "wb") as out:
                 if windows:
                     _write_zip(zf, members, top, component, out,
@@ -163,20 +166,7 @@ def repack(wheel: Path, dest: Path, *, component: str, version: str, platform: s
             sha.update(chunk)
             md5.update(chunk)
             size += len(chunk)
-    return Packed(sha.hexdigest(), md5.hexdigest(), size, summary, license_, license_text)
-
-
-def _about(zf: zipfile.ZipFile, members: list[Member], component: str) -> tuple[str, str, bytes]:
-    """(Summary, licence name, licence text) of the wheel."""
-    summary = license_ = ""
-    metas = [i for i in zf.infolist()
-             if i.filename.count("/") == 1 and i.filename.endswith(".dist-info/METADATA")]
-    if len(metas) == 1 and metas[0].file_size <= SMALL_LIMIT:
-        meta = parse_metadata(zf.read(metas[0]).decode("utf-8", "replace"))
-        summary, license_ = meta.summary, meta.license
-    found = [m for name in ("LICENSE.txt", "LICENSE") for m in members
-             if m.path == f"licenses/{component}/{name}" and m.size <= SMALL_LIMIT]
-    return summary, license_, zf.read(found[0].source) if found else b""
+    return Packed(sha.hexdigest(), md5.hexdigest(), size, meta.summary, meta.license, license_text)
 
 
 def _write_tar(zf: zipfile.ZipFile, members: list[Member], top: str, component: str, out: IO[bytes], *,

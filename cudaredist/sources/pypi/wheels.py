@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import zipfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -233,6 +234,15 @@ def parse_metadata(text: str) -> Metadata:
                     tuple(canonicalize_name(x) for x in raw.get("provides_extra", [])),
                     tuple(_requirement(x) for x in raw.get("requires_dist", [])),
                     raw.get("summary", "").strip(), license_.strip())
+
+
+def wheel_metadata(zf: zipfile.ZipFile, wheel: str) -> Metadata:
+    """The wheel's ``NAME.dist-info/METADATA`` (one, of at most 4 MiB: a bigger one is no text file)."""
+    metas = [i for i in zf.infolist()
+             if i.filename.count("/") == 1 and i.filename.endswith(".dist-info/METADATA")]
+    if len(metas) != 1 or metas[0].file_size > 4 << 20:
+        raise PlanError(f"{wheel} does not hold one METADATA file of at most 4 MiB (it holds {len(metas)})")
+    return parse_metadata(zf.read(metas[0]).decode("utf-8", "replace"))
 
 # ------------------------------------------------------------------------------------------------
 # Wheel file names and platforms: which tags fit a platform is pypi.toml's; among those,

@@ -570,6 +570,24 @@ def test_metadata_summary_and_license() -> None:
     assert (meta.summary, meta.license) == ("", "Other/Proprietary")
 
 
+@pytest.mark.parametrize("extra", [
+    pytest.param({}, id="no-metadata"),
+    pytest.param({"a-1.dist-info/METADATA": b"Name: a\n", "b-1.dist-info/METADATA": b"Name: b\n"},
+                 id="two-metadata"),
+])
+def test_repack_refuses_a_wheel_without_one_metadata(extra: dict[str, bytes], tmp_path: Path) -> None:
+    """The metapackage's requirements and a mirrored archive's summary come from one METADATA reader."""
+    from cudaredist.sources.pypi.repack import repack
+
+    wheel = tmp_path / "a-1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for name, data in {"nvidia/cu13/include/a.h": b"1", **extra}.items():
+            zf.writestr(name, data)
+    with pytest.raises(PlanError, match="does not hold one METADATA file"):
+        repack(wheel, tmp_path / "out", component="cuda_crt", version="13.0.88", platform="linux-x86_64")
+    assert not (tmp_path / "out").exists()
+
+
 # ------------------------------------------------------------------------------------------------
 # Resolution against a mocked index
 
