@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from cudaredist.errors import ManifestError, PlanError, UsageError
-from cudaredist.plan import version_key
+from cudaredist.plan import matches, version_key
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -239,8 +239,7 @@ class ProductRequest:
         return f"{self.name}={self.spec}" if self.spec else self.name
 
     def matches(self, label: str) -> bool:
-        want = version_key(self.spec)
-        return version_key(label)[: len(want)] == want
+        return not self.spec or matches(self.spec, label)
 
 
 def product_title(name: str) -> str:
