@@ -37,7 +37,6 @@ from cudaredist.sources.pypi.wheels import (
     component_for,
     marker_env,
     parse_version,
-    parse_wheel_name,
     pep440,
     pick_wheel,
     release_label,
@@ -331,11 +330,10 @@ def _plan_item(index: WheelIndex, name: str, specs: list[str], release: Release,
         if chosen is not None:
             notes.append(f"{chosen.filename} is yanked on the index; no other wheel of {name} {version} fits")
     if chosen is None:
-        fits = sorted({p for f in candidates if (parsed := parse_wheel_name(f.filename))
-                       for p in wheel_platforms(parsed[2], data.platforms.values())})
+        fits = wheel_platforms(candidates, data.platforms.values())
         raise PlanError(
             f"{name} {version} has no wheel for {platform} on {index.index_url} (its wheels are for: "
-            f"{', '.join(fits) or 'no known platform'})", component=name, release=release.label,
+            f"{fits or 'no known platform'})", component=name, release=release.label,
             platform=platform)
     item = index.planned(name, chosen, component_for(name, release.label, data), version,
                          f"{data.metapackage} {release.label}", release=release.label, platform=platform)

@@ -11,8 +11,7 @@ from packaging.version import Version
 from cudaredist.errors import FetchError, PlanError, ResolveError
 from cudaredist.plan import PlannedArchive, ProductRelease
 from cudaredist.profiles import ProductRequest
-from cudaredist.sources.pypi.simple import IndexFile
-from cudaredist.sources.pypi.wheels import by_version, parse_wheel_name, pick_wheel, wheel_platforms
+from cudaredist.sources.pypi.wheels import by_version, pick_wheel, wheel_platforms
 
 if TYPE_CHECKING:
     from cudaredist.sources.pypi.index import WheelIndex
@@ -47,17 +46,9 @@ def plan_product(index: WheelIndex, request: ProductRequest, *, platform: str,
         item = index.planned(name, chosen, product.specs[0].names[0], str(version),
                              f"{product.title} {version}", release=cuda_release, platform=platform,
                              product=request.name)
-        served = index.served.get(name, index.index_url)
-        release = ProductRelease(request.name, _label(version), str(request), chosen.upload_time[:10],
-                                 served, f"cuda{major}")
-        return release, item
-    known = list(index.data.platforms.values())
-
-    def where(fs: list[IndexFile]) -> str:
-        return ", ".join(sorted({p for f in fs if (w := parse_wheel_name(f.filename))
-                                 for p in wheel_platforms(w[2], known)}))
-
-    fits = [f"{v} ({where(found[v])})" for v in sorted(found)]
+        return ProductRelease(request.name, _label(version), str(request), chosen.upload_time[:10],
+                              index.served.get(name, index.index_url), f"cuda{major}"), item
+    fits = [f"{v} ({wheel_platforms(found[v], index.data.platforms.values())})" for v in sorted(found)]
     asked = f" {request.spec}" if request.spec else ""
     if not allowed:
         raise ResolveError(

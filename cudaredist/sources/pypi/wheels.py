@@ -289,9 +289,10 @@ def wheel_rank(tags: Iterable[Tag], platform: WheelPlatform) -> WheelRank | None
     return None
 
 
-def wheel_platforms(tags: Iterable[Tag], platforms: Iterable[WheelPlatform]) -> list[str]:
-    tags = list(tags)
-    return [p.name for p in platforms if wheel_rank(tags, p) is not None]
+def wheel_platforms(files: Iterable[IndexFile], platforms: Iterable[WheelPlatform]) -> str:
+    """The platforms ``files`` have wheels for (what a message lists)."""
+    tags = [parsed[2] for f in files if (parsed := parse_wheel_name(f.filename))]
+    return ", ".join(sorted({p.name for p in platforms for t in tags if wheel_rank(t, p) is not None}))
 
 
 def pick_wheel(files: Iterable[IndexFile], platform: WheelPlatform) -> IndexFile | None:
