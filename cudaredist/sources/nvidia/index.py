@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -143,18 +143,8 @@ class Index:
         """``redistrib_<label>.json`` from ``base`` as served (cached for --offline)."""
         name = f"redistrib_{label}.json"
         url = join_url(base, name)
-        if self.offline:
-            data = self.cache.load_index(base, name)
-            if data is None and is_local(base):
-                data = self.transport.get_bytes(url)
-            if data is None:
-                raise OfflineError(
-                    f"--offline: {name} ({url}) is not in the cache {self.cache.root}", url=url)
-            return data
-        if is_local(base):
-            return self.transport.get_bytes(url, quick=quick)
-        return self.cache.index_page(base, name, lambda: self.transport.get_bytes(url, quick=quick),
-                                     check=lambda data: read_manifest(base, label, data))
+        return index_file(self.cache, base, name, url, lambda: self.transport.get_bytes(url, quick=quick),
+                          offline=self.offline, check=lambda data: read_manifest(base, label, data))
 
     def manifest(self, base: str, label: str) -> Manifest:
         return read_manifest(base, label, self.manifest_bytes(base, label))
@@ -194,6 +184,19 @@ class Index:
         if len(fetches) == len(errors) and all(isinstance(e, OfflineError) for e in fetches):
             raise OfflineError(detail, url=fetches[0].url)
         raise FetchError(detail, url=fetches[0].url)
+
+
+def index_file(cache: Cache, base: str, name: str, url: str, get: Callable[[], bytes], *, offline: bool,
+               check: Callable[[bytes], object] | None = None) -> bytes:
+    """A file of an index (a manifest, a project page) at ``url``, ``name`` in ``base``'s cache: under
+    --offline the cached copy, else through the cache's index TTL; a local base is read as it is."""
+    if offline:
+        data = cache.load_index(base, name)
+        if data is None and not is_local(url):
+            raise OfflineError(f"--offline: {url} is not in the cache {cache.root}; run the same command "
+                               "online once", url=url)
+        return get() if data is None else data
+    return get() if is_local(url) else cache.index_page(base, name, get, check=check)
 
 
 def read_manifest(base: str, label: str, data: bytes) -> Manifest:

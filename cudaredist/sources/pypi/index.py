@@ -26,7 +26,7 @@ from cudaredist.fetch.client import UNREACHABLE_HINT, is_local, local_path
 from cudaredist.fetch.transport import Transport
 from cudaredist.plan import Archive, Plan, PlannedArchive
 from cudaredist.profiles import Spec, needed_components, parse_product_requests, wanted_specs
-from cudaredist.sources.nvidia.index import normalize_base
+from cudaredist.sources.nvidia.index import index_file, normalize_base
 from cudaredist.sources.nvidia.releases import check_train, pick_release, train_rows
 from cudaredist.sources.pypi.simple import IndexFile, parse_simple_page
 from cudaredist.sources.pypi.wheels import (
@@ -148,20 +148,9 @@ class WheelIndex:
         raise FetchError("; ".join(map(str, errors)), url=errors[0].url, status=errors[-1].status)
 
     def _page(self, root: str, name: str, *, quick: bool = False) -> bytes:
-        page_url = f"{root}{name}/"
-        key = f"simple-{name}"
-        if self.offline:
-            data = self.cache.load_index(root, key)
-            if data is None and is_local(page_url):
-                data = self.transport.get_bytes(page_url + "index.html")
-            if data is None:
-                raise OfflineError(
-                    f"--offline: the index page of {name} ({page_url}) is not in the cache "
-                    f"{self.cache.root}; run the same command online once", url=page_url)
-            return data
-        if is_local(page_url):
-            return self._get_page(root, page_url, name)
-        return self.cache.index_page(root, key, lambda: self._get_page(root, page_url, name, quick=quick))
+        url = f"{root}{name}/"
+        return index_file(self.cache, root, f"simple-{name}", url,
+                          lambda: self._get_page(root, url, name, quick=quick), offline=self.offline)
 
     def _get_page(self, root: str, url: str, name: str, *, quick: bool = False) -> bytes:
         local = is_local(url)
