@@ -59,15 +59,18 @@ def channel_base(channel: str, base_url: str | None) -> str:
     return CHANNELS[name]
 
 
+def base_and_mirror(base_url: str | None, mirror: str | None) -> tuple[str, str | None]:
+    """The base URL (else CUDAREDIST_BASE_URL, NVIDIA's) and the mirror (else CUDAREDIST_MIRROR)."""
+    mirror = mirror or os.environ.get(ENV_MIRROR)
+    return (normalize_base(base_url or os.environ.get(ENV_BASE_URL) or CHANNELS["release"]),
+            normalize_base(mirror) if mirror else None)
+
+
 def default_bases(base_url: str | None = None, mirror: str | None = None, *,
                   fallback: bool = True) -> list[str]:
     """Bases to try in order: the mirror (--mirror / CUDAREDIST_MIRROR), then the base URL."""
-    base = normalize_base(base_url or os.environ.get(ENV_BASE_URL) or CHANNELS["release"])
-    mirror = mirror or os.environ.get(ENV_MIRROR) or None
-    bases = [normalize_base(mirror)] if mirror else []
-    if not bases or fallback:
-        bases.append(base)
-    return list(dict.fromkeys(bases))
+    base, mirror = base_and_mirror(base_url, mirror)
+    return list(dict.fromkeys([mirror, base] if mirror and fallback else [mirror or base]))
 
 
 @dataclass(frozen=True)
@@ -84,14 +87,11 @@ def trusted_bases(base_url: str | None, mirror: str | None, *, fallback: bool, t
     """The mirror and the base URL split by :mod:`cudaredist.trust`: a plain-HTTP mirror serves
     archives, never the manifest; with ``fallback`` off it still serves archives alone, and the
     manifest comes from the base. Nothing authenticated at all is refused here, before any request."""
-    base = normalize_base(base_url or os.environ.get(ENV_BASE_URL) or CHANNELS["release"])
-    mirror = mirror or os.environ.get(ENV_MIRROR) or None
-    mirror_url = normalize_base(mirror) if mirror else None
+    base, mirror_url = base_and_mirror(base_url, mirror)
     archives = default_bases(base, mirror_url, fallback=fallback)
     named = [("the mirror", mirror_url)] if mirror_url else []
-    if not mirror_url or fallback or not trust.trusted(mirror_url):
+    if mirror_url != base and (not mirror_url or fallback or not trust.trusted(mirror_url)):
         named.append(("the base URL", base))
-    named = list({u: (r, u) for r, u in reversed(named)}.values())[::-1]  # once each, mirror first
     readers = tuple(u for _r, u in named if trust.trusted(u))
     if not readers:
         raise refuse(named, what="the manifest")

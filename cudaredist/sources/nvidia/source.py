@@ -33,6 +33,7 @@ from cudaredist.sources.nvidia.index import (
     Bases,
     Index,
     Release,
+    base_and_mirror,
     channel_base,
     default_bases,
     plan_release,
@@ -138,7 +139,7 @@ class NvidiaSource:
         return plans
 
     def _base_url(self) -> str:
-        return default_bases(self.where.base_url, None)[-1]
+        return base_and_mirror(self.where.base_url, None)[0]
 
     def relocate(self, plan: Plan) -> Plan:
         bases = self.bases(plan.base_url)
