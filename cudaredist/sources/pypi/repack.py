@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import IO, cast
 
 from cudaredist.errors import PlanError, UnsafeArchiveError
-from cudaredist.sources.pypi.wheels import member_mapper, wheel_data, wheel_metadata
+from cudaredist.profiles import is_windows
+from cudaredist.sources.pypi.wheels import member_mapper, wheel_metadata
 from cudaredist.sources.pypi.xzstore import StoredXZWriter
 from cudaredist.tree.paths import clean_member
 from cudaredist.tree.sonames import chain_links, read_soname
@@ -73,7 +74,7 @@ def archive_stem(component: str, platform: str, version: str, variant: str = "")
 
 def relative_path(component: str, platform: str, version: str, variant: str = "") -> str:
     """Where NVIDIA keeps this archive under the redist base."""
-    ext = "zip" if wheel_data().platform(platform).is_windows else "tar.xz"
+    ext = "zip" if is_windows(platform) else "tar.xz"
     return f"{component}/{platform}/{archive_stem(component, platform, version, variant)}.{ext}"
 
 
@@ -137,7 +138,6 @@ def wheel_members(zf: zipfile.ZipFile, *, component: str, version: str, platform
 def repack(wheel: Path, dest: Path, *, component: str, version: str, platform: str, preset: XzPreset = 6,
            variant: str = "") -> Packed:
     """Write the redist archive of ``wheel`` to ``dest`` (the caller renames it into place)."""
-    windows = wheel_data().platform(platform).is_windows
     top = archive_stem(component, platform, version, variant)
     try:
         zf = zipfile.ZipFile(wheel)
@@ -152,7 +152,7 @@ def repack(wheel: Path, dest: Path, *, component: str, version: str, platform: s
                        if m.path == f"licenses/{component}/{name}" and m.size <= SMALL_LIMIT]
             license_text = zf.read(licence[0].source) if licence else b""
             with open(dest, "wb") as out:
-                if windows:
+                if is_windows(platform):
                     _write_zip(zf, members, top, component, out,
                                level=None if preset == STORE else min(9, max(1, int(preset))))
                 else:

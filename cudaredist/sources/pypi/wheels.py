@@ -49,10 +49,6 @@ class WheelPlatform:
     markers: Mapping[str, str]
     arch_dirs: Mapping[str, str] = field(default_factory=dict)
 
-    @property
-    def is_windows(self) -> bool:
-        return is_windows(self.name)
-
 
 @dataclass(frozen=True)
 class Note:
@@ -359,7 +355,7 @@ def member_mapper(component: str, version: str, platform: str,
     data = data or wheel_data()
     plat = data.platform(platform)
     per_os = data.relocate.get(component, {})
-    rules = (*per_os.get("windows" if plat.is_windows else "linux", ()), *per_os.get("all", ()))
+    rules = (*per_os.get("windows" if is_windows(platform) else "linux", ()), *per_os.get("all", ()))
     root = data.roots.get(component)
 
     def mapper(clean: str) -> str | None:
@@ -392,7 +388,7 @@ def member_mapper(component: str, version: str, platform: str,
         for i in range(1, len(segs) - 1):
             if segs[i - 1] in ("bin", "lib") and segs[i] in plat.arch_dirs:
                 segs[i] = plat.arch_dirs[segs[i]]
-        if not plat.is_windows:
+        if not is_windows(platform):
             segs[-1] = real_library_name(segs[-1], version, data)
         return tree_path("/".join(segs), component=component)
 
