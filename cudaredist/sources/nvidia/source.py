@@ -130,10 +130,9 @@ class NvidiaSource:
                 raise PlanError(f"{exc}; {' and '.join(needing)} cannot work without it (its libraries "
                                 "load it)", component=exc.component, release=exc.release,
                                 platform=exc.platform) from exc
-            notes = needs_notes(requests, components, plan.components, releases)
-            if profile is not None:  # what the profile itself asks for is not there for the product
-                notes = [n for n in notes if n.split()[0] not in
-                         {x for spec in get_profile(profile).specs for x in spec.names}]
+            # what the profile itself asks for is not there for the product
+            own = [n for s in get_profile(profile).specs for n in s.names] if profile is not None else []
+            notes = needs_notes(requests, [*components, *own], plan.components, releases)
             plans.append(replace(plan, items=plan.items + tuple(i for p in picked for i in p.items),
                                  products=tuple(p.release for p in picked), notes=(*plan.notes, *notes)))
         return plans
