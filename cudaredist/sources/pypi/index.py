@@ -228,7 +228,7 @@ class WheelIndex:
                 for v, fs in by_version(self.files(meta), meta).items()]
         return sorted(best, key=lambda r: r.version, reverse=True)
 
-    def resolve(self, train: str, *, pre: bool = False) -> Release:
+    def resolve(self, train: str) -> Release:
         """``13.4`` -> newest 13.4.x; ``13.4.1`` -> that release; ``13.4.0rc1`` -> that pre-release."""
         where = f"{self.index_url} ({self.data.metapackage})"
         text = train.strip().removeprefix("v")
@@ -241,8 +241,7 @@ class WheelIndex:
             raise ResolveError(f"CUDA pre-release {text} has no {self.data.metapackage} release at {where}",
                                requested=text, where=where)
         want = tuple(int(p) for p in check_train(text).split("."))
-        hits = [r for r in rels
-                if r.version.release[: len(want)] == want and (pre or not r.version.is_prerelease)]
+        hits = [r for r in rels if r.version.release[: len(want)] == want and not r.version.is_prerelease]
         live = [r for r in hits if not r.file.yanked] or hits
         if live:
             return max(live, key=lambda r: r.version)
@@ -300,12 +299,12 @@ def _requirements_for(spec: Spec, meta: Metadata, release: Release, platform: st
     raise spec.unplannable(msg, release.label, platform)
 
 
-def _plan_item(index: WheelIndex, name: str, specs: list[str], release: Release, platform: str,
-               pre: bool) -> tuple[PlannedArchive, list[str]]:
+def _plan_item(index: WheelIndex, name: str, specs: list[str], release: Release,
+               platform: str) -> tuple[PlannedArchive, list[str]]:
     data = index.data
     plat = data.platform(platform)
     versions = {str(v): fs for v, fs in by_version(index.files(name), name).items()}
-    version = choose_version(specs, versions, pre=pre)
+    version = choose_version(specs, versions)
     shown = " and ".join(s for s in specs if s) or "any version"
     if version is None:
         raise PlanError(f"no wheel of {name} on {index.index_url} matches {shown} (needed by "
@@ -330,8 +329,7 @@ def _plan_item(index: WheelIndex, name: str, specs: list[str], release: Release,
 
 
 def resolve_plan(index: WheelIndex, train: str, *, platform: str, profile: str | None = "nvcc",
-                 components: Sequence[str] = (), pre: bool = False,
-                 products: Sequence[str] = ()) -> Plan:
+                 components: Sequence[str] = (), products: Sequence[str] = ()) -> Plan:
     """Resolve ``train`` on the index; select the wheels of ``profile`` (+ ``components``) for ``platform``.
 
     ``profile=None`` installs exactly ``components`` (extras, component names or wheel
@@ -342,7 +340,7 @@ def resolve_plan(index: WheelIndex, train: str, *, platform: str, profile: str |
     data = index.data
     data.platform(platform)
     requests = parse_product_requests(products)
-    release = index.resolve(train, pre=pre)
+    release = index.resolve(train)
     label = release.label
     picked = [plan_product(index, r, platform=platform, cuda_release=label) for r in requests]
     components = needed_components(requests, components, {r.name: r.release for r, _item in picked})
@@ -361,7 +359,7 @@ def resolve_plan(index: WheelIndex, train: str, *, platform: str, profile: str |
         for req in _requirements_for(spec, meta, release, platform, data):
             wanted.setdefault(req.name, {})[str(req.specifier)] = None
     with ThreadPoolExecutor(min(8, len(wanted))) as pool:
-        results = list(pool.map(lambda kv: _plan_item(index, kv[0], list(kv[1]), release, platform, pre),
+        results = list(pool.map(lambda kv: _plan_item(index, kv[0], list(kv[1]), release, platform),
                                 wanted.items()))
     items = tuple(item for item, _n in results) + tuple(item for _r, item in picked)
     notes.extend(n for _item, item_notes in results for n in item_notes)

@@ -148,13 +148,13 @@ def release_label(text: str) -> str:
     return ".".join(str(p) for p in v.release[:3])
 
 
-def choose_version(specs: Sequence[str], versions: Iterable[str], *, pre: bool = False) -> str | None:
+def choose_version(specs: Sequence[str], versions: Iterable[str]) -> str | None:
     """The version (as given in ``versions``) a set of specifiers picks.
 
     A pin (``==X.*``) takes the newest match. A pure range (nvjitlink's ``>=13.4.92,<14``)
     takes the oldest match, the one the metapackage release was built with, so a tree of
     one release does not drift as NVIDIA publishes later wheels. Pre-releases count only
-    when asked for or when nothing else matches.
+    when nothing else matches.
     """
     try:
         sets = [SpecifierSet(s) for s in specs]
@@ -164,8 +164,7 @@ def choose_version(specs: Sequence[str], versions: Iterable[str], *, pre: bool =
           if (v := parse_version(text)) is not None and all(s.contains(v, prereleases=True) for s in sets)]
     if not ok:
         return None
-    final = [vt for vt in ok if not vt[0].is_prerelease]
-    pool = ok if pre or not final else final
+    pool = [vt for vt in ok if not vt[0].is_prerelease] or ok
     pinned = any(clause.operator in ("==", "===") for s in sets for clause in s)
     pick = max if pinned or not any(sets) else min
     return pick(pool, key=lambda vt: vt[0])[1]

@@ -307,7 +307,6 @@ def test_choose_version_pin_newest_range_oldest_no_pre() -> None:
     assert choose_version(["==13.0.88.*"], versions) == "13.0.88.1"
     assert choose_version([">=13.0.88,<14"], versions) == "13.0.88"
     assert choose_version([">=13.0.96"], versions) == "13.0.96"
-    assert choose_version([">=13.0.96"], versions, pre=True) == "13.0.96"
     assert choose_version([">=13.1.0rc1"], versions) == "13.1.0rc1"  # only a pre-release matches
     assert choose_version(["==12.*"], versions) is None
 
@@ -611,7 +610,6 @@ def test_resolve_train_newest_final_release(fake_index: FakeIndex, tmp_path: Pat
     idx = wheel_index(tmp_path)
     assert idx.resolve("13.0").label == "13.0.2"
     assert idx.resolve("13").label == "13.0.2"  # 13.1.0rc1 is a pre-release
-    assert idx.resolve("13", pre=True).label == "13.1.0rc1"
     assert idx.resolve("13.1.0rc1").label == "13.1.0rc1"  # asked for by name
     assert idx.resolve("13.0.1").label == "13.0.1"
     with pytest.raises(ResolveError) as err:
