@@ -85,8 +85,8 @@ class WheelIndex:
     """
 
     def __init__(self, transport: Transport, cache: Cache, *, index_url: str | None = None,
-                 offline: bool = False, data: WheelData | None = None, mirror: str | None = None,
-                 no_fallback: bool = False, trust: Trust | None = None) -> None:
+                 offline: bool = False, mirror: str | None = None, no_fallback: bool = False,
+                 trust: Trust | None = None) -> None:
         self.transport = transport
         self.cache = cache
         self.index_url = default_index_url(index_url)
@@ -94,7 +94,7 @@ class WheelIndex:
         self.no_fallback = no_fallback and self.mirror_url is not None
         self.trust = trust or Trust.of()
         self.offline = offline
-        self.data = data or wheel_data()
+        self.data = wheel_data()
         self._pages: dict[str, list[IndexFile]] = {}
         self.served: dict[str, str] = {}  # project -> the index whose page (hashes) was used
         self._mirror_pages: dict[str, dict[str, str]] = {}
@@ -282,7 +282,7 @@ def _requirements_for(spec: Spec, meta: Metadata, release: Release, platform: st
         found: dict[str, Requirement] = {}
         for e in meta.extras:
             for r in meta.wanted(e, env):
-                if r.name == extra or component_for(r.name, release.label, data) == alt:
+                if r.name == extra or component_for(r.name, release.label) == alt:
                     found.setdefault(r.name, r)
         if found:
             return list(found.values())
@@ -323,7 +323,7 @@ def _plan_item(index: WheelIndex, name: str, specs: list[str], release: Release,
             f"{name} {version} has no wheel for {platform} on {index.index_url} (its wheels are for: "
             f"{fits or 'no known platform'})", component=name, release=release.label,
             platform=platform)
-    item = index.planned(name, chosen, component_for(name, release.label, data), version,
+    item = index.planned(name, chosen, component_for(name, release.label), version,
                          f"{data.metapackage} {release.label}", release=release.label, platform=platform)
     return item, notes
 

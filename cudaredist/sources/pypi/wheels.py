@@ -306,9 +306,9 @@ def pick_wheel(files: Iterable[IndexFile], platform: WheelPlatform) -> IndexFile
 _CU_SUFFIX = re.compile(r"-cu\d+$")
 
 
-def component_for(package: str, release: str, data: WheelData | None = None) -> str:
+def component_for(package: str, release: str) -> str:
     """The redist component a wheel distribution is (``nvidia-cuda-runtime-cu12`` -> ``cuda_cudart``)."""
-    data = data or wheel_data()
+    data = wheel_data()
     base = _CU_SUFFIX.sub("", canonicalize_name(package))
     if base in data.packages:
         comp, renames = data.packages[base]
@@ -327,11 +327,10 @@ _LICENSE_NAMES = {"license", "license.txt", "license.md", "licence", "licence.tx
 _SHARED_LIB = re.compile(r"^(lib[^/]*\.so)\.(\d+(?:\.\d+)*)$")
 
 
-def real_library_name(filename: str, version: str, data: WheelData | None = None) -> str:
+def real_library_name(filename: str, version: str) -> str:
     """Wheels name a shared library by its SONAME; the redist archives by its full version."""
-    data = data or wheel_data()
-    if filename in data.real_names:
-        return data.real_names[filename]
+    if filename in wheel_data().real_names:
+        return wheel_data().real_names[filename]
     m = _SHARED_LIB.match(filename)
     v = parse_version(version)
     if m is None or v is None:
@@ -342,8 +341,7 @@ def real_library_name(filename: str, version: str, data: WheelData | None = None
     return filename
 
 
-def member_mapper(component: str, version: str, platform: str,
-                  data: WheelData | None = None) -> Callable[[str], str | None]:
+def member_mapper(component: str, version: str, platform: str) -> Callable[[str], str | None]:
     """Wheel member (clean POSIX path) -> tree path, or None for what a toolkit tree does not hold.
 
     ``nvidia/<cu13 or package dir>/`` is removed; of the dist-info only the licence is kept
@@ -351,7 +349,7 @@ def member_mapper(component: str, version: str, platform: str,
     (``.metadata/``) are dropped; component relocations and per-architecture directory
     names come from pypi.toml; Linux shared libraries get their redist file name.
     """
-    data = data or wheel_data()
+    data = wheel_data()
     plat = data.platform(platform)
     per_os = data.relocate.get(component, {})
     rules = (*per_os.get("windows" if is_windows(platform) else "linux", ()), *per_os.get("all", ()))
@@ -388,7 +386,7 @@ def member_mapper(component: str, version: str, platform: str,
             if segs[i - 1] in ("bin", "lib") and segs[i] in plat.arch_dirs:
                 segs[i] = plat.arch_dirs[segs[i]]
         if not is_windows(platform):
-            segs[-1] = real_library_name(segs[-1], version, data)
+            segs[-1] = real_library_name(segs[-1], version)
         return tree_path("/".join(segs), component=component)
 
     return mapper
