@@ -95,23 +95,18 @@ def _data() -> dict[str, Any]:
 
 
 def parse_spec(item: object, where: str = "profile") -> Spec:
-    platforms: object = []
-    missing = ""
-    if isinstance(item, str):
-        names, since = item, ""
-    elif isinstance(item, dict) and isinstance(item.get("name"), str):
-        names, since, platforms = item["name"], str(item.get("since", "")), item.get("platforms", [])
-        missing = str(item.get("missing", ""))
-    else:
+    body = {"name": item} if isinstance(item, str) else item
+    if not isinstance(body, dict) or not isinstance(body.get("name"), str):
         raise ManifestError(f"{where}: a component must be a name or {{name, since, platforms, missing}}, "
                             f"got {item!r}")
+    names, platforms = body["name"], body.get("platforms", [])
     parts = tuple(n.strip() for n in names.split("|") if n.strip())
     if not parts:
         raise ManifestError(f"{where}: empty component name")
     if not isinstance(platforms, list) or not all(isinstance(p, str) for p in platforms):
         raise ManifestError(f"{where}: {names}: platforms must be a list of platform names, "
                             f"got {platforms!r}")
-    return Spec(parts, since, tuple(platforms), missing)
+    return Spec(parts, str(body.get("since", "")), tuple(platforms), str(body.get("missing", "")))
 
 
 def wanted_specs(profile_specs: Iterable[Spec], components: Sequence[str]) -> list[Spec]:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from packaging.version import Version
-
 from cudaredist.errors import FetchError, PlanError, ResolveError
 from cudaredist.plan import PlannedArchive, ProductRelease
 from cudaredist.profiles import ProductRequest
@@ -15,11 +13,6 @@ from cudaredist.sources.pypi.wheels import by_version, pick_wheel, wheel_platfor
 
 if TYPE_CHECKING:
     from cudaredist.sources.pypi.index import WheelIndex
-
-
-def _label(version: Version) -> str:
-    """A product wheel's version as a release label: ``9.28.1.4`` -> ``9.28.1``, like the redist's."""
-    return ".".join(str(p) for p in (*version.release, 0, 0)[:3])
 
 
 def plan_product(index: WheelIndex, request: ProductRequest, *, platform: str,
@@ -46,7 +39,8 @@ def plan_product(index: WheelIndex, request: ProductRequest, *, platform: str,
         item = index.planned(name, chosen, product.specs[0].names[0], str(version),
                              f"{product.title} {version}", release=cuda_release, platform=platform,
                              product=request.name)
-        return ProductRelease(request.name, _label(version), str(request), chosen.upload_time[:10],
+        label = ".".join(str(p) for p in (*version.release, 0, 0)[:3])  # 9.28.1.4 -> 9.28.1, as the redist
+        return ProductRelease(request.name, label, str(request), chosen.upload_time[:10],
                               index.served.get(name, index.index_url), f"cuda{major}"), item
     fits = [f"{v} ({wheel_platforms(found[v], index.data.platforms.values())})" for v in sorted(found)]
     asked = f" {request.spec}" if request.spec else ""
