@@ -220,10 +220,6 @@ class Release:
     manifest: Manifest
     data: bytes
 
-    @property
-    def fallbacks(self) -> tuple[str, ...]:
-        return tuple(b for b in self.archive_bases if b != self.base)
-
 
 def plan_release(release: Release, platforms: Sequence[str], *, profile: str | None,
                  components: Sequence[str]) -> list[Plan]:
@@ -232,9 +228,3 @@ def plan_release(release: Release, platforms: Sequence[str], *, profile: str | N
     return [with_bases(make_plan(release.manifest, platform=p, base_url=release.base, profile=profile,
                                  components=components), release.archive_bases)
             for p in platforms]
-
-
-def resolve_plan(index: Index, train: str, *, bases: Sequence[str] | Bases, platform: str,
-                 profile: str | None, components: Sequence[str] = ()) -> Plan:
-    """The plan of ``train`` for one platform, from the first base that has it."""
-    return plan_release(index.release(train, bases), [platform], profile=profile, components=components)[0]

@@ -213,7 +213,8 @@ def _licenses(releases: Sequence[Release], wanted: set[str],
                 continue
             try:
                 rel = check_relative_path(comp.license_path, f"{key}.license_path", release.label)
-                urls = tuple(archive_url(base, rel, key) for base in (release.base, *release.fallbacks))
+                bases = dict.fromkeys((release.base, *release.archive_bases))
+                urls = tuple(archive_url(base, rel, key) for base in bases)
             except ManifestError as exc:
                 notes.append(str(exc))
                 continue

@@ -84,12 +84,10 @@ class WheelData:
 def parse_wheel_data(raw: Mapping[str, Any]) -> WheelData:
     packages: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {}
     for name, value in raw.get("packages", {}).items():
-        if isinstance(value, str):
-            packages[name] = (value, ())
-        else:
-            renames = tuple(sorted(((str(k), str(v)) for k, v in value.get("renamed", {}).items()),
-                                   key=lambda kv: pep440(kv[0])))
-            packages[name] = (str(value["component"]), renames)
+        value = {"component": value} if isinstance(value, str) else value
+        renames = sorted(((str(k), str(v)) for k, v in value.get("renamed", {}).items()),
+                         key=lambda kv: pep440(kv[0]))
+        packages[name] = (str(value["component"]), tuple(renames))
     relocate = {
         comp: {os_: tuple((str(a), str(b)) for a, b in rules.items()) for os_, rules in by_os.items()}
         for comp, by_os in raw.get("relocate", {}).items()
