@@ -115,29 +115,24 @@ class Index:
         return self._labels[base]
 
     def _list(self, base: str, quick: bool) -> list[str]:
-        if self.offline:
-            return self._cached_labels(base)
-        if is_local(base):
-            d = local_path(base)
-            if not d.is_dir():
-                raise FetchError(f"the base directory {d} does not exist", url=base)
-            return labels_from_names(os.listdir(d))
+        local = local_path(base) if is_local(base) else None
+        if self.offline:  # what the cache holds of the listing and the manifests, and a local base
+            found = set(labels_from_names(self.cache.cached_index_names(base)))
+            if (listing := self.cache.load_index(base, LISTING)) is not None:
+                found |= set(labels_from_listing(listing.decode("utf-8", "replace")))
+            if local is not None and local.is_dir():
+                found |= set(labels_from_names(os.listdir(local)))
+            if not found:
+                raise OfflineError(
+                    f"--offline: no index of {base} is cached in {self.cache.root}; run once online "
+                    "(e.g. `cudaredist resolve TRAIN`) to fill the cache", url=base)
+            return sort_labels(found)  # highest first, like the online listing
+        if local is not None:
+            if not local.is_dir():
+                raise FetchError(f"the base directory {local} does not exist", url=base)
+            return labels_from_names(os.listdir(local))
         data = self.cache.index_page(base, LISTING, lambda: self.transport.get_bytes(base, quick=quick))
         return labels_from_listing(data.decode("utf-8", "replace"))
-
-    def _cached_labels(self, base: str) -> list[str]:
-        listing = self.cache.load_index(base, LISTING)
-        names = self.cache.cached_index_names(base)
-        found = set(labels_from_names(names))
-        if listing is not None:
-            found |= set(labels_from_listing(listing.decode("utf-8", "replace")))
-        if is_local(base) and local_path(base).is_dir():
-            found |= set(labels_from_names(os.listdir(local_path(base))))
-        if not found:
-            raise OfflineError(
-                f"--offline: no index of {base} is cached in {self.cache.root}; run once online "
-                "(e.g. `cudaredist resolve TRAIN`) to fill the cache", url=base)
-        return sort_labels(found)  # highest first, like the online listing
 
     def manifest_bytes(self, base: str, label: str, *, quick: bool = False) -> bytes:
         """``redistrib_<label>.json`` from ``base`` as served (cached for --offline)."""
