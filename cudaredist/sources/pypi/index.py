@@ -235,15 +235,13 @@ class WheelIndex:
         asked = parse_version(text)
         rels = self.releases()
         if asked is not None and asked.is_prerelease:
-            exact = [r for r in rels if r.version == asked]
-            if exact:
+            if exact := [r for r in rels if r.version == asked]:
                 return exact[0]
             raise ResolveError(f"CUDA pre-release {text} has no {self.data.metapackage} release at {where}",
                                requested=text, where=where)
         want = tuple(int(p) for p in check_train(text).split("."))
         hits = [r for r in rels if r.version.release[: len(want)] == want and not r.version.is_prerelease]
-        live = [r for r in hits if not r.file.yanked] or hits
-        if live:
+        if live := [r for r in hits if not r.file.yanked] or hits:
             return max(live, key=lambda r: r.version)
         # the same message and fields as the redist route, from the final releases
         pick_release(text, [r.label for r in rels if not r.version.is_prerelease], where)
@@ -270,8 +268,7 @@ class WheelIndex:
 def _requirements_for(spec: Spec, meta: Metadata, release: Release, platform: str,
                       data: WheelData) -> list[Requirement]:
     """The wheels one profile entry or ``--component`` asks for: an extra, a component or a package."""
-    plat = data.platform(platform)
-    env = marker_env(plat)
+    env = marker_env(data.platform(platform))
     for alt in spec.names:
         extra = canonicalize_name(alt)
         if extra in meta.extras:
@@ -313,10 +310,8 @@ def _plan_item(index: WheelIndex, name: str, specs: list[str], release: Release,
     candidates = versions[version]
     notes: list[str] = []
     chosen = pick_wheel([f for f in candidates if not f.yanked], plat)
-    if chosen is None:
-        chosen = pick_wheel(candidates, plat)
-        if chosen is not None:
-            notes.append(f"{chosen.filename} is yanked on the index; no other wheel of {name} {version} fits")
+    if chosen is None and (chosen := pick_wheel(candidates, plat)) is not None:
+        notes.append(f"{chosen.filename} is yanked on the index; no other wheel of {name} {version} fits")
     if chosen is None:
         fits = wheel_platforms(candidates, data.platforms.values())
         raise PlanError(
