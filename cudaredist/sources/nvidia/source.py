@@ -168,12 +168,9 @@ class NvidiaSource:
         plans = [p for _r, ps in releases.values() for p in ps]
         content = self._content([r for r, _p in releases.values()],
                                 [i for p in plans for i in p.items if not i.product])
-        parts = []
-        for request in requests:
-            parts.append(ProductMirror(request.name, request.product.title, self._content(
-                self._product_releases(request, plans), [i for p in plans for i in p.items
-                                                         if i.product == request.name])))
-        return replace(content, products=tuple(parts))
+        return replace(content, products=tuple(ProductMirror(r.name, r.product.title, self._content(
+            self._product_releases(r, plans), [i for p in plans for i in p.items if i.product == r.name]))
+            for r in requests))
 
     def _content(self, releases: Sequence[Release], items: Sequence[PlannedArchive]) -> MirrorContent:
         folder = manifest_folder(releases[0].base if releases else "",
