@@ -28,7 +28,7 @@ from cudaredist.errors import PlanError, UnsafeArchiveError
 from cudaredist.profiles import is_windows
 from cudaredist.sources.pypi.wheels import member_mapper, wheel_metadata
 from cudaredist.sources.pypi.xzstore import StoredXZWriter
-from cudaredist.tree.paths import clean_member
+from cudaredist.tree.paths import clean_member, zip_entry_mode
 from cudaredist.tree.sonames import chain_links, read_soname
 
 # 2000-01-01T00:00:00Z for every member: the bytes depend on the content only
@@ -102,10 +102,7 @@ def wheel_members(zf: zipfile.ZipFile, *, component: str, version: str, platform
         rel = mapper(clean) if clean else None
         if rel is None:
             continue
-        unix_mode = (info.external_attr >> 16) & 0xFFFF if info.create_system == 3 else 0
-        if stat.S_ISLNK(unix_mode):
-            raise UnsafeArchiveError(f"{archive}: entry {name!r} is a symlink; zip archives with "
-                                     "links are refused", archive=archive, member=name)
+        unix_mode = zip_entry_mode(info.create_system, info.external_attr, archive=archive, member=name)
         if rel in members:
             raise UnsafeArchiveError(f"{archive}: two entries become {rel!r} in the tree; refused",
                                      archive=archive, member=name)
