@@ -144,20 +144,17 @@ def plan_product(manifest: Manifest, request: ProductRequest, *, platform: str, 
     return ProductPlan(release, tuple(items), tuple(str(s) for s in routed))
 
 
-def _coverage(manifests: Sequence[Manifest], request: ProductRequest, platform: str,
-              major: str) -> str:
+def _coverage(manifests: Sequence[Manifest], request: ProductRequest, platform: str, major: str) -> str:
     """What the product publishes for ``platform`` and for CUDA ``major`` (for the error)."""
     names = [n for s in request.product.specs for n in s.names]
     for_platform, for_major = [], []
     for m in manifests:
-        comp = next((m.components[n] for n in names if n in m.components), None)
-        if comp is None:
+        if (comp := next((m.components[n] for n in names if n in m.components), None)) is None:
             continue
         majors = cuda_majors(comp, platform)
         if majors or platform in comp.platforms:
             for_platform.append(f"{m.label} (CUDA {', '.join(majors) or 'any'})")
-        plats = [p for p in comp.platforms if major in cuda_majors(comp, p)]
-        if plats:
+        if plats := [p for p in comp.platforms if major in cuda_majors(comp, p)]:
             for_major.append(f"{m.label} ({', '.join(plats)})")
     return (f"releases for {platform}: {', '.join(for_platform[:8]) or 'none'}; "
             f"releases for CUDA {major}: {', '.join(for_major[:8]) or 'none'}")
