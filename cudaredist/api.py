@@ -163,8 +163,8 @@ def _check_options(request: InstallRequest) -> None:
         check_source(request.source)
     if request.lock is None:
         parse_product_requests(request.products)
-        if _profile(request) is not None:
-            get_profile(str(_profile(request)))
+        if (profile := _profile(request)) is not None:
+            get_profile(profile)
 
 
 def _lock_timeout(request: InstallRequest) -> float:
@@ -218,14 +218,12 @@ def _run(request: InstallRequest, wanted: list[str], fixed: Path | None, outcome
     from cudaredist.sources import open_source
 
     reporter = reporter or Silent()
-    components = list(request.components)
-    products = list(request.products)
+    components, products, source = list(request.components), list(request.products), request.source
     lock_plan: Plan | None = None
-    source = request.source
     if request.lock is not None:
         locked, lock_plan = _read_lock(request, wanted)
-        components, source = list(locked.components), lock_plan.source
-        products = list(lock_plan.requested_products)
+        components, products = list(locked.components), list(lock_plan.requested_products)
+        source = lock_plan.source
     # a warm install asks no server: index pages and manifests fetched within the TTL answer
     # (--refresh: the server is asked)
     cache = Cache(request.cache_dir, index_ttl=0.0 if request.refresh else index_ttl_default(),

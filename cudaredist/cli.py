@@ -34,18 +34,12 @@ if not commands.install_only:
     # `cudaredist install ...` neither imports nor builds them (a no-op install is mostly start-up)
     from cudaredist.commands import cache, doctor, managed, prefix, profiles, source
 
-    app.command()(source.resolve)
-    app.command()(source.trains)
-    app.command("mirror")(source.mirror_cmd)
-    app.command("lock")(source.lock_cmd)
-    app.command()(prefix.verify)
-    app.command()(prefix.info)
-    app.command()(prefix.uninstall)
-    app.command("env")(prefix.env_cmd)
-    app.command("profiles")(profiles.profiles_cmd)
-    app.command()(doctor.doctor)
-    app.command("list")(managed.list_cmd)
-    app.command("find")(managed.find_cmd)
+    for name, fn in (("resolve", source.resolve), ("trains", source.trains), ("mirror", source.mirror_cmd),
+                     ("lock", source.lock_cmd), ("verify", prefix.verify), ("info", prefix.info),
+                     ("uninstall", prefix.uninstall), ("env", prefix.env_cmd), ("doctor", doctor.doctor),
+                     ("profiles", profiles.profiles_cmd), ("list", managed.list_cmd),
+                     ("find", managed.find_cmd)):
+        app.command(name)(fn)
     app.command("run", context_settings={"allow_interspersed_args": False})(managed.run_cmd)
     app.add_typer(cache.app, name="cache")
 

@@ -238,9 +238,7 @@ def append_github(env: Environment, environ: Mapping[str, str]) -> None:
 def applied(env: Environment, environ: Mapping[str, str]) -> dict[str, str]:
     """``environ`` with ``env`` applied: what a child process of ``cudaredist run`` gets."""
     sep = ";" if env.host_windows else ":"
-    out = dict(environ)
-    out.update(dict(env.variables))
+    out = {**environ, **dict(env.variables)}
     for var, dirs in env.prepend:
-        old = out.get(var, "")
-        out[var] = sep.join([*dirs, *([old] if old else [])])
+        out[var] = sep.join([*dirs, out[var]] if out.get(var) else dirs)
     return out

@@ -48,10 +48,6 @@ def toolkit_name(release: str, platform: str) -> str:
     return f"cuda-{release}-{platform}"
 
 
-def train_link_name(release: str, platform: str) -> str:
-    return f"cuda-{'.'.join(release.split('.')[:2])}-{platform}"
-
-
 @dataclass(frozen=True)
 class Toolkit:
     """An installed managed toolkit, read from its install record."""
@@ -87,13 +83,9 @@ class Scan:
 
     def damaged_of(self, train: str, platform: str | None) -> RecordError | None:
         """The error of a damaged toolkit that, by its directory name, is of ``train``."""
-        return next((err for path, err in self.damaged if scan_matches(path, train, platform)), None)
-
-
-def scan_matches(path: Path, train: str, platform: str | None) -> bool:
-    """Is ``path`` named like a toolkit of ``train`` (and ``platform`` when given)?"""
-    m = _NAME.match(path.name)
-    return m is not None and matches(train, m["release"]) and platform in (None, m["platform"])
+        named = ((_NAME.match(path.name), err) for path, err in self.damaged)
+        return next((err for m, err in named
+                     if m and matches(train, m["release"]) and platform in (None, m["platform"])), None)
 
 
 def scan(root: Path) -> Scan:
@@ -208,7 +200,7 @@ LINKS_LOCK = ".cudaredist-links.lock"
 
 
 def link_trains(root: Path, *, timeout: float,
-                warn: Callable[[str], None] | None = None) -> list[tuple[str, str]]:
+                warn: Callable[[str], None] = lambda _text: None) -> list[tuple[str, str]]:
     """:func:`update_train_links` under the install dir's lock: of two installs finishing at once,
     the second sees the first one's toolkit, so the newest patch always ends up linked."""
     if not root.is_dir():
@@ -219,13 +211,13 @@ def link_trains(root: Path, *, timeout: float,
         return update_train_links(root, warn)
 
 
-def update_train_links(root: Path, warn: Callable[[str], None] | None = None) -> list[tuple[str, str]]:
+def update_train_links(root: Path, warn: Callable[[str], None] = lambda _text: None) -> list[tuple[str, str]]:
     """Point every ``cuda-X.Y-<platform>`` link at the newest installed X.Y.z; drop links whose train
     has none left. Returns the (link, target) pairs now in place, each checked to be there; a link
     that cannot be made is left out and ``warn`` told (the toolkit itself is installed)."""
     best: dict[str, str] = {}
     for t in installed(root):  # newest first
-        best.setdefault(train_link_name(t.release, t.platform), t.path.name)
+        best.setdefault(f"cuda-{'.'.join(t.release.split('.')[:2])}-{t.platform}", t.path.name)
     made: dict[str, str] = {}
     for link_name, target in best.items():
         link = root / link_name
@@ -238,11 +230,10 @@ def update_train_links(root: Path, warn: Callable[[str], None] | None = None) ->
         try:
             _point(link, target)
         except OSError as exc:
-            if warn is not None:
-                kind = "junction" if WINDOWS else "symbolic link"
-                warn(f"warning: could not make the train link {link} -> {target} ({exc.strerror or exc}); "
-                     f"the toolkit is installed: use its full name, or `cudaredist find` (it needs no "
-                     f"link). Is {root} on a filesystem without {kind}s?")
+            kind = "junction" if WINDOWS else "symbolic link"
+            warn(f"warning: could not make the train link {link} -> {target} ({exc.strerror or exc}); the "
+                 f"toolkit is installed: use its full name, or `cudaredist find` (it needs no link). Is "
+                 f"{root} on a filesystem without {kind}s?")
             continue
         made[link_name] = target
     for link in root.iterdir() if root.is_dir() else ():  # train links whose train has none left

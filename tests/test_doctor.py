@@ -574,6 +574,17 @@ def test_run_without_a_prefix_checks_driver_gpu_environment(tmp_path: Path) -> N
     assert report.prefix is None and report.release is None and not report.failed
 
 
+@pytest.mark.parametrize("host_windows", [pytest.param(True, id="windows-host"),
+                                          pytest.param(False, id="posix-host")])
+def test_run_spells_the_environment_fix_for_the_injected_host(host_windows: bool, tmp_path: Path) -> None:
+    """Inputs.host_windows reaches the environment check, not only the toolkit and driver checks."""
+    inputs = Inputs(env={"PATH": "", "CUDA_HOME": str(tmp_path / "gone")},
+                    driver_library=str(tmp_path / "none.so"), host_windows=host_windows)
+    fix = doctor.run(inputs=inputs).checks[-1].fix
+    assert ("| Out-String | Invoke-Expression" in fix) == host_windows
+    assert ('eval "$(cudaredist env --prefix' in fix) == (not host_windows)
+
+
 @linux_tree
 def test_run_with_a_train(tiny_tree: Path, tmp_path: Path) -> None:
     inputs = Inputs(env={"PATH": "/nonexistent"}, driver_library=str(tmp_path / "none.so"))

@@ -129,11 +129,8 @@ class Ctx:
         from cudaredist.fetch.transport import Transport
         from cudaredist.sources import open_source
 
-        transport = Transport(connections=jobs)
-        try:
+        with Transport(connections=jobs) as transport:
             yield open_source(self.source, transport, self.cache(), self.where())
-        finally:
-            transport.close()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -63,9 +63,9 @@ def _report(done: str, cleaned: Cleaned) -> None:
 def cache_prune(cache_dir: CacheDirOpt = None,
                 days: Annotated[float, typer.Option("--days", help="Drop entries unused this long.")] = 30.0,
                 max_size: Annotated[str | None, typer.Option(
-                    "--max-size", help="Then drop the least recently used entries until the cache holds "
-                                       "at most this much (e.g. 5G, 800M).",
-                    show_default=False)] = None) -> None:
+                    "--max-size", metavar="SIZE", show_default=False,
+                    help="Then drop the least recently used entries until the cache holds at most this much "
+                         "(e.g. 5G, 800M).")] = None) -> None:
     """Drop partial downloads, and archives and unpacked entries not used for --days (and beyond
     --max-size); entries in use are left."""
     from cudaredist.cache import Cache

@@ -9,10 +9,7 @@ from cudaredist.commands.options import JsonOpt
 
 
 @command
-def doctor(
-    tk: Toolkit = TOOLKIT,
-    as_json: JsonOpt = False,
-) -> None:
+def doctor(tk: Toolkit = TOOLKIT, as_json: JsonOpt = False) -> None:
     """Why CUDA does not work here: the tree, nvcc, the host compiler, a probe build, the driver,
     the GPUs and the environment, each ok, warn or fail with the fix. Exit 1 if any fails.
     Without --prefix or TRAIN: driver, gpu and environment only."""

@@ -54,25 +54,16 @@ def list_cmd(
 
 
 @command
-def find_cmd(
-    train: Train,
-    platform: PlatformOpt = None,
-    install_dir: InstallDirOpt = None,
-) -> None:
+def find_cmd(train: Train, platform: PlatformOpt = None, install_dir: InstallDirOpt = None) -> None:
     """Print the path of the newest installed managed toolkit of TRAIN (exit 1 when there is none)."""
-    from cudaredist.managed import find, scan
+    from cudaredist.managed import find_one, scan
     from cudaredist.managed import install_dir as managed_dir
 
     root = managed_dir(install_dir)
-    hits = find(root, train, platform or host())
-    damaged = scan(root).damaged_of(train, platform or host())
-    if not hits:
-        if damaged is not None:
-            raise damaged
-        fail(f"no managed CUDA {train} toolkit in {root}; `cudaredist install {train}` installs one", 1)
-    if damaged is not None:
+    found = find_one(root, train, platform or host())  # none: a damaged one's error, else how to install
+    if (damaged := scan(root).damaged_of(train, platform or host())) is not None:
         typer.echo(f"warning: skipped: {damaged}", err=True)
-    typer.echo(str(hits[0].path))
+    typer.echo(str(found.path))
 
 
 @command

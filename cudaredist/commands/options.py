@@ -21,7 +21,8 @@ ProfileOpt = Annotated[str | None, typer.Option(
     help="Component profile: nvcc, runtime, build, torch (`cudaredist profiles` lists them).  "
          f"[default: {DEFAULT_PROFILE}]")]
 ComponentOpt = Annotated[list[str] | None, typer.Option(
-    "--component", "-c", help="Add a component (repeatable; 'a|b' takes the first the release has).")]
+    "--component", "-c", metavar="NAME",
+    help="Add a component (repeatable; 'a|b' takes the first the release has).")]
 WithOpt = Annotated[list[str] | None, typer.Option(
     "--with", "-w", metavar="PRODUCT[=SPEC]",
     help="Add a library product into the same tree (repeatable): cudnn, cutensor, cusparselt, cudss. "
@@ -29,14 +30,14 @@ WithOpt = Annotated[list[str] | None, typer.Option(
          "newest 9.20.x; cudnn=9.20.0 exactly that.")]
 OnlyOpt = Annotated[bool, typer.Option("--only", help="Install exactly the --component list, no profile.")]
 BaseUrlOpt = Annotated[str | None, typer.Option(
-    "--base-url", envvar="CUDAREDIST_BASE_URL", show_envvar=True,
+    "--base-url", envvar="CUDAREDIST_BASE_URL", show_envvar=True, metavar="URL",
     help="Redist base URL: http(s)://, file:// or a directory. Default: NVIDIA's.")]
 ChannelOpt = Annotated[str | None, typer.Option(
     "--channel", envvar="CUDAREDIST_CHANNEL", show_envvar=True, metavar="release|preview",
     help="NVIDIA's index to read: release (the default, compute/cuda/redist) or preview (early-access "
          "releases, never picked unless asked for). Instead of --base-url.")]
 MirrorOpt = Annotated[str | None, typer.Option(
-    "--mirror", envvar="CUDAREDIST_MIRROR", show_envvar=True,
+    "--mirror", envvar="CUDAREDIST_MIRROR", show_envvar=True, metavar="URL",
     help="A mirror tried before the base URL (http(s)://, file:// or a directory).")]
 TrustedHostOpt = Annotated[list[str] | None, typer.Option(
     "--trusted-host", envvar="CUDAREDIST_TRUSTED_HOST", show_envvar=True, metavar="HOST[:PORT]",
@@ -46,40 +47,44 @@ TrustedHostOpt = Annotated[list[str] | None, typer.Option(
 NoFallbackOpt = Annotated[bool, typer.Option("--no-fallback",
                                              help="Use only the mirror, never the base URL.")]
 CacheDirOpt = Annotated[Path | None, typer.Option(
-    "--cache-dir", envvar="CUDAREDIST_CACHE_DIR", show_envvar=True, help="Download cache directory.")]
+    "--cache-dir", envvar="CUDAREDIST_CACHE_DIR", show_envvar=True, metavar="DIR",
+    help="Download cache directory.")]
 OfflineOpt = Annotated[bool, typer.Option("--offline", help="Use only the cache: no network at all.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
-JobsOpt = Annotated[int, typer.Option("--jobs", "-j", min=1, max=64, help="Concurrent connections.")]
+JobsOpt = Annotated[int, typer.Option("--jobs", "-j", min=1, max=64, metavar="N",
+                                      help="Concurrent connections.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="More output; tracebacks on errors.")]
 PrefixOpt = Annotated[Path | None, typer.Option(
-    "--prefix", help="The toolkit directory (CUDA_PATH). Without it, a TRAIN names a managed toolkit.")]
+    "--prefix", metavar="DIR",
+    help="The toolkit directory (CUDA_PATH). Without it, a TRAIN names a managed toolkit.")]
 ToolkitArg = Annotated[str | None, typer.Argument(
     metavar="[TRAIN]", help="A managed toolkit by train (13.4 = the newest installed 13.4.x), "
                             "instead of --prefix.", show_default=False)]
 InstallDirOpt = Annotated[Path | None, typer.Option(
-    "--install-dir", envvar="CUDAREDIST_INSTALL_DIR", show_envvar=True,
+    "--install-dir", envvar="CUDAREDIST_INSTALL_DIR", show_envvar=True, metavar="DIR",
     help="Where managed toolkits live. Default: the user data dir (`cudaredist list` shows it).")]
 SourceOpt = Annotated[str | None, typer.Option(
-    "--source", envvar="CUDAREDIST_SOURCE", show_envvar=True, show_default=False,
+    "--source", envvar="CUDAREDIST_SOURCE", show_envvar=True, show_default=False, metavar="nvidia|pypi",
     help="nvidia: NVIDIA's redist archives; pypi: NVIDIA's wheels, through the cuda-toolkit "
          "metapackage (see docs/pypi-source.md); install --lock: the lock's, another one is refused.  "
          "[default: nvidia]")]
 IndexUrlOpt = Annotated[str | None, typer.Option(
-    "--index-url", envvar="PIP_INDEX_URL", show_envvar=True,
+    "--index-url", envvar="PIP_INDEX_URL", show_envvar=True, metavar="URL",
     help="Package index (Simple API) for --source pypi. Default: PyPI.")]
 PlatformsOpt = Annotated[list[str] | None, typer.Option(
     "--platform", "-p", help="Target platform; repeatable or comma-separated. Default: this host's.")]
 LockOpt = Annotated[Path | None, typer.Option(
-    "--lock", help="Install exactly what this lock file (from `cudaredist lock`) pins: no resolution, "
+    "--lock", metavar="FILE",
+    help="Install exactly what this lock file (from `cudaredist lock`) pins: no resolution, "
                    "no manifest; refuses a TRAIN, --platform, --profile or --component it does not pin.")]
 LinkModeOpt = Annotated[str | None, typer.Option(
-    "--link-mode", envvar="CUDAREDIST_LINK_MODE", show_envvar=True,
+    "--link-mode", envvar="CUDAREDIST_LINK_MODE", show_envvar=True, metavar="clone|hardlink|copy",
     help="How files come from the unpacked cache: clone (copy-on-write where the filesystem can, "
          "else a copy), hardlink (shares the cache's inodes: editing a file in the prefix edits the "
          "cache), copy.  [default: clone]", show_default=False)]
 LockTimeoutOpt = Annotated[float | None, typer.Option(
-    "--lock-timeout", min=0, show_default=False,
+    "--lock-timeout", min=0, show_default=False, metavar="SECONDS",
     help="Seconds to wait for another process holding the prefix or cache.  [env var: "
          "CUDAREDIST_LOCK_TIMEOUT; default: 600]")]
 
@@ -94,13 +99,6 @@ PANELS: dict[str, tuple[str, ...]] = {
                  "--lock-timeout"),
     "Output": ("--json", "--quiet", "--verbose", "--version", "--help"),
 }
-# An option's value in --help when its definition names none (plain words, not click's <str>).
-METAVARS = {"--platform": "PLATFORM", "--profile": "PROFILE", "--component": "NAME", "--lock": "FILE",
-            "--source": "nvidia|pypi", "--base-url": "URL", "--mirror": "URL", "--index-url": "URL",
-            "--cache-dir": "DIR", "--jobs": "N", "--prefix": "DIR", "--install-dir": "DIR",
-            "--link-mode": "clone|hardlink|copy", "--lock-timeout": "SECONDS", "--out": "DIR",
-            "--output": "FILE", "--shell": "SHELL", "--days": "DAYS", "--max-size": "SIZE",
-            "--train": "TRAIN", "--xz-preset": "PRESET"}
 COMMAND_PANELS: dict[str, tuple[str, ...]] = {
     "Install and use": ("install", "env", "run", "find", "list", "uninstall"),
     "Look before or after": ("resolve", "trains", "profiles", "info", "verify", "doctor"),
@@ -108,50 +106,39 @@ COMMAND_PANELS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _write_panels(cmd: Any, ctx: Any, formatter: Any) -> None:
+def _format_options(self: Any, ctx: Any, formatter: Any) -> None:
+    """Arguments, options in PANELS and a group's commands in COMMAND_PANELS (the top level's; ``cache``
+    lists its commands plainly), each non-empty section under its title, one first-column width in all."""
     # (click's types, duck-typed: typer vendors click from 0.28 on, as typer.core does itself)
-    panels: dict[str, list[tuple[str, str]]] = {"Arguments": [], "Options": [], **{p: [] for p in PANELS}}
-    for param in cmd.get_params(ctx):
+    sections: dict[str, list[tuple[str, str]]] = {
+        t: [] for t in ("Arguments", "Options", *PANELS, *COMMAND_PANELS, "Commands")}
+    for param in self.get_params(ctx):
         if param.param_type_name == "option" and param.metavar is None and not param.is_flag:
-            param.metavar = next((METAVARS[o] for o in param.opts if o in METAVARS),
-                                 (param.name or "value").upper())
-        record = param.get_help_record(ctx)
-        if record is not None:
+            param.metavar = (param.name or "value").upper()  # not click's <str>
+        if (record := param.get_help_record(ctx)) is not None:
             panel = next((p for p, opts in PANELS.items() if set(param.opts) & set(opts)), "Options")
-            panels["Arguments" if param.param_type_name == "argument" else panel].append(record)
-    _write_sections(formatter, list(panels.items()))
-
-
-def _write_sections(formatter: Any, sections: list[tuple[str, list[tuple[str, str]]]]) -> None:
-    """Each non-empty section under its title, the first column one width in all of them."""
-    width = min(30, max((len(name) for _, rows in sections for name, _ in rows), default=0))
-    for title, rows in sections:
+            sections["Arguments" if param.param_type_name == "argument" else panel].append(record)
+    if isinstance(self, TyperGroup):
+        panel_of = {n: t for t, cmds in COMMAND_PANELS.items() for n in cmds} if ctx.parent is None else {}
+        order = list(panel_of)
+        names = sorted(self.list_commands(ctx), key=lambda n: order.index(n) if n in order else len(order))
+        width = formatter.width - 6 - max(map(len, names), default=0)
+        for n in names:
+            if (c := self.get_command(ctx, n)) is not None and not c.hidden:
+                sections[panel_of.get(n, "Commands")].append((n, c.get_short_help_str(width)))
+    width = min(30, max((len(name) for rows in sections.values() for name, _ in rows), default=0))
+    for title, rows in sections.items():
         if rows:
             with formatter.section(title):
                 formatter.write_dl([(name.ljust(width), text) for name, text in rows])
 
 
 class HelpCommand(TyperCommand):
-    """A command whose --help shows its options in the panels above."""
-
-    def format_options(self, ctx: Any, formatter: Any) -> None:
-        _write_panels(self, ctx, formatter)
+    format_options = _format_options
 
 
 class HelpGroup(TyperGroup):
-    """The top level (and ``cache``): its commands in the panels above, ``install`` first."""
-
-    def format_options(self, ctx: Any, formatter: Any) -> None:
-        _write_panels(self, ctx, formatter)
-        names = self.list_commands(ctx)
-        top = ctx.parent is None  # the panels are the top level's; `cache` lists its commands plainly
-        grouped = [(t, [n for n in cmds if n in names]) for t, cmds in COMMAND_PANELS.items()] if top else []
-        placed = {n for _, cmds in grouped for n in cmds}
-        grouped.append(("Commands", [n for n in names if n not in placed]))
-        width = formatter.width - 6 - max((len(n) for n in names), default=0)
-        _write_sections(formatter, [(title, [(n, c.get_short_help_str(width)) for n in cmds
-                                             if (c := self.get_command(ctx, n)) is not None and not c.hidden])
-                                    for title, cmds in grouped])
+    format_options = _format_options
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -164,5 +151,4 @@ class App(typer.Typer):
         super().__init__(cls=HelpGroup, **settings)
 
     def command(self, name: str | None = None, **kwargs: Any) -> Callable[[_F], _F]:
-        kwargs.setdefault("cls", HelpCommand)
-        return super().command(name, **kwargs)
+        return super().command(name, **{"cls": HelpCommand, **kwargs})

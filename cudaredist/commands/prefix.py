@@ -41,10 +41,7 @@ def verify(
 
 
 @command
-def info(
-    tk: Toolkit = TOOLKIT,
-    as_json: JsonOpt = False,
-) -> None:
+def info(tk: Toolkit = TOOLKIT, as_json: JsonOpt = False) -> None:
     """Show the install record of a prefix."""
     from cudaredist.record import drift_note, require_record
 
@@ -104,8 +101,7 @@ def uninstall(
                  "name one (e.g. a full release, or --platform)", 2)
         targets = [h.path for h in hits] or [tk.target()]
     else:
-        root = None
-        targets = [tk.target()]
+        root, targets = None, [tk.target()]
     timeout = lock_wait(lock_timeout)
     for target in targets:
         with prefix_lock(target, timeout):

@@ -21,13 +21,8 @@ from cudaredist.commands.base import (
 
 
 @command
-def resolve(
-    train: o.Train,
-    platform: o.PlatformOpt = None,
-    sel: Selection = SELECTION,
-    ctx: Ctx = OPTIONS,
-    as_json: o.JsonOpt = False,
-) -> None:
+def resolve(train: o.Train, platform: o.PlatformOpt = None, sel: Selection = SELECTION, ctx: Ctx = OPTIONS,
+            as_json: o.JsonOpt = False) -> None:
     """Show the install plan without installing: release, and per component version, URL, size, sha256."""
     from cudaredist.profiles import host_platform
 
@@ -40,10 +35,7 @@ def resolve(
 
 
 @command
-def trains(
-    ctx: Ctx = OPTIONS,
-    as_json: o.JsonOpt = False,
-) -> None:
+def trains(ctx: Ctx = OPTIONS, as_json: o.JsonOpt = False) -> None:
     """List the published trains, each with its newest release and date."""
     with ctx.open() as src:
         rows, where, name = src.trains(), src.location(), src.name
@@ -66,8 +58,8 @@ def _xz_preset(value: str | None) -> int | str | None:
 def mirror_cmd(
     train_list: Annotated[list[str], typer.Argument(
         metavar="TRAIN...", help="Trains or releases to mirror (13.4 = newest 13.4.x, 13.0.2, ...).")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="The mirror directory (created, or completed "
-                                                            "in place).")],
+    out: Annotated[Path, typer.Option("--out", "-o", metavar="DIR",
+                                      help="The mirror directory (created, or completed in place).")],
     platform: o.PlatformsOpt = None,
     sel: Selection = SELECTION,
     ctx: Ctx = OPTIONS,
@@ -123,7 +115,7 @@ def lock_cmd(
     platform: o.PlatformsOpt = None,
     sel: Selection = SELECTION,
     output: Annotated[Path | None, typer.Option(
-        "--output", "-o", help="Write the lock file here (default: print it).")] = None,
+        "--output", "-o", metavar="FILE", help="Write the lock file here (default: print it).")] = None,
     hash_only: Annotated[bool, typer.Option(
         "--hash", help="Print only the content key: a stable hex key of the resolved archives "
                        "(a CI cache key).")] = False,

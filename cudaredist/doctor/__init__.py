@@ -84,5 +84,5 @@ def run(prefix: Path | None = None, *, train: str | None = None, inputs: Inputs 
                                loader=inputs.loader)
     checks.append(driver.check_driver(info, release, windows=inputs.host_windows))
     checks.append(driver.check_gpu(info, driver.nvcc_gpu_codes(tk, env)))
-    checks.append(toolkit.check_environment(env, tk, which=inputs.which))
+    checks.append(toolkit.check_environment(env, tk, which=inputs.which, host_windows=inputs.host_windows))
     return Report(str(prefix) if prefix is not None else None, release, tuple(checks))

@@ -7,7 +7,7 @@ import re
 import shlex
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -42,17 +42,6 @@ def _nvcc_flags(env: Mapping[str, str], windows: bool) -> list[tuple[str, list[s
     return out
 
 
-def _ccbin_in(args: list[str]) -> str | None:
-    found = None
-    for i, a in enumerate(args):
-        for opt in ("-ccbin", "--compiler-bindir"):
-            if a == opt and i + 1 < len(args):
-                found = args[i + 1]
-            elif a.startswith(opt + "="):
-                found = a[len(opt) + 1:]
-    return found
-
-
 def select_host_compiler(env: Mapping[str, str], *, windows: bool, which: Which = _which) -> HostCompiler:
     """The compiler nvcc will use, the way nvcc picks it: ``-ccbin`` in NVCC_PREPEND_FLAGS /
     NVCC_APPEND_FLAGS, else NVCC_CCBIN, else its default: ``cl.exe`` on PATH on Windows, on
@@ -63,9 +52,10 @@ def select_host_compiler(env: Mapping[str, str], *, windows: bool, which: Which 
                   if a.lstrip("-") == "allow-unsupported-compiler"), "")
     spec, source = None, ""
     for var, args in flags:  # NVCC_APPEND_FLAGS is read last: its -ccbin is the one that counts
-        got = _ccbin_in(args)
-        if got is not None:
-            spec, source = got, f"-ccbin in {var}"
+        for i, a in enumerate(args):  # -ccbin X, -ccbin=X, --compiler-bindir X, --compiler-bindir=X
+            opt, eq, value = a.partition("=")
+            if opt in ("-ccbin", "--compiler-bindir") and (eq or i + 1 < len(args)):
+                spec, source = value if eq else args[i + 1], f"-ccbin in {var}"
     if spec is None and env.get("NVCC_CCBIN"):
         spec, source = env["NVCC_CCBIN"], "NVCC_CCBIN"
     default = "cl.exe" if windows else "gcc"
@@ -231,13 +221,10 @@ def check_host_compiler(tk: Toolkit, env: Mapping[str, str], *, windows: bool | 
                             "compiler, which nvcc then uses to link too"))
     if hc.msvc:
         checks.append(check_msvc_preprocessor(include, env))
-    return _merge("host-compiler", checks)
-
-
-def _merge(name: str, checks: Sequence[Check]) -> Check:
+    # one verdict: the worst status, with the details and fixes of the checks that gave it
     worst = max(checks, key=lambda c: _RANK[c.status]).status
-    relevant = [c for c in checks if c.status == worst] if worst != "ok" else list(checks)
-    return Check(name, worst, "; ".join(c.detail for c in relevant),
+    relevant = [c for c in checks if c.status == worst] if worst != "ok" else checks
+    return Check("host-compiler", worst, "; ".join(c.detail for c in relevant),
                  " Also: ".join(dict.fromkeys(c.fix for c in relevant if c.fix)))
 
 

@@ -62,8 +62,8 @@ class DriverInfo:
         return "" if self.version is None else f"{self.version // 1000}.{self.version % 1000 // 10}"
 
 
-def default_driver_library(windows: bool | None = None) -> str:
-    return "nvcuda.dll" if (WINDOWS if windows is None else windows) else "libcuda.so.1"
+def default_driver_library(windows: bool = WINDOWS) -> str:
+    return "nvcuda.dll" if windows else "libcuda.so.1"
 
 
 def _loaded_path(lib: Any, symbol: str) -> str:
@@ -183,9 +183,8 @@ def _branch_advice(major: int, branches: Mapping[int, DriverBranch], windows: bo
             + f", which runs every CUDA {major}.x")
 
 
-def check_driver(info: DriverInfo, release: str | None, *, windows: bool | None = None,
+def check_driver(info: DriverInfo, release: str | None, *, windows: bool = WINDOWS,
                  branches: Mapping[int, DriverBranch] | None = None) -> Check:
-    windows = WINDOWS if windows is None else windows
     branches = driver_branches() if branches is None else branches
     wanted = (version_key(release) + (0, 0))[:2] if release else None
     install = _branch_advice(wanted[0], branches, windows) if wanted else "an NVIDIA driver"

@@ -14,11 +14,10 @@ from cudaredist.profiles import is_windows
 
 
 # -- toolkit ------------------------------------------------------------------------------------
-def check_toolkit(prefix: Path, *, host_windows: bool | None = None) -> tuple[Check, Toolkit | None]:
+def check_toolkit(prefix: Path, *, host_windows: bool = WINDOWS) -> tuple[Check, Toolkit | None]:
     """The tree in ``prefix``: its install record, and a quick verify (sizes, links, exec bits)."""
     from cudaredist.record import read_record, verify
 
-    host_windows = WINDOWS if host_windows is None else host_windows
     install = f"cudaredist install TRAIN --prefix {prefix}"
     if not prefix.is_dir():
         return Check("toolkit", "fail", f"{prefix} does not exist or is not a directory",
@@ -128,12 +127,11 @@ def _inside(path: str, root: str | Path, *, same: bool = False) -> bool:
 
 
 def check_environment(env: Mapping[str, str], tk: Toolkit | None, *, which: Which = _which,
-                      host_windows: bool | None = None) -> Check:
+                      host_windows: bool = WINDOWS) -> Check:
     """CUDA_PATH / CUDA_HOME / PATH against the tree (or each other), and what a plain nvcc runs.
-    Its fixes are spelled for the host's shells (``host_windows``: default this host)."""
+    Its fixes are spelled for the host's shells."""
     from cudaredist.envexport import load_hint
 
-    windows = WINDOWS if host_windows is None else host_windows
     plain = which("nvcc", env.get("PATH"))
     if plain is None:
         runs = "a plain `nvcc` runs nothing: no nvcc on PATH"
@@ -146,7 +144,7 @@ def check_environment(env: Mapping[str, str], tk: Toolkit | None, *, which: Whic
         if tk.windows and (not home or not _inside(home, tk.prefix, same=True)):
             return Check("environment", "warn",
                          f"WINDOWS_CUDA_HOME is {home or 'unset'}, not this tree ({tk.prefix})",
-                         load_hint(str(tk.prefix), host_windows=windows))
+                         load_hint(str(tk.prefix), host_windows=host_windows))
         return Check("environment", "ok", f"WINDOWS_CUDA_HOME names this tree; {runs}")
     if tk is not None:
         for var in ("CUDA_PATH", "CUDA_HOME"):
@@ -159,26 +157,24 @@ def check_environment(env: Mapping[str, str], tk: Toolkit | None, *, which: Whic
                                 f"will not find {tk.nvcc()}")
             elif not _inside(plain, tk.prefix):
                 problems.append(f"a plain `nvcc` runs {plain}, another toolkit's, not {tk.nvcc()}")
-        if problems:
-            return Check("environment", "warn", "; ".join(problems),
-                         f"put this tree first: {load_hint(str(tk.prefix), host_windows=windows)} (GitHub "
-                         f"Actions: cudaredist env --prefix {tk.prefix} --github), or unset the variables "
-                         "that name the other toolkit")
-        return Check("environment", "ok", f"CUDA_PATH/CUDA_HOME are unset or name {tk.prefix}; {runs}")
-    # no tree to compare with: the variables and PATH must at least agree with each other
-    named = {var: env[var] for var in ("CUDA_PATH", "CUDA_HOME") if env.get(var)}
-    for var, value in named.items():
-        if not os.path.isdir(value):
-            problems.append(f"{var}={value} does not exist")
-        elif plain is not None and not _inside(plain, value):
-            problems.append(f"{var}={value}, but a plain `nvcc` runs {plain}, from elsewhere")
-    if len({os.path.realpath(v) for v in named.values()}) > 1:
-        problems.append("CUDA_PATH and CUDA_HOME name different toolkits")
-    said = ", ".join(f"{k}={v}" for k, v in named.items()) or "CUDA_PATH and CUDA_HOME unset"
+        said = f"CUDA_PATH/CUDA_HOME are unset or name {tk.prefix}"
+        fix = (f"put this tree first: {load_hint(str(tk.prefix), host_windows=host_windows)} (GitHub "
+               f"Actions: cudaredist env --prefix {tk.prefix} --github), or unset the variables that name "
+               "the other toolkit")
+    else:  # no tree to compare with: the variables and PATH must at least agree with each other
+        named = {var: env[var] for var in ("CUDA_PATH", "CUDA_HOME") if env.get(var)}
+        for var, value in named.items():
+            if not os.path.isdir(value):
+                problems.append(f"{var}={value} does not exist")
+            elif plain is not None and not _inside(plain, value):
+                problems.append(f"{var}={value}, but a plain `nvcc` runs {plain}, from elsewhere")
+        if len({os.path.realpath(v) for v in named.values()}) > 1:
+            problems.append("CUDA_PATH and CUDA_HOME name different toolkits")
+        said = ", ".join(f"{k}={v}" for k, v in named.items()) or "CUDA_PATH and CUDA_HOME unset"
+        fix = f"make them name one toolkit: {load_hint('DIR', host_windows=host_windows)} for the tree you " \
+              "build with"
     if problems:
-        return Check("environment", "warn", "; ".join(problems),
-                     f"make them name one toolkit: {load_hint('DIR', host_windows=windows)} for the "
-                     "tree you build with")
+        return Check("environment", "warn", "; ".join(problems), fix)
     return Check("environment", "ok", f"{said}; {runs}")
 
 

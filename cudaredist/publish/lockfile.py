@@ -134,12 +134,9 @@ def read_lock(path: Path) -> Lock:
             f"the lock file {where} was edited after `cudaredist lock` wrote it (its digest does not "
             "match its content); regenerate it with `cudaredist lock`", path=where)
     try:
-        release = str(obj["release"])
-        base_url = str(obj["base_url"])
-        request = obj["request"]
+        release, base_url, request = str(obj["release"]), str(obj["base_url"]), obj["request"]
         plans = {str(k): plan_from_json(v) for k, v in obj["plans"].items()}
-        train = str(request["train"])
-        profile = str(request["profile"])
+        train, profile = str(request["train"]), str(request["profile"])
         components = tuple(str(c) for c in request["components"])
         products = tuple(str(c) for c in request.get("with", ()))
     except (KeyError, TypeError, ValueError, AttributeError) as exc:

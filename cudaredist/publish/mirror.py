@@ -41,6 +41,7 @@ from cudaredist.sources.nvidia.products import product_dir
 from cudaredist.sources.nvidia.releases import labels_from_names, sort_labels
 
 T = TypeVar("T")
+Fetch = Callable[[PlannedArchive], tuple[Path, bool]]  # an archive -> (its verified cache path, cached?)
 
 
 @dataclass
@@ -119,17 +120,9 @@ def index_page(labels: Sequence[str], dirs: Sequence[str]) -> str:
             "</pre><hr></body>\n</html>\n")
 
 
-def write_mirror(
-    out: Path,
-    content: MirrorContent,
-    *,
-    fetch: Callable[[PlannedArchive], tuple[Path, bool]],
-    get_bytes: Callable[[str], bytes],
-    reporter: Reporter | None = None,
-    jobs: int = 4,
-    lock_timeout: float | None = None,
-    locked: bool = False,
-) -> MirrorReport:
+def write_mirror(out: Path, content: MirrorContent, *, fetch: Fetch, get_bytes: Callable[[str], bytes],
+                 reporter: Reporter | None = None, jobs: int = 4, lock_timeout: float | None = None,
+                 locked: bool = False) -> MirrorReport:
     """Write (or complete) in ``out`` the mirror ``content`` describes, under the mirror's lock
     (``locked``: the caller holds the lock of a mirror that contains ``out``). Each ``--with``
     product goes to its own folder (:func:`product_dir`), inside ``out`` under the same lock.
@@ -181,9 +174,6 @@ def write_if_changed(dest: Path, data: bytes) -> bool:
         return False
     place(dest, lambda tmp: tmp.write_bytes(data))
     return True
-
-
-Fetch = Callable[[PlannedArchive], tuple[Path, bool]]
 
 
 def _copy_archives(out: Path, copies: Sequence[CopiedArchive], fetch: Fetch, reporter: Reporter, jobs: int,

@@ -44,14 +44,6 @@ class Made:
     status: str
 
 
-def platform_order(platforms: Sequence[str]) -> list[str]:
-    """NVIDIA's order (pypi.toml's platform table), unknown platforms after it, alphabetically."""
-    from cudaredist.sources.pypi.wheels import wheel_data
-
-    known = list(wheel_data().platforms)
-    return sorted(platforms, key=lambda p: (known.index(p) if p in known else len(known), p))
-
-
 ManifestRow = tuple[str, str, str, dict[str, str], dict[str, str]]
 
 
@@ -66,7 +58,7 @@ def merge_manifest(existing: dict[str, Any] | None, *, label: str, release_date:
     keys come in NVIDIA's order (release keys, then components by name, each with its fields, then
     its platforms), so the bytes do not depend on which run added what.
     """
-    from cudaredist.sources.pypi.wheels import pep440
+    from cudaredist.sources.pypi.wheels import pep440, wheel_data
 
     old = existing or {}
     components: dict[str, dict[str, Any]] = {k: dict(v) for k, v in old.items() if isinstance(v, dict)}
@@ -88,6 +80,7 @@ def merge_manifest(existing: dict[str, Any] | None, *, label: str, release_date:
             comp["cuda_variant"] = sorted(have_variants | {variant.removeprefix("cuda")}, key=version_key)
         else:
             comp[platform] = dict(entry)
+    known = list(wheel_data().platforms)
     out: dict[str, Any] = {"release_date": old.get("release_date") or release_date, "release_label": label,
                            "release_product": old.get("release_product") or product}
     out.update({k: v for k, v in old.items() if k not in RELEASE_KEYS and not isinstance(v, dict)})
@@ -95,7 +88,9 @@ def merge_manifest(existing: dict[str, Any] | None, *, label: str, release_date:
         comp = components[key]
         ordered = {k: comp[k] for k in COMPONENT_KEYS if k in comp}
         ordered.update({k: v for k, v in comp.items() if k not in ordered and not isinstance(v, dict)})
-        platforms = platform_order([k for k, v in comp.items() if isinstance(v, dict)])
+        # NVIDIA's order (pypi.toml's platform table), unknown platforms after it, alphabetically
+        platforms = sorted((k for k, v in comp.items() if isinstance(v, dict)),
+                           key=lambda p: (known.index(p) if p in known else len(known), p))
         ordered.update({p: comp[p] for p in platforms})
         out[key] = ordered
     return out
@@ -185,9 +180,6 @@ def build_archives(out: Path, builds: Sequence[BuiltArchive], *,
         # arrived goes first, so the longest job does not start last.
         ready: queue.PriorityQueue[tuple[int, int, BuiltArchive, Path, bool]] = queue.PriorityQueue()
 
-        def pack_biggest() -> None:
-            build(*ready.get_nowait()[2:])
-
         packers = max(1, min(jobs, os.cpu_count() or 1))
         packing: list[Any] = []
         try:
@@ -201,7 +193,7 @@ def build_archives(out: Path, builds: Sequence[BuiltArchive], *,
                         reporter.archive_done(job.wheel.archive.filename, job.wheel.archive.size,
                                               cached=cached)
                         ready.put((-job.wheel.archive.size, len(packing), job, wheel, cached))
-                        packing.append(packs.submit(pack_biggest))
+                        packing.append(packs.submit(lambda: build(*ready.get_nowait()[2:])))
                     for fut in packing:
                         fut.result()
                 except BaseException:

@@ -64,12 +64,47 @@ def extract(path: Path | None, tree: Tree, *, component: str, archive: str, mapp
 
     A tar may come as ``fileobj`` instead of ``path``: a download still being written.
     """
-    if archive.endswith((".zip", ".whl")):
+    if not is_streamable(archive):
         assert path is not None
-        _extract_zip(path, tree, component=component, archive=archive, mapper=mapper)
-    else:
-        _extract_tar(path, tree, component=component, archive=archive, mapper=mapper,
-                     fileobj=fileobj)
+        return _extract_zip(path, tree, component=component, archive=archive, mapper=mapper)
+    with contextlib.ExitStack() as stack:
+        raw = fileobj if fileobj is not None else stack.enter_context(
+            open(path, "rb", buffering=0))  # type: ignore[arg-type]  # buffered by _open_tar
+        try:
+            tf = _open_tar(raw)
+        except (tarfile.TarError, OSError, EOFError, lzma.LZMAError) as exc:
+            raise UnsafeArchiveError(f"{archive} is not a readable tar archive: {exc}",
+                                     archive=archive) from exc
+        stack.enter_context(tf)  # closed before the file it reads
+        try:
+            for m in tf:
+                clean = clean_member(m.name, archive=archive)
+                rel = mapper(clean) if clean else None
+                if rel is None:
+                    continue
+                if m.isdir():
+                    tree.add_dir(rel, component, archive)
+                elif m.isreg():
+                    tree.add_file(rel, _member_data(tf, m), m.mode, component, archive)
+                elif m.issym():
+                    tree.add_symlink(rel, m.linkname, component, archive)
+                elif m.islnk():
+                    target_rel = mapper(clean_member(m.linkname, archive=archive))
+                    if target_rel is None:
+                        raise UnsafeArchiveError(f"{archive}: hard link {m.name!r} -> {m.linkname!r} "
+                                                 "leaves the archive's tree; refused",
+                                                 archive=archive, member=m.name)
+                    tree.add_hardlink(rel, target_rel, component, archive)
+                else:
+                    kind = {tarfile.CHRTYPE: "character device", tarfile.BLKTYPE: "block device",
+                            tarfile.FIFOTYPE: "fifo"}.get(m.type, f"special member (type {m.type!r})")
+                    raise UnsafeArchiveError(f"{archive}: member {m.name!r} is a {kind}; refused",
+                                             archive=archive, member=m.name)
+        except (tarfile.TarError, EOFError, OSError, lzma.LZMAError) as exc:
+            if isinstance(exc, FileExistsError):
+                raise ConflictError(f"{archive}: {exc.filename} already exists in the tree",
+                                    path=str(exc.filename), second=component) from exc
+            raise UnsafeArchiveError(f"{archive} is corrupt or truncated: {exc}", archive=archive) from exc
 
 
 def _open_tar(raw: IO[bytes]) -> tarfile.TarFile:
@@ -157,48 +192,6 @@ def _member_data(tf: tarfile.TarFile, m: tarfile.TarInfo) -> IO[bytes]:
     src = tf.extractfile(m)
     assert src is not None
     return src
-
-
-def _extract_tar(path: Path | None, tree: Tree, *, component: str, archive: str, mapper: Mapper,
-                 fileobj: IO[bytes] | None = None) -> None:
-    with contextlib.ExitStack() as stack:
-        raw = fileobj if fileobj is not None else stack.enter_context(
-            open(path, "rb", buffering=0))  # type: ignore[arg-type]  # buffered by _open_tar
-        try:
-            tf = _open_tar(raw)
-        except (tarfile.TarError, OSError, EOFError, lzma.LZMAError) as exc:
-            raise UnsafeArchiveError(f"{archive} is not a readable tar archive: {exc}",
-                                     archive=archive) from exc
-        stack.enter_context(tf)  # closed before the file it reads
-        try:
-            for m in tf:
-                clean = clean_member(m.name, archive=archive)
-                rel = mapper(clean) if clean else None
-                if rel is None:
-                    continue
-                if m.isdir():
-                    tree.add_dir(rel, component, archive)
-                elif m.isreg():
-                    tree.add_file(rel, _member_data(tf, m), m.mode, component, archive)
-                elif m.issym():
-                    tree.add_symlink(rel, m.linkname, component, archive)
-                elif m.islnk():
-                    target_rel = mapper(clean_member(m.linkname, archive=archive))
-                    if target_rel is None:
-                        raise UnsafeArchiveError(f"{archive}: hard link {m.name!r} -> {m.linkname!r} "
-                                                 "leaves the archive's tree; refused",
-                                                 archive=archive, member=m.name)
-                    tree.add_hardlink(rel, target_rel, component, archive)
-                else:
-                    kind = {tarfile.CHRTYPE: "character device", tarfile.BLKTYPE: "block device",
-                            tarfile.FIFOTYPE: "fifo"}.get(m.type, f"special member (type {m.type!r})")
-                    raise UnsafeArchiveError(f"{archive}: member {m.name!r} is a {kind}; refused",
-                                             archive=archive, member=m.name)
-        except (tarfile.TarError, EOFError, OSError, lzma.LZMAError) as exc:
-            if isinstance(exc, FileExistsError):
-                raise ConflictError(f"{archive}: {exc.filename} already exists in the tree",
-                                    path=str(exc.filename), second=component) from exc
-            raise UnsafeArchiveError(f"{archive} is corrupt or truncated: {exc}", archive=archive) from exc
 
 
 def _extract_zip(path: Path, tree: Tree, *, component: str, archive: str, mapper: Mapper) -> None:
@@ -298,13 +291,9 @@ class DeflatedMember:
         if spelled != info.orig_filename:
             raise zipfile.BadZipFile(f"file name in directory {info.orig_filename!r} and header "
                                      f"{spelled!r} differ")
-        self._fh = fh
-        self._info = info
-        self._left = info.compress_size
-        self._out = 0
-        self._crc = 0
-        self._d = zlib.decompressobj(-15)
-        self._pending = b""
+        self._fh, self._info, self._left = fh, info, info.compress_size
+        self._out = self._crc = 0  # inflated bytes so far, and their CRC-32
+        self._d, self._pending = zlib.decompressobj(-15), b""
 
     def read(self, n: int = -1) -> bytes:
         """``n`` bytes (fewer only at the end), as a file's ``read``."""

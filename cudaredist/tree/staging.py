@@ -58,13 +58,6 @@ class WriterFailed(CudaRedistError):
     second: str = ""
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    """The one place the tree writes file content (so a disk fault can be injected where it happens)."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
 def _taken(archive: str, rel: str, component: str) -> ConflictError:
     """A path the tree claims for one archive's member already exists on disk (made by another)."""
     return ConflictError(f"{archive}: {rel} already exists in the tree", path=rel, second=component)
@@ -285,8 +278,10 @@ class Tree:
                 # reasons: only a failed write is a LocalDiskError.
                 while chunk := src.read(CHUNK):
                     h.update(chunk)
-                    with self._disk(dest):
-                        _write_all(fd, chunk)
+                    with self._disk(dest):  # os.write may take part of it
+                        view = memoryview(chunk)
+                        while view:
+                            view = view[os.write(fd, view):]
                     size += len(chunk)
                     with self._cond:
                         self._written += len(chunk)
@@ -379,14 +374,11 @@ class Tree:
         pending = {self._key(rel): (rel, target) for rel, target in self._deferred_links}
         done: set[str] = set()
 
-        def resolved(rel: str, target: str) -> str:
-            return posixpath.normpath(posixpath.join(posixpath.dirname(rel), target))
-
         def copy(key: str, seen: tuple[str, ...] = ()) -> None:
             if key in done or key in seen:  # a loop of links: nothing to copy, as POSIX would fail
                 return
             rel, target = pending[key]
-            aim = self._key(resolved(rel, target))
+            aim = self._key(posixpath.normpath(posixpath.join(posixpath.dirname(rel), target)))
             for other in pending:  # the target, or a directory on its way, is a deferred link
                 if aim == other or aim.startswith(other + "/"):
                     copy(other, (*seen, key))
