@@ -112,24 +112,15 @@ class Plan:
         return hashlib.sha256(body.encode()).hexdigest()
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "release": self.release,
-            "release_date": self.release_date,
-            "platform": self.platform,
-            "base_url": self.base_url,
-            "source": self.source,
-            "profile": self.profile,
-            "total_size": self.total_size,
-            "components": [
-                {"name": i.component, "version": i.version, "url": i.url,
-                 "relative_path": i.archive.relative_path, "sha256": i.archive.sha256,
-                 "size": i.archive.size, "layout": i.layout} | ({"product": i.product} if i.product else {})
-                for i in self.items
-            ],
-            "notes": list(self.notes),
-        } | ({"hashes_from": self.hashes_from} if self.hashes_from else {}) | (
-            {"products": [p.to_json() for p in self.products]} if self.products else {}) | (
-            {"channel": self.channel} if self.channel else {})
+        fields = ("release", "release_date", "platform", "base_url", "source", "profile", "total_size")
+        components = [{"name": i.component, "version": i.version, "url": i.url,
+                       "relative_path": i.archive.relative_path, "sha256": i.archive.sha256,
+                       "size": i.archive.size, "layout": i.layout}
+                      | ({"product": i.product} if i.product else {}) for i in self.items]
+        optional = (("hashes_from", self.hashes_from), ("products", [p.to_json() for p in self.products]),
+                    ("channel", self.channel))
+        return ({f: getattr(self, f) for f in fields} | {"components": components, "notes": list(self.notes)}
+                | {k: v for k, v in optional if v})
 
 
 def join_url(base: str, relative: str) -> str:

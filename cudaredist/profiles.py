@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from cudaredist.errors import ManifestError, PlanError, UsageError
-from cudaredist.plan import version_key
+from cudaredist.plan import matches, version_key
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -95,23 +95,18 @@ def _data() -> dict[str, Any]:
 
 
 def parse_spec(item: object, where: str = "profile") -> Spec:
-    platforms: object = []
-    missing = ""
-    if isinstance(item, str):
-        names, since = item, ""
-    elif isinstance(item, dict) and isinstance(item.get("name"), str):
-        names, since, platforms = item["name"], str(item.get("since", "")), item.get("platforms", [])
-        missing = str(item.get("missing", ""))
-    else:
+    body = {"name": item} if isinstance(item, str) else item
+    if not isinstance(body, dict) or not isinstance(body.get("name"), str):
         raise ManifestError(f"{where}: a component must be a name or {{name, since, platforms, missing}}, "
                             f"got {item!r}")
+    names, platforms = body["name"], body.get("platforms", [])
     parts = tuple(n.strip() for n in names.split("|") if n.strip())
     if not parts:
         raise ManifestError(f"{where}: empty component name")
     if not isinstance(platforms, list) or not all(isinstance(p, str) for p in platforms):
         raise ManifestError(f"{where}: {names}: platforms must be a list of platform names, "
                             f"got {platforms!r}")
-    return Spec(parts, since, tuple(platforms), missing)
+    return Spec(parts, str(body.get("since", "")), tuple(platforms), str(body.get("missing", "")))
 
 
 def wanted_specs(profile_specs: Iterable[Spec], components: Sequence[str]) -> list[Spec]:
@@ -239,8 +234,7 @@ class ProductRequest:
         return f"{self.name}={self.spec}" if self.spec else self.name
 
     def matches(self, label: str) -> bool:
-        want = version_key(self.spec)
-        return version_key(label)[: len(want)] == want
+        return not self.spec or matches(self.spec, label)
 
 
 def product_title(name: str) -> str:

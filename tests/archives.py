@@ -7,10 +7,16 @@ import io
 import json
 import tarfile
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tests.pe import AMD64, ARM64, make_dll
+
+if TYPE_CHECKING:
+    from cudaredist.plan import Plan
+    from cudaredist.sources.nvidia.index import Index
 
 # A member spec: path -> bytes (a file), or a Link / Dir / Special / Mode(bytes, mode)
 
@@ -206,3 +212,11 @@ def _headers(platform: str) -> list[MirrorArchive]:
 
 # The components of the nvcc profile before 13.0 (no crt, no nvvm of their own): a 12.9.1 release
 NVCC_12 = ("cuda_nvcc", "cuda_cudart", "cuda_cccl", "cuda_profiler_api", "cuda_nvtx")
+
+
+def resolve_plan(index: Index, train: str, *, bases: Sequence[str], platform: str, profile: str | None,
+                 components: Sequence[str] = ()) -> Plan:
+    """The plan of ``train`` for one platform from the first of ``bases`` (a mirror built here)."""
+    from cudaredist.sources.nvidia.index import plan_release
+
+    return plan_release(index.release(train, bases), [platform], profile=profile, components=components)[0]

@@ -12,8 +12,8 @@ from cudaredist.cache import Cache
 from cudaredist.errors import ConflictError
 from cudaredist.fetch.transport import Transport
 from cudaredist.install import Installer
-from cudaredist.sources.nvidia.index import Index, normalize_base, resolve_plan
-from tests.archives import Exe, MirrorArchive, build_mirror, toolkit
+from cudaredist.sources.nvidia.index import Index, normalize_base
+from tests.archives import Exe, MirrorArchive, build_mirror, resolve_plan, toolkit
 from tests.invariants import assert_installed, leftovers
 from tests.mounts import exfat
 

@@ -21,8 +21,8 @@ from cudaredist.cache import Cache
 from cudaredist.fetch.transport import Transport
 from cudaredist.install import Installer
 from cudaredist.record import read_record
-from cudaredist.sources.nvidia.index import Index, resolve_plan
-from tests.archives import NVCC_12, Members, MirrorArchive, build_mirror, toolkit
+from cudaredist.sources.nvidia.index import Index
+from tests.archives import NVCC_12, Members, MirrorArchive, build_mirror, resolve_plan, toolkit
 from tests.faultserver import FaultServer
 from tests.invariants import assert_installed, cache_problems, leftovers, snapshot
 

@@ -29,7 +29,7 @@ from cudaredist.fetch.transport import Transport
 from cudaredist.install import Installer, InstallResult
 from cudaredist.plan import Plan
 from cudaredist.record import read_record, record_path
-from cudaredist.sources.nvidia.index import Index, normalize_base, resolve_plan
+from cudaredist.sources.nvidia.index import Index, normalize_base
 from tests.archives import (
     Dir,
     Exe,
@@ -41,6 +41,7 @@ from tests.archives import (
     digest,
     make_tar_xz,
     make_zip,
+    resolve_plan,
     toolkit,
 )
 from tests.hosts import assert_mode, posix_only

@@ -20,8 +20,8 @@ from cudaredist.cache import Cache
 from cudaredist.errors import LocalDiskError
 from cudaredist.fetch.transport import Transport
 from cudaredist.install import Installer
-from cudaredist.sources.nvidia.index import Index, normalize_base, resolve_plan
-from tests.archives import NVCC_12, Exe, MirrorArchive, build_mirror, toolkit
+from cudaredist.sources.nvidia.index import Index, normalize_base
+from tests.archives import NVCC_12, Exe, MirrorArchive, build_mirror, resolve_plan, toolkit
 from tests.hosts import assert_mode, fd_paths
 from tests.invariants import assert_installed, cache_problems, leftovers, snapshot
 from tests.mounts import tmpfs

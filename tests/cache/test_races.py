@@ -18,7 +18,8 @@ from cudaredist.fetch.fetcher import Fetcher
 from cudaredist.fetch.transport import Transport
 from cudaredist.install import Installer
 from cudaredist.plan import Plan, PlannedArchive
-from cudaredist.sources.nvidia.index import Index, normalize_base, resolve_plan
+from cudaredist.sources.nvidia.index import Index, normalize_base
+from tests.archives import resolve_plan
 from tests.hosts import posix_only
 from tests.invariants import assert_installed
 

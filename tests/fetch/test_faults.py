@@ -23,8 +23,8 @@ from cudaredist.fetch.client import RetryPolicy, make_client
 from cudaredist.fetch.transport import Transport
 from cudaredist.install import Installer
 from cudaredist.record import read_record
-from cudaredist.sources.nvidia.index import Index, resolve_plan
-from tests.archives import NVCC_12, Exe, MirrorArchive, build_mirror, toolkit
+from cudaredist.sources.nvidia.index import Index
+from tests.archives import NVCC_12, Exe, MirrorArchive, build_mirror, resolve_plan, toolkit
 from tests.faultserver import FaultServer
 from tests.invariants import assert_installed, assert_intact, snapshot
 

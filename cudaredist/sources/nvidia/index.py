@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -59,15 +59,18 @@ def channel_base(channel: str, base_url: str | None) -> str:
     return CHANNELS[name]
 
 
+def base_and_mirror(base_url: str | None, mirror: str | None) -> tuple[str, str | None]:
+    """The base URL (else CUDAREDIST_BASE_URL, NVIDIA's) and the mirror (else CUDAREDIST_MIRROR)."""
+    mirror = mirror or os.environ.get(ENV_MIRROR)
+    return (normalize_base(base_url or os.environ.get(ENV_BASE_URL) or CHANNELS["release"]),
+            normalize_base(mirror) if mirror else None)
+
+
 def default_bases(base_url: str | None = None, mirror: str | None = None, *,
                   fallback: bool = True) -> list[str]:
     """Bases to try in order: the mirror (--mirror / CUDAREDIST_MIRROR), then the base URL."""
-    base = normalize_base(base_url or os.environ.get(ENV_BASE_URL) or CHANNELS["release"])
-    mirror = mirror or os.environ.get(ENV_MIRROR) or None
-    bases = [normalize_base(mirror)] if mirror else []
-    if not bases or fallback:
-        bases.append(base)
-    return list(dict.fromkeys(bases))
+    base, mirror = base_and_mirror(base_url, mirror)
+    return list(dict.fromkeys([mirror, base] if mirror and fallback else [mirror or base]))
 
 
 @dataclass(frozen=True)
@@ -84,14 +87,11 @@ def trusted_bases(base_url: str | None, mirror: str | None, *, fallback: bool, t
     """The mirror and the base URL split by :mod:`cudaredist.trust`: a plain-HTTP mirror serves
     archives, never the manifest; with ``fallback`` off it still serves archives alone, and the
     manifest comes from the base. Nothing authenticated at all is refused here, before any request."""
-    base = normalize_base(base_url or os.environ.get(ENV_BASE_URL) or CHANNELS["release"])
-    mirror = mirror or os.environ.get(ENV_MIRROR) or None
-    mirror_url = normalize_base(mirror) if mirror else None
+    base, mirror_url = base_and_mirror(base_url, mirror)
     archives = default_bases(base, mirror_url, fallback=fallback)
     named = [("the mirror", mirror_url)] if mirror_url else []
-    if not mirror_url or fallback or not trust.trusted(mirror_url):
+    if mirror_url != base and (not mirror_url or fallback or not trust.trusted(mirror_url)):
         named.append(("the base URL", base))
-    named = list({u: (r, u) for r, u in reversed(named)}.values())[::-1]  # once each, mirror first
     readers = tuple(u for _r, u in named if trust.trusted(u))
     if not readers:
         raise refuse(named, what="the manifest")
@@ -115,46 +115,31 @@ class Index:
         return self._labels[base]
 
     def _list(self, base: str, quick: bool) -> list[str]:
-        if self.offline:
-            return self._cached_labels(base)
-        if is_local(base):
-            d = local_path(base)
-            if not d.is_dir():
-                raise FetchError(f"the base directory {d} does not exist", url=base)
-            return labels_from_names(os.listdir(d))
+        local = local_path(base) if is_local(base) else None
+        if self.offline:  # what the cache holds of the listing and the manifests, and a local base
+            found = set(labels_from_names(self.cache.cached_index_names(base)))
+            if (listing := self.cache.load_index(base, LISTING)) is not None:
+                found |= set(labels_from_listing(listing.decode("utf-8", "replace")))
+            if local is not None and local.is_dir():
+                found |= set(labels_from_names(os.listdir(local)))
+            if not found:
+                raise OfflineError(
+                    f"--offline: no index of {base} is cached in {self.cache.root}; run once online "
+                    "(e.g. `cudaredist resolve TRAIN`) to fill the cache", url=base)
+            return sort_labels(found)  # highest first, like the online listing
+        if local is not None:
+            if not local.is_dir():
+                raise FetchError(f"the base directory {local} does not exist", url=base)
+            return labels_from_names(os.listdir(local))
         data = self.cache.index_page(base, LISTING, lambda: self.transport.get_bytes(base, quick=quick))
         return labels_from_listing(data.decode("utf-8", "replace"))
-
-    def _cached_labels(self, base: str) -> list[str]:
-        listing = self.cache.load_index(base, LISTING)
-        names = self.cache.cached_index_names(base)
-        found = set(labels_from_names(names))
-        if listing is not None:
-            found |= set(labels_from_listing(listing.decode("utf-8", "replace")))
-        if is_local(base) and local_path(base).is_dir():
-            found |= set(labels_from_names(os.listdir(local_path(base))))
-        if not found:
-            raise OfflineError(
-                f"--offline: no index of {base} is cached in {self.cache.root}; run once online "
-                "(e.g. `cudaredist resolve TRAIN`) to fill the cache", url=base)
-        return sort_labels(found)  # highest first, like the online listing
 
     def manifest_bytes(self, base: str, label: str, *, quick: bool = False) -> bytes:
         """``redistrib_<label>.json`` from ``base`` as served (cached for --offline)."""
         name = f"redistrib_{label}.json"
         url = join_url(base, name)
-        if self.offline:
-            data = self.cache.load_index(base, name)
-            if data is None and is_local(base):
-                data = self.transport.get_bytes(url)
-            if data is None:
-                raise OfflineError(
-                    f"--offline: {name} ({url}) is not in the cache {self.cache.root}", url=url)
-            return data
-        if is_local(base):
-            return self.transport.get_bytes(url, quick=quick)
-        return self.cache.index_page(base, name, lambda: self.transport.get_bytes(url, quick=quick),
-                                     check=lambda data: read_manifest(base, label, data))
+        return index_file(self.cache, base, name, url, lambda: self.transport.get_bytes(url, quick=quick),
+                          offline=self.offline, check=lambda data: read_manifest(base, label, data))
 
     def manifest(self, base: str, label: str) -> Manifest:
         return read_manifest(base, label, self.manifest_bytes(base, label))
@@ -196,6 +181,19 @@ class Index:
         raise FetchError(detail, url=fetches[0].url)
 
 
+def index_file(cache: Cache, base: str, name: str, url: str, get: Callable[[], bytes], *, offline: bool,
+               check: Callable[[bytes], object] | None = None) -> bytes:
+    """A file of an index (a manifest, a project page) at ``url``, ``name`` in ``base``'s cache: under
+    --offline the cached copy, else through the cache's index TTL; a local base is read as it is."""
+    if offline:
+        data = cache.load_index(base, name)
+        if data is None and not is_local(url):
+            raise OfflineError(f"--offline: {url} is not in the cache {cache.root}; run the same command "
+                               "online once", url=url)
+        return get() if data is None else data
+    return get() if is_local(url) else cache.index_page(base, name, get, check=check)
+
+
 def read_manifest(base: str, label: str, data: bytes) -> Manifest:
     """``redistrib_<label>.json`` of ``base`` parsed, each archive's path joined onto ``base``: a
     path that leaves its server refuses the whole manifest, before any download."""
@@ -217,10 +215,6 @@ class Release:
     manifest: Manifest
     data: bytes
 
-    @property
-    def fallbacks(self) -> tuple[str, ...]:
-        return tuple(b for b in self.archive_bases if b != self.base)
-
 
 def plan_release(release: Release, platforms: Sequence[str], *, profile: str | None,
                  components: Sequence[str]) -> list[Plan]:
@@ -229,9 +223,3 @@ def plan_release(release: Release, platforms: Sequence[str], *, profile: str | N
     return [with_bases(make_plan(release.manifest, platform=p, base_url=release.base, profile=profile,
                                  components=components), release.archive_bases)
             for p in platforms]
-
-
-def resolve_plan(index: Index, train: str, *, bases: Sequence[str] | Bases, platform: str,
-                 profile: str | None, components: Sequence[str] = ()) -> Plan:
-    """The plan of ``train`` for one platform, from the first base that has it."""
-    return plan_release(index.release(train, bases), [platform], profile=profile, components=components)[0]

@@ -108,10 +108,10 @@ class ProductPlan:
 
 
 def plan_product(manifest: Manifest, request: ProductRequest, *, platform: str, cuda_release: str,
-                 base_url: str, archive_bases: Sequence[str], components: Sequence[str] = (),
-                 strict: bool = True) -> ProductPlan | None:
-    """The product's archives from ``manifest`` for ``platform``: its default components, or those
-    of ``components`` the manifest has. None when a default is missing (``strict``: raise instead)."""
+                 base_url: str, archive_bases: Sequence[str],
+                 components: Sequence[str] = ()) -> ProductPlan | None:
+    """The product's archives from ``manifest`` for ``platform``: its default components, and those
+    of ``components`` the manifest has (one missing: an error). None when a default is missing."""
     title = request.product.title
     routed = [s for s in (parse_spec(c, "--component") for c in components)
               if any(n in manifest.components for n in s.names)]
@@ -124,13 +124,12 @@ def plan_product(manifest: Manifest, request: ProductRequest, *, platform: str, 
         chosen = manifest.first(spec.names, functools.partial(pick_archive, platform=platform,
                                                               cuda_release=cuda_release, explicit=explicit))
         if chosen is None:
-            if not strict and not explicit:
+            if not explicit:
                 return None
-            comp = next((manifest.components[n] for n in spec.names if n in manifest.components), None)
-            has = ", ".join(comp.platforms) if comp else "no such component"
+            has = next(manifest.components[n].platforms for n in spec.names if n in manifest.components)
             raise PlanError(
                 f"{title} {manifest.label} has no archive of {spec} for {platform} built for CUDA "
-                f"{cuda_release.split('.')[0]} (it has: {has})", component=str(spec),
+                f"{cuda_release.split('.')[0]} (it has: {', '.join(has)})", component=str(spec),
                 release=manifest.label, platform=platform)
         comp, (archive, tag) = chosen
         if any(i.component == comp.key for i in items):
@@ -145,20 +144,17 @@ def plan_product(manifest: Manifest, request: ProductRequest, *, platform: str, 
     return ProductPlan(release, tuple(items), tuple(str(s) for s in routed))
 
 
-def _coverage(manifests: Sequence[Manifest], request: ProductRequest, platform: str,
-              major: str) -> str:
+def _coverage(manifests: Sequence[Manifest], request: ProductRequest, platform: str, major: str) -> str:
     """What the product publishes for ``platform`` and for CUDA ``major`` (for the error)."""
     names = [n for s in request.product.specs for n in s.names]
     for_platform, for_major = [], []
     for m in manifests:
-        comp = next((m.components[n] for n in names if n in m.components), None)
-        if comp is None:
+        if (comp := next((m.components[n] for n in names if n in m.components), None)) is None:
             continue
         majors = cuda_majors(comp, platform)
         if majors or platform in comp.platforms:
             for_platform.append(f"{m.label} (CUDA {', '.join(majors) or 'any'})")
-        plats = [p for p in comp.platforms if major in cuda_majors(comp, p)]
-        if plats:
+        if plats := [p for p in comp.platforms if major in cuda_majors(comp, p)]:
             for_major.append(f"{m.label} ({', '.join(plats)})")
     return (f"releases for {platform}: {', '.join(for_platform[:8]) or 'none'}; "
             f"releases for CUDA {major}: {', '.join(for_major[:8]) or 'none'}")
@@ -188,8 +184,7 @@ def choose_release(request: ProductRequest, labels: Sequence[str], load: Callabl
     def attempt(manifest: Manifest) -> ProductPlan | None:
         seen.append(manifest)
         return plan_product(manifest, request, platform=platform, cuda_release=cuda_release,
-                            base_url=base_url, archive_bases=archive_bases, components=components,
-                            strict=False)
+                            base_url=base_url, archive_bases=archive_bases, components=components)
 
     found = attempt(load(ordered[0]))
     if found is None and ordered[1:]:

@@ -33,6 +33,7 @@ from cudaredist.sources.nvidia.index import (
     Bases,
     Index,
     Release,
+    base_and_mirror,
     channel_base,
     default_bases,
     plan_release,
@@ -129,16 +130,15 @@ class NvidiaSource:
                 raise PlanError(f"{exc}; {' and '.join(needing)} cannot work without it (its libraries "
                                 "load it)", component=exc.component, release=exc.release,
                                 platform=exc.platform) from exc
-            notes = needs_notes(requests, components, plan.components, releases)
-            if profile is not None:  # what the profile itself asks for is not there for the product
-                notes = [n for n in notes if n.split()[0] not in
-                         {x for spec in get_profile(profile).specs for x in spec.names}]
+            # what the profile itself asks for is not there for the product
+            own = [n for s in get_profile(profile).specs for n in s.names] if profile is not None else []
+            notes = needs_notes(requests, [*components, *own], plan.components, releases)
             plans.append(replace(plan, items=plan.items + tuple(i for p in picked for i in p.items),
                                  products=tuple(p.release for p in picked), notes=(*plan.notes, *notes)))
         return plans
 
     def _base_url(self) -> str:
-        return default_bases(self.where.base_url, None)[-1]
+        return base_and_mirror(self.where.base_url, None)[0]
 
     def relocate(self, plan: Plan) -> Plan:
         bases = self.bases(plan.base_url)
@@ -168,12 +168,9 @@ class NvidiaSource:
         plans = [p for _r, ps in releases.values() for p in ps]
         content = self._content([r for r, _p in releases.values()],
                                 [i for p in plans for i in p.items if not i.product])
-        parts = []
-        for request in requests:
-            parts.append(ProductMirror(request.name, request.product.title, self._content(
-                self._product_releases(request, plans), [i for p in plans for i in p.items
-                                                         if i.product == request.name])))
-        return replace(content, products=tuple(parts))
+        return replace(content, products=tuple(ProductMirror(r.name, r.product.title, self._content(
+            self._product_releases(r, plans), [i for p in plans for i in p.items if i.product == r.name]))
+            for r in requests))
 
     def _content(self, releases: Sequence[Release], items: Sequence[PlannedArchive]) -> MirrorContent:
         folder = manifest_folder(releases[0].base if releases else "",
@@ -213,7 +210,8 @@ def _licenses(releases: Sequence[Release], wanted: set[str],
                 continue
             try:
                 rel = check_relative_path(comp.license_path, f"{key}.license_path", release.label)
-                urls = tuple(archive_url(base, rel, key) for base in (release.base, *release.fallbacks))
+                bases = dict.fromkeys((release.base, *release.archive_bases))
+                urls = tuple(archive_url(base, rel, key) for base in bases)
             except ManifestError as exc:
                 notes.append(str(exc))
                 continue

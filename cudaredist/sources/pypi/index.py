@@ -14,7 +14,6 @@ import zipfile
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from packaging.requirements import Requirement
@@ -27,7 +26,7 @@ from cudaredist.fetch.client import UNREACHABLE_HINT, is_local, local_path
 from cudaredist.fetch.transport import Transport
 from cudaredist.plan import Archive, Plan, PlannedArchive
 from cudaredist.profiles import Spec, needed_components, parse_product_requests, wanted_specs
-from cudaredist.sources.nvidia.index import normalize_base
+from cudaredist.sources.nvidia.index import index_file, normalize_base
 from cudaredist.sources.nvidia.releases import check_train, pick_release, train_rows
 from cudaredist.sources.pypi.simple import IndexFile, parse_simple_page
 from cudaredist.sources.pypi.wheels import (
@@ -37,13 +36,12 @@ from cudaredist.sources.pypi.wheels import (
     choose_version,
     component_for,
     marker_env,
-    parse_metadata,
     parse_version,
-    parse_wheel_name,
     pep440,
     pick_wheel,
     release_label,
     wheel_data,
+    wheel_metadata,
     wheel_platforms,
 )
 from cudaredist.trust import Trust, refuse, unreachable
@@ -87,8 +85,8 @@ class WheelIndex:
     """
 
     def __init__(self, transport: Transport, cache: Cache, *, index_url: str | None = None,
-                 offline: bool = False, data: WheelData | None = None, mirror: str | None = None,
-                 no_fallback: bool = False, trust: Trust | None = None) -> None:
+                 offline: bool = False, mirror: str | None = None, no_fallback: bool = False,
+                 trust: Trust | None = None) -> None:
         self.transport = transport
         self.cache = cache
         self.index_url = default_index_url(index_url)
@@ -96,7 +94,7 @@ class WheelIndex:
         self.no_fallback = no_fallback and self.mirror_url is not None
         self.trust = trust or Trust.of()
         self.offline = offline
-        self.data = data or wheel_data()
+        self.data = wheel_data()
         self._pages: dict[str, list[IndexFile]] = {}
         self.served: dict[str, str] = {}  # project -> the index whose page (hashes) was used
         self._mirror_pages: dict[str, dict[str, str]] = {}
@@ -150,20 +148,9 @@ class WheelIndex:
         raise FetchError("; ".join(map(str, errors)), url=errors[0].url, status=errors[-1].status)
 
     def _page(self, root: str, name: str, *, quick: bool = False) -> bytes:
-        page_url = f"{root}{name}/"
-        key = f"simple-{name}"
-        if self.offline:
-            data = self.cache.load_index(root, key)
-            if data is None and is_local(page_url):
-                data = self.transport.get_bytes(page_url + "index.html")
-            if data is None:
-                raise OfflineError(
-                    f"--offline: the index page of {name} ({page_url}) is not in the cache "
-                    f"{self.cache.root}; run the same command online once", url=page_url)
-            return data
-        if is_local(page_url):
-            return self._get_page(root, page_url, name)
-        return self.cache.index_page(root, key, lambda: self._get_page(root, page_url, name, quick=quick))
+        url = f"{root}{name}/"
+        return index_file(self.cache, root, f"simple-{name}", url,
+                          lambda: self._get_page(root, url, name, quick=quick), offline=self.offline)
 
     def _get_page(self, root: str, url: str, name: str, *, quick: bool = False) -> bytes:
         local = is_local(url)
@@ -177,19 +164,26 @@ class WheelIndex:
             why = f"no {url}index.html" if local else f"HTTP 404 for {url}"
             raise FetchError(f"the index {root} has no project {name} ({why})", url=url, status=404) from exc
 
-    def wheel_urls(self, project: str, chosen: IndexFile, needed_by: str, *, release: str,
-                   platform: str) -> tuple[str, tuple[str, ...]]:
-        """Where ``chosen`` is fetched from and its fallbacks: the mirror's copy first (its bytes are
-        checked against the index's sha256), the index's URL after it unless --no-fallback, which
-        refuses a wheel the mirror does not list."""
+    def planned(self, project: str, chosen: IndexFile, component: str, version: str, needed_by: str, *,
+                release: str, platform: str, product: str = "") -> PlannedArchive:
+        """``chosen`` as a planned wheel, its published sha256 required. Fetched from the mirror's copy
+        first (its bytes are checked against the index's sha256), the index's URL after it unless
+        --no-fallback, which refuses a wheel the mirror does not list."""
+        if len(chosen.sha256) != 64 or any(c not in "0123456789abcdef" for c in chosen.sha256):
+            raise IntegrityError(
+                f"the index lists no sha256 for {chosen.filename} ({chosen.url}); cudaredist installs only "
+                "files whose digest the index publishes", url=chosen.url, what="sha256",
+                expected="a published sha256", actual=chosen.sha256 or "none")
         at_mirror = self.mirror_file(project, chosen.filename)
-        if at_mirror is not None:
-            return at_mirror, (() if self.no_fallback else (chosen.url,))
-        if self.no_fallback and self.served.get(canonicalize_name(project)) != self.mirror_url:
+        served = self.served.get(canonicalize_name(project))
+        if at_mirror is None and self.no_fallback and served != self.mirror_url:
             raise PlanError(f"the mirror {self.mirror_url} does not list {chosen.filename} (needed by "
                             f"{needed_by}), and --no-fallback forbids {chosen.url}",
                             component=project, release=release, platform=platform)
-        return chosen.url, ()
+        fallbacks = (chosen.url,) if at_mirror is not None and not self.no_fallback else ()
+        archive = Archive(chosen.filename, chosen.sha256, self.size(chosen))
+        return PlannedArchive(component, version, archive, at_mirror or chosen.url, layout=LAYOUT,
+                              fallback_urls=fallbacks, product=product)
 
     def mirror_file(self, project: str, filename: str) -> str | None:
         """Where the plain-HTTP mirror serves ``filename`` (its page gives URLs only), or None."""
@@ -234,61 +228,38 @@ class WheelIndex:
                 for v, fs in by_version(self.files(meta), meta).items()]
         return sorted(best, key=lambda r: r.version, reverse=True)
 
-    def resolve(self, train: str, *, pre: bool = False) -> Release:
+    def resolve(self, train: str) -> Release:
         """``13.4`` -> newest 13.4.x; ``13.4.1`` -> that release; ``13.4.0rc1`` -> that pre-release."""
         where = f"{self.index_url} ({self.data.metapackage})"
         text = train.strip().removeprefix("v")
         asked = parse_version(text)
         rels = self.releases()
         if asked is not None and asked.is_prerelease:
-            exact = [r for r in rels if r.version == asked]
-            if exact:
+            if exact := [r for r in rels if r.version == asked]:
                 return exact[0]
             raise ResolveError(f"CUDA pre-release {text} has no {self.data.metapackage} release at {where}",
                                requested=text, where=where)
         want = tuple(int(p) for p in check_train(text).split("."))
-        hits = [r for r in rels
-                if r.version.release[: len(want)] == want and (pre or not r.version.is_prerelease)]
-        live = [r for r in hits if not r.file.yanked] or hits
-        if live:
+        hits = [r for r in rels if r.version.release[: len(want)] == want and not r.version.is_prerelease]
+        if live := [r for r in hits if not r.file.yanked] or hits:
             return max(live, key=lambda r: r.version)
         # the same message and fields as the redist route, from the final releases
         pick_release(text, [r.label for r in rels if not r.version.is_prerelease], where)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def metadata(self, release: Release) -> Metadata:
-        urls = self.wheel_urls(self.data.metapackage, release.file, f"CUDA {release.label}'s requirements",
-                               release=release.label, platform="")
-        path = self.fetch(release.file, urls)
-        try:
-            with zipfile.ZipFile(path) as zf:
-                names = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
-                if len(names) != 1:
-                    raise PlanError(f"{release.file.filename} holds {len(names)} METADATA files, not one")
-                text = zf.read(names[0]).decode("utf-8", "replace")
-        except zipfile.BadZipFile as exc:
-            raise PlanError(f"{release.file.filename} is not a readable wheel: {exc}") from exc
-        return parse_metadata(text)
-
-    def fetch(self, f: IndexFile, urls: tuple[str, tuple[str, ...]]) -> Path:
-        """A small file (the metapackage wheel) into the cache, verified against the index's sha256,
-        through the archives' :class:`~cudaredist.fetch.fetcher.Fetcher`: from ``urls`` (the first,
-        then its fallbacks: :meth:`wheel_urls`)."""
+        """The metapackage release's METADATA, its wheel fetched into the cache and verified first."""
         from cudaredist.fetch.fetcher import Fetcher
 
-        _require_digest(f)
-        url, fallbacks = urls
-        item = PlannedArchive(self.data.metapackage, "", Archive(f.filename, f.sha256, self.size(f)), url,
-                              fallback_urls=fallbacks)
-        return Fetcher(self.transport, self.cache, offline=self.offline).fetch(item)[0]
-
-
-def _require_digest(f: IndexFile) -> None:
-    if len(f.sha256) != 64 or any(c not in "0123456789abcdef" for c in f.sha256):
-        raise IntegrityError(
-            f"the index lists no sha256 for {f.filename} ({f.url}); cudaredist installs only files "
-            "whose digest the index publishes", url=f.url, what="sha256", expected="a published sha256",
-            actual=f.sha256 or "none")
+        meta = self.data.metapackage
+        item = self.planned(meta, release.file, meta, "", f"CUDA {release.label}'s requirements",
+                            release=release.label, platform="")
+        path = Fetcher(self.transport, self.cache, offline=self.offline).fetch(item)[0]
+        try:
+            with zipfile.ZipFile(path) as zf:
+                return wheel_metadata(zf, release.file.filename)
+        except zipfile.BadZipFile as exc:
+            raise PlanError(f"{release.file.filename} is not a readable wheel: {exc}") from exc
 
 
 # ------------------------------------------------------------------------------------------------
@@ -297,8 +268,7 @@ def _require_digest(f: IndexFile) -> None:
 def _requirements_for(spec: Spec, meta: Metadata, release: Release, platform: str,
                       data: WheelData) -> list[Requirement]:
     """The wheels one profile entry or ``--component`` asks for: an extra, a component or a package."""
-    plat = data.platform(platform)
-    env = marker_env(plat)
+    env = marker_env(data.platform(platform))
     for alt in spec.names:
         extra = canonicalize_name(alt)
         if extra in meta.extras:
@@ -309,7 +279,7 @@ def _requirements_for(spec: Spec, meta: Metadata, release: Release, platform: st
         found: dict[str, Requirement] = {}
         for e in meta.extras:
             for r in meta.wanted(e, env):
-                if r.name == extra or component_for(r.name, release.label, data) == alt:
+                if r.name == extra or component_for(r.name, release.label) == alt:
                     found.setdefault(r.name, r)
         if found:
             return list(found.values())
@@ -326,12 +296,12 @@ def _requirements_for(spec: Spec, meta: Metadata, release: Release, platform: st
     raise spec.unplannable(msg, release.label, platform)
 
 
-def _plan_item(index: WheelIndex, name: str, specs: list[str], release: Release, platform: str,
-               pre: bool) -> tuple[PlannedArchive, list[str]]:
+def _plan_item(index: WheelIndex, name: str, specs: list[str], release: Release,
+               platform: str) -> tuple[PlannedArchive, list[str]]:
     data = index.data
     plat = data.platform(platform)
     versions = {str(v): fs for v, fs in by_version(index.files(name), name).items()}
-    version = choose_version(specs, versions, pre=pre)
+    version = choose_version(specs, versions)
     shown = " and ".join(s for s in specs if s) or "any version"
     if version is None:
         raise PlanError(f"no wheel of {name} on {index.index_url} matches {shown} (needed by "
@@ -340,29 +310,21 @@ def _plan_item(index: WheelIndex, name: str, specs: list[str], release: Release,
     candidates = versions[version]
     notes: list[str] = []
     chosen = pick_wheel([f for f in candidates if not f.yanked], plat)
+    if chosen is None and (chosen := pick_wheel(candidates, plat)) is not None:
+        notes.append(f"{chosen.filename} is yanked on the index; no other wheel of {name} {version} fits")
     if chosen is None:
-        chosen = pick_wheel(candidates, plat)
-        if chosen is not None:
-            notes.append(f"{chosen.filename} is yanked on the index; no other wheel of {name} {version} fits")
-    if chosen is None:
-        fits = sorted({p for f in candidates if (parsed := parse_wheel_name(f.filename))
-                       for p in wheel_platforms(parsed[2], data.platforms.values())})
+        fits = wheel_platforms(candidates, data.platforms.values())
         raise PlanError(
             f"{name} {version} has no wheel for {platform} on {index.index_url} (its wheels are for: "
-            f"{', '.join(fits) or 'no known platform'})", component=name, release=release.label,
+            f"{fits or 'no known platform'})", component=name, release=release.label,
             platform=platform)
-    _require_digest(chosen)
-    comp = component_for(name, release.label, data)
-    url, fallbacks = index.wheel_urls(name, chosen, f"{data.metapackage} {release.label}",
-                                      release=release.label, platform=platform)
-    item = PlannedArchive(comp, version, Archive(chosen.filename, chosen.sha256, index.size(chosen)),
-                          url, layout=LAYOUT, fallback_urls=fallbacks)
+    item = index.planned(name, chosen, component_for(name, release.label), version,
+                         f"{data.metapackage} {release.label}", release=release.label, platform=platform)
     return item, notes
 
 
 def resolve_plan(index: WheelIndex, train: str, *, platform: str, profile: str | None = "nvcc",
-                 components: Sequence[str] = (), pre: bool = False,
-                 products: Sequence[str] = ()) -> Plan:
+                 components: Sequence[str] = (), products: Sequence[str] = ()) -> Plan:
     """Resolve ``train`` on the index; select the wheels of ``profile`` (+ ``components``) for ``platform``.
 
     ``profile=None`` installs exactly ``components`` (extras, component names or wheel
@@ -373,7 +335,7 @@ def resolve_plan(index: WheelIndex, train: str, *, platform: str, profile: str |
     data = index.data
     data.platform(platform)
     requests = parse_product_requests(products)
-    release = index.resolve(train, pre=pre)
+    release = index.resolve(train)
     label = release.label
     picked = [plan_product(index, r, platform=platform, cuda_release=label) for r in requests]
     components = needed_components(requests, components, {r.name: r.release for r, _item in picked})
@@ -392,7 +354,7 @@ def resolve_plan(index: WheelIndex, train: str, *, platform: str, profile: str |
         for req in _requirements_for(spec, meta, release, platform, data):
             wanted.setdefault(req.name, {})[str(req.specifier)] = None
     with ThreadPoolExecutor(min(8, len(wanted))) as pool:
-        results = list(pool.map(lambda kv: _plan_item(index, kv[0], list(kv[1]), release, platform, pre),
+        results = list(pool.map(lambda kv: _plan_item(index, kv[0], list(kv[1]), release, platform),
                                 wanted.items()))
     items = tuple(item for item, _n in results) + tuple(item for _r, item in picked)
     notes.extend(n for _item, item_notes in results for n in item_notes)

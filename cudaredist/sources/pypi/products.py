@@ -6,30 +6,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from packaging.version import Version
-
 from cudaredist.errors import FetchError, PlanError, ResolveError
-from cudaredist.plan import Archive, PlannedArchive, ProductRelease
+from cudaredist.plan import PlannedArchive, ProductRelease
 from cudaredist.profiles import ProductRequest
-from cudaredist.sources.pypi.simple import IndexFile
-from cudaredist.sources.pypi.wheels import by_version, parse_wheel_name, pick_wheel, wheel_platforms
+from cudaredist.sources.pypi.wheels import by_version, pick_wheel, wheel_platforms
 
 if TYPE_CHECKING:
     from cudaredist.sources.pypi.index import WheelIndex
-
-LAYOUT = "wheel"
-
-
-def _label(version: Version) -> str:
-    """A product wheel's version as a release label: ``9.28.1.4`` -> ``9.28.1``, like the redist's."""
-    return ".".join(str(p) for p in (*version.release, 0, 0)[:3])
 
 
 def plan_product(index: WheelIndex, request: ProductRequest, *, platform: str,
                  cuda_release: str) -> tuple[ProductRelease, PlannedArchive]:
     """The newest wheel of the product for ``cuda_release``'s major that ``request`` allows and that
     fits ``platform``; else a :class:`ResolveError` naming what the index has for that platform."""
-    from cudaredist.sources.pypi.index import _require_digest
     product, major = request.product, cuda_release.split(".")[0]
     name = product.wheel_name(major)
     try:
@@ -47,23 +36,13 @@ def plan_product(index: WheelIndex, request: ProductRequest, *, platform: str,
     for version in allowed:
         if (chosen := pick_wheel([f for f in found[version] if not f.yanked], plat)) is None:
             continue
-        _require_digest(chosen)
-        url, fallbacks = index.wheel_urls(name, chosen, f"{product.title} {version}",
-                                          release=cuda_release, platform=platform)
-        item = PlannedArchive(product.specs[0].names[0], str(version),
-                              Archive(chosen.filename, chosen.sha256, index.size(chosen)), url,
-                              layout=LAYOUT, fallback_urls=fallbacks, product=request.name)
-        served = index.served.get(name, index.index_url)
-        release = ProductRelease(request.name, _label(version), str(request), chosen.upload_time[:10],
-                                 served, f"cuda{major}")
-        return release, item
-    known = list(index.data.platforms.values())
-
-    def where(fs: list[IndexFile]) -> str:
-        return ", ".join(sorted({p for f in fs if (w := parse_wheel_name(f.filename))
-                                 for p in wheel_platforms(w[2], known)}))
-
-    fits = [f"{v} ({where(found[v])})" for v in sorted(found)]
+        item = index.planned(name, chosen, product.specs[0].names[0], str(version),
+                             f"{product.title} {version}", release=cuda_release, platform=platform,
+                             product=request.name)
+        label = ".".join(str(p) for p in (*version.release, 0, 0)[:3])  # 9.28.1.4 -> 9.28.1, as the redist
+        return ProductRelease(request.name, label, str(request), chosen.upload_time[:10],
+                              index.served.get(name, index.index_url), f"cuda{major}"), item
+    fits = [f"{v} ({wheel_platforms(found[v], index.data.platforms.values())})" for v in sorted(found)]
     asked = f" {request.spec}" if request.spec else ""
     if not allowed:
         raise ResolveError(

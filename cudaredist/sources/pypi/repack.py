@@ -25,16 +25,17 @@ from pathlib import Path
 from typing import IO, cast
 
 from cudaredist.errors import PlanError, UnsafeArchiveError
-from cudaredist.sources.pypi.wheels import member_mapper, parse_metadata, wheel_data
+from cudaredist.profiles import is_windows
+from cudaredist.sources.pypi.wheels import member_mapper, wheel_metadata
 from cudaredist.sources.pypi.xzstore import StoredXZWriter
-from cudaredist.tree.paths import clean_member
+from cudaredist.tree.paths import clean_member, zip_entry_mode
 from cudaredist.tree.sonames import chain_links, read_soname
 
 # 2000-01-01T00:00:00Z for every member: the bytes depend on the content only
 MTIME = 946684800
 ZIP_DATE = (2000, 1, 1, 0, 0, 0)
 CHUNK = 1 << 20
-SMALL_LIMIT = 4 << 20  # METADATA and licence files are read whole; a bigger one is not a text file
+SMALL_LIMIT = 4 << 20  # licence files are read whole; a bigger one is not a text file
 # xz's preset 0-9, or "store": xz streams of LZMA2's uncompressed chunks and zips of stored members
 # (cudaredist.sources.pypi.xzstore), packed at disk speed
 XzPreset = int | str
@@ -73,7 +74,7 @@ def archive_stem(component: str, platform: str, version: str, variant: str = "")
 
 def relative_path(component: str, platform: str, version: str, variant: str = "") -> str:
     """Where NVIDIA keeps this archive under the redist base."""
-    ext = "zip" if wheel_data().platform(platform).is_windows else "tar.xz"
+    ext = "zip" if is_windows(platform) else "tar.xz"
     return f"{component}/{platform}/{archive_stem(component, platform, version, variant)}.{ext}"
 
 
@@ -101,10 +102,7 @@ def wheel_members(zf: zipfile.ZipFile, *, component: str, version: str, platform
         rel = mapper(clean) if clean else None
         if rel is None:
             continue
-        unix_mode = (info.external_attr >> 16) & 0xFFFF if info.create_system == 3 else 0
-        if stat.S_ISLNK(unix_mode):
-            raise UnsafeArchiveError(f"{archive}: entry {name!r} is a symlink; zip archives with "
-                                     "links are refused", archive=archive, member=name)
+        unix_mode = zip_entry_mode(info.create_system, info.external_attr, archive=archive, member=name)
         if rel in members:
             raise UnsafeArchiveError(f"{archive}: two entries become {rel!r} in the tree; refused",
                                      archive=archive, member=name)
@@ -137,7 +135,6 @@ def wheel_members(zf: zipfile.ZipFile, *, component: str, version: str, platform
 def repack(wheel: Path, dest: Path, *, component: str, version: str, platform: str, preset: XzPreset = 6,
            variant: str = "") -> Packed:
     """Write the redist archive of ``wheel`` to ``dest`` (the caller renames it into place)."""
-    windows = wheel_data().platform(platform).is_windows
     top = archive_stem(component, platform, version, variant)
     try:
         zf = zipfile.ZipFile(wheel)
@@ -147,9 +144,12 @@ def repack(wheel: Path, dest: Path, *, component: str, version: str, platform: s
         try:
             members = wheel_members(zf, component=component, version=version, platform=platform,
                                     archive=wheel.name)
-            summary, license_, license_text = _about(zf, members, component)
+            meta = wheel_metadata(zf, wheel.name)
+            licence = [m for name in ("LICENSE.txt", "LICENSE") for m in members
+                       if m.path == f"licenses/{component}/{name}" and m.size <= SMALL_LIMIT]
+            license_text = zf.read(licence[0].source) if licence else b""
             with open(dest, "wb") as out:
-                if windows:
+                if is_windows(platform):
                     _write_zip(zf, members, top, component, out,
                                level=None if preset == STORE else min(9, max(1, int(preset))))
                 else:
@@ -163,20 +163,7 @@ def repack(wheel: Path, dest: Path, *, component: str, version: str, platform: s
             sha.update(chunk)
             md5.update(chunk)
             size += len(chunk)
-    return Packed(sha.hexdigest(), md5.hexdigest(), size, summary, license_, license_text)
-
-
-def _about(zf: zipfile.ZipFile, members: list[Member], component: str) -> tuple[str, str, bytes]:
-    """(Summary, licence name, licence text) of the wheel."""
-    summary = license_ = ""
-    metas = [i for i in zf.infolist()
-             if i.filename.count("/") == 1 and i.filename.endswith(".dist-info/METADATA")]
-    if len(metas) == 1 and metas[0].file_size <= SMALL_LIMIT:
-        meta = parse_metadata(zf.read(metas[0]).decode("utf-8", "replace"))
-        summary, license_ = meta.summary, meta.license
-    found = [m for name in ("LICENSE.txt", "LICENSE") for m in members
-             if m.path == f"licenses/{component}/{name}" and m.size <= SMALL_LIMIT]
-    return summary, license_, zf.read(found[0].source) if found else b""
+    return Packed(sha.hexdigest(), md5.hexdigest(), size, meta.summary, meta.license, license_text)
 
 
 def _write_tar(zf: zipfile.ZipFile, members: list[Member], top: str, component: str, out: IO[bytes], *,

@@ -51,37 +51,26 @@ def parse_simple_json(data: bytes, page_url: str) -> list[IndexFile]:
 class _Anchors(html.parser.HTMLParser):
     def __init__(self) -> None:
         super().__init__()
-        self.found: list[tuple[dict[str, str | None], str]] = []
-        self._current: dict[str, str | None] | None = None
-        self._text: list[str] = []
+        self.found: list[dict[str, str | None]] = []
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag == "a":
-            self._current, self._text = dict(attrs), []
-
-    def handle_data(self, data: str) -> None:
-        if self._current is not None:
-            self._text.append(data)
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "a" and self._current is not None:
-            self.found.append((self._current, "".join(self._text).strip()))
-            self._current = None
+            self.found.append(dict(attrs))
 
 
 def parse_simple_html(data: bytes, page_url: str) -> list[IndexFile]:
+    """Each anchor's file, named as pip names it: by its URL's last segment (PEP 503 has the
+    anchor's text say the same)."""
     parser = _Anchors()
     parser.feed(data.decode("utf-8", "replace"))
     out: list[IndexFile] = []
-    for attrs, text in parser.found:
-        href = attrs.get("href")
-        if not href:
+    for attrs in parser.found:
+        if not (href := attrs.get("href")):
             continue
         url, frag = _file_url(page_url, href)
-        name = text or unquote(posixpath.basename(urlsplit(url).path))
         algo, _, digest = frag.partition("=")
-        out.append(IndexFile(name, url, digest.lower() if algo == "sha256" else "",
-                             yanked="data-yanked" in attrs))
+        out.append(IndexFile(unquote(posixpath.basename(urlsplit(url).path)), url,
+                             digest.lower() if algo == "sha256" else "", yanked="data-yanked" in attrs))
     return out
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import zipfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -48,10 +49,6 @@ class WheelPlatform:
     markers: Mapping[str, str]
     arch_dirs: Mapping[str, str] = field(default_factory=dict)
 
-    @property
-    def is_windows(self) -> bool:
-        return is_windows(self.name)
-
 
 @dataclass(frozen=True)
 class Note:
@@ -87,12 +84,10 @@ class WheelData:
 def parse_wheel_data(raw: Mapping[str, Any]) -> WheelData:
     packages: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {}
     for name, value in raw.get("packages", {}).items():
-        if isinstance(value, str):
-            packages[name] = (value, ())
-        else:
-            renames = tuple(sorted(((str(k), str(v)) for k, v in value.get("renamed", {}).items()),
-                                   key=lambda kv: pep440(kv[0])))
-            packages[name] = (str(value["component"]), renames)
+        value = {"component": value} if isinstance(value, str) else value
+        renames = sorted(((str(k), str(v)) for k, v in value.get("renamed", {}).items()),
+                         key=lambda kv: pep440(kv[0]))
+        packages[name] = (str(value["component"]), tuple(renames))
     relocate = {
         comp: {os_: tuple((str(a), str(b)) for a, b in rules.items()) for os_, rules in by_os.items()}
         for comp, by_os in raw.get("relocate", {}).items()
@@ -151,13 +146,13 @@ def release_label(text: str) -> str:
     return ".".join(str(p) for p in v.release[:3])
 
 
-def choose_version(specs: Sequence[str], versions: Iterable[str], *, pre: bool = False) -> str | None:
+def choose_version(specs: Sequence[str], versions: Iterable[str]) -> str | None:
     """The version (as given in ``versions``) a set of specifiers picks.
 
     A pin (``==X.*``) takes the newest match. A pure range (nvjitlink's ``>=13.4.92,<14``)
     takes the oldest match, the one the metapackage release was built with, so a tree of
     one release does not drift as NVIDIA publishes later wheels. Pre-releases count only
-    when asked for or when nothing else matches.
+    when nothing else matches.
     """
     try:
         sets = [SpecifierSet(s) for s in specs]
@@ -167,8 +162,7 @@ def choose_version(specs: Sequence[str], versions: Iterable[str], *, pre: bool =
           if (v := parse_version(text)) is not None and all(s.contains(v, prereleases=True) for s in sets)]
     if not ok:
         return None
-    final = [vt for vt in ok if not vt[0].is_prerelease]
-    pool = ok if pre or not final else final
+    pool = [vt for vt in ok if not vt[0].is_prerelease] or ok
     pinned = any(clause.operator in ("==", "===") for s in sets for clause in s)
     pick = max if pinned or not any(sets) else min
     return pick(pool, key=lambda vt: vt[0])[1]
@@ -234,6 +228,15 @@ def parse_metadata(text: str) -> Metadata:
                     tuple(_requirement(x) for x in raw.get("requires_dist", [])),
                     raw.get("summary", "").strip(), license_.strip())
 
+
+def wheel_metadata(zf: zipfile.ZipFile, wheel: str) -> Metadata:
+    """The wheel's ``NAME.dist-info/METADATA`` (one, of at most 4 MiB: a bigger one is no text file)."""
+    metas = [i for i in zf.infolist()
+             if i.filename.count("/") == 1 and i.filename.endswith(".dist-info/METADATA")]
+    if len(metas) != 1 or metas[0].file_size > 4 << 20:
+        raise PlanError(f"{wheel} does not hold one METADATA file of at most 4 MiB (it holds {len(metas)})")
+    return parse_metadata(zf.read(metas[0]).decode("utf-8", "replace"))
+
 # ------------------------------------------------------------------------------------------------
 # Wheel file names and platforms: which tags fit a platform is pypi.toml's; among those,
 # the oldest manylinux glibc is the widest-compatible build.
@@ -279,9 +282,10 @@ def wheel_rank(tags: Iterable[Tag], platform: WheelPlatform) -> WheelRank | None
     return None
 
 
-def wheel_platforms(tags: Iterable[Tag], platforms: Iterable[WheelPlatform]) -> list[str]:
-    tags = list(tags)
-    return [p.name for p in platforms if wheel_rank(tags, p) is not None]
+def wheel_platforms(files: Iterable[IndexFile], platforms: Iterable[WheelPlatform]) -> str:
+    """The platforms ``files`` have wheels for (what a message lists)."""
+    tags = [parsed[2] for f in files if (parsed := parse_wheel_name(f.filename))]
+    return ", ".join(sorted({p.name for p in platforms for t in tags if wheel_rank(t, p) is not None}))
 
 
 def pick_wheel(files: Iterable[IndexFile], platform: WheelPlatform) -> IndexFile | None:
@@ -300,9 +304,9 @@ def pick_wheel(files: Iterable[IndexFile], platform: WheelPlatform) -> IndexFile
 _CU_SUFFIX = re.compile(r"-cu\d+$")
 
 
-def component_for(package: str, release: str, data: WheelData | None = None) -> str:
+def component_for(package: str, release: str) -> str:
     """The redist component a wheel distribution is (``nvidia-cuda-runtime-cu12`` -> ``cuda_cudart``)."""
-    data = data or wheel_data()
+    data = wheel_data()
     base = _CU_SUFFIX.sub("", canonicalize_name(package))
     if base in data.packages:
         comp, renames = data.packages[base]
@@ -321,11 +325,10 @@ _LICENSE_NAMES = {"license", "license.txt", "license.md", "licence", "licence.tx
 _SHARED_LIB = re.compile(r"^(lib[^/]*\.so)\.(\d+(?:\.\d+)*)$")
 
 
-def real_library_name(filename: str, version: str, data: WheelData | None = None) -> str:
+def real_library_name(filename: str, version: str) -> str:
     """Wheels name a shared library by its SONAME; the redist archives by its full version."""
-    data = data or wheel_data()
-    if filename in data.real_names:
-        return data.real_names[filename]
+    if filename in wheel_data().real_names:
+        return wheel_data().real_names[filename]
     m = _SHARED_LIB.match(filename)
     v = parse_version(version)
     if m is None or v is None:
@@ -336,8 +339,7 @@ def real_library_name(filename: str, version: str, data: WheelData | None = None
     return filename
 
 
-def member_mapper(component: str, version: str, platform: str,
-                  data: WheelData | None = None) -> Callable[[str], str | None]:
+def member_mapper(component: str, version: str, platform: str) -> Callable[[str], str | None]:
     """Wheel member (clean POSIX path) -> tree path, or None for what a toolkit tree does not hold.
 
     ``nvidia/<cu13 or package dir>/`` is removed; of the dist-info only the licence is kept
@@ -345,10 +347,10 @@ def member_mapper(component: str, version: str, platform: str,
     (``.metadata/``) are dropped; component relocations and per-architecture directory
     names come from pypi.toml; Linux shared libraries get their redist file name.
     """
-    data = data or wheel_data()
+    data = wheel_data()
     plat = data.platform(platform)
     per_os = data.relocate.get(component, {})
-    rules = (*per_os.get("windows" if plat.is_windows else "linux", ()), *per_os.get("all", ()))
+    rules = (*per_os.get("windows" if is_windows(platform) else "linux", ()), *per_os.get("all", ()))
     root = data.roots.get(component)
 
     def mapper(clean: str) -> str | None:
@@ -381,8 +383,8 @@ def member_mapper(component: str, version: str, platform: str,
         for i in range(1, len(segs) - 1):
             if segs[i - 1] in ("bin", "lib") and segs[i] in plat.arch_dirs:
                 segs[i] = plat.arch_dirs[segs[i]]
-        if not plat.is_windows:
-            segs[-1] = real_library_name(segs[-1], version, data)
+        if not is_windows(platform):
+            segs[-1] = real_library_name(segs[-1], version)
         return tree_path("/".join(segs), component=component)
 
     return mapper

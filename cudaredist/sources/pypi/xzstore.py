@@ -67,21 +67,13 @@ class StoredXZWriter(io.RawIOBase):
 
     def write(self, data: bytes | bytearray | memoryview) -> int:  # type: ignore[override]
         view = memoryview(data).cast("B")
-        n = len(view)
         self._crc = zlib.crc32(view, self._crc)
-        self._size += n
-        if self._pending:
-            take = min(n, CHUNK - len(self._pending))
-            self._pending += view[:take]
-            view = view[take:]
-            if len(self._pending) == CHUNK:
-                self._chunk(self._pending)
-                self._pending = bytearray()
-        while len(view) >= CHUNK:
-            self._chunk(view[:CHUNK])
-            view = view[CHUNK:]
+        self._size += len(view)
         self._pending += view
-        return n
+        while len(self._pending) >= CHUNK:
+            self._chunk(self._pending[:CHUNK])
+            del self._pending[:CHUNK]  # a bytearray drops its head without moving the rest
+        return len(view)
 
     def _chunk(self, data: bytes | bytearray | memoryview) -> None:
         control = 1 if self._data_size == 0 else 2  # the first one resets the dictionary

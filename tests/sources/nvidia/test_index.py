@@ -14,7 +14,8 @@ from cudaredist.cache import Cache
 from cudaredist.errors import FetchError, OfflineError, ResolveError
 from cudaredist.fetch.client import RetryPolicy
 from cudaredist.fetch.transport import Transport
-from cudaredist.sources.nvidia.index import LISTING, Index, default_bases, normalize_base, resolve_plan
+from cudaredist.sources.nvidia.index import LISTING, Index, default_bases, normalize_base
+from tests.archives import resolve_plan
 from tests.hosts import WINDOWS
 
 BASE = "https://developer.download.nvidia.com/compute/cuda/redist/"

@@ -307,7 +307,6 @@ def test_choose_version_pin_newest_range_oldest_no_pre() -> None:
     assert choose_version(["==13.0.88.*"], versions) == "13.0.88.1"
     assert choose_version([">=13.0.88,<14"], versions) == "13.0.88"
     assert choose_version([">=13.0.96"], versions) == "13.0.96"
-    assert choose_version([">=13.0.96"], versions, pre=True) == "13.0.96"
     assert choose_version([">=13.1.0rc1"], versions) == "13.1.0rc1"  # only a pre-release matches
     assert choose_version(["==12.*"], versions) is None
 
@@ -570,6 +569,24 @@ def test_metadata_summary_and_license() -> None:
     assert (meta.summary, meta.license) == ("", "Other/Proprietary")
 
 
+@pytest.mark.parametrize("extra", [
+    pytest.param({}, id="no-metadata"),
+    pytest.param({"a-1.dist-info/METADATA": b"Name: a\n", "b-1.dist-info/METADATA": b"Name: b\n"},
+                 id="two-metadata"),
+])
+def test_repack_refuses_a_wheel_without_one_metadata(extra: dict[str, bytes], tmp_path: Path) -> None:
+    """The metapackage's requirements and a mirrored archive's summary come from one METADATA reader."""
+    from cudaredist.sources.pypi.repack import repack
+
+    wheel = tmp_path / "a-1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for name, data in {"nvidia/cu13/include/a.h": b"1", **extra}.items():
+            zf.writestr(name, data)
+    with pytest.raises(PlanError, match="does not hold one METADATA file"):
+        repack(wheel, tmp_path / "out", component="cuda_crt", version="13.0.88", platform="linux-x86_64")
+    assert not (tmp_path / "out").exists()
+
+
 # ------------------------------------------------------------------------------------------------
 # Resolution against a mocked index
 
@@ -593,7 +610,6 @@ def test_resolve_train_newest_final_release(fake_index: FakeIndex, tmp_path: Pat
     idx = wheel_index(tmp_path)
     assert idx.resolve("13.0").label == "13.0.2"
     assert idx.resolve("13").label == "13.0.2"  # 13.1.0rc1 is a pre-release
-    assert idx.resolve("13", pre=True).label == "13.1.0rc1"
     assert idx.resolve("13.1.0rc1").label == "13.1.0rc1"  # asked for by name
     assert idx.resolve("13.0.1").label == "13.0.1"
     with pytest.raises(ResolveError) as err:
