@@ -214,10 +214,10 @@ def _run(request: InstallRequest, wanted: list[str], fixed: Path | None, outcome
     from cudaredist.fetch.transport import Transport
     from cudaredist.install import Installer
     from cudaredist.managed import toolkit_name
-    from cudaredist.progress import Silent
+    from cudaredist.progress import Reporter
     from cudaredist.sources import open_source
 
-    reporter = reporter or Silent()
+    reporter = reporter or Reporter()
     components, products, source = list(request.components), list(request.products), request.source
     lock_plan: Plan | None = None
     if request.lock is not None:

@@ -100,11 +100,7 @@ class PrefixError(CudaRedistError):
 
 
 class RecordError(PrefixError):
-    """The install record of ``prefix`` cannot be read, or lacks what every command needs
-    (``problem`` names the field, e.g. ``plan.platform is missing``)."""
-
-    record: str = ""
-    problem: str = ""
+    """The install record of ``prefix`` cannot be read, or lacks what every command needs."""
 
 
 class BusyError(CudaRedistError):

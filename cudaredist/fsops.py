@@ -17,6 +17,7 @@ import shutil
 import stat
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -80,6 +81,16 @@ def replace(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
     retrying(os.replace, long_path(src), long_path(dst))
 
 
+def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
+    """``data`` at ``path`` through a temp file beside it (``.NAME.*.part``) renamed over it: a
+    reader (or a killed run) sees the old content or the new, never part of it."""
+    head, name = os.path.split(path)
+    tmp = os.path.join(head, f".{name}.{uuid.uuid4().hex[:8]}.part")
+    with open(tmp, "xb") as fh:  # not mkstemp: the umask gives the mode, as for any file we write
+        fh.write(data)
+    replace(tmp, path)
+
+
 def _make_writable(p: str) -> None:
     try:
         st = os.lstat(p)
@@ -114,11 +125,8 @@ def rmtree(path: str | os.PathLike[str]) -> None:
     Each entry gets one bounded wait (:func:`retrying`, about 5 s), not the whole walk again
     around it: a file another process keeps open costs seconds, then its error is raised."""
     p = long_path(path)
-    if is_junction(p):
-        retrying(os.rmdir, p)  # the junction goes, never its target's contents
-        return
-    if os.path.islink(p) or os.path.isfile(p):
-        unlink(p)
+    if is_link(p) or os.path.isfile(p):
+        remove_link(p)  # a link or a junction goes, never its target's contents
         return
     if not os.path.exists(p):
         return

@@ -12,9 +12,6 @@ from pathlib import Path
 from cudaredist.errors import LocalDiskError
 from cudaredist.fsops import WINDOWS, holder_hint
 
-_WAIT = ("close it (or wait for the scan or build to finish) and run the command again; nothing about "
-         "permissions needs changing")
-
 
 def _read_umask() -> int:
     """The process umask, without changing it where the OS can tell (Linux: /proc/self/status)."""
@@ -66,56 +63,72 @@ def is_case_insensitive(directory: Path) -> bool:
 
 _NO_SPACE = {_errno.ENOSPC, getattr(_errno, "EDQUOT", _errno.ENOSPC)}
 _NO_LINKS = {_errno.ENOSYS, _errno.EOPNOTSUPP, _errno.EPERM, getattr(_errno, "ENOTSUP", _errno.EOPNOTSUPP)}
+CACHE_OPTION = "--cache-dir (or CUDAREDIST_CACHE_DIR)"
+
+
+def local_error(exc: OSError, *, doing: str = "write to", path: Path | str | None = None,
+                where: Path | str | None = None, option: str = "", kept: str = "", what: str = "",
+                written: int = 0, needs: int = 0, symlink: bool = False,
+                cls: type[LocalDiskError] = LocalDiskError) -> LocalDiskError:
+    """``exc`` (raised trying to ``doing`` ``path``) as one paragraph saying what to do: the one
+    reading of a failed file operation on this machine.
+
+    ``where``: the directory the user chose with ``option`` (default: ``path``); ``kept``: what was
+    left as it was, said last; ``what`` needs ``needs`` bytes and had ``written`` when the disk filled
+    up; ``symlink``: the failed call was symlink(), so EPERM/ENOSYS mean "no symlinks here".
+    """
+    shown = str(path if path is not None else exc.filename or "")
+    exc = directory_as_file(exc, shown)
+    code, where, other = exc.errno or 0, str(where or shown), option or "location"
+    reason = exc.strerror or (os.strerror(code) if code else str(exc) or type(exc).__name__)
+    if code == _errno.EEXIST and shown and os.path.lexists(shown) and not os.path.isdir(shown):
+        reason = "it is a file, not a directory"  # mkdir(parents=True) says only "File exists"
+    end = f"; {kept}." if kept else "."
+    held = holder_hint(exc)
+    if held:
+        message = f"cannot {doing} {shown}: {held}. Close it, or wait for it to finish, and run again{end}"
+    elif not shown:
+        message = f"a file operation failed: {reason}; --verbose shows where it happened"
+    elif code in _NO_SPACE:
+        free = free_bytes(Path(where))
+        need = [f"more than {mb(written)} (written when it filled up)"] if written else []
+        need += [f"about {mb(needs)}"] if needs else []
+        needs_text = f": the {what} needs {' and '.join(need)}" if need and what else ""
+        free_text = f", {mb(free)} free now" if free is not None else ""
+        message = (f"no space left on the device holding {where}{needs_text}{free_text}. Free space "
+                   f"there or choose a {other} on another filesystem{end}")
+    elif symlink and code in _NO_LINKS:
+        message = (f"the filesystem holding {where} does not support symbolic links ({reason}), which "
+                   f"this tree needs ({shown}). Choose a {other} on another filesystem{end}")
+    elif code in (_errno.EACCES, _errno.EPERM):
+        message = (f"cannot {doing} {where}: permission denied" + (f" ({shown})" if shown != where else "")
+                   + f". Choose a {other} you own, or fix the permissions of {where}{end}")
+    elif code == _errno.EROFS:
+        message = (f"cannot {doing} {where}: it is on a read-only filesystem. Choose a {other} on a "
+                   f"writable one{end}")
+    elif code == _errno.ENAMETOOLONG:
+        message = (f"the path {shown} is too long for the filesystem holding {where}. Choose a shorter "
+                   f"{other}{end}")
+    elif code in (_errno.ENOTDIR, _errno.EEXIST, _errno.EISDIR):
+        message = (f"cannot {doing} {shown}: a file stands where a directory should be, or a directory "
+                   f"where a file should be ({reason}). Remove it or choose another {other}{end}")
+    elif code == _errno.ENOENT:
+        message = f"cannot {doing} {shown}: {reason}; check that it exists, or choose another {other}{end}"
+    else:
+        message = (f"cannot {doing} {shown} ({reason}); the local disk refused it, not the archive. "
+                   f"Check {where} or choose another {other}{end}")
+    return cls(message, path=shown, where=where, errno=code)
 
 
 def disk_error(exc: OSError, *, path: Path | str, where: Path | str, cache: bool = False,
                written: int = 0, needs: int = 0, symlink: bool = False,
                cached: str = "download") -> LocalDiskError:
-    """``exc`` (raised writing ``path`` under ``where``) as one paragraph saying what to do.
-
-    ``cache``: ``where`` is the download cache (the advice names --cache-dir, not --prefix);
-    ``written``/``needs``: bytes written so far / an estimate of the whole, for ENOSPC;
-    ``symlink``: the failed call was symlink(), so EPERM/ENOSYS mean "no symlinks here";
-    ``cached``: what was being written into the cache ("download", "unpacked copy").
-    """
-    code = exc.errno or 0
-    reason = exc.strerror or str(exc)
-    option = "--cache-dir (or CUDAREDIST_CACHE_DIR)" if cache else "--prefix"
-    kept = (f"the partial {cached} was removed" if cache else
-            "the prefix was left as it was and verified downloads stay in the cache")
-    held = holder_hint(exc)
-    if held:
-        message = f"cannot write {path}: {held}. Close it, or wait for it to finish, and run again; {kept}."
-    elif code in _NO_SPACE:
-        free = free_bytes(Path(where))
-        need = []
-        if written:
-            need.append(f"more than {mb(written)} (written when it filled up)")
-        if needs:
-            need.append(f"about {mb(needs)}")
-        needs_text = f": the {cached if cache else 'tree'} needs {' and '.join(need)}" if need else ""
-        free_text = f", {mb(free)} free now" if free is not None else ""
-        message = (f"no space left on the device holding {where}{needs_text}{free_text}. Free space "
-                   f"there or choose a {option} on another filesystem; {kept}.")
-    elif symlink and code in _NO_LINKS:
-        message = (f"the filesystem holding {where} does not support symbolic links ({reason}), which "
-                   f"this tree needs ({path}). Choose a {option} on another filesystem; {kept}.")
-    elif code in (_errno.EACCES, _errno.EPERM):
-        message = (f"cannot write to {where}: permission denied ({path}). Choose a {option} you own; "
-                   f"{kept}.")
-    elif code == _errno.EROFS:
-        message = (f"cannot write to {where}: it is on a read-only filesystem. Choose a {option} on a "
-                   f"writable one; {kept}.")
-    elif code == _errno.ENAMETOOLONG:
-        message = (f"the path {path} is too long for the filesystem holding {where}. Choose a shorter "
-                   f"{option}; {kept}.")
-    elif code in (_errno.ENOTDIR, _errno.EEXIST, _errno.EISDIR):
-        message = (f"cannot create {path}: a file stands where a directory should be, or a directory "
-                   f"where a file should be ({reason}). Remove it or choose another {option}; {kept}.")
-    else:
-        message = (f"cannot write {path} ({reason}); the local disk refused it, not the archive. "
-                   f"Check {where} or choose another {option}; {kept}.")
-    return LocalDiskError(message, path=str(path), where=str(where), errno=code)
+    """:func:`local_error` for a write into the prefix under ``where``, or (``cache``) of a
+    ``cached`` thing ("download", "unpacked copy") into the cache under ``where``."""
+    return local_error(exc, path=path, where=where, written=written, needs=needs, symlink=symlink,
+                       option=CACHE_OPTION if cache else "--prefix", what=cached if cache else "tree",
+                       kept=f"the partial {cached} was removed" if cache else
+                       "the prefix was left as it was and verified downloads stay in the cache")
 
 
 def check_free_space(directory: Path, needed: int, *, what: str) -> None:
@@ -129,29 +142,6 @@ def check_free_space(directory: Path, needed: int, *, what: str) -> None:
             errno=_errno.ENOSPC)
 
 
-# -- any other file operation: what failed, where, and the option that chose the place -----------------
-def next_step(code: int | None, path: str, option: str = "") -> str:
-    """What a user can do about ``code`` at ``path``; ``option`` names the option that chose it."""
-    other = f"choose another {option}" if option else "choose another location"
-    if code in (_errno.EACCES, _errno.EPERM):
-        return (f"choose a {option} you can write to, or fix the permissions of {path}" if option
-                else f"fix the permissions of {path}, or run as a user who may write there")
-    if code in (_errno.ENOSPC, getattr(_errno, "EDQUOT", -1)):
-        return f"free space on the device holding {path}" + (f", or {other} on another device"
-                                                             if option else "")
-    if code == _errno.EROFS:
-        return f"{path} is on a read-only file system: {other} on a writable one"
-    if code in (_errno.ENOTDIR, _errno.EEXIST):
-        return f"a file stands where a directory is needed in {path}: {other}, or move that file away"
-    if code == _errno.EISDIR:
-        return f"{path} is a directory where a file is needed: {other}"
-    if code == _errno.ENAMETOOLONG:
-        return f"the path is too long for this file system: {other} with a shorter path"
-    if code == _errno.ENOENT:
-        return f"check that {path} exists"
-    return f"check {path} and its file system; --verbose shows where it happened"
-
-
 def directory_as_file(exc: OSError, path: Path | str | None = None) -> OSError:
     """``exc`` as POSIX reports opening a directory as a file (EISDIR, "Is a directory"): Windows
     says "Permission denied" (EACCES), which would send the user to fix permissions that are fine."""
@@ -159,22 +149,3 @@ def directory_as_file(exc: OSError, path: Path | str | None = None) -> OSError:
     if WINDOWS and exc.errno == _errno.EACCES and where and os.path.isdir(where):
         return IsADirectoryError(_errno.EISDIR, os.strerror(_errno.EISDIR), where)
     return exc
-
-
-def local_error(exc: OSError, *, doing: str, path: Path | str | None = None, option: str = "",
-                cls: type[LocalDiskError] = LocalDiskError) -> LocalDiskError:
-    """``exc`` as one paragraph: "cannot <doing> <path>: <strerror>; <next step>"."""
-    where = str(path if path is not None else exc.filename or "")
-    exc = directory_as_file(exc, where)
-    reason = exc.strerror or (os.strerror(exc.errno) if exc.errno else str(exc) or type(exc).__name__)
-    if exc.errno == _errno.EEXIST and where and os.path.lexists(where) and not os.path.isdir(where):
-        reason = "it is a file, not a directory"  # mkdir(parents=True) says only "File exists"
-    held = holder_hint(exc)
-    if held:
-        return cls(f"cannot {doing} {where or exc.filename}: {held}; {_WAIT}",
-                   path=where, where=where, errno=exc.errno or 0)
-    if not where:
-        return cls(f"a file operation failed: {reason}; --verbose shows where it happened",
-                   errno=exc.errno or 0)
-    return cls(f"cannot {doing} {where}: {reason}; {next_step(exc.errno, where, option)}",
-               path=where, where=where, errno=exc.errno or 0)

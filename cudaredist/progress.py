@@ -16,26 +16,12 @@ from cudaredist.localfs import mb
 class Reporter:
     """What the library tells about its progress; this base says nothing (``--quiet``)."""
 
-    def start(self, total_bytes: int, archives: int) -> None:
-        pass
-
-    def advance(self, nbytes: int) -> None:
-        pass
-
-    def archive_done(self, name: str, size: int, *, cached: bool) -> None:
-        pass
-
-    def extracted(self, name: str) -> None:
-        pass
-
-    def message(self, text: str) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-Silent = Reporter
+    def start(self, total_bytes: int, archives: int) -> None: ...
+    def advance(self, nbytes: int) -> None: ...
+    def archive_done(self, name: str, size: int, *, cached: bool) -> None: ...
+    def extracted(self, name: str) -> None: ...
+    def message(self, text: str) -> None: ...
+    def close(self) -> None: ...
 
 
 class PlainLines(Reporter):
@@ -68,10 +54,8 @@ class PlainLines(Reporter):
 class TqdmBar(PlainLines):
     """One aggregate bar; per-archive lines are written above it."""
 
-    def __init__(self, stream: TextIO | None = None, *, verbose: bool = False) -> None:
-        super().__init__(stream, verbose=verbose)
-        self._bar: Any = None
-        self._archives = self._fetched = self._extracted = 0
+    _bar: Any = None
+    _archives = _fetched = _extracted = 0
 
     def start(self, total_bytes: int, archives: int) -> None:
         from tqdm import tqdm
@@ -123,7 +107,7 @@ class TqdmBar(PlainLines):
 def pick(*, quiet: bool, verbose: bool, stream: TextIO | None = None) -> Reporter:
     stream = stream or sys.stderr
     if quiet:
-        return Silent()
+        return Reporter()
     if stream.isatty():
         return TqdmBar(stream, verbose=verbose)
     return PlainLines(stream, verbose=verbose)

@@ -230,9 +230,7 @@ def build_record(plan: Plan, files: list[FileRecord], *, served: dict[str, str],
 def write_record(prefix: Path, record: dict[str, Any]) -> None:
     p = record_path(prefix)
     p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_suffix(".tmp")
-    tmp.write_text(_dumps(record), encoding="utf-8")
-    fsops.replace(tmp, p)
+    fsops.write_atomic(p, _dumps(record).encode())
 
 
 def _dumps(record: dict[str, Any]) -> str:
@@ -292,20 +290,20 @@ def read_record(prefix: Path) -> dict[str, Any] | None:
     read, or lacks a field the commands use, is a :class:`RecordError` naming it."""
     p = record_path(prefix)
 
-    def bad(what: str, problem: str) -> RecordError:
+    def bad(what: str) -> RecordError:
         return RecordError(f"the install record {p} {what}; reinstall over it with --reinstall, or "
-                           f"delete {prefix}", prefix=str(prefix), record=str(p), problem=problem)
+                           f"delete {prefix}", prefix=str(prefix))
 
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
-        raise bad(f"is unreadable ({exc})", str(exc)) from exc
+        raise bad(f"is unreadable ({exc})") from exc
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        raise bad(f"has an unknown format (not schema {SCHEMA}: written by another cudaredist?)", "schema")
+        raise bad(f"has an unknown format (not schema {SCHEMA}: written by another cudaredist?)")
     if problem := _problem(data, _RECORD, ""):
-        raise bad(f"is damaged ({problem})", problem)
+        raise bad(f"is damaged ({problem})")
     return data
 
 
@@ -493,12 +491,9 @@ def uninstall(prefix: Path) -> int:
             + (f"{held}; close it and run the uninstall again" if held
                else f"cannot remove {exc.filename or prefix} ({exc.strerror or exc})")
             + ". Nothing was removed.", prefix=str(prefix)) from exc
-    rp = record_path(prefix)
-    fsops.unlink(rp)
+    fsops.unlink(record_path(prefix))
     with contextlib.suppress(OSError):  # moved out of the tree already; a scanner's late open
         fsops.rmtree(trash)
-    with contextlib.suppress(OSError):
-        rp.parent.rmdir()
     dirs: list[str] = []
     for dirpath, dirnames, _files in os.walk(prefix):
         # never into a link or a junction (os.walk follows junctions: they are not islink)

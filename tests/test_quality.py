@@ -75,7 +75,7 @@ _FLOORS = [
     ("cudaredist.install", 4), ("cudaredist.record", 4), ("cudaredist.managed", 4),
     ("cudaredist.envexport", 4), ("cudaredist.discover", 4), ("cudaredist.doctor", 4),
     ("cudaredist.sources", 3),
-    ("cudaredist.fetch.fetcher", 2), ("cudaredist.fetch.growing", 2),
+    ("cudaredist.fetch.fetcher", 2),
     ("cudaredist.cache", 1), ("cudaredist.tree", 1),
     ("cudaredist.fetch", 0),
     *((f"cudaredist.{core}", 0) for core in ("plan", "profiles", "errors", "localfs", "fsops", "hashing",

@@ -4,19 +4,18 @@ install (an entry is removed only while holding its lock) or touching what cudar
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import re
 import shutil
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from cudaredist import fsops
-from cudaredist.cache.store import ARCHIVE_NAME, INDEX_KEY, OPTION, OURS, PARTIAL_NAME, Cache, evict
+from cudaredist.cache.store import ARCHIVE_NAME, INDEX_KEY, OURS, PARTIAL_DAYS, PARTIAL_NAME, Cache, evict
 from cudaredist.cache.unpacked import UnpackedEntry
 from cudaredist.errors import CacheError, UsageError
-from cudaredist.localfs import local_error
+from cudaredist.localfs import CACHE_OPTION, local_error
 
 
 def parse_size(text: str) -> int:
@@ -55,24 +54,18 @@ def clear(cache: Cache) -> Cleaned:
     install holds."""
     return _clean(cache, "clear", archive_cutoff=float("inf"), partial_cutoff=float("inf"), index=True)
 
-def _drop_archive(cache: Cache, sha256: str) -> bool:
-    with cache.try_lock(sha256) as got:
-        return got and evict(cache.archive_path(sha256))
-
-def _drop_unpacked(cache: Cache, e: UnpackedEntry) -> bool:
-    """Remove an unpacked entry unless an install is making or placing it (its lock is held)."""
-    with cache.try_lock(f"unpacked-{e.key}") as got:
-        if got:
-            evict(e.path)
-        return got
+def _drop(cache: Cache, lock: str, entry: Path) -> bool:
+    """Evict an archive or unpacked ``entry`` unless an install holds its ``lock`` (fetching, making or
+    placing it) or has it open."""
+    with cache.try_lock(lock) as got:
+        return got and evict(entry)
 
 
-def _drop_lock_files(cache: Cache) -> int:
+def _drop_lock_files(cache: Cache) -> None:
     """Remove the lock files no process holds (one is left behind by every entry ever written).
 
     Each is unlinked while held: a process that opened it before and waits for it finds its inode
     gone once it gets the lock and takes the new file instead (filelock >= 4 checks the link count)."""
-    count = 0
     locks = cache.root / "locks"
     for p in sorted(locks.glob("*.lock")) if locks.is_dir() else []:
         if p.is_symlink() or not p.is_file():
@@ -81,8 +74,6 @@ def _drop_lock_files(cache: Cache) -> int:
             if got:
                 with contextlib.suppress(OSError):  # Windows: another process has it open
                     p.unlink()
-                    count += 1
-    return count
 
 
 def _clean(cache: Cache, doing: str, *, archive_cutoff: float, partial_cutoff: float, index: bool,
@@ -93,16 +84,13 @@ def _clean(cache: Cache, doing: str, *, archive_cutoff: float, partial_cutoff: f
     try:
         # archives and unpacked entries, least recently used first: those unused since the cutoff
         # go, then more until both kinds together fit in ``max_size``
-        drops: list[tuple[float, int, Callable[[], bool]]] = sorted(
-            [(e.last_used, e.size, functools.partial(_drop_archive, cache, e.sha256))
-             for e in cache.entries()]
-            + [(u.last_used, u.size, functools.partial(_drop_unpacked, cache, u))
-               for u in cache.unpacked.entries()], key=lambda k: k[0])
-        total = sum(size for _t, size, _d in drops)
-        for used, size, drop in drops:
+        drops = sorted([(e.last_used, e.size, e.sha256, e.path) for e in cache.entries()] + [
+            (u.last_used, u.size, f"unpacked-{u.key}", u.path) for u in cache.unpacked.entries()])
+        total = sum(size for _t, size, _l, _p in drops)
+        for used, size, lock, entry in drops:
             if used >= archive_cutoff and (max_size is None or total <= max_size):
                 break
-            if drop():
+            if _drop(cache, lock, entry):
                 total, files, freed = total - size, files + 1, freed + size
             else:
                 busy += 1
@@ -113,13 +101,9 @@ def _clean(cache: Cache, doing: str, *, archive_cutoff: float, partial_cutoff: f
                 if d.stat().st_mtime < time.time() - 3600:
                     fsops.rmtree(d)
                     files += 1
-        if cache.archives.is_dir():  # metadata whose archive is gone
-            for n in os.listdir(cache.archives):
-                if n.endswith(".json") and ARCHIVE_NAME.fullmatch(n) \
-                        and not (cache.archives / n).with_suffix("").exists():
-                    with cache.try_lock(n[:64]) as got, contextlib.suppress(FileNotFoundError):
-                        if got:
-                            (cache.archives / n).unlink()
+        for n in os.listdir(cache.archives) if cache.archives.is_dir() else []:  # a .json without its archive
+            if n.endswith(".json") and ARCHIVE_NAME.fullmatch(n) and not (cache.archives / n[:64]).exists():
+                _drop(cache, n[:64], cache.archives / n[:64])
         for p in sorted(cache.tmp.iterdir()) if cache.tmp.is_dir() else []:
             m = PARTIAL_NAME.fullmatch(p.name)
             if m is None or not p.is_file() or p.is_symlink():
@@ -131,12 +115,11 @@ def _clean(cache: Cache, doing: str, *, archive_cutoff: float, partial_cutoff: f
                     busy += 1
                     continue
                 st = p.stat()
-                # a resumable download (<sha256>.part) is kept a week for the next run to resume
+                # a resumable download (<sha256>.part) is kept for the next run to resume
                 resumable = len(m.group(1)) == 64 and partial_cutoff != float("inf")
-                if st.st_mtime < (partial_cutoff - 6 * 86400 if resumable else partial_cutoff):
+                if st.st_mtime < (time.time() - PARTIAL_DAYS * 86400 if resumable else partial_cutoff):
                     p.unlink()
-                    files += 1
-                    freed += st.st_size
+                    files, freed = files + 1, freed + st.st_size
         index_root = cache.root / "index"
         for d in sorted(index_root.iterdir()) if index and index_root.is_dir() else []:
             if not (INDEX_KEY.fullmatch(d.name) and d.is_dir() and not d.is_symlink()):
@@ -151,5 +134,5 @@ def _clean(cache: Cache, doing: str, *, archive_cutoff: float, partial_cutoff: f
         foreign = tuple(sorted(n for n in os.listdir(cache.root) if n not in OURS))
     except OSError as exc:
         raise local_error(exc, doing=f"{doing} the cache in", path=exc.filename or cache.root,
-                          option=OPTION, cls=CacheError) from exc
+                          option=CACHE_OPTION, cls=CacheError) from exc
     return Cleaned(files, freed, busy, foreign)

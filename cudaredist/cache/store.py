@@ -1,22 +1,4 @@
-"""The cache root and its archives: content-addressed archives, index pages and manifests, locks.
-
-Layout under the cache root (``--cache-dir`` > ``CUDAREDIST_CACHE_DIR`` > the user cache dir):
-
-    archives/<sha256>            verified archive bytes, named by their hash
-    archives/<sha256>.json       where it came from (url, file name, size), for ``cache list``
-    index/<key>/                 listing.html and redistrib_*.json per base URL (for --offline), and
-                                 the package index's pages; for an install, a copy younger than
-                                 the index TTL (CUDAREDIST_INDEX_TTL, 600 s) answers instead of
-                                 the server (``install --refresh``: never)
-    tmp/                         partial downloads (<sha256>.part, resumed by the next run); only
-                                 ever renamed into archives/ after they verify
-    locks/                       one lock file per entry being written
-    CACHEDIR.TAG                 the Cache Directory Tagging standard: backup tools skip the cache
-    .cudaredist-cache            our marker (format version): maintenance refuses a directory without it
-
-Maintenance (``clear``, ``prune``) deletes only names cudaredist writes, and an entry only while
-holding its lock (the lock the fetcher holds while it writes that entry); an entry in use is skipped.
-"""
+"""The cache root and its archives, index pages and locks (the layout: :mod:`cudaredist.cache`)."""
 
 from __future__ import annotations
 
@@ -26,7 +8,6 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 import threading
 import time
 import uuid
@@ -37,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from cudaredist import fsops
 from cudaredist.errors import BusyError, CacheError, LocalDiskError, UsageError
+from cudaredist.localfs import CACHE_OPTION as OPTION
 from cudaredist.localfs import local_error
 
 if TYPE_CHECKING:
@@ -59,11 +41,11 @@ PARTIAL_NAME = re.compile(r"([0-9a-f]{16,64})\..*")
 INDEX_KEY = re.compile(r"[0-9a-f]{24}")
 _MARKING = re.compile(rf"\.({re.escape(MARKER)}|{re.escape(CACHEDIR_TAG)})\..*\.part")
 _PREPARING = threading.Lock()
-OPTION = "--cache-dir (or CUDAREDIST_CACHE_DIR)"
 # How long a fetched index page or manifest answers for the server (pip's and uv's PyPI pages get
 # max-age=600 from PyPI): a warm install within it needs no network at all.
 ENV_INDEX_TTL = "CUDAREDIST_INDEX_TTL"
 DEFAULT_INDEX_TTL = 600.0
+PARTIAL_DAYS = 7.0  # a partial download kept this long for a later run to resume, then dropped
 
 
 def index_ttl_default() -> float:
@@ -76,8 +58,7 @@ def index_ttl_default() -> float:
 
 
 def default_cache_dir() -> Path:
-    env = os.environ.get(ENV_CACHE_DIR)
-    if env:
+    if env := os.environ.get(ENV_CACHE_DIR):
         return Path(env).expanduser()
     import platformdirs
 
@@ -200,10 +181,7 @@ class Cache:
         # the marker first: once it is there, no other process takes the root for someone's data
         for name, text in ((MARKER, json.dumps({"format": FORMAT}) + "\n"), (CACHEDIR_TAG, _TAG_TEXT)):
             if not (self.root / name).is_file():
-                fd, tmp = tempfile.mkstemp(dir=self.root, prefix=f".{name}.", suffix=".part")
-                with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                    fh.write(text)
-                os.replace(tmp, self.root / name)
+                fsops.write_atomic(self.root / name, text.encode())
 
     def prepare(self) -> None:
         """Make the root ready for writing: created, tagged and marked. A directory that holds other
@@ -296,9 +274,9 @@ class Cache:
         self.prepare()
         self.archives.mkdir(exist_ok=True)
         final = self.archive_path(sha256)
-        meta = {"url": url, "name": name, "size": temp.stat().st_size, "sha256": sha256}
         meta_tmp = temp.with_suffix(".meta")
-        meta_tmp.write_text(json.dumps(meta))
+        meta_tmp.write_text(json.dumps({"url": url, "name": name, "size": temp.stat().st_size,
+                                        "sha256": sha256}))
         # the sidecar first: a kill between the two renames leaves a .json without its archive
         # (maintenance drops those), never a stray file in tmp/ beside a committed archive
         fsops.replace(meta_tmp, final.with_suffix(".json"))
@@ -352,10 +330,7 @@ class Cache:
             try:
                 d.mkdir(parents=True, exist_ok=True)
                 (d / "base_url").write_text(base_url)
-                fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{name}.", suffix=".part")
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(data)
-                os.replace(tmp, d / name)
+                fsops.write_atomic(d / name, data)
             except OSError as exc:
                 raise local_error(exc, doing="write the index cache", path=d, option=OPTION,
                                   cls=CacheError) from exc

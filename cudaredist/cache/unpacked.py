@@ -81,8 +81,7 @@ class UnpackedCache:
     def lookup(self, item: PlannedArchive, platform: str) -> UnpackedEntry | None:
         """The entry of ``item`` if it is complete and unchanged since it was made, else None
         (a changed one is removed)."""
-        key = entry_key(item, platform)
-        entry = self._load(key)
+        entry = self._load(entry_key(item, platform))
         if entry is None:
             return None
         if not self._unchanged(entry):

@@ -7,7 +7,7 @@ the bytes are published as they land so an extraction can read along.
 
 A download is written to ``tmp/<sha256>.part`` in the cache. When a run is killed, the next
 one resumes it with Range (the whole sha256 is still checked; a mismatch starts over from
-zero); a partial older than :data:`PARTIAL_MAX_AGE_DAYS` is dropped. A cancelled run (Ctrl-C)
+zero); a partial older than :data:`PARTIAL_DAYS` is dropped. A cancelled run (Ctrl-C)
 and a download that fails its checks leave no partial.
 """
 
@@ -15,25 +15,22 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import threading
 import time
 from pathlib import Path
-from typing import NoReturn
 
 from cudaredist.cache import Cache
-from cudaredist.cache.store import evict, lock_wait
+from cudaredist.cache.store import PARTIAL_DAYS, evict, lock_wait
 from cudaredist.errors import FetchError, IntegrityError, OfflineError
-from cudaredist.fetch.growing import GrowingFile
 from cudaredist.fetch.ranges import discard_partial, resume_point
 from cudaredist.fetch.transport import Aborted, Transport
 from cudaredist.hashing import CHUNK
 from cudaredist.localfs import disk_error
 from cudaredist.plan import PlannedArchive
-from cudaredist.progress import Reporter, Silent
+from cudaredist.progress import Reporter
 
-__all__ = ["PARTIAL_MAX_AGE_DAYS", "Aborted", "Fetcher", "StreamBroken"]
-
-PARTIAL_MAX_AGE_DAYS = 7.0
+__all__ = ["Aborted", "DownloadFailed", "Fetcher", "GrowingFile", "StreamBroken"]
 
 
 class StreamBroken(Exception):
@@ -46,7 +43,7 @@ class Fetcher:
                  offline: bool = False, lock_timeout: float | None = None) -> None:
         self.transport = transport
         self.cache = cache
-        self.reporter = reporter or Silent()
+        self.reporter = reporter or Reporter()
         self.offline = offline
         self.lock_timeout = lock_wait(lock_timeout)
         # cancel(): stop every download now (stalled reads are cut); their workers raise Aborted.
@@ -92,17 +89,12 @@ class Fetcher:
             if hit is not None:
                 return hit, True
             self.cache.drop_partials(sha[:16])  # what an older cudaredist left for this entry
-            part = self.cache.partial(sha)
-            with contextlib.suppress(FileNotFoundError):
-                part.with_suffix(".meta").unlink()  # a commit a killed run did not finish
+            part = self.cache.partial(sha)  # (a .meta beside it that a killed commit left is rewritten)
             try:
                 offset = self._resumable(part, size)
                 if follow is not None:
                     part.touch()
                     follow.attach(part)
-            except OSError as exc:
-                raise disk_error(exc, path=part, where=self.cache.root, cache=True) from exc
-            try:
                 self._download_any(item, part, follow, offset)
                 committed = self.cache.commit(part, sha, url=self.served.get(sha, item.url),
                                               name=item.archive.filename)
@@ -131,7 +123,7 @@ class Fetcher:
             age = time.time() - part.stat().st_mtime
         except OSError:
             return 0
-        offset = resume_point(part, size) if age < PARTIAL_MAX_AGE_DAYS * 86400 else 0
+        offset = resume_point(part, size) if age < PARTIAL_DAYS * 86400 else 0
         if offset == 0:
             discard_partial(part)
         else:
@@ -209,7 +201,11 @@ class Fetcher:
             except FetchError as exc:  # another URL may serve the right bytes
                 offset = resume_point(tmp, item.archive.size)  # what arrived is kept
                 self._failed(url, exc, sent, follow, attempts, errors)
-        self._raise(item, errors)
+        if len(errors) == 1:
+            raise errors[0]
+        if all(isinstance(e, IntegrityError) for e in errors):
+            raise errors[-1]
+        raise FetchError("; ".join(str(e) for e in errors), url=item.url)
 
     def _failed(self, url: str, exc: FetchError | IntegrityError, sent: int, follow: GrowingFile | None,
                 attempts: list[str], errors: list[FetchError | IntegrityError]) -> None:
@@ -222,10 +218,75 @@ class Fetcher:
         if attempts:
             self.reporter.message(f"{url} failed ({exc}); trying {attempts[0]}")
 
-    @staticmethod
-    def _raise(item: PlannedArchive, errors: list[FetchError | IntegrityError]) -> NoReturn:
-        if len(errors) == 1:
-            raise errors[0]
-        if all(isinstance(e, IntegrityError) for e in errors):
-            raise errors[-1]
-        raise FetchError("; ".join(str(e) for e in errors), url=item.url)
+
+class DownloadFailed(Exception):
+    """Raised in the reader when the download it follows failed (the writer holds the real error)."""
+
+
+class GrowingFile(io.RawIOBase):
+    """A reader over a file that a download is still writing, so extraction overlaps the transfer.
+
+    The writer publishes how many bytes from the start are in place (contiguous, in order) and
+    finally either ``finish()``es (all bytes there and verified) or ``fail()``s; the reader blocks
+    until the bytes it wants are there. Bytes read this way are not yet verified: they only ever go
+    into a staging tree that is discarded unless the download's size and sha256 check out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._cond = threading.Condition()
+        self.available = 0  # bytes from the start in place (published)
+        self._done = False
+        self._failed: BaseException | None = None
+        self._fh: io.FileIO | None = None
+        self._pos = 0
+
+    # -- writer side -------------------------------------------------------------------------------
+    def attach(self, path: Path) -> None:
+        """Follow ``path``; opened now, so renaming it into the cache later does not matter."""
+        with self._cond:
+            if self._fh is None:
+                # Unbuffered: read-ahead would cache bytes of a pre-sized file not yet written.
+                self._fh = open(path, "rb", buffering=0)  # noqa: SIM115 - closed in close()
+
+    def publish(self, available: int) -> None:
+        with self._cond:
+            if available > self.available:
+                self.available = available
+                self._cond.notify_all()
+
+    def finish(self) -> None:
+        with self._cond:
+            self._done = True
+            self._cond.notify_all()
+
+    def fail(self, exc: BaseException) -> None:
+        with self._cond:
+            self._failed = exc
+            self._cond.notify_all()
+
+    # -- reader side ---------------------------------------------------------------------------------
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: memoryview | bytearray) -> int:  # type: ignore[override]
+        want = len(buf)
+        with self._cond:
+            while self.available <= self._pos and not self._done and self._failed is None:
+                self._cond.wait()
+            if self._failed is not None:
+                raise DownloadFailed(str(self._failed))
+            n = min(want, self.available - self._pos)
+        if n <= 0:
+            return 0  # done and everything read
+        assert self._fh is not None, "publish() before attach()"
+        self._fh.seek(self._pos)
+        got = self._fh.readinto(memoryview(buf)[:n]) or 0  # straight into the reader's buffer
+        self._pos += got
+        return got
+
+    def close(self) -> None:
+        with self._cond:
+            if self._fh is not None:
+                self._fh.close()
+                self._fh = None
+        super().close()

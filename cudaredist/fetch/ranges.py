@@ -103,7 +103,7 @@ class Marker:
     """Beside a segmented download (whose file is pre-sized, holes and all), the length of the
     prefix that is in place, rewritten in place as it grows: what a killed run can resume from.
 
-    A context manager: its handle is closed however the download ends, since on Windows an open
+    Close it however the download ends (``contextlib.closing``), since on Windows an open
     handle keeps the marker from being deleted (and the cleanup's error would hide the real one).
     """
 
@@ -130,12 +130,6 @@ class Marker:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
-
-    def __enter__(self) -> Marker:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
 
 
 def resume_point(dest: Path, size: int) -> int:

@@ -301,7 +301,7 @@ class Transport:
         n = min(self.connections, max(2, (size - start) // self.segment_size))
         bounds = [(start + i * (size - start) // n, start + (i + 1) * (size - start) // n)
                   for i in range(n)]
-        with Marker(dest, start) as mark:  # closed however this ends: see Marker
+        with contextlib.closing(Marker(dest, start)) as mark:  # closed however this ends: see Marker
             with open(dest, "r+b" if start else "wb") as fh:
                 fh.truncate(size)
             hasher = OrderedHasher(dest, bounds, (mark.update, *([watch] if watch else [])), seed)
@@ -367,8 +367,7 @@ class Transport:
             want_range = ranged or pos > 0
             if want_range:
                 headers["Range"] = f"bytes={pos}-{end - 1}" if end < total or ranged else f"bytes={pos}-"
-            got = 0
-            skip = 0
+            got = skip = 0
             answered = False
             try:
                 with self.slots, self.client.stream("GET", url, headers=headers,

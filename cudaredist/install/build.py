@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, cast
 from cudaredist.cache.store import evict
 from cudaredist.cache.unpacked import UnpackedEntry, entry_key, materialize
 from cudaredist.errors import FetchError, UnsafeArchiveError
-from cudaredist.fetch.fetcher import Aborted
-from cudaredist.fetch.growing import DownloadFailed, GrowingFile
+from cudaredist.fetch.fetcher import Aborted, DownloadFailed, GrowingFile
 from cudaredist.fsops import WINDOWS
 from cudaredist.plan import Plan, PlannedArchive
 from cudaredist.sources import layout
@@ -70,8 +69,7 @@ class Build:
         # A Windows host cannot rename a file another handle has open: no streaming there.
         self.streamed = {it for it in self.items if it not in self.ready
                          and stream and not WINDOWS and is_streamable(it.archive.filename)}
-        self.downloaded = 0
-        self.cached = 0
+        self.downloaded = self.cached = 0
         self._counting = threading.Lock()
         self.fetch_of: dict[PlannedArchive, Future[tuple[Path, bool]]] = {}
         self.follows = {it: GrowingFile() for it in self.streamed}

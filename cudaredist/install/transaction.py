@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from cudaredist import fsops
+from cudaredist import fsops, record
 from cudaredist.cache import Cache
 from cudaredist.cache.store import lock_wait
 from cudaredist.errors import PrefixError
@@ -29,18 +29,7 @@ from cudaredist.install.build import Build
 from cudaredist.localfs import UMASK, check_free_space, disk_error, is_case_insensitive, mb
 from cudaredist.plan import Plan
 from cudaredist.profiles import is_windows, platform_rule
-from cudaredist.progress import Reporter, Silent
-from cudaredist.record import (
-    build_record,
-    canonical_prefix,
-    holds,
-    not_removed,
-    prefix_lock,
-    read_record,
-    recover,
-    refuse_foreign,
-    write_record,
-)
+from cudaredist.progress import Reporter
 from cudaredist.tree import links, versionjson
 from cudaredist.tree.implib import add_import_libraries
 from cudaredist.tree.staging import FileRecord, Tree
@@ -99,19 +88,19 @@ def swap_into_place(staging: Path, prefix: Path, warn: Callable[[str], None] | N
         fsops.rmtree(gone)
     except OSError as exc:
         if warn is not None:
-            warn(f"warning: {not_removed(gone, exc)}")
+            warn(f"warning: {record.not_removed(gone, exc)}")
 
 
 class Installer:
     def __init__(self, transport: Transport, cache: Cache, *, reporter: Reporter | None = None,
                  jobs: int = 8, offline: bool = False, lock_timeout: float | None = None,
-                 extract_workers: int | None = None, link_mode: str | None = None) -> None:
+                 link_mode: str | None = None) -> None:
         self.cache = cache
         self.link_mode = links.link_mode(link_mode)
-        self.reporter = reporter or Silent()
+        self.reporter = reporter or Reporter()
         self.jobs = max(1, jobs)
         self.lock_timeout = lock_wait(lock_timeout)
-        self.extract_workers = extract_workers or max(1, min(4, os.cpu_count() or 1))
+        self.extract_workers = max(1, min(4, os.cpu_count() or 1))
         self.fetcher = Fetcher(transport, cache, reporter=self.reporter, offline=offline,
                                lock_timeout=self.lock_timeout)
 
@@ -141,18 +130,18 @@ class Installer:
         """``reinstall``: build the tree again even if the prefix holds this plan (or its record is
         unreadable); ``replace_foreign``: replace a prefix that holds no cudaredist install."""
         t0 = time.monotonic()
-        prefix = canonical_prefix(prefix)
+        prefix = record.canonical_prefix(prefix)
         self.cache.prepare()  # a --cache-dir that is not a cache is refused before anything is written
         warnings: list[str] = []
-        with prefix_lock(prefix, self.lock_timeout):
-            for action in recover(prefix):
+        with record.prefix_lock(prefix, self.lock_timeout):
+            for action in record.recover(prefix):
                 (warnings.append if action.startswith("warning: ") else self.reporter.message)(action)
             # an unreadable record's error says to reinstall with --reinstall: then it is not read
-            if not reinstall and prefix.is_dir() and (record := read_record(prefix)) and holds(record, plan):
+            if not reinstall and prefix.is_dir() and record.holds(record.read_record(prefix) or {}, plan):
                 return InstallResult(prefix, plan, noop=True, seconds=time.monotonic() - t0,
                                      warnings=tuple(warnings))
             if not replace_foreign:
-                refuse_foreign(prefix)
+                record.refuse_foreign(prefix)
             try:
                 staging = Path(tempfile.mkdtemp(dir=prefix.parent,
                                                 prefix=f".{prefix.name}.cudaredist-stage-"))
@@ -164,17 +153,17 @@ class Installer:
                 os.chmod(staging, 0o777 & ~UMASK)
                 self._check_space(plan, staging)
                 try:
-                    files, downloaded, cached = self._build(plan, staging, prefix=prefix)
+                    files, downloaded, cached = self._build(plan, staging, prefix)
                 except StreamBroken as broken:
                     # (its __cause__ is gone: the build re-raises from None)
                     self.reporter.message(f"{broken.args[0]}; building the tree again, without "
                                           "extracting while downloading")
                     fsops.rmtree(staging)
                     staging.mkdir()
-                    files, downloaded, cached = self._build(plan, staging, prefix=prefix,
-                                                             stream=False)
-                write_record(staging, build_record(plan, files, served=self.fetcher.served,
-                                                   links=self._complete(plan, staging), requested=requested))
+                    files, downloaded, cached = self._build(plan, staging, prefix, stream=False)
+                record.write_record(staging, record.build_record(
+                    plan, files, served=self.fetcher.served, links=self._complete(plan, staging),
+                    requested=requested))
                 swap_into_place(staging, prefix, warn=warnings.append)
             except BaseException:
                 fsops.rmtree(staging)
@@ -202,11 +191,11 @@ class Installer:
                               + (", plus their downloads into the cache on the same disk)" if same_disk
                                  and needed > plan.total_size else ")"))
 
-    def _build(self, plan: Plan, staging: Path, *, prefix: Path | None = None,
+    def _build(self, plan: Plan, staging: Path, prefix: Path, *,
                stream: bool = True) -> tuple[list[FileRecord], int, int]:
         """Fill ``staging`` with the plan's archives: see :class:`~cudaredist.install.build.Build`."""
         self.fetcher.resume()
-        tree = Tree(staging, dest=prefix or staging,
+        tree = Tree(staging, dest=prefix,
                     case_insensitive=is_windows(plan.platform) or is_case_insensitive(staging))
         build = Build(self, plan, tree, stream=stream)
         build.run()

@@ -35,7 +35,7 @@ from cudaredist.errors import FetchError, ManifestError
 from cudaredist.hashing import sha256_file
 from cudaredist.localfs import UMASK
 from cudaredist.plan import PlannedArchive
-from cudaredist.progress import Reporter, Silent
+from cudaredist.progress import Reporter
 from cudaredist.sources.mirroring import BuiltManifest, CopiedArchive, Document, MirrorContent
 from cudaredist.sources.nvidia.products import product_dir
 from cudaredist.sources.nvidia.releases import labels_from_names, sort_labels
@@ -133,7 +133,7 @@ def write_mirror(out: Path, content: MirrorContent, *, fetch: Fetch, get_bytes: 
     """
     from cudaredist.publish import wheelmirror
 
-    reporter = reporter or Silent()
+    reporter = reporter or Reporter()
     out = out.absolute()
     top = dest_path(out, content.folder) if content.folder else out  # where the manifests go
     out.mkdir(parents=True, exist_ok=True)

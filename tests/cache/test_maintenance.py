@@ -158,6 +158,20 @@ def test_prune_keeps_a_fresh_partial_and_a_recent_entry(tmp_path: Path) -> None:
     assert partial.exists() and (root / "archives" / recent).exists()
 
 
+def test_prune_drops_a_sidecar_whose_archive_is_gone_unless_its_entry_is_locked(tmp_path: Path) -> None:
+    """What a kill between commit's two renames leaves: a .json without its archive."""
+    root = tmp_path / "c"
+    cache = Cache(root)
+    cache.prepare()
+    held, gone = (_entry(root, data) for data in (b"archive a", b"archive b"))
+    for sha in (held, gone):
+        (root / "archives" / sha).unlink()
+    with filelock.FileLock(str(root / "locks" / f"{held}.lock")):
+        maintenance.prune(cache, older_than_days=30)
+    assert (root / "archives" / f"{held}.json").is_file()
+    assert not (root / "archives" / f"{gone}.json").exists()
+
+
 # -- clear and prune while a real install runs ----------------------------------------------------------
 @pytest.fixture(scope="module")
 def slow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultServer]:

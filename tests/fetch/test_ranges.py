@@ -4,6 +4,7 @@ error being reported (on Windows an open handle keeps a file from being deleted)
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ from tests.fetch.test_transport import BLOB, SIZE, Blob, blob, srv  # noqa: F401
 def test_marker_is_rewritten_in_place(tmp_path: Path) -> None:
     dest = tmp_path / "a.part"
     dest.write_bytes(b"x" * 5000)
-    with Marker(dest, 10) as mark:
+    with contextlib.closing(Marker(dest, 10)) as mark:
         assert marker_path(dest).read_bytes() == b"%020d" % 10
         mark.update(4321)
         mark.update(1234)  # shorter digits: the fixed width overwrites every byte

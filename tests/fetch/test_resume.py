@@ -8,7 +8,7 @@ import os
 import time
 from pathlib import Path
 
-from cudaredist.fetch.fetcher import PARTIAL_MAX_AGE_DAYS
+from cudaredist.cache.store import PARTIAL_DAYS
 from tests.fetch import test_faults
 from tests.fetch.test_faults import NVCC, SEG, Rig
 from tests.invariants import assert_installed, partials
@@ -56,7 +56,7 @@ def test_a_prefix_that_does_not_verify_starts_over(rig: Rig) -> None:
 def test_an_old_partial_is_dropped(rig: Rig) -> None:
     part = rig.cache.partial(rig.sha)
     part.write_bytes(archive(rig)[:100_000])
-    old = time.time() - (PARTIAL_MAX_AGE_DAYS + 1) * 86400
+    old = time.time() - (PARTIAL_DAYS + 1) * 86400
     os.utime(part, (old, old))
     rig.install("13.0")
     assert rig.nvcc_requests() == [None]
@@ -85,11 +85,11 @@ def test_a_resumed_prefix_that_fails_while_read_along_says_why_and_downloads_onc
     """The extraction read the resumed bytes along: the tree is built again, from one new download,
     and the message names the failed check (it said "None; trying the next URL")."""
     from cudaredist.install import Installer
-    from cudaredist.progress import Silent
+    from cudaredist.progress import Reporter
     from cudaredist.sources.nvidia.index import Index
     from tests.fetch.test_faults import resolve_plan
 
-    class Said(Silent):
+    class Said(Reporter):
         lines: list[str] = []
 
         def message(self, text: str) -> None:
