@@ -17,6 +17,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -74,15 +75,25 @@ def winpy() -> Path:
 
 
 def _pytest(py: Path, args: list[str], env: dict[str, str], timeout: float) -> tuple[str, dict[str, int]]:
+    """Run pytest under the Windows CPython. Its stdin is /dev/null (inherited, it would be the
+    xdist worker's channel), its output a file (Wine's services keep a pipe open after the run), and
+    a test hung longer than 300 s dumps every thread's stack there before the run is given up."""
     cmd = [str(py), "-m", "pytest", "-p", "no:cacheprovider", "--import-mode=append", "-rfEs",
-           "--durations=0", "--durations-min=0.5", *args]
-    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-    out = r.stdout + r.stderr
+           "--durations=0", "--durations-min=0.5", "-o", "faulthandler_timeout=300", *args]
+    with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as log:
+        try:
+            rc = subprocess.run(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            rc = None
+        log.seek(0)
+        out = log.read()
     summary = out.strip().splitlines()[-1] if out.strip() else ""
     words = r"(\d+) (passed|failed|skipped|error|errors|xfailed|deselected)"
     counts = {k: int(n) for n, k in re.findall(words, summary)}
     print(out[-20000:])
-    assert r.returncode == 0, f"under the Windows CPython: {summary}\n{out[-12000:]}"
+    assert rc is not None, f"under the Windows CPython: no end after {timeout:g}s\n{out[-12000:]}"
+    assert rc == 0, f"under the Windows CPython: {summary}\n{out[-12000:]}"
     return out, counts
 
 
