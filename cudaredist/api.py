@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 from cudaredist import profiles
 from cudaredist.errors import CudaRedistError, UsageError
-from cudaredist.profiles import DEFAULT_PROFILE
 from cudaredist.sources import Where, check_source
 
 if TYPE_CHECKING:
@@ -174,7 +173,7 @@ def _lock_timeout(request: InstallRequest) -> float:
 
 
 def _profile(request: InstallRequest) -> str | None:
-    return None if request.only else (request.profile or DEFAULT_PROFILE)
+    return profiles.effective_profile(request.profile, request.only)
 
 
 def _satisfied(request: InstallRequest, train: str, fixed: Path | None, root: Path | None,

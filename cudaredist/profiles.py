@@ -22,6 +22,11 @@ else:  # pragma: no cover
 DEFAULT_PROFILE = "nvcc"
 
 
+def effective_profile(profile: str | None, only: bool) -> str | None:
+    """The profile a request means: none with ``--only``, else the one named or the default."""
+    return None if only else (profile or DEFAULT_PROFILE)
+
+
 @dataclass(frozen=True)
 class Spec:
     """One wanted component: alternatives (renames), the first release that needs it, the

@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # the no-op path reads records without loading the archive mo
 RECORD_DIR = ".cudaredist"
 RECORD_FILE = "record.json"
 SCHEMA = 1
+EXEC_BIT_REMOVED = "the exec bit was removed"  # a verify reason doctor looks for
 
 
 def canonical_prefix(prefix: Path | str) -> Path:
@@ -396,7 +397,7 @@ def _file_change(p: Path, st: os.stat_result, f: dict[str, Any], fast: bool, mod
     if modes and "mode" in f:  # Windows, exFAT and FAT have no exec bits to compare
         want = int(str(f["mode"]), 8) & 0o111
         if bool(st.st_mode & 0o111) != bool(want):
-            return "the exec bit was removed" if want else "an exec bit was added"
+            return EXEC_BIT_REMOVED if want else "an exec bit was added"
     if not fast and sha256_file(p) != f["sha256"]:
         return "content differs (sha256)"
     return ""

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hosts import WINDOWS
+from tests.hosts import skip_on_windows
 
 # Debian's wine64 puts its loader in /usr/lib/wine/, off PATH (the `wine` wrapper on PATH
 # needs the wine32 half for some commands); other distributions have wine64 or wine on PATH.
@@ -28,11 +28,9 @@ SYSTEM_DLLS = frozenset({"kernel32.dll", "msvcrt.dll", "user32.dll", "advapi32.d
                          "ws2_32.dll", "shell32.dll", "ole32.dll"})
 
 
-def _linux_host() -> None:
-    """These toolchains run on the Linux host that builds and runs Windows programs; the suite under
-    the Windows CPython has none of them (a Linux path is not a program there)."""
-    if WINDOWS:
-        pytest.skip("POSIX: MinGW-w64, LLVM and Wine run on the Linux host that cross-builds for Windows")
+# These toolchains run on the Linux host that builds and runs Windows programs; the suite under the
+# Windows CPython has none of them (a Linux path is not a program there).
+_LINUX_HOST = "MinGW-w64, LLVM and Wine run on the Linux host that cross-builds for Windows"
 
 
 def _missing(what: str, hint: str) -> None:
@@ -43,7 +41,7 @@ def _missing(what: str, hint: str) -> None:
 
 def mingw_gxx() -> str:
     """x86_64-w64-mingw32-g++, the posix-threads variant where there is one."""
-    _linux_host()
+    skip_on_windows(_LINUX_HOST)
     for name in ("x86_64-w64-mingw32-g++-posix", "x86_64-w64-mingw32-g++"):
         found = shutil.which(name)
         if found:
@@ -54,7 +52,7 @@ def mingw_gxx() -> str:
 
 def tool(name: str, hint: str) -> str:
     """The path of a program on PATH; a fail under CI, else a skip, naming how to install it."""
-    _linux_host()
+    skip_on_windows(_LINUX_HOST)
     found = shutil.which(name)
     if found is None:
         _missing(name, hint)
@@ -72,7 +70,7 @@ def lld_link() -> str:
 
 
 def wine_binary() -> str:
-    _linux_host()
+    skip_on_windows(_LINUX_HOST)
     for cand in _WINE_CANDIDATES:
         found = shutil.which(cand) if "/" not in cand else (cand if os.access(cand, os.X_OK) else None)
         if found:

@@ -378,7 +378,7 @@ def evict(entry: Path) -> bool:
         except FileNotFoundError:
             pass
         except OSError as exc:
-            if getattr(exc, "winerror", None) in (32, 33):
+            if fsops.holder_hint(exc):
                 return False
             raise
     return True

@@ -20,6 +20,7 @@ the entry and the archive is extracted again.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -59,9 +60,13 @@ class UnpackedEntry:
     def tree(self) -> Path:
         return self.path / "tree"
 
+    @functools.cached_property
+    def _top(self) -> str:  # once per entry: source() runs for every file of every warm install
+        return os.fspath(self.tree) + os.sep
+
     def source(self, rec: FileRecord) -> str:
         """Where ``rec``'s file is in the entry (this OS's separators)."""
-        return os.fspath(self.tree) + os.sep + rec.path.replace("/", os.sep)
+        return self._top + rec.path.replace("/", os.sep)
 
 
 def entry_key(item: PlannedArchive, platform: str) -> str:

@@ -19,7 +19,7 @@ import typer
 from cudaredist.commands import options as o
 from cudaredist.errors import CudaRedistError, ToolError
 from cudaredist.localfs import mb
-from cudaredist.profiles import DEFAULT_PROFILE, product_title
+from cudaredist.profiles import effective_profile, product_title
 
 if TYPE_CHECKING:  # the CLI starts without the cache, the sources and httpx
     from cudaredist.plan import Plan
@@ -144,7 +144,7 @@ class Selection:
 
     def resolving(self) -> dict[str, Any]:
         """The keyword arguments of a source's ``resolve`` and ``mirror_content``."""
-        return {"profile": None if self.only else (self.profile or DEFAULT_PROFILE),
+        return {"profile": effective_profile(self.profile, self.only),
                 "components": self.component or [], "products": self.with_ or []}
 
 

@@ -16,7 +16,7 @@ from cudaredist.profiles import is_windows
 # -- toolkit ------------------------------------------------------------------------------------
 def check_toolkit(prefix: Path, *, host_windows: bool = WINDOWS) -> tuple[Check, Toolkit | None]:
     """The tree in ``prefix``: its install record, and a quick verify (sizes, links, exec bits)."""
-    from cudaredist.record import read_record, verify
+    from cudaredist.record import EXEC_BIT_REMOVED, read_record, verify
 
     install = f"cudaredist install TRAIN --prefix {prefix}"
     if not prefix.is_dir():
@@ -47,7 +47,7 @@ def check_toolkit(prefix: Path, *, host_windows: bool = WINDOWS) -> tuple[Check,
     tk = Toolkit(prefix, release, platform, nvcc_version, has_nvcc, windows == host_windows, windows)
     report = verify(prefix, fast=True)
     # exec bits: a tree copied through a tool that drops them has an nvcc that cannot start
-    lost = [p for p in report.changed if report.reasons.get(p) == "the exec bit was removed"]
+    lost = [p for p in report.changed if report.reasons.get(p) == EXEC_BIT_REMOVED]
     what = f"CUDA {release} ({platform}, profile {plan.get('profile', '?')})"
     reinstall = f"cudaredist install {release} --platform {platform} --prefix {prefix} --reinstall"
     changed = [p for p in report.changed if p not in lost]

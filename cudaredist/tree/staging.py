@@ -189,13 +189,9 @@ class Tree:
         return disk_error(exc, path=shown, where=self._where, written=written, symlink=symlink,
                           cache=self._cache_root is not None, cached="unpacked copy")
 
-    @contextlib.contextmanager
-    def _disk(self, path: str | Path) -> Iterator[None]:
+    def _disk(self, path: str | Path) -> _Disk:
         """An OSError in the block is this machine's disk failing at ``path``: a LocalDiskError."""
-        try:
-            yield
-        except OSError as exc:
-            raise self._local(exc, path) from exc
+        return _Disk(self, path)
 
     @contextlib.contextmanager
     def _writing(self, rel: str, archive: str) -> Iterator[tuple[str, Path]]:
@@ -393,3 +389,20 @@ class Tree:
 
         for key in sorted(pending):
             copy(key)
+
+
+class _Disk:
+    """:meth:`Tree._disk`'s block, a plain class: it wraps every chunk written (a generator-based
+    context manager cost ~2.5 us more per file)."""
+
+    __slots__ = ("path", "tree")
+
+    def __init__(self, tree: Tree, path: str | Path) -> None:
+        self.tree, self.path = tree, path
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, OSError):
+            raise self.tree._local(exc, self.path) from exc

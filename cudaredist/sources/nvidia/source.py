@@ -112,6 +112,8 @@ class NvidiaSource:
         trusted, base_url = self.trusted(), self._base_url()
         mapped = {r.name: product_bases(trusted, r.name, base_url=base_url, trust=self.trust)
                   for r in requests}
+        # what the profile itself asks for, when it is not there for the product
+        own = [n for s in get_profile(profile).specs for n in s.names] if profile is not None else []
         plans = []
         for platform in platforms:
             picked = [resolve_product(self.index, r, mapped[r.name], platform=platform,
@@ -130,8 +132,6 @@ class NvidiaSource:
                 raise PlanError(f"{exc}; {' and '.join(needing)} cannot work without it (its libraries "
                                 "load it)", component=exc.component, release=exc.release,
                                 platform=exc.platform) from exc
-            # what the profile itself asks for is not there for the product
-            own = [n for s in get_profile(profile).specs for n in s.names] if profile is not None else []
             notes = needs_notes(requests, [*components, *own], plan.components, releases)
             plans.append(replace(plan, items=plan.items + tuple(i for p in picked for i in p.items),
                                  products=tuple(p.release for p in picked), notes=(*plan.notes, *notes)))
