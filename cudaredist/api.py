@@ -44,6 +44,7 @@ class InstallRequest:
     reinstall: bool = False
     replace_foreign: bool = False
     refresh: bool = False              # look for a newer release even if satisfied
+    host_fixes: bool = True            # apply the known host fixes (False: --no-host-fixes)
     link_mode: str | None = None
     lock_timeout: float | None = None
     jobs: int = 8
@@ -198,6 +199,11 @@ def _satisfied(request: InstallRequest, train: str, fixed: Path | None, root: Pa
     if lacks:
         say(f"{where}: {drift_text(rec, lacks)}; updating")
         return None
+    from cudaredist.tree.hostfixes import pending
+
+    if unlike := pending(where, rec, request.host_fixes):
+        say(f"{where}: {'; '.join(unlike)}; updating")
+        return None
     plan = rec["plan"]
     return Installed(where, plan["release"], plan["platform"], True, plan,
                      f"CUDA {plan['release']}{_with_text(plan)} ({plan['platform']}, {plan['profile']}) is "
@@ -252,7 +258,8 @@ def _run(request: InstallRequest, wanted: list[str], fixed: Path | None, outcome
                 say(f"note: {note}")
             try:
                 result = installer.install(plan, target, reinstall=request.reinstall,
-                                           replace_foreign=request.replace_foreign, requested=components)
+                                           replace_foreign=request.replace_foreign, requested=components,
+                                           host_fixes=request.host_fixes)
             except CudaRedistError as exc:
                 if fixed is not None:
                     raise

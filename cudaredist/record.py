@@ -256,6 +256,7 @@ _RECORD: dict[str, Any] = {
     "files": [{"path": str, "size": int, "sha256": str, "mode?": str, "link?": str, "component?": str}],
     "links?": [{"path": str, "link": str, "copy?": str}],
     "request?": {"components?": list},
+    "host_fixes?": [{"id": str, "path": str, "before": str, "after": str, "source?": str}],
     "tool": str, "installed_at": str, "content_key?": str,
 }
 _TYPE_NAMES = {str: "string", int: "number", list: "list", type(None): "null"}

@@ -36,6 +36,7 @@ def install(
     refresh: Annotated[bool, typer.Option("--refresh", help="Look for a newer release of the train "
                                                             "even if the prefix satisfies it.")] = False,
     lock_timeout: o.LockTimeoutOpt = None,
+    no_host_fixes: o.NoHostFixesOpt = False,
     quiet: o.QuietOpt = False,
     verbose: o.VerboseOpt = False,
     as_json: o.JsonOpt = False,
@@ -55,8 +56,8 @@ def install(
         profile=sel.profile, components=tuple(sel.component or ()), only=sel.only,
         products=tuple(sel.with_ or ()), lock=lock, source=ctx.source,
         reinstall=reinstall or force, replace_foreign=replace_foreign, refresh=refresh,
-        link_mode=link_mode, lock_timeout=lock_timeout, jobs=jobs, cache_dir=ctx.cache_dir,
-        where=ctx.where())
+        host_fixes=not no_host_fixes, link_mode=link_mode, lock_timeout=lock_timeout, jobs=jobs,
+        cache_dir=ctx.cache_dir, where=ctx.where())
 
     def say(text: str) -> None:
         if not (quiet or as_json):

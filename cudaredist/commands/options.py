@@ -55,6 +55,10 @@ JobsOpt = Annotated[int, typer.Option("--jobs", "-j", min=1, max=64, metavar="N"
                                       help="Concurrent connections.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="More output; tracebacks on errors.")]
+NoHostFixesOpt = Annotated[bool, typer.Option(
+    "--no-host-fixes",
+    help="Keep NVIDIA's bytes exactly: apply none of the known host fixes (such as the glibc 2.42 rsqrt "
+         "declarations of CUDA < 13.2's crt/math_functions.h; `cudaredist info` lists those applied).")]
 PrefixOpt = Annotated[Path | None, typer.Option(
     "--prefix", metavar="DIR",
     help="The toolkit directory (CUDA_PATH). Without it, a TRAIN names a managed toolkit.")]

@@ -73,6 +73,13 @@ def info(tk: Toolkit = TOOLKIT, as_json: JsonOpt = False) -> None:
         typer.echo(f"  {c['name']:<20} {c['version']:<14} sha256 {c['sha256']}")
         if c["name"] in served:
             typer.echo(f"  {'':<20} from {served[c['name']]}")
+    from cudaredist.tree.hostfixes import describe
+
+    if fixes := describe(rec):
+        typer.echo("host fixes: (NVIDIA's bytes changed where they clash with a newer host; verify checks "
+                   "the fixed bytes; `install --reinstall --no-host-fixes` restores NVIDIA's)")
+        for line in fixes:
+            typer.echo(line)
     if drift:
         typer.echo(f"note: {drift}")
 

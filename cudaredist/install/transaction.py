@@ -30,7 +30,7 @@ from cudaredist.localfs import UMASK, check_free_space, disk_error, is_case_inse
 from cudaredist.plan import Plan
 from cudaredist.profiles import is_windows, platform_rule
 from cudaredist.progress import Reporter
-from cudaredist.tree import links, versionjson
+from cudaredist.tree import hostfixes, links, versionjson
 from cudaredist.tree.implib import add_import_libraries
 from cudaredist.tree.staging import FileRecord, Tree
 from cudaredist.tree.versionjson import version_json
@@ -126,9 +126,11 @@ class Installer:
 
     # -- transaction -------------------------------------------------------------------------------
     def install(self, plan: Plan, prefix: Path | str, *, reinstall: bool = False,
-                replace_foreign: bool = False, requested: Sequence[str] = ()) -> InstallResult:
+                replace_foreign: bool = False, requested: Sequence[str] = (),
+                host_fixes: bool = True) -> InstallResult:
         """``reinstall``: build the tree again even if the prefix holds this plan (or its record is
-        unreadable); ``replace_foreign``: replace a prefix that holds no cudaredist install."""
+        unreadable); ``replace_foreign``: replace a prefix that holds no cudaredist install;
+        ``host_fixes``: apply the known host fixes (:mod:`cudaredist.tree.hostfixes`)."""
         t0 = time.monotonic()
         prefix = record.canonical_prefix(prefix)
         self.cache.prepare()  # a --cache-dir that is not a cache is refused before anything is written
@@ -137,7 +139,8 @@ class Installer:
             for action in record.recover(prefix):
                 (warnings.append if action.startswith("warning: ") else self.reporter.message)(action)
             # an unreadable record's error says to reinstall with --reinstall: then it is not read
-            if not reinstall and prefix.is_dir() and record.holds(record.read_record(prefix) or {}, plan):
+            held = (record.read_record(prefix) or {}) if not reinstall and prefix.is_dir() else {}
+            if held and record.holds(held, plan) and not hostfixes.pending(prefix, held, host_fixes):
                 return InstallResult(prefix, plan, noop=True, seconds=time.monotonic() - t0,
                                      warnings=tuple(warnings))
             if not replace_foreign:
@@ -161,9 +164,12 @@ class Installer:
                     fsops.rmtree(staging)
                     staging.mkdir()
                     files, downloaded, cached = self._build(plan, staging, prefix, stream=False)
-                record.write_record(staging, record.build_record(
-                    plan, files, served=self.fetcher.served, links=self._complete(plan, staging),
-                    requested=requested))
+                files, fixed = self._host_fixes(plan, staging, files, host_fixes, warnings)
+                made = record.build_record(plan, files, served=self.fetcher.served,
+                                           links=self._complete(plan, staging), requested=requested)
+                if fixed:
+                    made[hostfixes.RECORD_KEY] = fixed
+                record.write_record(staging, made)
                 swap_into_place(staging, prefix, warn=warnings.append)
             except BaseException:
                 fsops.rmtree(staging)
@@ -206,6 +212,18 @@ class Installer:
         tree.add_file(versionjson.PATH, io.BytesIO(version_json(plan)), 0o644, versionjson.COMPONENT,
                       versionjson.PATH)
         return tree.finish(), build.downloaded, build.cached
+
+    def _host_fixes(self, plan: Plan, staging: Path, files: list[FileRecord], enabled: bool,
+                    warnings: list[str]) -> tuple[list[FileRecord], list[dict[str, str]]]:
+        """The known host fixes applied to the staged tree (none when not ``enabled``), each said in
+        one line; one that does not fit its file is a warning. Returns the files' records with the
+        fixed bytes' hashes and the record's ``host_fixes``."""
+        if not enabled:
+            return files, []
+        files, outcomes = hostfixes.apply(staging, files, plan.release, plan.platform)
+        for o in outcomes:
+            (warnings.append if o.skipped else self.reporter.message)(o.line())
+        return files, hostfixes.applied_json(outcomes)
 
     def _complete(self, plan: Plan, staging: Path) -> list[dict[str, str]]:
         """Platform fix-ups from profiles.toml (e.g. ``lib64 -> lib`` on Linux)."""
