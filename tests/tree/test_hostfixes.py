@@ -1,0 +1,204 @@
+"""Known host fixes (manifests/hostfixes.toml, cudaredist/tree/hostfixes.py) on a small synthetic
+tree: applied at install and said once, recorded with the fixed bytes (verify checks them, info
+lists them), a no-op where the host does not need them, skipped (and said) where the file is not
+what the fix expects, and `--no-host-fixes` keeps NVIDIA's bytes. The real headers on a real newer
+host: tests/e2e/test_newer_host.py."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from cudaredist.cli import app
+from cudaredist.tree import hostfixes
+from tests.archives import MirrorArchive, build_mirror, toolkit
+
+LINUX = "linux-x86_64"
+H, HPP = "include/crt/math_functions.h", "include/crt/math_functions.hpp"
+
+# What NVIDIA's CUDA < 13.2 headers hold at the places the fix changes (the texts verbatim), around
+# declarations a C++ compiler reads: rsqrt and rsqrtf as CUDA declares them, without noexcept
+MATH_H = b"""#if !defined(__MATH_FUNCTIONS_H__)
+#define __MATH_FUNCTIONS_H__
+#define __DEVICE_FUNCTIONS_DECL__
+#define __device_builtin__
+extern "C" {
+extern __DEVICE_FUNCTIONS_DECL__ __device_builtin__ double                 rsqrt(double x);
+extern __DEVICE_FUNCTIONS_DECL__ __device_builtin__ float                  rsqrtf(float x);
+}
+#if defined(NEVER_DEFINED)
+__func__(double rsqrt(double a));
+__func__(float rsqrtf(float a));
+#endif
+#include "math_functions.hpp"
+#endif
+"""
+MATH_HPP = b"""#if defined(NEVER_DEFINED)
+__func__(double rsqrt(const double a))
+__func__(float rsqrtf(const float a))
+#endif
+"""
+# glibc >= 2.42 as C++ sees it: rsqrt and rsqrtf declared noexcept (its __THROW)
+GLIBC_242 = """#include <crt/math_functions.h>
+extern "C" double rsqrt(double) noexcept(true);
+extern "C" float rsqrtf(float) noexcept(true);
+int main() { return 0; }
+"""
+# what makes the preprocessor see glibc 2.42 on an older host (features.h first, then its test)
+PRETEND_242 = "#include <features.h>\n#undef __GLIBC_PREREQ\n#define __GLIBC_PREREQ(maj, min) 1\n"
+
+
+def _run(*args: str) -> Result:
+    return CliRunner().invoke(app, list(args))
+
+
+def _mirror(root: Path, label: str = "13.0.1", math_h: bytes = MATH_H) -> Path:
+    archives = [a for a in toolkit(LINUX) if a.component != "cuda_crt"]
+    archives.append(MirrorArchive("cuda_crt", LINUX, "13.0.88", {
+        "include/crt/host_config.h": b"// hc", H: math_h, HPP: MATH_HPP}))
+    build_mirror(root, label, archives)
+    return root
+
+
+def _install(mirror: Path, prefix: Path, *extra: str, train: str = "13.0") -> Result:
+    r = _run("install", train, "--prefix", str(prefix), "--base-url", str(mirror), "--platform", LINUX,
+             *extra)
+    assert r.exit_code == 0, r.output
+    return r
+
+
+def _record(prefix: Path) -> dict[str, object]:
+    data: dict[str, object] = json.loads((prefix / ".cudaredist" / "record.json").read_text())
+    return data
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_install_applies_the_fix_says_it_once_and_records_the_fixed_bytes(tmp_path: Path) -> None:
+    prefix = tmp_path / "cuda"
+    r = _install(_mirror(tmp_path / "m"), prefix)
+    line = f"host fix glibc-2.42-rsqrt: {H}, {HPP} changed (applies when glibc >= 2.42; --no-host-fixes"
+    assert r.stderr.count("host fix glibc-2.42-rsqrt") == 1 and line in r.stderr
+    fixed = (prefix / H).read_bytes()
+    assert b"rsqrt(double x) _NV_RSQRT_SPECIFIER;" in fixed and b"__GLIBC_PREREQ(2,42)" in fixed
+    assert b"__func__(float rsqrtf(const float a)) _NV_RSQRT_SPECIFIER" in (prefix / HPP).read_bytes()
+    rec = _record(prefix)
+    entries = rec["host_fixes"]
+    assert isinstance(entries, list)
+    assert [(e["id"], e["path"], e["before"], e["after"]) for e in entries] == [
+        ("glibc-2.42-rsqrt", H, _sha(MATH_H), _sha(fixed)),
+        ("glibc-2.42-rsqrt", HPP, _sha(MATH_HPP), _sha((prefix / HPP).read_bytes()))]
+    assert "llvm-project#185701" in entries[0]["source"]
+    files = {f["path"]: f for f in rec["files"]}  # type: ignore[attr-defined]
+    assert files[H]["sha256"] == _sha(fixed) and files[H]["size"] == len(fixed)
+    info = _run("info", "--prefix", str(prefix))
+    assert info.exit_code == 0
+    assert f"  glibc-2.42-rsqrt: {H}, {HPP} (source: CUDA 13.2's" in info.output
+    assert f"{H}: sha256 {_sha(MATH_H)} -> {_sha(fixed)}" in info.output
+    verify = _run("verify", "--prefix", str(prefix))
+    assert verify.exit_code == 0, verify.output
+    # NVIDIA's bytes put back by hand: verify sees the file changed
+    (prefix / H).write_bytes(MATH_H)
+    verify = _run("verify", "--prefix", str(prefix))
+    assert verify.exit_code == 1
+    assert f"changed  {H} (size {len(MATH_H)}, recorded {len(fixed)})" in verify.output
+    # a plain install again is a no-op: the record says the fix is there
+    again = _install(_mirror(tmp_path / "m"), prefix)
+    assert "already installed" in again.stderr and "host fix" not in again.stderr
+
+
+def test_a_hardlinked_tree_is_fixed_without_changing_the_cache(tmp_path: Path) -> None:
+    prefix, cache = tmp_path / "cuda", tmp_path / "cache"
+    _install(_mirror(tmp_path / "m"), prefix, "--link-mode", "hardlink", "--cache-dir", str(cache))
+    assert b"_NV_RSQRT_SPECIFIER" in (prefix / H).read_bytes()
+    in_cache = [p for p in cache.rglob("math_functions.h")]
+    assert in_cache and all(p.read_bytes() == MATH_H for p in in_cache)
+    assert _run("verify", "--prefix", str(prefix)).exit_code == 0
+
+
+def test_no_host_fixes_keeps_nvidias_bytes_and_either_way_round_reinstalls(tmp_path: Path) -> None:
+    mirror, prefix = _mirror(tmp_path / "m"), tmp_path / "cuda"
+    r = _install(mirror, prefix, "--no-host-fixes")
+    assert "host fix" not in r.stderr
+    assert (prefix / H).read_bytes() == MATH_H and (prefix / HPP).read_bytes() == MATH_HPP
+    assert "host_fixes" not in _record(prefix)
+    assert "host fixes" not in _run("info", "--prefix", str(prefix)).output
+    # the same request: nothing to do
+    assert "already installed" in _install(mirror, prefix, "--no-host-fixes").stderr
+    # without the option: the fix this tree lacks is applied (offline, from the tree's own files)
+    r = _install(mirror, prefix)
+    assert f"{prefix}: host fix glibc-2.42-rsqrt is not applied to it; updating" in r.stderr
+    assert "host fix glibc-2.42-rsqrt: " in r.stderr and b"_NV_RSQRT" in (prefix / H).read_bytes()
+    # and back: NVIDIA's bytes again
+    r = _install(mirror, prefix, "--no-host-fixes")
+    assert "it has host fix glibc-2.42-rsqrt, and --no-host-fixes keeps NVIDIA's bytes; updating" in r.stderr
+    assert (prefix / H).read_bytes() == MATH_H and "host_fixes" not in _record(prefix)
+
+
+def test_a_file_that_is_not_what_the_fix_expects_is_left_alone_and_said(tmp_path: Path) -> None:
+    odd = MATH_H.replace(b"rsqrtf(float x);", b"rsqrtf(float x) noexcept;")
+    prefix = tmp_path / "cuda"
+    r = _install(_mirror(tmp_path / "m", math_h=odd), prefix, "-q")
+    assert (f"note: host fix glibc-2.42-rsqrt not applied: {H} holds 0 times, not 1, the text it changes "
+            "('rsqrtf(float x);')") in r.stderr  # a warning: said even with -q
+    assert (prefix / H).read_bytes() == odd and (prefix / HPP).read_bytes() == MATH_HPP
+    assert "host_fixes" not in _record(prefix)
+    assert "already installed" in _install(_mirror(tmp_path / "m", math_h=odd), prefix).stderr
+
+
+def test_a_release_that_has_nvidias_own_fix_is_not_touched(tmp_path: Path) -> None:
+    prefix = tmp_path / "cuda"
+    r = _install(_mirror(tmp_path / "m", label="13.2.0"), prefix, train="13.2")
+    assert "host fix" not in r.stderr and (prefix / H).read_bytes() == MATH_H
+    assert [f.id for f in hostfixes.for_release("13.1.1", LINUX)] == ["glibc-2.42-rsqrt"]
+    assert hostfixes.for_release("13.2.0", LINUX) == []
+    assert hostfixes.for_release("13.1.1", "windows-x86_64") == []
+
+
+def test_a_known_release_whose_fix_gives_other_bytes_is_refused() -> None:
+    fix = hostfixes.fixes()[0]
+    bad = hostfixes.Fix(fix.id, fix.since, fix.before, fix.platforms, fix.condition, fix.summary, fix.source,
+                        fix.edits, ((H, _sha(MATH_H), "0" * 64),))
+    files = {H: MATH_H, HPP: MATH_HPP}
+    assert hostfixes.plan_fix(fix, files.get)[0].keys() == {H, HPP}
+    with pytest.raises(hostfixes.ManifestError, match="not the known"):
+        hostfixes.plan_fix(bad, files.get)
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="compiles the headers with the host's g++")
+def test_the_fixed_headers_build_against_glibc_242_and_change_nothing_on_an_older_one(tmp_path: Path) -> None:
+    """Without the fix, g++ refuses glibc 2.42's noexcept rsqrt after CUDA's; with it, it builds,
+    and on this host's own glibc (or any other) the declarations are NVIDIA's."""
+    news, why = hostfixes.plan_fix(hostfixes.fixes()[0], {H: MATH_H, HPP: MATH_HPP}.get)
+    assert not why
+    (tmp_path / "pretend.h").write_text(PRETEND_242)
+    (tmp_path / "t.cpp").write_text(GLIBC_242)
+
+    def build(name: str, tree: dict[str, bytes], *flags: str) -> subprocess.CompletedProcess[str]:
+        inc = tmp_path / name
+        for rel, data in tree.items():
+            (inc / rel).parent.mkdir(parents=True, exist_ok=True)
+            (inc / rel).write_bytes(data)
+        return subprocess.run(["g++", "-std=c++17", "-fsyntax-only", *flags, "-I", str(inc / "include"),
+                               str(tmp_path / "t.cpp")], capture_output=True, text=True, cwd=tmp_path)
+
+    pretend = ("-include", str(tmp_path / "pretend.h"))
+    unfixed = build("nvidia", {H: MATH_H, HPP: MATH_HPP}, *pretend)
+    assert unfixed.returncode != 0 and "different exception specifier" in unfixed.stderr
+    fixed = build("fixed", news, *pretend)
+    assert fixed.returncode == 0, fixed.stderr
+    # the host's glibc (here older than 2.42): the fixed header declares rsqrt as NVIDIA does
+    out = subprocess.run(["g++", "-std=c++17", "-E", "-P", "-I", str(tmp_path / "fixed" / "include"),
+                          "-x", "c++", "-"], input="#include <crt/math_functions.h>\n", capture_output=True,
+                         text=True, cwd=tmp_path)
+    glibc = subprocess.run(["getconf", "GNU_LIBC_VERSION"], capture_output=True, text=True).stdout.split()
+    old = glibc and tuple(int(x) for x in glibc[-1].split(".")[:2]) < (2, 42)
+    assert ("noexcept" not in out.stdout) if old else ("noexcept(true)" in out.stdout)
