@@ -99,8 +99,8 @@ PANELS: dict[str, tuple[str, ...]] = {
     "Which toolkit": ("--platform", "--profile", "--component", "--only", "--with", "--lock"),
     "Where from": ("--source", "--base-url", "--channel", "--mirror", "--no-fallback", "--trusted-host",
                    "--index-url", "--offline", "--refresh", "--cache-dir", "--jobs"),
-    "Install location": ("--prefix", "--install-dir", "--link-mode", "--reinstall", "--replace-foreign",
-                 "--lock-timeout"),
+    "Install location": ("--prefix", "--install-dir", "--link-mode", "--no-host-fixes", "--reinstall",
+                         "--replace-foreign", "--lock-timeout"),
     "Output": ("--json", "--quiet", "--verbose", "--version", "--help"),
 }
 COMMAND_PANELS: dict[str, tuple[str, ...]] = {

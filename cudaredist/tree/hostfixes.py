@@ -180,7 +180,7 @@ def apply(root: Path, files: Sequence[FileRecord], release: str,
             before = rec.sha256
             target = root / rel
             fsops.write_atomic(target, data)  # a new file: a hard-linked cache entry stays as it is
-            if os.name != "nt":
+            if not fsops.WINDOWS:
                 os.chmod(target, rec.mode)
             by_path[rel] = replace(rec, size=len(data), sha256=_sha(data))
             changed.append((rel, before, by_path[rel].sha256))
