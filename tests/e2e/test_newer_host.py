@@ -13,7 +13,9 @@ exports NVCC_CCBIN; until then those cases are strict xfails, and the same build
 
 from __future__ import annotations
 
+import os
 import shlex
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,17 +62,17 @@ def sid(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chroot]:
     yield from chroot_session(tmp_path_factory.mktemp("sid"))
 
 
-_trees: dict[tuple[str, bool], tuple[Path, str]] = {}
+_trees: dict[tuple[str, ...], tuple[Path, str]] = {}
 
 
-def tree(sid: Chroot, cache: Path, train: str, fixes: bool = True) -> tuple[Path, str]:
+def tree(sid: Chroot, cache: Path, train: str, *extra: str) -> tuple[Path, str]:
     """(the tree of ``train`` from NVIDIA's wheels in the session's directory, install's stderr),
-    installed once per module from the host."""
-    key = (train, fixes)
+    installed once per module from the host; ``extra``: more install options."""
+    key = (train, *extra)
     if key not in _trees:
-        prefix = sid.host_dir / f"cuda-{train}{'' if fixes else '-nvidia'}"
-        r = run_cudaredist("install", train, "--source", "pypi", "--prefix", str(prefix),
-                           *(() if fixes else ("--no-host-fixes",)), env=host_free_env(cache))
+        prefix = sid.host_dir / "-".join(["cuda", train, *(x.strip("-") for x in extra)])
+        r = run_cudaredist("install", train, "--source", "pypi", "--prefix", str(prefix), *extra,
+                           env=host_free_env(cache))
         assert r.returncode == 0, r.stderr
         _trees[key] = prefix, r.stderr
     return _trees[key]
@@ -133,9 +135,39 @@ def test_a_plain_nvcc_builds_with_g_15_exported(sid: Chroot, real_wheel_cache: P
 
 
 def test_13_0_without_the_host_fix_fails_on_this_host(sid: Chroot, real_wheel_cache: Path) -> None:  # noqa: F811
-    prefix, said = tree(sid, real_wheel_cache, "13.0", fixes=False)
+    prefix, said = tree(sid, real_wheel_cache, "13.0", "--no-host-fixes")
     assert "host fix" not in said
     r = build_and_run(sid, prefix, "g++-15")
     assert r.returncode != 0 and CLASH in r.stdout + r.stderr, r.stdout + r.stderr
     v = sid.run(f"cudaredist verify --prefix {shlex.quote(sid.path(prefix))}")
     assert v.returncode == 0, v.stdout  # NVIDIA's bytes, as the record says
+
+
+MATH = ("include/crt/math_functions.h", "include/crt/math_functions.hpp")
+
+
+@pytest.mark.parametrize("fixes", [True, False], ids=["fixed", "nvidia"])
+def test_12_9_headers_build_here_with_both_host_fixes(sid: Chroot, real_wheel_cache: Path,  # noqa: F811
+                                                      fixes: bool) -> None:
+    """CUDA 12.x needs glibc-2.41-sinpi-cospi as well here. Its compiler is not on PyPI (NVIDIA's
+    cu12 nvcc wheels hold ptxas, NVVM and the crt headers, no nvcc driver or cudafe++), so 12.9's
+    math headers, as install lays them out, stand in a hard-linked copy of 13.0's NVIDIA tree."""
+    headers, said = tree(sid, real_wheel_cache, "12.9", "--only", "--component", "cuda_nvcc",
+                         *(() if fixes else ("--no-host-fixes",)))
+    for fix in ("glibc-2.42-rsqrt", "glibc-2.41-sinpi-cospi"):
+        assert (f"host fix {fix}: include/crt/math_functions.h, include/crt/math_functions.hpp changed"
+                in said) == fixes, said
+    base, _ = tree(sid, real_wheel_cache, "13.0", "--no-host-fixes")
+    mixed = sid.host_dir / f"mixed-12.9-{'fixed' if fixes else 'nvidia'}"
+    if not mixed.exists():
+        shutil.copytree(base, mixed, symlinks=True, copy_function=os.link)
+        for rel in MATH:
+            os.unlink(mixed / rel)  # a hard link to the 13.0 tree's file: replaced, never written to
+            shutil.copyfile(headers / rel, mixed / rel)
+    r = build_and_run(sid, mixed, "g++-15")
+    if fixes:
+        check_build(r)
+    else:
+        out = r.stdout + r.stderr
+        assert r.returncode != 0 and CLASH in out, out
+        assert 'exception specification is incompatible with that of previous function "sinpi"' in out

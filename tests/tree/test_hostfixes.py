@@ -17,7 +17,7 @@ from typer.testing import CliRunner, Result
 
 from cudaredist.cli import app
 from cudaredist.tree import hostfixes
-from tests.archives import MirrorArchive, build_mirror, toolkit
+from tests.archives import NVCC_12, MirrorArchive, build_mirror, toolkit
 
 LINUX = "linux-x86_64"
 H, HPP = "include/crt/math_functions.h", "include/crt/math_functions.hpp"
@@ -202,3 +202,72 @@ def test_the_fixed_headers_build_against_glibc_242_and_change_nothing_on_an_olde
     glibc = subprocess.run(["getconf", "GNU_LIBC_VERSION"], capture_output=True, text=True).stdout.split()
     old = glibc and tuple(int(x) for x in glibc[-1].split(".")[:2]) < (2, 42)
     assert ("noexcept" not in out.stdout) if old else ("noexcept(true)" in out.stdout)
+
+
+# CUDA 12.x's texts for sinpi and cospi (13.0 has NVIDIA's own fix), beside rsqrt's
+MATH_H_12 = MATH_H.replace(b"}\n#if defined(NEVER_DEFINED)\n", b"""\
+extern __DEVICE_FUNCTIONS_DECL__ __device_builtin__ double                 sinpi(double x);
+extern __DEVICE_FUNCTIONS_DECL__ __device_builtin__ float                  sinpif(float x);
+extern __DEVICE_FUNCTIONS_DECL__ __device_builtin__ double                 cospi(double x);
+extern __DEVICE_FUNCTIONS_DECL__ __device_builtin__ float                  cospif(float x);
+}
+#if defined(NEVER_DEFINED)
+__func__(double sinpi(double a));
+__func__(double cospi(double a));
+__func__(float sinpif(float a));
+__func__(float cospif(float a));
+""")
+MATH_HPP_12 = MATH_HPP.replace(b"#endif\n", b"""\
+__func__(double sinpi(double a))
+__func__(void sincospi(const double a, double *sptr, double *cptr))
+__func__(float sinpif(const float a))
+__func__(void sincospif(const float a, float *sptr, float *cptr))
+#endif
+""")
+GLIBC_241 = """#include <crt/math_functions.h>
+extern "C" double sinpi(double) noexcept(true);
+extern "C" float cospif(float) noexcept(true);
+int main() { return 0; }
+"""
+
+
+def test_a_12_x_tree_gets_both_fixes_in_order(tmp_path: Path) -> None:
+    root, prefix = tmp_path / "m", tmp_path / "cuda"
+    archives = [a for a in toolkit(LINUX) if a.component in NVCC_12]
+    for a in archives:  # before 13.0 the crt headers are cuda_nvcc's
+        if a.component == "cuda_nvcc":
+            a.members = {**a.members, H: MATH_H_12, HPP: MATH_HPP_12}
+    build_mirror(root, "12.9.1", archives)
+    r = _install(root, prefix, train="12.9")
+    assert r.stderr.index("host fix glibc-2.42-rsqrt: ") < r.stderr.index("host fix glibc-2.41-sinpi-cospi: ")
+    entries = _record(prefix)["host_fixes"]
+    assert isinstance(entries, list)
+    assert [(e["id"], e["path"]) for e in entries] == [
+        ("glibc-2.42-rsqrt", H), ("glibc-2.42-rsqrt", HPP), ("glibc-2.41-sinpi-cospi", H),
+        ("glibc-2.41-sinpi-cospi", HPP)]
+    assert entries[0]["after"] == entries[2]["before"]  # the second fix changed what the first left
+    assert entries[2]["after"] == _sha((prefix / H).read_bytes())
+    assert _run("verify", "--prefix", str(prefix)).exit_code == 0
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="compiles the headers with the host's g++")
+def test_the_12_x_headers_build_against_glibc_241_with_the_fix(tmp_path: Path) -> None:
+    tree = {H: MATH_H_12, HPP: MATH_HPP_12}
+    for fix in hostfixes.for_release("12.9.1", LINUX):
+        news, why = hostfixes.plan_fix(fix, tree.get)
+        assert not why
+        tree = tree | news
+    # 2.42 is also >= 2.41; and its C23 maths, as g++'s _GNU_SOURCE gives with glibc >= 2.40
+    c23 = "#undef __GLIBC_USE_ISOC23\n#define __GLIBC_USE_ISOC23 1\n"
+    (tmp_path / "pretend.h").write_text(PRETEND_242 + c23)
+    (tmp_path / "t.cpp").write_text(GLIBC_241)
+    for name, files in (("nvidia", {H: MATH_H_12, HPP: MATH_HPP_12}), ("fixed", tree)):
+        for rel, data in files.items():
+            (tmp_path / name / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / name / rel).write_bytes(data)
+    cmd = ["g++", "-std=c++17", "-fsyntax-only", "-include", str(tmp_path / "pretend.h"),
+           str(tmp_path / "t.cpp"), "-I"]
+    unfixed = subprocess.run([*cmd, str(tmp_path / "nvidia" / "include")], capture_output=True, text=True)
+    assert unfixed.returncode != 0 and "different exception specifier" in unfixed.stderr
+    fixed = subprocess.run([*cmd, str(tmp_path / "fixed" / "include")], capture_output=True, text=True)
+    assert fixed.returncode == 0, fixed.stderr
