@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
@@ -36,6 +37,8 @@ def verify(
                    + (" (added since the install, kept by uninstall)" if report.extra else ""))
         if report.drift:
             typer.echo(f"note: {report.drift}")
+        for line in _unfixed(tk.target()):
+            typer.echo(line)
     if not report.ok:
         raise typer.Exit(1)
 
@@ -82,6 +85,19 @@ def info(tk: Toolkit = TOOLKIT, as_json: JsonOpt = False) -> None:
             typer.echo(line)
     if drift:
         typer.echo(f"note: {drift}")
+    for line in _unfixed(target, rec):
+        typer.echo(line)
+
+
+def _unfixed(target: Path, rec: dict[str, Any] | None = None) -> list[str]:
+    """The notes for the known host fixes that apply to the tree and that it lacks (laid out by an
+    older cudaredist, or with --no-host-fixes), with the command that applies them."""
+    from cudaredist.record import require_record
+    from cudaredist.tree.hostfixes import pending
+
+    rec = rec if rec is not None else require_record(target)
+    return [f"note: {why}: `cudaredist install {rec['plan']['release']} --prefix {target}` applies it"
+            for why in pending(target, rec, True)]
 
 
 @command

@@ -130,7 +130,11 @@ def test_no_host_fixes_keeps_nvidias_bytes_and_either_way_round_reinstalls(tmp_p
     assert "host fix" not in r.stderr
     assert (prefix / H).read_bytes() == MATH_H and (prefix / HPP).read_bytes() == MATH_HPP
     assert "host_fixes" not in _record(prefix)
-    assert "host fixes" not in _run("info", "--prefix", str(prefix)).output
+    info = _run("info", "--prefix", str(prefix)).output
+    assert "host fixes" not in info
+    note = (f"note: host fix glibc-2.42-rsqrt is not applied to it: `cudaredist install 13.0.1 --prefix "
+            f"{prefix}` applies it")
+    assert note in info and note in _run("verify", "--prefix", str(prefix)).output
     # the same request: nothing to do
     assert "already installed" in _install(mirror, prefix, "--no-host-fixes").stderr
     # without the option: the fix this tree lacks is applied (offline, from the tree's own files)
