@@ -59,6 +59,7 @@ class Chroot:
     root: Path
     host_dir: Path   # this session's directory on the host ...
     inside: str      # ... and where the root sees it
+    site: Path       # cudaredist for the root's Python (seen at <inside>/site)
 
     def path(self, host: Path) -> str:
         """``host`` (under host_dir) as the root sees it."""
@@ -71,15 +72,17 @@ class Chroot:
         mount = self.root / self.inside.lstrip("/")
         inner = (f"mount -t proc proc {shlex.quote(str(self.root / 'proc'))} && "
                  f"mount --bind {shlex.quote(str(self.host_dir))} {shlex.quote(str(mount))} && "
+                 f"mount --bind {shlex.quote(str(self.site))} {shlex.quote(str(mount / 'site'))} && "
                  f"exec chroot {shlex.quote(str(self.root))} /usr/bin/env -i {env} /bin/sh -c "
                  f"{shlex.quote(script)}")
         return subprocess.run(["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", inner],
                               capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
-def _site(target: Path) -> None:
+def make_site(target: Path) -> Path:
     """cudaredist (this checkout, laid out as its wheel lays it out) and its dependencies for the
-    root's Python, from binary wheels only."""
+    root's Python, from binary wheels only, in ``target`` (made once per run: tests/realmirror's
+    ``_once``, which every pytest-xdist worker shares)."""
     from packaging.requirements import Requirement
 
     if sys.version_info >= (3, 11):
@@ -100,20 +103,22 @@ def _site(target: Path) -> None:
     shutil.copytree(REPO / "cudaredist", target / "cudaredist",
                     ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO / "manifests", target / "cudaredist" / "_manifests")
+    return target
 
 
-def chroot_session(tmp: Path) -> Iterator[Chroot]:
-    """A :class:`Chroot` on ``tmp`` (a fixture's generator: the mount point goes at the end)."""
+def chroot_session(tmp: Path, site: Path) -> Iterator[Chroot]:
+    """A :class:`Chroot` on ``tmp`` with ``site`` (:func:`make_site`): a fixture's generator, the
+    mount point goes at the end."""
     root = require_sid_root()
     inside = f"/tmp/cudaredist-e2e-{uuid.uuid4().hex[:10]}"
     (root / inside.lstrip("/")).mkdir()
     try:
-        _site(tmp / "site")
+        (tmp / "site").mkdir()  # where the root sees ``site``
         (tmp / "bin").mkdir()
         script = tmp / "bin" / "cudaredist"
         script.write_text("#!/usr/bin/python3\nimport sys\n"
                           "from cudaredist.entry import main\nsys.exit(main())\n")
         script.chmod(0o755)
-        yield Chroot(root, tmp, inside)
+        yield Chroot(root, tmp, inside, site)
     finally:
         (root / inside.lstrip("/")).rmdir()  # empty: the session's files were only mounted there

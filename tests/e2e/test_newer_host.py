@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.realmirror import host_free_env, real_wheel_cache, run_cudaredist  # noqa: F401  (fixture)
-from tests.sidroot import Chroot, chroot_session
+from tests.realmirror import _once, host_free_env, real_wheel_cache, run_cudaredist  # noqa: F401  (fixture)
+from tests.sidroot import Chroot, chroot_session, make_site, require_sid_root
 
 pytestmark = [pytest.mark.e2e, pytest.mark.pypi]
 
@@ -59,7 +59,9 @@ NEEDS_HOSTCC = pytest.mark.xfail(strict=True, reason="needs the host compiler ch
 
 @pytest.fixture(scope="module")
 def sid(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chroot]:
-    yield from chroot_session(tmp_path_factory.mktemp("sid"))
+    require_sid_root()
+    site = _once(tmp_path_factory, "sid-site", make_site)
+    yield from chroot_session(tmp_path_factory.mktemp("sid"), site)
 
 
 _trees: dict[tuple[str, ...], tuple[Path, str]] = {}
