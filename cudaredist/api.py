@@ -149,17 +149,19 @@ def install(request: InstallRequest, *, reporter: Reporter | None = None,
 
 
 def _check_options(request: InstallRequest) -> None:
-    """Every option that can be wrong without the network: a usage error before anything else."""
+    """Every option that can be wrong without the network: a usage error before anything else (the
+    no-op included: an installed prefix answers a bad option as an empty one does)."""
     from cudaredist.profiles import get_profile, parse_product_requests
     from cudaredist.sources import check_where
     from cudaredist.tree.links import link_mode
     from cudaredist.trust import Trust
 
     link_mode(request.link_mode)
-    check_where(request.where)
+    profiles.host_platform(request.platform)
+    # with a lock file and no --source, the lock's source decides what else fits (read later, offline)
+    source = check_source(request.source) if request.source is not None or request.lock is None else None
+    check_where(request.where, source)
     Trust.of(request.where.trusted_hosts)
-    if request.source is not None or request.lock is None:
-        check_source(request.source)
     if request.lock is None:
         parse_product_requests(request.products)
         if (profile := _profile(request)) is not None:
