@@ -123,13 +123,15 @@ def install(request: InstallRequest, *, reporter: Reporter | None = None,
     _check_options(request)  # the same checks whether or not the install turns out a no-op
     fixed = canonical_prefix(request.prefix) if request.prefix is not None else None
     outcome = InstallOutcome(None if fixed is not None else managed_dir(request.install_dir))
-    if fixed is not None:  # before anything that may need the network
-        from cudaredist.record import refuse_foreign, tidy
+    # leftovers of a killed run cleaned before anything that may need the network
+    from cudaredist.managed import tidy as tidy_dir
+    from cudaredist.record import refuse_foreign, tidy
 
-        for action in tidy(fixed, _lock_timeout(request)):
-            (outcome.warnings.append if action.startswith("warning: ") else say)(action)
-        if not request.replace_foreign:
-            refuse_foreign(fixed)
+    for action in (tidy(fixed, _lock_timeout(request)) if fixed is not None else
+                   tidy_dir(cast(Path, outcome.install_dir), _lock_timeout(request))):
+        (outcome.warnings.append if action.startswith("warning: ") else say)(action)
+    if fixed is not None and not request.replace_foreign:
+        refuse_foreign(fixed)
     if request.lock is None and not (request.reinstall or request.refresh):
         for train in list(wanted):
             found = _satisfied(request, train, fixed, outcome.install_dir, say)
