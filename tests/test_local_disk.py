@@ -213,3 +213,42 @@ def test_no_umask_calls_while_installing_or_mirroring(tmp_path: Path, transport:
     real(mask)
     assert_mode(made, 0o644 & ~mask)
     assert_mode(prefix, 0o777 & ~mask)  # the staging dir's 0700 was widened
+
+
+# -- a lock file that cannot be made ------------------------------------------------------------------------
+def _refuse_creating(mp: pytest.MonkeyPatch, lock: Path) -> None:
+    """Creating ``lock`` fails with ENOENT though its folder exists, as in /proc: filelock reads that as a
+    holder's race and keeps trying."""
+    real = os.open
+
+    def refuse(path: Any, flags: int, *a: Any, **k: Any) -> int:
+        if os.fspath(path) == str(lock) and flags & os.O_CREAT:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(path))
+        return real(path, flags, *a, **k)
+    mp.setattr(os, "open", refuse)
+
+
+@pytest.mark.parametrize("where", ["injected", "proc"])
+def test_a_lock_file_that_cannot_be_made_fails_at_once_with_the_disk_s_reason(
+        tmp_path: Path, mirror: Path, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """Not "busy" after the whole --lock-timeout: nobody holds a lock whose file is not there."""
+    import time
+
+    from typer.testing import CliRunner
+
+    from cudaredist.cli import app
+
+    if where == "proc":
+        if not os.path.isfile("/proc/self/status"):
+            pytest.skip("no procfs on this host (Linux only)")
+        prefix = Path("/proc/x")
+    else:
+        prefix = tmp_path / "cuda"
+        _refuse_creating(monkeypatch, tmp_path / ".cuda.cudaredist.lock")
+    started = time.monotonic()
+    r = CliRunner().invoke(app, ["install", "13.0", "--prefix", str(prefix), "--base-url", str(mirror),
+                                 "--platform", LINUX, "--lock-timeout", "60", "-q"])
+    assert time.monotonic() - started < 20, r.stderr
+    assert r.exit_code == 1, r.stderr
+    assert r.stderr == (f"error: cannot create the lock file of the prefix in {prefix.parent}: No such file "
+                        "or directory; check that it exists, or choose another --prefix.\n")

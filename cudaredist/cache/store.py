@@ -108,6 +108,10 @@ def hold(path: Path, wait: float, busy: str, owner: Path, *, doing: str, where: 
             try:
                 lock.acquire(timeout=max(0.0, min(0.1, deadline - time.monotonic())))
             except filelock.Timeout:
+                if not os.path.lexists(path):
+                    # no holder has a lock whose file is not there: filelock takes a file it cannot
+                    # create (ENOENT in /proc) for a race and retries; the disk's reason, at once
+                    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o666))
                 if time.monotonic() >= deadline:
                     raise
                 continue
