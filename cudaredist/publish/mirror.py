@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import unquote
 
 from cudaredist.cache.store import hold, lock_wait
 from cudaredist.errors import FetchError, ManifestError
@@ -64,9 +65,10 @@ class MirrorReport:
 
 
 def dest_path(out: Path, relative_path: str) -> Path:
-    """``relative_path`` inside the mirror ``out``; one that could name a file elsewhere is refused."""
-    parts = relative_path.split("/")
-    if any(p in ("", ".", "..") or "\\" in p or ":" in p for p in parts):
+    """``relative_path`` inside the mirror ``out``, each segment percent-decoded as a server maps a URL
+    path to a file (``a%20b`` is the file ``a b``); one that could name a file elsewhere is refused."""
+    parts = [unquote(p) for p in relative_path.split("/")]
+    if any(p in ("", ".", "..") or "\\" in p or "/" in p or ":" in p for p in parts):
         raise ManifestError(f"{relative_path!r} would not name a file inside the mirror {out}; "
                             "nothing was written there", source=str(out), entry=relative_path)
     return out.joinpath(*parts)
