@@ -160,14 +160,38 @@ def test_free_space_is_checked_before_downloading(tmp_path: Path) -> None:
     assert _entries(Cache(tmp_path / "cache")) == set()
 
 
+def test_the_cache_disk_is_checked_too_when_it_is_not_the_prefix_s(tmp_path: Path) -> None:
+    """The prefix has room; the cache, on a 1 MB disk of its own, cannot take 1.5 MB of downloads:
+    refused before a byte is fetched, naming the cache's disk and --cache-dir."""
+    base = str(_mirror(tmp_path / "mirror", {"lib/noise": os.urandom(1_500_000)}))
+    with tmpfs(tmp_path / "disk", "1m") as disk:
+        p = _cli("install", "13.0", "--base-url", base, "--prefix", str(tmp_path / "cuda"), "--cache-dir",
+                 str(disk / "cache"), "--quiet", "--platform", LINUX)
+        assert p.returncode == 1, p.stderr
+        assert "Traceback" not in p.stderr
+        cache = disk / "cache"
+        assert p.stderr.startswith(f"error: not enough space on the device holding {cache}:"), p.stderr
+        assert "the download of 7 archives into the cache needs at least 1." in p.stderr
+        assert "choose a --cache-dir on another filesystem; nothing was downloaded" in p.stderr
+        assert not (tmp_path / "cuda").exists()
+        assert _entries(Cache(disk / "cache")) == set()
+
+
 @pytest.mark.parametrize("via", ["http", "file"])
 def test_real_enospc_while_downloading_into_the_cache(tmp_path: Path, transport: Transport, serve: Any,
-                                                      via: str) -> None:
+                                                      via: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The disk fills during the download (the early check of the cache's disk left out: it would
+    refuse these 600 kB on a 400 kB disk before the first byte, as the test above shows)."""
+    from cudaredist.install import transaction
+
     mirror = _mirror(tmp_path / "mirror", {"bin/ptxas": Exe(os.urandom(600_000))})
     base = serve(mirror) if via == "http" else str(mirror)
     prefix = tmp_path / "world" / "cuda"
     with tmpfs(tmp_path / "cachedisk", "400k") as disk:
         cache = Cache(disk / "cache")
+        real = transaction.check_free_space
+        monkeypatch.setattr(transaction, "check_free_space", lambda directory, *a, **k: None
+                            if directory == cache.root else real(directory, *a, **k))
         _install(transport, cache, base, "12.9", prefix)
         before = snapshot(prefix)
         with pytest.raises(LocalDiskError) as info:
