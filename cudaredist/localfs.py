@@ -43,6 +43,17 @@ def free_bytes(directory: Path) -> int | None:
         return None
 
 
+def read_only(directory: Path) -> bool:
+    """Is ``directory`` on a filesystem mounted read-only, or one this process may not write in
+    (a shared cache others filled)? False when that cannot be told."""
+    try:
+        if hasattr(os, "statvfs") and os.statvfs(directory).f_flag & os.ST_RDONLY:
+            return True
+        return directory.is_dir() and not os.access(directory, os.W_OK)
+    except OSError:
+        return False
+
+
 def fold(path: str) -> str:
     """A path as a case-insensitive filesystem compares it (NTFS, APFS, exFAT): case and
     Unicode normalisation folded (canonical caseless matching, so folding errs toward equality)."""

@@ -24,7 +24,7 @@ from cudaredist.sources.nvidia.index import Index, normalize_base
 from tests.archives import NVCC_12, Exe, MirrorArchive, build_mirror, resolve_plan, toolkit
 from tests.hosts import assert_mode, fd_paths
 from tests.invariants import assert_installed, cache_problems, leftovers, snapshot
-from tests.mounts import tmpfs
+from tests.mounts import read_only_view, tmpfs
 
 LINUX = "linux-x86_64"
 
@@ -276,3 +276,23 @@ def test_a_lock_file_that_cannot_be_made_fails_at_once_with_the_disk_s_reason(
     assert r.exit_code == 1, r.stderr
     assert r.stderr == (f"error: cannot create the lock file of the prefix in {prefix.parent}: No such file "
                         "or directory; check that it exists, or choose another --prefix.\n")
+
+
+# -- a read-only cache -------------------------------------------------------------------------------------
+def test_a_read_only_cache_serves_offline_and_warm_installs(tmp_path: Path, serve: Any) -> None:
+    """A cache others filled, mounted read-only: --offline and a warm install (index pages within the
+    TTL) read it as it is, with no lock, marker or temporary file written; the trees verify."""
+    base = serve(_mirror(tmp_path / "mirror"))
+    filled = tmp_path / "filled"
+    warm = _cli("install", "13.0", "--base-url", base, "--prefix", str(tmp_path / "first"), "--cache-dir",
+                str(filled), "--quiet", "--platform", LINUX)
+    assert warm.returncode == 0, warm.stderr
+    before = snapshot(filled)
+    with read_only_view(filled, tmp_path / "ro") as ro:
+        for name, extra in (("offline", ["--offline"]), ("warm", [])):
+            prefix = tmp_path / name
+            p = _cli("install", "13.0", "--base-url", base, "--prefix", str(prefix), "--cache-dir", str(ro),
+                     "--quiet", "--platform", LINUX, *extra)
+            assert p.returncode == 0, (name, p.stderr)
+            assert _cli("verify", "--prefix", str(prefix)).returncode == 0
+            assert snapshot(ro) == before
