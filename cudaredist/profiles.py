@@ -181,8 +181,9 @@ def host_platform(asked: str | None = None) -> str:
         system, _, arch = asked.partition("-")
         if asked in known or (system in systems and _ARCH.fullmatch(arch)):
             return asked
-        raise UsageError(f"unknown platform {asked!r}: use one of {', '.join(known)} (--platform; a new "
-                         f"architecture is written the same way, {' or '.join(systems)}-ARCH)")
+        raise UsageError(f"unknown platform {asked!r}: use one of {', '.join(known)} (--platform; an "
+                         "architecture NVIDIA adds later is written OS-ARCH, OS one of "
+                         f"{', '.join(systems)})")
     system, machine = _platform.system().lower(), _platform.machine().lower()
     for name in known_platforms():
         if (system, machine) in platform_rule(name).hosts:
