@@ -124,13 +124,15 @@ def install(request: InstallRequest, *, reporter: Reporter | None = None,
     _check_options(request)  # the same checks whether or not the install turns out a no-op
     fixed = canonical_prefix(request.prefix) if request.prefix is not None else None
     outcome = InstallOutcome(None if fixed is not None else managed_dir(request.install_dir))
-    if fixed is not None:  # before anything that may need the network
-        from cudaredist.record import refuse_foreign, tidy
+    # leftovers of a killed run cleaned before anything that may need the network
+    from cudaredist.managed import tidy as tidy_dir
+    from cudaredist.record import refuse_foreign, tidy
 
-        for action in tidy(fixed, _lock_timeout(request)):
-            (outcome.warnings.append if action.startswith("warning: ") else say)(action)
-        if not request.replace_foreign:
-            refuse_foreign(fixed)
+    for action in (tidy(fixed, _lock_timeout(request)) if fixed is not None else
+                   tidy_dir(cast(Path, outcome.install_dir), _lock_timeout(request))):
+        (outcome.warnings.append if action.startswith("warning: ") else say)(action)
+    if fixed is not None and not request.replace_foreign:
+        refuse_foreign(fixed)
     if request.lock is None and not (request.reinstall or request.refresh):
         for train in list(wanted):
             found = _satisfied(request, train, fixed, outcome.install_dir, say)
@@ -150,17 +152,19 @@ def install(request: InstallRequest, *, reporter: Reporter | None = None,
 
 
 def _check_options(request: InstallRequest) -> None:
-    """Every option that can be wrong without the network: a usage error before anything else."""
+    """Every option that can be wrong without the network: a usage error before anything else (the
+    no-op included: an installed prefix answers a bad option as an empty one does)."""
     from cudaredist.profiles import get_profile, parse_product_requests
     from cudaredist.sources import check_where
     from cudaredist.tree.links import link_mode
     from cudaredist.trust import Trust
 
     link_mode(request.link_mode)
-    check_where(request.where)
+    profiles.host_platform(request.platform)
+    # with a lock file and no --source, the lock's source decides what else fits (read later, offline)
+    source = check_source(request.source) if request.source is not None or request.lock is None else None
+    check_where(request.where, source)
     Trust.of(request.where.trusted_hosts)
-    if request.source is not None or request.lock is None:
-        check_source(request.source)
     if request.lock is None:
         parse_product_requests(request.products)
         if (profile := _profile(request)) is not None:

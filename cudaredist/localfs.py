@@ -43,6 +43,17 @@ def free_bytes(directory: Path) -> int | None:
         return None
 
 
+def read_only(directory: Path) -> bool:
+    """Is ``directory`` on a filesystem mounted read-only, or one this process may not write in
+    (a shared cache others filled)? False when that cannot be told."""
+    try:
+        if hasattr(os, "statvfs") and os.statvfs(directory).f_flag & os.ST_RDONLY:
+            return True
+        return directory.is_dir() and not os.access(directory, os.W_OK)
+    except OSError:
+        return False
+
+
 def fold(path: str) -> str:
     """A path as a case-insensitive filesystem compares it (NTFS, APFS, exFAT): case and
     Unicode normalisation folded (canonical caseless matching, so folding errs toward equality)."""
@@ -131,13 +142,14 @@ def disk_error(exc: OSError, *, path: Path | str, where: Path | str, cache: bool
                        "the prefix was left as it was and verified downloads stay in the cache")
 
 
-def check_free_space(directory: Path, needed: int, *, what: str) -> None:
-    """Refuse early only when the space is clearly insufficient (``needed`` is a lower bound)."""
+def check_free_space(directory: Path, needed: int, *, what: str, option: str = "--prefix") -> None:
+    """Refuse early only when the space is clearly insufficient (``needed`` is a lower bound);
+    ``option`` names where the user chose ``directory`` (``--prefix``, ``--cache-dir``)."""
     free = free_bytes(directory)
     if free is not None and free < needed:
         raise LocalDiskError(
             f"not enough space on the device holding {directory}: {mb(free)} free, and {what} needs "
-            f"at least {mb(needed)}. Free space there or choose a --prefix on another filesystem; "
+            f"at least {mb(needed)}. Free space there or choose a {option} on another filesystem; "
             "nothing was downloaded or changed.", path=str(directory), where=str(directory),
             errno=_errno.ENOSPC)
 

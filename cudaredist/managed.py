@@ -29,9 +29,12 @@ from cudaredist.errors import PrefixError, RecordError, ResolveError
 from cudaredist.fsops import WINDOWS
 from cudaredist.plan import matches, version_key
 from cudaredist.record import read_record, satisfying_record
+from cudaredist.record import tidy as tidy_prefix
 
 ENV_INSTALL_DIR = "CUDAREDIST_INSTALL_DIR"
 _NAME = re.compile(r"^cuda-(?P<release>\d+\.\d+\.\d+)-(?P<platform>[a-z0-9]+-[a-z0-9_]+)$")
+# what a killed run leaves beside a toolkit (cudaredist.record.leftovers): .NAME.cudaredist-KIND-ID
+_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.cudaredist-[a-z]+-")
 
 
 def install_dir(given: Path | str | None = None) -> Path:
@@ -116,6 +119,14 @@ def _products(plan: dict[str, Any]) -> tuple[tuple[str, str], ...]:
     got = plan.get("products", [])
     return tuple((str(p.get("name", "")), str(p.get("release", ""))) for p in got if isinstance(p, dict)) \
         if isinstance(got, list) else ()
+
+
+def tidy(root: Path, timeout: float) -> list[str]:
+    """:func:`cudaredist.record.tidy` for each toolkit of ``root`` that a killed run left something
+    beside (a swap cut short is put back): before the no-op check, so that it needs no network."""
+    names = {m["name"] for e in (root.iterdir() if root.is_dir() else ())
+             if (m := _LEFTOVER.match(e.name)) and _NAME.match(m["name"])}
+    return [action for name in sorted(names) for action in tidy_prefix(root / name, timeout)]
 
 
 def installed(root: Path) -> list[Toolkit]:

@@ -163,15 +163,27 @@ def platform_rule(name: str) -> PlatformRule:
     return PlatformRule(name, links, hosts, str(body.get("arch", "")))
 
 
+_ARCH = re.compile(r"[a-z0-9][a-z0-9_]*")
+
+
 def known_platforms() -> list[str]:
     return sorted(_data().get("platforms", {}))
 
 
 def host_platform(asked: str | None = None) -> str:
     """``asked`` (a --platform) if given, else this host's CUDA redist platform: the one place that
-    decides the platform a command acts for."""
+    decides the platform a command acts for. A ``--platform`` is ``OS-ARCH`` with the OS of a
+    platform ``[platforms.*]`` names; an ARCH NVIDIA adds later still installs (without fix-ups), a
+    name of another shape is a :class:`UsageError` before any network."""
     if asked:
-        return asked
+        known = known_platforms()
+        systems = sorted({p.partition("-")[0] for p in known})
+        system, _, arch = asked.partition("-")
+        if asked in known or (system in systems and _ARCH.fullmatch(arch)):
+            return asked
+        raise UsageError(f"unknown platform {asked!r}: use one of {', '.join(known)} (--platform; an "
+                         "architecture NVIDIA adds later is written OS-ARCH, OS one of "
+                         f"{', '.join(systems)})")
     system, machine = _platform.system().lower(), _platform.machine().lower()
     for name in known_platforms():
         if (system, machine) in platform_rule(name).hosts:

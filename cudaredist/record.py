@@ -251,8 +251,11 @@ def _dumps(record: dict[str, Any]) -> str:
 # for a list of them; a name ending in "?" may be absent.
 _RECORD: dict[str, Any] = {
     "plan": {"release": str, "platform": str, "profile": str, "base_url": str, "source?": str,
-             "release_date?": (str, type(None)),
-             "components": [{"name": str, "version": str, "sha256": str}]},
+             "release_date?": (str, type(None)), "channel?": str, "hashes_from?": str, "notes?": [str],
+             "components": [{"name": str, "version": str, "sha256": str, "url?": str, "relative_path?": str,
+                             "size?": int, "layout?": str, "product?": str}],
+             "products?": [{"name": str, "release": str, "requested?": str, "release_date?": str,
+                            "base_url?": str, "cuda_variant?": str}]},
     "files": [{"path": str, "size": int, "sha256": str, "mode?": str, "link?": str, "component?": str}],
     "links?": [{"path": str, "link": str, "copy?": str}],
     "request?": {"components?": list},

@@ -47,6 +47,26 @@ def tmpfs(mountpoint: Path, size: str, *, read_only: bool = False) -> Iterator[P
 
 
 @contextlib.contextmanager
+def read_only_view(source: Path, mountpoint: Path) -> Iterator[Path]:
+    """``source`` seen through a read-only bind mount at ``mountpoint`` (root can write nowhere in it)."""
+    mountpoint.mkdir(parents=True, exist_ok=True)
+    if os.name == "nt":
+        unavailable("a read-only bind mount")
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        unavailable("a bind mount needs root and mount(8)")
+    r = _run("mount", "--bind", str(source), str(mountpoint))
+    if r.returncode != 0:
+        unavailable(f"cannot bind-mount here: {r.stderr.strip()}")
+    try:
+        r = _run("mount", "-o", "remount,bind,ro", str(mountpoint))
+        if r.returncode != 0:
+            unavailable(f"cannot make a bind mount read-only here: {r.stderr.strip()}")
+        yield mountpoint
+    finally:
+        _run("umount", "-l", str(mountpoint))
+
+
+@contextlib.contextmanager
 def exfat(mountpoint: Path, image: Path, size_mb: int = 64) -> Iterator[Path]:
     """A real case-insensitive filesystem (exFAT through FUSE on a loop device)."""
     tools = ("mkfs.exfat", "mount.exfat-fuse", "losetup")

@@ -59,8 +59,8 @@ def _error(result: Result) -> str:
                  "Releases of train 13.0: 13.0.1.", id="unknown-exact-release"),
     pytest.param(["13.x"], "'13.x' is not a CUDA train or release: use MAJOR (13), MAJOR.MINOR (13.4) "
                  "or MAJOR.MINOR.PATCH (13.4.1)", id="malformed-train"),
-    pytest.param(["13.0", "--platform", "solaris-sparc"],
-                 "CUDA 13.0.1 has no archives for platform 'solaris-sparc'; platforms in this release: "
+    pytest.param(["13.0", "--platform", "linux-riscv64"],
+                 "CUDA 13.0.1 has no archives for platform 'linux-riscv64'; platforms in this release: "
                  "linux-x86_64, windows-x86_64", id="unknown-platform"),
     pytest.param(["12.9", "--platform", "windows-x86_64"],
                  "CUDA 12.9.1 has no archives for platform 'windows-x86_64'; platforms in this release: "

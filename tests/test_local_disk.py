@@ -24,7 +24,7 @@ from cudaredist.sources.nvidia.index import Index, normalize_base
 from tests.archives import NVCC_12, Exe, MirrorArchive, build_mirror, resolve_plan, toolkit
 from tests.hosts import assert_mode, fd_paths
 from tests.invariants import assert_installed, cache_problems, leftovers, snapshot
-from tests.mounts import tmpfs
+from tests.mounts import read_only_view, tmpfs
 
 LINUX = "linux-x86_64"
 
@@ -160,14 +160,38 @@ def test_free_space_is_checked_before_downloading(tmp_path: Path) -> None:
     assert _entries(Cache(tmp_path / "cache")) == set()
 
 
+def test_the_cache_disk_is_checked_too_when_it_is_not_the_prefix_s(tmp_path: Path) -> None:
+    """The prefix has room; the cache, on a 1 MB disk of its own, cannot take 1.5 MB of downloads:
+    refused before a byte is fetched, naming the cache's disk and --cache-dir."""
+    base = str(_mirror(tmp_path / "mirror", {"lib/noise": os.urandom(1_500_000)}))
+    with tmpfs(tmp_path / "disk", "1m") as disk:
+        p = _cli("install", "13.0", "--base-url", base, "--prefix", str(tmp_path / "cuda"), "--cache-dir",
+                 str(disk / "cache"), "--quiet", "--platform", LINUX)
+        assert p.returncode == 1, p.stderr
+        assert "Traceback" not in p.stderr
+        cache = disk / "cache"
+        assert p.stderr.startswith(f"error: not enough space on the device holding {cache}:"), p.stderr
+        assert "the download of 7 archives into the cache needs at least 1." in p.stderr
+        assert "choose a --cache-dir on another filesystem; nothing was downloaded" in p.stderr
+        assert not (tmp_path / "cuda").exists()
+        assert _entries(Cache(disk / "cache")) == set()
+
+
 @pytest.mark.parametrize("via", ["http", "file"])
 def test_real_enospc_while_downloading_into_the_cache(tmp_path: Path, transport: Transport, serve: Any,
-                                                      via: str) -> None:
+                                                      via: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The disk fills during the download (the early check of the cache's disk left out: it would
+    refuse these 600 kB on a 400 kB disk before the first byte, as the test above shows)."""
+    from cudaredist.install import transaction
+
     mirror = _mirror(tmp_path / "mirror", {"bin/ptxas": Exe(os.urandom(600_000))})
     base = serve(mirror) if via == "http" else str(mirror)
     prefix = tmp_path / "world" / "cuda"
     with tmpfs(tmp_path / "cachedisk", "400k") as disk:
         cache = Cache(disk / "cache")
+        real = transaction.check_free_space
+        monkeypatch.setattr(transaction, "check_free_space", lambda directory, *a, **k: None
+                            if directory == cache.root else real(directory, *a, **k))
         _install(transport, cache, base, "12.9", prefix)
         before = snapshot(prefix)
         with pytest.raises(LocalDiskError) as info:
@@ -213,3 +237,62 @@ def test_no_umask_calls_while_installing_or_mirroring(tmp_path: Path, transport:
     real(mask)
     assert_mode(made, 0o644 & ~mask)
     assert_mode(prefix, 0o777 & ~mask)  # the staging dir's 0700 was widened
+
+
+# -- a lock file that cannot be made ------------------------------------------------------------------------
+def _refuse_creating(mp: pytest.MonkeyPatch, lock: Path) -> None:
+    """Creating ``lock`` fails with ENOENT though its folder exists, as in /proc: filelock reads that as a
+    holder's race and keeps trying."""
+    real = os.open
+
+    def refuse(path: Any, flags: int, *a: Any, **k: Any) -> int:
+        if os.fspath(path) == str(lock) and flags & os.O_CREAT:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(path))
+        return real(path, flags, *a, **k)
+    mp.setattr(os, "open", refuse)
+
+
+@pytest.mark.parametrize("where", ["injected", "proc"])
+def test_a_lock_file_that_cannot_be_made_fails_at_once_with_the_disk_s_reason(
+        tmp_path: Path, mirror: Path, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """Not "busy" after the whole --lock-timeout: nobody holds a lock whose file is not there."""
+    import time
+
+    from typer.testing import CliRunner
+
+    from cudaredist.cli import app
+
+    if where == "proc":
+        if not os.path.isfile("/proc/self/status"):
+            pytest.skip("no procfs on this host (Linux only)")
+        prefix = Path("/proc/x")
+    else:
+        prefix = tmp_path / "cuda"
+        _refuse_creating(monkeypatch, tmp_path / ".cuda.cudaredist.lock")
+    started = time.monotonic()
+    r = CliRunner().invoke(app, ["install", "13.0", "--prefix", str(prefix), "--base-url", str(mirror),
+                                 "--platform", LINUX, "--lock-timeout", "60", "-q"])
+    assert time.monotonic() - started < 20, r.stderr
+    assert r.exit_code == 1, r.stderr
+    assert r.stderr == (f"error: cannot create the lock file of the prefix in {prefix.parent}: No such file "
+                        "or directory; check that it exists, or choose another --prefix.\n")
+
+
+# -- a read-only cache -------------------------------------------------------------------------------------
+def test_a_read_only_cache_serves_offline_and_warm_installs(tmp_path: Path, serve: Any) -> None:
+    """A cache others filled, mounted read-only: --offline and a warm install (index pages within the
+    TTL) read it as it is, with no lock, marker or temporary file written; the trees verify."""
+    base = serve(_mirror(tmp_path / "mirror"))
+    filled = tmp_path / "filled"
+    warm = _cli("install", "13.0", "--base-url", base, "--prefix", str(tmp_path / "first"), "--cache-dir",
+                str(filled), "--quiet", "--platform", LINUX)
+    assert warm.returncode == 0, warm.stderr
+    before = snapshot(filled)
+    with read_only_view(filled, tmp_path / "ro") as ro:
+        for name, extra in (("offline", ["--offline"]), ("warm", [])):
+            prefix = tmp_path / name
+            p = _cli("install", "13.0", "--base-url", base, "--prefix", str(prefix), "--cache-dir", str(ro),
+                     "--quiet", "--platform", LINUX, *extra)
+            assert p.returncode == 0, (name, p.stderr)
+            assert _cli("verify", "--prefix", str(prefix)).returncode == 0
+            assert snapshot(ro) == before

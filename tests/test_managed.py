@@ -231,3 +231,18 @@ def test_run_takes_its_options_after_the_train(mirror: Path, tmp_path: Path, for
                        env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == str(mine / f"cuda-13.0.1-{plat}")
+
+
+def test_leftovers_in_the_install_dir_are_cleaned_before_the_no_op(mirror: Path, tk_dir: Path) -> None:
+    """A swap cut short (the toolkit moved aside, nothing in its place) is put back and a killed run's
+    staging removed before the no-op check, which then needs no server: the base URL answers nothing."""
+    install(mirror, "13.0")
+    tk = tk_dir / "cuda-13.0.1-linux-x86_64"
+    tk.rename(tk_dir / ".cuda-13.0.1-linux-x86_64.cudaredist-old-1234abcd")
+    (tk_dir / ".cuda-13.0.1-linux-x86_64.cudaredist-stage-abcd").mkdir()
+    code, _out, err = cli("install", "13.0", "--base-url", "http://127.0.0.1:9/", "--platform", LINUX)
+    assert code == 0, err
+    assert f"restored {tk} from an interrupted swap" in err and "nothing to do" in err
+    assert "127.0.0.1:9" not in err
+    assert sorted(p.name for p in tk_dir.iterdir() if ".cudaredist-" in p.name and "lock" not in p.name) == []
+    assert (tk / ".cudaredist" / "record.json").is_file()

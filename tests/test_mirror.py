@@ -251,6 +251,32 @@ def test_tool_made_mirror_served_by_nginx_installs(mirror: Path, nginx_serve, tm
     assert hashlib.sha256(served).hexdigest() == sha256(mirror / "redistrib_13.0.1.json")
 
 
+def test_percent_encoded_relative_paths_are_written_as_the_files_a_server_maps_them_to(
+        mirror: Path, serve, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A manifest's relative_path is a URL reference: ``%20`` and ``%2B`` name the file ``x y+z`` on the
+    server. The mirror writes that file (not one named ``x%20y%2Bz``), so its own archives are served."""
+    manifest = mirror / "redistrib_13.0.1.json"
+    data = json.loads(manifest.read_text())
+    entry = data["cuda_cudart"]["linux-x86_64"]
+    old = mirror / entry["relative_path"]
+    folder, name = entry["relative_path"].rsplit("/", 1)
+    old.rename(old.with_name(f"cuda cudart+{name}"))
+    entry["relative_path"] = f"{folder}/cuda%20cudart%2B{name}"
+    manifest.write_text(json.dumps(data, indent=4))
+    out = tmp_path / "out"
+    made = make_mirror(serve(mirror), out, "13.0", "--platform", "linux-x86_64")
+    assert made["archives"] and all(a["status"] != "failed" for a in made["archives"])
+    assert (out / folder / f"cuda cudart+{name}").is_file()
+    assert not list(out.rglob("*%*"))
+    # the manifest is byte-identical, and the mirror, served, installs from itself
+    assert (out / "redistrib_13.0.1.json").read_bytes() == manifest.read_bytes()
+    r = cli("install", "13.0", "--prefix", str(tmp_path / "cuda"), "--platform", "linux-x86_64",
+            "--base-url", serve(out), "--no-fallback", "--mirror", serve(out), "-q",
+            "--cache-dir", str(tmp_path / "fresh cache"))
+    assert r.exit_code == 0, r.output
+    assert os.path.lexists(tmp_path / "cuda" / "lib" / "libcudart.so")
+
+
 # -- progress in logs -------------------------------------------------------------------------------
 def run_cli(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "TERM")}

@@ -126,6 +126,32 @@ def test_commands_on_a_prefix_without_an_install(tmp_path: Path, command: str) -
     assert (tmp_path / "plain" / "keep.txt").exists()
 
 
+@pytest.mark.parametrize("field, value, words", [
+    pytest.param("products", 5, "plan.products is not a list", id="products-not-a-list"),
+    pytest.param("products", ["cudnn"], "plan.products[0] is not an object", id="product-not-an-object"),
+    pytest.param("products", [{"name": "cudnn"}], "plan.products[0].release is missing",
+                 id="product-without-release"),
+    pytest.param("notes", "x", "plan.notes is not a list", id="notes-not-a-list"),
+    pytest.param("notes", [1], "plan.notes[0] is not a string", id="note-not-a-string"),
+])
+@pytest.mark.parametrize("command", ["info", "verify", "doctor", "install"])
+def test_an_edited_plan_field_is_a_damaged_record(prefix: Path, mirror: Path, command: str, field: str,
+                                                  value: object, words: str) -> None:
+    """Every command that reads the record names the field, as for any other damage, never "internal
+    error"."""
+    rp = record_path(prefix)
+    rec = json.loads(rp.read_text())
+    rec["plan"][field] = value
+    rp.write_text(json.dumps(rec))
+    args = {"install": ["install", "13.0", "--base-url", str(mirror), "--platform", "linux-x86_64"],
+            "verify": ["verify", "--fast"]}.get(command, [command])
+    r = runner.invoke(app, [*args, "--prefix", str(prefix)])
+    out = r.stdout + r.stderr
+    assert r.exit_code == 1, out
+    assert f"{rp} is damaged ({words})" in out and "--reinstall" in out
+    assert "internal error" not in out and "Traceback" not in out
+
+
 def test_uninstall_removes_exactly_what_was_installed(prefix: Path, tmp_path: Path) -> None:
     (prefix / "include" / "mine.h").write_bytes(b"user file")
     (prefix / "notes").mkdir()

@@ -97,17 +97,31 @@ def test_a_symlinked_prefix_is_cleaned_beside_its_target(installed: tuple[Path, 
     pytest.param(["--trusted-host", "a/b"], "--trusted-host 'a/b'", id="trusted-host-shape"),
     pytest.param(["--link-mode", "symlink"], "symlink", id="link-mode"),
     pytest.param(["--profile", "full"], "unknown profile 'full'", id="profile"),
+    pytest.param(["--channel", "bogus"], "unknown channel 'bogus': use release or preview", id="channel"),
+    pytest.param(["--channel", "release"], "--channel release and --base-url", id="channel-and-base-url"),
+    pytest.param(["--no-fallback"], "--no-fallback needs --mirror (or CUDAREDIST_MIRROR)", id="no-fallback"),
+    pytest.param(["--source", "pypi", "--channel", "preview"],
+                 "--channel names one of NVIDIA's redist indexes", id="channel-with-pypi"),
+    pytest.param(["--platform", "bogus"], "unknown platform 'bogus': use one of linux-aarch64, ",
+                 id="platform"),
 ])
 def test_options_are_checked_on_a_no_op_as_on_a_fresh_install(installed: tuple[Path, list[str]],
                                                               tmp_path: Path, extra: list[str],
                                                               words: str) -> None:
+    """The same usage error (exit 2) on the installed prefix as on an empty one, and before any network:
+    the base URL is a server that is not there, whose name would show in a network error."""
     prefix, args = installed
+    errors = []
     for where in (prefix, tmp_path / "fresh"):
         argv = [*args, *extra]
         argv[argv.index(str(prefix))] = str(where)
+        argv[argv.index("--base-url") + 1] = "http://127.0.0.1:9/"
         r = _run(*argv)
         assert r.exit_code == 2, (where, r.output)
-        assert words in r.stderr and "Traceback" not in r.output
+        assert words in r.stderr and "Traceback" not in r.output and "127.0.0.1:9" not in r.stderr.replace(
+            "--base-url http://127.0.0.1:9/", "")
+        errors.append(r.stderr)
+    assert errors[0] == errors[1]
 
 
 def test_a_foreign_prefix_is_refused_before_any_network(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from cudaredist import fsops
 from cudaredist.errors import BusyError, CacheError, LocalDiskError, UsageError
 from cudaredist.localfs import CACHE_OPTION as OPTION
-from cudaredist.localfs import local_error
+from cudaredist.localfs import local_error, read_only
 
 if TYPE_CHECKING:
     import filelock
@@ -108,6 +108,10 @@ def hold(path: Path, wait: float, busy: str, owner: Path, *, doing: str, where: 
             try:
                 lock.acquire(timeout=max(0.0, min(0.1, deadline - time.monotonic())))
             except filelock.Timeout:
+                if not os.path.lexists(path):
+                    # no holder has a lock whose file is not there: filelock takes a file it cannot
+                    # create (ENOENT in /proc) for a race and retries; the disk's reason, at once
+                    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o666))
                 if time.monotonic() >= deadline:
                     raise
                 continue
@@ -132,6 +136,8 @@ class Cache:
         # seconds a stored index page answers for the server (0: never; install gives the TTL)
         self.index_ttl = index_ttl
         self._ready = False
+        # a marked cache this process cannot write (a read-only mount): read as it is, no locks
+        self.read_only = False
 
     # -- paths ---------------------------------------------------------------------------------
     @property
@@ -190,6 +196,11 @@ class Cache:
             return
         with _PREPARING:  # the fetcher's threads share one Cache
             try:
+                if (self.root / MARKER).is_file() and read_only(self.root):
+                    # nothing in it can change through this process, and no lock file can be made
+                    # there: what it holds is used as it is, as pip reads a read-only cache
+                    self.read_only = self._ready = True
+                    return
                 if not self.maintainable("use"):
                     self.root.mkdir(parents=True, exist_ok=True)
                 self._mark()
@@ -239,6 +250,9 @@ class Cache:
         """Hold the entry lock ``name`` (``waiting``: see :func:`hold`)."""
         wait = self.lock_timeout if timeout is None else timeout
         self.prepare()
+        if self.read_only:
+            yield
+            return
         path = self.root / "locks" / f"{name}.lock"  # filelock makes locks/
         with hold(path, wait, f"the cache entry {name} in {self.root} is busy: another cudaredist process "
                   f"has held its lock for more than {wait:g}s; retry, or raise --lock-timeout", self.root,
@@ -325,6 +339,9 @@ class Cache:
         return data
 
     def store_index(self, base_url: str, name: str, data: bytes) -> None:
+        self.prepare()
+        if self.read_only:  # a page fetched again is used, not kept
+            return
         d = self.index_dir(base_url)
         with self.lock(f"index-{d.name}"):  # a clear removes the folder under this lock
             try:

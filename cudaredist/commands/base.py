@@ -192,7 +192,7 @@ def platforms_or_host(values: list[str] | None) -> list[str]:
     out = [p.strip() for v in values or [] for p in v.split(",") if p.strip()]
     from cudaredist.profiles import host_platform
 
-    return list(dict.fromkeys(out)) or [host_platform()]
+    return [host_platform(p) for p in dict.fromkeys(out)] or [host_platform()]
 
 
 def print_plan(plan: Plan) -> None:

@@ -178,20 +178,25 @@ class Installer:
                              files=len(files), seconds=time.monotonic() - t0, warnings=tuple(warnings))
 
     def _check_space(self, plan: Plan, staging: Path) -> None:
-        """Refuse before downloading when the disk clearly cannot hold the tree.
+        """Refuse before downloading when a disk clearly cannot hold what lands on it.
 
         The estimate is a lower bound, so the check never refuses an install that would fit: an
         unpacked tree is at least as big as its compressed archives (2-4 times for CUDA's), and
-        archives not cached yet also land on this disk first when the cache shares it.
+        archives not cached yet land on the cache's disk first: this one when the cache shares it,
+        else the cache's, checked on its own.
         """
         needed = plan.total_size
         try:  # the cache root exists: install() prepared it
             same_disk = os.stat(staging).st_dev == os.stat(self.cache.root).st_dev
         except OSError:
             same_disk = False
+        missing = [it for it in plan.items if self.cache.lookup(it.archive.sha256, it.archive.size) is None]
+        downloads = sum(it.archive.size for it in missing)
         if same_disk:
-            needed += sum(it.archive.size for it in plan.items
-                          if self.cache.lookup(it.archive.sha256, it.archive.size) is None)
+            needed += downloads
+        elif missing:
+            check_free_space(self.cache.root, downloads, option="--cache-dir",
+                             what=f"the download of {len(missing)} archives into the cache")
         check_free_space(staging.parent, needed,
                          what=f"the tree of {len(plan.items)} archives ({mb(plan.total_size)} compressed"
                               + (", plus their downloads into the cache on the same disk)" if same_disk

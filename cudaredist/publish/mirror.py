@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import unquote
 
 from cudaredist.cache.store import hold, lock_wait
 from cudaredist.errors import FetchError, ManifestError
@@ -64,9 +65,10 @@ class MirrorReport:
 
 
 def dest_path(out: Path, relative_path: str) -> Path:
-    """``relative_path`` inside the mirror ``out``; one that could name a file elsewhere is refused."""
-    parts = relative_path.split("/")
-    if any(p in ("", ".", "..") or "\\" in p or ":" in p for p in parts):
+    """``relative_path`` inside the mirror ``out``, each segment percent-decoded as a server maps a URL
+    path to a file (``a%20b`` is the file ``a b``); one that could name a file elsewhere is refused."""
+    parts = [unquote(p) for p in relative_path.split("/")]
+    if any(p in ("", ".", "..") or "\\" in p or "/" in p or ":" in p for p in parts):
         raise ManifestError(f"{relative_path!r} would not name a file inside the mirror {out}; "
                             "nothing was written there", source=str(out), entry=relative_path)
     return out.joinpath(*parts)
@@ -109,9 +111,13 @@ def verifies(dest: Path, size: int, sha256: str) -> bool:
     return right_size and sha256_file(dest) == sha256
 
 
-def index_page(labels: Sequence[str], dirs: Sequence[str]) -> str:
-    """A directory page in the shape NVIDIA's server gives (single-quoted hrefs)."""
+def index_page(labels: Sequence[str], dirs: Sequence[str], manifests: str = "") -> str:
+    """A directory page in the shape NVIDIA's server gives (single-quoted hrefs); ``manifests``: the
+    folder a mirror's top page points install at (``rel='manifests'``: its manifests sit deeper)."""
     rows = [f"<a href='{html.escape(d, quote=True)}/'>{html.escape(d)}/</a>" for d in sorted(dirs)]
+    if manifests:
+        rows.insert(0, f"<a href='{html.escape(manifests, quote=True)}/' rel='manifests'>"
+                       f"{html.escape(manifests)}/</a>")
     rows += [f"<a href='redistrib_{lbl}.json'>redistrib_{lbl}.json</a>"
              for lbl in sorted(labels, key=lambda s: [int(p) for p in s.split(".")])]
     body = "\n".join(rows)
@@ -164,6 +170,10 @@ def write_mirror(out: Path, content: MirrorContent, *, fetch: Fetch, get_bytes: 
         labels = labels_from_names(os.listdir(top))
         dirs = [p.name for p in top.iterdir() if p.is_dir() and not p.name.startswith(".")]
         write_if_changed(top / "index.html", index_page(sort_labels(labels), dirs).encode())
+        if top != out and not labels_from_names(os.listdir(out)):
+            # the mirror's top says where its manifests are, for an install given this folder
+            tops = [p.name for p in out.iterdir() if p.is_dir() and not p.name.startswith(".")]
+            write_if_changed(out / "index.html", index_page([], tops, manifests=content.folder).encode())
     report.archives.sort(key=lambda a: (a.get("product", ""), a["relative_path"]))
     return report
 

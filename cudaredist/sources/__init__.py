@@ -41,9 +41,10 @@ _URL_OPTIONS = (("base_url", "--base-url (or CUDAREDIST_BASE_URL)"),
                 ("index_url", "--index-url (or PIP_INDEX_URL)"))
 
 
-def check_where(where: Where) -> Where:
+def check_where(where: Where, source: str | None = None) -> Where:
     """``where`` if each URL in it parses and has a scheme cudaredist speaks (a directory needs no
-    scheme); else a :class:`UsageError` naming the option."""
+    scheme) and, for ``source`` (a :func:`check_source` name), its options fit together; else a
+    :class:`UsageError` naming the option. No network: the install checks this before its no-op."""
     from urllib.parse import urlsplit
 
     for field, option in _URL_OPTIONS:
@@ -59,6 +60,15 @@ def check_where(where: Where) -> Where:
         if parts.scheme.lower() not in ("http", "https", "file"):
             raise UsageError(f"{option} {value!r}: unsupported URL scheme {parts.scheme!r}; use http://, "
                              "https://, file:// or a directory")
+    if where.channel and source == "pypi":
+        raise UsageError("--channel names one of NVIDIA's redist indexes: it needs --source nvidia")
+    if source == "nvidia":
+        if where.channel:
+            from cudaredist.sources.nvidia.index import channel_base
+
+            channel_base(where.channel, where.base_url)
+        if where.no_fallback and not where.mirror:
+            raise UsageError("--no-fallback needs --mirror (or CUDAREDIST_MIRROR)")
     return where
 
 
@@ -110,10 +120,9 @@ class Source(Protocol):
 
 def open_source(name: str | None, transport: Transport, cache: Cache, where: Where) -> Source:
     """The source ``name`` (``--source`` / ``CUDAREDIST_SOURCE`` / nvidia)."""
-    where = check_where(where)
-    if check_source(name) == "pypi":
-        if where.channel:
-            raise UsageError("--channel names one of NVIDIA's redist indexes: it needs --source nvidia")
+    source = check_source(name)
+    where = check_where(where, source)
+    if source == "pypi":
         from cudaredist.sources.pypi.source import PypiSource
 
         return PypiSource(transport, cache, where)

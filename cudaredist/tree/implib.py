@@ -40,7 +40,15 @@ MACHINE_I386 = 0x14C
 MACHINE_AMD64 = 0x8664
 MACHINE_ARM64 = 0xAA64
 # relocation type "32-bit address relative to the image base" (an RVA), per machine
-_ADDR32NB = {MACHINE_AMD64: 0x3, MACHINE_ARM64: 0x2, MACHINE_I386: 0x7}
+_ADDR32NB = {MACHINE_AMD64: 0x3, MACHINE_ARM64: 0x2}
+# x86 is left out on purpose: a 32-bit link resolves a __stdcall function (CUDA's CUDARTAPI on
+# x86) by its decorated name, _name@N with N the bytes of its arguments, which the DLL's export
+# table does not carry (llvm-dlltool needs a .def file that has them). An import library written
+# from the DLL alone would name symbols no 32-bit object asks for; CUDA 12 and later publish no
+# 32-bit Windows libraries at all.
+X86_REFUSED = ("a 32-bit (x86) DLL: its import library needs each __stdcall function's decorated name "
+               "(_name@N), which the DLL does not export, so cudaredist writes none (CUDA 12 and later "
+               "have no 32-bit Windows libraries; link against NVIDIA's own .lib)")
 
 _SCN_MEM_EXECUTE = 0x20000000
 _IMPORT_CODE, _IMPORT_DATA = 0, 1
@@ -178,9 +186,7 @@ def _coff(machine: int, sections: Sequence[tuple[bytes, bytes, Sequence[tuple[in
                                reloc_off if relocs else 0, 0, len(relocs), 0, flags)
     strtab = bytearray()
     symtab = b"".join(_symbol(n, strtab, v, s, c) for n, v, s, c in symbols)
-    characteristics = 0x0100 if machine == MACHINE_I386 else 0  # IMAGE_FILE_32BIT_MACHINE
-    head = struct.pack("<HHIIIHH", machine, len(sections), 0, header_size + len(body), len(symbols),
-                       0, characteristics)
+    head = struct.pack("<HHIIIHH", machine, len(sections), 0, header_size + len(body), len(symbols), 0, 0)
     return head + bytes(headers) + bytes(body) + symtab + struct.pack("<I", 4 + len(strtab)) + bytes(strtab)
 
 
@@ -240,13 +246,15 @@ def _ar(members: Sequence[tuple[str, bytes, Sequence[bytes]]]) -> bytes:
 def import_library(info: DllExports) -> bytes:
     """The bytes of an import library for ``info`` (deterministic)."""
     dll = info.dll
+    if info.machine == MACHINE_I386:
+        raise ImportLibraryError(f"{dll} is {X86_REFUSED}", dll=dll)
     if info.machine not in _ADDR32NB:
         raise ImportLibraryError(f"{dll}: machine type {info.machine:#x} is not one an import library "
-                                 "can be written for (x86, x64, arm64)", dll=dll)
+                                 "can be written for (x64, arm64)", dll=dll)
     stem = dll.rsplit(".", 1)[0] if "." in dll else dll
     thunk = b"\x7f" + stem.encode() + b"_NULL_THUNK_DATA"
     # the directory's terminator; the terminators of the lookup and address tables (one pointer each)
-    width, align = (4, _ALIGN_4) if info.machine == MACHINE_I386 else (8, _ALIGN_8)
+    width, align = 8, _ALIGN_8
     null_descriptor = _coff(info.machine, [(b".idata$3", bytes(20), [], _ALIGN_4 | _DATA_RW)],
                             [(b"__NULL_IMPORT_DESCRIPTOR", 0, 1, _SYM_EXTERNAL)])
     null_thunk = _coff(info.machine, [(b".idata$5", bytes(width), [], align | _DATA_RW),
@@ -265,7 +273,7 @@ def import_library(info: DllExports) -> bytes:
 
 # -- the tree ----------------------------------------------------------------------------------------
 # where a machine's import libraries live: bin/x64/cublas64_13.dll (or 12.x's bin/) -> lib/x64/
-_ARCH_DIRS = {MACHINE_AMD64: "x64", MACHINE_ARM64: "arm64", MACHINE_I386: "Win32"}
+_ARCH_DIRS = {MACHINE_AMD64: "x64", MACHINE_ARM64: "arm64"}
 _LIBRARY = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")  # not nvrtc64_130_0.alt.dll's "nvrtc64_130_0.alt"
 
 
@@ -305,7 +313,9 @@ def add_import_libraries(tree: Tree, warn: Callable[[str], object] = lambda _msg
             except ImportLibraryError as exc:
                 warn(f"{exc}; no import library is written for it (a link against {name} needs one)")
                 continue
-            if info.machine in _ARCH_DIRS:
+            if info.machine == MACHINE_I386:
+                warn(f"{rel} is {X86_REFUSED}")
+            elif info.machine in _ARCH_DIRS:
                 lib_dir = f"{base}lib/{_ARCH_DIRS[info.machine]}"
                 claims.setdefault((lib_dir, name.lower()), []).append((rel, info))
         for (lib_dir, key), found in sorted(claims.items(), key=lambda claim: claim[0]):

@@ -8,6 +8,7 @@ written by cudaredist, a program linked against it by GNU ld and run under Wine.
 from __future__ import annotations
 
 import io
+import re
 import struct
 import subprocess
 from pathlib import Path
@@ -18,6 +19,7 @@ from cudaredist.errors import ImportLibraryError
 from cudaredist.tree.implib import (
     MACHINE_AMD64,
     MACHINE_ARM64,
+    MACHINE_I386,
     DllExports,
     Export,
     add_import_libraries,
@@ -152,6 +154,24 @@ def test_long_dll_name_goes_to_the_long_name_table() -> None:
 def test_unknown_machine_is_refused() -> None:
     with pytest.raises(ImportLibraryError, match="machine type 0x1c4"):
         import_library(DllExports("x.dll", 0x1C4, (Export("f", 1),)))
+
+
+@pytest.mark.parametrize("in_tree", [False, True], ids=["import_library", "tree"])
+def test_a_32_bit_dll_gets_no_import_library_and_says_why(tmp_path: Path, in_tree: bool) -> None:
+    """x86 resolves __stdcall functions by _name@N, which no export table carries: an undecorated
+    library would link nothing, so none is written (CUDA 12+ has no 32-bit Windows libraries)."""
+    why = "a 32-bit (x86) DLL: its import library needs each __stdcall function's decorated name (_name@N)"
+    if not in_tree:
+        with pytest.raises(ImportLibraryError, match=re.escape(f"cudart32_110.dll is {why}")):
+            import_library(DllExports("cudart32_110.dll", MACHINE_I386, (Export("cudaMalloc", 1),)))
+        return
+    warned: list[str] = []
+    tree = _tree(tmp_path, {**_dlls("bin/cudart32_110.dll", machine=MACHINE_I386), "bin/nvcc.exe": b"MZ"})
+    assert add_import_libraries(tree, warned.append) == []
+    assert not (tmp_path / "lib").exists()
+    assert warned == [f"bin/cudart32_110.dll is {why}, which the DLL does not export, so cudaredist writes "
+                      "none (CUDA 12 and later have no 32-bit Windows libraries; link against NVIDIA's own "
+                      ".lib)"]
 
 
 # -- which DLLs -------------------------------------------------------------------------------------

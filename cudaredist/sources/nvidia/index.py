@@ -19,6 +19,7 @@ from cudaredist.sources.nvidia.releases import (
     check_train,
     labels_from_listing,
     labels_from_names,
+    manifests_link,
     pick_release,
     sort_labels,
 )
@@ -134,6 +135,29 @@ class Index:
         data = self.cache.index_page(base, LISTING, lambda: self.transport.get_bytes(base, quick=quick))
         return labels_from_listing(data.decode("utf-8", "replace"))
 
+    def _pick(self, train: str, base: str, quick: bool) -> str:
+        """The release ``train`` means at ``base``; at the top of a mirror whose manifests sit deeper
+        (a channel whose archives climb: ``release/cuda/redist/``), an error naming that folder."""
+        labels = self.labels(base, quick=quick)
+        try:
+            return pick_release(check_train(train), labels, base)
+        except ResolveError as exc:
+            if labels or not (inner := manifests_link(self._top_page(base))):
+                raise
+            raise ResolveError(
+                f"{exc} {base} is the top of a cudaredist mirror that keeps its manifests in {inner} (as "
+                f"deep as their archive paths climb): pass {join_url(base, inner)} to --base-url or "
+                "--mirror", requested=exc.requested, where=exc.where) from None
+
+    def _top_page(self, base: str) -> str:
+        """``base``'s directory page as read (a local base: its index.html), or ""."""
+        if not is_local(base):
+            return (self.cache.load_index(base, LISTING) or b"").decode("utf-8", "replace")
+        try:
+            return (local_path(base) / "index.html").read_text("utf-8", "replace")
+        except OSError:
+            return ""
+
     def manifest_bytes(self, base: str, label: str, *, quick: bool = False) -> bytes:
         """``redistrib_<label>.json`` from ``base`` as served (cached for --offline)."""
         name = f"redistrib_{label}.json"
@@ -154,7 +178,7 @@ class Index:
         for i, base in enumerate(readers):
             quick = i < len(readers) - 1
             try:
-                label = pick_release(check_train(train), self.labels(base, quick=quick), base)
+                label = self._pick(train, base, quick)
                 data = self.manifest_bytes(base, label, quick=quick)
             except (FetchError, ResolveError) as exc:
                 if isinstance(exc, OfflineError) and len(readers) == 1 and not bases.untrusted:

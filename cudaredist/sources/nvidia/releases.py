@@ -17,6 +17,16 @@ _FILE = re.compile(r"redistrib_(\d+\.\d+\.\d+)\.json", re.A)
 _TRAIN = re.compile(r"\d+(?:\.\d+){0,2}", re.A)
 
 
+# the top page of a mirror whose manifests sit deeper (cudaredist.publish.mirror.index_page)
+_MANIFESTS = re.compile(r"<a href='([^'<>:?#]+/)' rel='manifests'>", re.A)
+
+
+def manifests_link(html: str) -> str:
+    """The folder a mirror's top page says holds its manifests (``release/cuda/redist/``), or ""."""
+    found = _MANIFESTS.search(html)
+    return found.group(1) if found else ""
+
+
 def labels_from_listing(html: str) -> list[str]:
     """Release labels linked from a directory page, highest first."""
     return sort_labels(set(_HREF.findall(html)))

@@ -19,7 +19,7 @@ from cudaredist.profiles import (
     needs_notes,
     parse_product_requests,
 )
-from cudaredist.sources import Layout, Where
+from cudaredist.sources import Layout, Where, check_where
 from cudaredist.sources.mirroring import (
     Document,
     MirrorContent,
@@ -56,6 +56,7 @@ class NvidiaSource:
 
     def __init__(self, transport: Transport, cache: Cache, where: Where) -> None:
         self.transport = transport
+        check_where(where, self.name)
         if where.channel:  # one base URL from here on, as if given
             where = replace(where, base_url=channel_base(where.channel, where.base_url),
                             channel=where.channel.strip().lower())
@@ -65,14 +66,11 @@ class NvidiaSource:
 
     def bases(self, base_url: str | None = None) -> list[str]:
         """Where archives come from: mirror first (unless none), then the base URL."""
-        if self.where.no_fallback and not self.where.mirror:
-            raise UsageError("--no-fallback needs --mirror (or CUDAREDIST_MIRROR)")
         return default_bases(self.where.base_url or base_url, self.where.mirror,
                              fallback=not self.where.no_fallback)
 
     def trusted(self) -> Bases:
         """The bases split by trust: manifests only from authenticated ones (refused if none)."""
-        self.bases()  # the usage checks
         return trusted_bases(self.where.base_url, self.where.mirror, fallback=not self.where.no_fallback,
                              trust=self.trust)
 
