@@ -1,0 +1,152 @@
+"""Cross trees (`install --platform TARGET --host HOST`): the tools of HOST's archives at the root,
+the target's headers and libraries where NVIDIA's cross layout has them; one plan, one record, one
+verify; pairs NVIDIA does not publish and a release one side lacks refused before any download.
+Tiny archives from tests/archives.py in a directory base (the real trees: tests/e2e/test_cross_e2e.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from cudaredist.cli import app
+from cudaredist.plan import Plan, placed, plan_from_json
+from tests.archives import Exe, MirrorArchive, build_mirror, toolkit
+
+
+def _run(*args: str) -> Result:
+    return CliRunner().invoke(app, list(args))
+
+
+def _tagged(platform: str) -> list[MirrorArchive]:
+    """toolkit(platform) with each file's bytes naming the platform, so the tree shows whose it is."""
+    out = []
+    for a in toolkit(platform):
+        tag = platform.encode()
+        members = {k: (Exe(v.data + tag, v.mode) if isinstance(v, Exe) else v + tag if isinstance(v, bytes)
+                       else v) for k, v in a.members.items()}
+        out.append(MirrorArchive(a.component, a.platform, a.version, members))
+    return out
+
+
+@pytest.fixture
+def cross_site(tmp_path: Path) -> Path:
+    root = tmp_path / "site"
+    build_mirror(root, "13.0.1", _tagged("linux-x86_64") + _tagged("linux-sbsa")
+                 + _tagged("windows-x86_64") + _tagged("windows-arm64"))
+    return root
+
+
+def _install(site: Path, prefix: Path, target: str, host: str, *more: str) -> Result:
+    return _run("install", "13.0", "--platform", target, "--host", host, "--prefix", str(prefix),
+                "--base-url", str(site), *more)
+
+
+def test_linux_cross_tree_has_host_tools_and_the_targets_libraries(cross_site: Path, tmp_path: Path) -> None:
+    prefix = tmp_path / "sbsa"
+    r = _install(cross_site, prefix, "linux-sbsa", "linux-x86_64")
+    assert r.exit_code == 0, r.output
+    assert (prefix / "bin/nvcc").read_bytes().endswith(b"linux-x86_64")
+    assert (prefix / "nvvm/bin/cicc").read_bytes().endswith(b"linux-x86_64")
+    target = prefix / "targets/sbsa-linux"
+    assert (target / "lib/libcudart.so.13.0.96").read_bytes().endswith(b"linux-sbsa")
+    assert (target / "include/cuda_runtime.h").read_bytes().endswith(b"linux-sbsa")
+    assert (target / "include/cccl/thrust/version.h").is_file()
+    # the crt headers come with the tools, where nvcc -target-dir reads headers
+    assert (target / "include/crt/host_config.h").read_bytes().endswith(b"linux-x86_64")
+    assert not (prefix / "include").exists() and not (prefix / "lib/libcudart.so.13.0.96").exists()
+    rec = json.loads((prefix / ".cudaredist/record.json").read_text())
+    plan = plan_from_json(rec["plan"])
+    assert (plan.platform, plan.host) == ("linux-sbsa", "linux-x86_64")
+    assert {i.component: plan.archive_platform(i) for i in plan.items} == {
+        "cuda_nvcc": "linux-x86_64", "libnvvm": "linux-x86_64", "cuda_crt": "linux-x86_64",
+        "cuda_cudart": "linux-sbsa", "cuda_cccl": "linux-sbsa", "cuda_profiler_api": "linux-sbsa",
+        "cuda_nvtx": "linux-sbsa"}
+    assert _run("verify", "--prefix", str(prefix)).exit_code == 0
+    info = _run("info", "--prefix", str(prefix))
+    assert "platform:  linux-sbsa (tools for linux-x86_64)" in info.output, info.output
+    again = _install(cross_site, prefix, "linux-sbsa", "linux-x86_64")
+    assert again.exit_code == 0 and "nothing to do" in again.output, again.output
+    # the same prefix asked as a native tree is another request: rebuilt, not a no-op
+    native = _run("install", "13.0", "--platform", "linux-sbsa", "--prefix", str(prefix),
+                  "--base-url", str(cross_site))
+    assert native.exit_code == 0 and "nothing to do" not in native.output, native.output
+    assert (prefix / "bin/nvcc").read_bytes().endswith(b"linux-sbsa")
+
+
+def test_windows_cross_tree_keeps_the_targets_arm64_folders(cross_site: Path, tmp_path: Path) -> None:
+    prefix = tmp_path / "woa"
+    r = _install(cross_site, prefix, "windows-arm64", "windows-x86_64")
+    assert r.exit_code == 0, r.output
+    assert (prefix / "bin/nvcc.exe").read_bytes().endswith(b"windows-x86_64")
+    assert (prefix / "bin/arm64/cudart64_13.dll").is_file()
+    assert (prefix / "lib/arm64/cudart.lib").read_bytes().endswith(b"windows-arm64")
+    assert not (prefix / "lib/x64").exists() and not (prefix / "bin/x64").exists()
+    assert (prefix / "include/cuda_runtime.h").read_bytes().endswith(b"windows-arm64")
+    assert _run("verify", "--prefix", str(prefix)).exit_code == 0
+
+
+@pytest.mark.parametrize(("target", "host"), [
+    pytest.param("linux-x86_64", "linux-sbsa", id="aarch64-tools-for-x86"),
+    pytest.param("linux-sbsa", "windows-x86_64", id="windows-tools-for-linux"),
+    pytest.param("windows-x86_64", "windows-arm64", id="arm64-tools-for-x64"),
+])
+def test_a_pair_nvidia_does_not_publish_is_refused_before_any_download(target: str, host: str,
+                                                                      tmp_path: Path) -> None:
+    # a base nobody serves: the refusal comes before the network is asked
+    r = _install(tmp_path / "nowhere", tmp_path / "p", target, host)
+    assert r.exit_code == 2, r.output
+    assert f"NVIDIA publishes no cross toolkit that builds for {target} on {host}" in r.output
+    assert "linux-x86_64 -> linux-sbsa" in r.output and "Traceback" not in r.output
+    assert not (tmp_path / "p").exists()
+
+
+def test_a_release_the_target_lacks_is_refused_naming_that_side(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    build_mirror(site, "13.0.1", _tagged("linux-x86_64") + [a for a in _tagged("linux-sbsa")
+                                                            if a.component != "cuda_cudart"])
+    r = _install(site, tmp_path / "p", "linux-sbsa", "linux-x86_64")
+    assert r.exit_code == 1, r.output
+    assert "linux-x86_64 -> linux-sbsa cross tree takes its headers and libraries (--platform) " \
+           "from linux-sbsa" in r.output and "cuda_cudart" in r.output, r.output
+    assert not (tmp_path / "p").exists()
+
+
+def test_host_needs_a_prefix(tmp_path: Path) -> None:
+    r = _run("install", "13.0", "--platform", "linux-sbsa", "--host", "linux-x86_64",
+             "--install-dir", str(tmp_path / "managed"))
+    assert r.exit_code == 2 and "goes into --prefix" in r.output, r.output
+
+
+def test_a_host_equal_to_the_platform_is_a_native_tree(cross_site: Path, tmp_path: Path) -> None:
+    r = _install(cross_site, tmp_path / "p", "linux-sbsa", "linux-sbsa")
+    assert r.exit_code == 0, r.output
+    plan = plan_from_json(json.loads((tmp_path / "p/.cudaredist/record.json").read_text())["plan"])
+    assert plan.host == "" and not (tmp_path / "p/targets").exists()
+
+
+@pytest.mark.parametrize(("rel", "place", "want"), [
+    pytest.param("lib/libcudart.so", (("", "targets/sbsa-linux"),), "targets/sbsa-linux/lib/libcudart.so",
+                 id="everything"),
+    pytest.param("include/crt/a.h", (("include", "targets/x/include"),), "targets/x/include/crt/a.h",
+                 id="one-folder"),
+    pytest.param("bin/nvcc", (("include", "targets/x/include"),), "bin/nvcc", id="other-folder-stays"),
+    pytest.param("includes/a.h", (("include", "t"),), "includes/a.h", id="prefix-is-not-a-folder"),
+    pytest.param("lib/x64/a.lib", (("lib", ""),), None, id="dropped"),
+])
+def test_placed(rel: str, place: tuple[tuple[str, str], ...], want: str | None) -> None:
+    assert placed(rel, place) == want
+
+
+def test_a_cross_plan_round_trips_and_keys_apart_from_a_native_one(cross_site: Path, tmp_path: Path) -> None:
+    assert _install(cross_site, tmp_path / "p", "linux-sbsa", "linux-x86_64").exit_code == 0
+    obj = json.loads((tmp_path / "p/.cudaredist/record.json").read_text())["plan"]
+    plan: Plan = plan_from_json(obj)
+    assert plan_from_json(plan.to_json()) == plan
+    from dataclasses import replace
+
+    native = replace(plan, host="", items=tuple(replace(i, platform="", place=()) for i in plan.items))
+    assert native.content_key() != plan.content_key()
+
