@@ -133,7 +133,8 @@ def env_cmd(
     target = tk.target()
     plan = require_record(target)["plan"]
     found = environment(str(target), platform=plan["platform"], release=plan["release"], host_windows=WINDOWS,
-                        msbuild=any(c["name"] == "visual_studio_integration" for c in plan["components"]))
+                        msbuild=any(c["name"] == "visual_studio_integration" for c in plan["components"]),
+                        host=str(plan.get("host", "")))
     for note in [] if as_json else found.notes:
         typer.echo(f"note: {note}", err=True)
     if github:

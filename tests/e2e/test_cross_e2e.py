@@ -1,0 +1,137 @@
+"""A real x86_64 -> aarch64 cross tree: CUDA 13.0.2 from NVIDIA's linux-x86_64 and linux-sbsa
+wheels (re-packed into a mirror by `cudaredist mirror --source pypi`), installed with
+``--host linux-x86_64 --platform linux-sbsa``; its x86-64 nvcc and Debian's aarch64-linux-gnu-g++
+build an aarch64 program against the tree's sbsa cudart (by hand and through CMake, each
+configured only with what `cudaredist env` prints), and the program runs under qemu-user, where
+cudaGetDeviceCount fails cleanly (no driver)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from cudaredist.envexport import Environment, applied
+from tests.e2e.test_cmake import find_cmake, generator
+from tests.hosts import require_linux_x86_64
+from tests.realmirror import (  # noqa: F401  (fixtures)
+    host_free_env,
+    real_mirror_1302_sbsa,
+    real_wheel_cache,
+    run_cudaredist,
+)
+from tests.wintools import tool
+
+pytestmark = [pytest.mark.e2e, pytest.mark.pypi]
+
+require_linux_x86_64()
+
+PROJECT = Path(__file__).resolve().parent / "cross_project"
+SYSROOT = "/usr/aarch64-linux-gnu"   # Debian's aarch64 libc, for qemu-aarch64 -L
+ELF_X86_64, ELF_AARCH64 = 62, 183    # e_machine
+
+
+def elf_machine(path: Path) -> int:
+    head = path.read_bytes()[:20]
+    assert head[:4] == b"\x7fELF", f"{path} is not an ELF file"
+    return int.from_bytes(head[18:20], "little")
+
+
+def ok(r: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    assert r.returncode == 0, f"{r.args}:\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}"
+    return r
+
+
+def sh(cmd: list[str], env: dict[str, str], **kw: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600,  # type: ignore[call-overload, no-any-return]
+                          **kw)
+
+
+def under_qemu(program: Path, env: dict[str, str]) -> str:
+    """The program's output under qemu-aarch64; it must fail cleanly: no driver here."""
+    r = sh([tool("qemu-aarch64", "apt-get install qemu-user"), "-L", SYSROOT, str(program)], env)
+    print(f"$ qemu-aarch64 -L {SYSROOT} {program.name}\n{r.stdout}{r.stderr}(exit {r.returncode})")
+    assert r.returncode == 3, (r.returncode, r.stdout, r.stderr)
+    clean_failure = r"CUDA runtime 130\d\d; cudaGetDeviceCount: cudaError\w+ \([1-9]\d*\)"
+    assert re.search(clean_failure, r.stdout), r.stdout
+    return r.stdout
+
+
+@pytest.fixture(scope="module")
+def cross_tree(real_mirror_1302_sbsa: Path, tmp_path_factory: pytest.TempPathFactory  # noqa: F811
+               ) -> tuple[Path, dict[str, str], dict[str, object]]:
+    tmp = tmp_path_factory.mktemp("cross")
+    env = host_free_env(tmp / "cache")
+    prefix = tmp / "cuda 13.0 sbsa"
+    line = ["install", "13.0.2", "--platform", "linux-sbsa", "--host", "linux-x86_64",
+            "--prefix", str(prefix), "--base-url", str(real_mirror_1302_sbsa)]
+    r = ok(run_cudaredist(*line, env=env))
+    print(f"$ cudaredist {' '.join(line)}\n{r.stderr[-600:]}")
+    print(ok(run_cudaredist("info", "--prefix", str(prefix), env=env)).stdout)
+    printed = ok(run_cudaredist("env", "--prefix", str(prefix), env=env))
+    print(f"$ cudaredist env --prefix ...\n{printed.stdout}{printed.stderr}")
+    found = json.loads(ok(run_cudaredist("env", "--prefix", str(prefix), "--json", env=env)).stdout)
+    return prefix, env, found
+
+
+def loaded(found: dict[str, object], env: dict[str, str]) -> dict[str, str]:
+    """``env`` with what `cudaredist env` sets (as `eval "$(cudaredist env ...)"` would)."""
+    sets, prepend = found["set"], found["prepend"]
+    assert isinstance(sets, dict) and isinstance(prepend, dict)
+    return applied(Environment(tuple(sets.items()), tuple((k, tuple(v)) for k, v in prepend.items()),
+                               host_windows=False), env)
+
+
+def test_tools_are_x86_64_and_the_target_runtime_aarch64(cross_tree) -> None:  # type: ignore[no-untyped-def]
+    prefix, env, _found = cross_tree
+    assert elf_machine(prefix / "bin/nvcc") == ELF_X86_64
+    assert elf_machine(prefix / "bin/ptxas") == ELF_X86_64
+    assert elf_machine(prefix / "nvvm/bin/cicc") == ELF_X86_64
+    runtimes = sorted((prefix / "targets/sbsa-linux/lib").glob("libcudart.so.*"))
+    assert runtimes and all(elf_machine(p) == ELF_AARCH64 for p in runtimes), runtimes
+    assert (prefix / "targets/sbsa-linux/include/crt/host_config.h").is_file()
+    assert ok(run_cudaredist("verify", "--prefix", str(prefix), env=env)).returncode == 0
+
+
+def test_nvcc_builds_an_aarch64_program_that_runs_under_qemu(cross_tree, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    prefix, env, found = cross_tree
+    gxx = tool("aarch64-linux-gnu-g++", "apt-get install g++-aarch64-linux-gnu")
+    assert found["set"]["NVCC_CCBIN"] == Path(gxx).name
+    assert found["set"]["NVCC_APPEND_FLAGS"] == "-target-dir sbsa-linux"
+    ready = loaded(found, env)
+    out = tmp_path / "count"
+    cmd = ["nvcc", "-ccbin", "aarch64-linux-gnu-g++", "-arch=sm_90", str(PROJECT / "count.cu"),
+           "-o", str(out)]
+    assert shutil.which("nvcc", path=ready["PATH"]) == str(prefix / "bin/nvcc")
+    ok(sh(cmd, ready, cwd=tmp_path))
+    assert elf_machine(out) == ELF_AARCH64
+    under_qemu(out, env)
+    # against the shared runtime too: the program loads the tree's aarch64 libcudart.so.13
+    shared = tmp_path / "count-shared"
+    ok(sh([*cmd[:-1], str(shared), "-cudart", "shared"], ready, cwd=tmp_path))
+    qemu_env = env | {"QEMU_SET_ENV": f"LD_LIBRARY_PATH={prefix / 'targets/sbsa-linux/lib'}"}
+    under_qemu(shared, qemu_env)
+
+
+def test_cmake_builds_it_with_what_env_prints(cross_tree, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    prefix, env, found = cross_tree
+    tool("aarch64-linux-gnu-g++", "apt-get install g++-aarch64-linux-gnu")
+    cmake, version = find_cmake()
+    args = found["cmake_args"]
+    assert isinstance(args, list) and f"-DCUDAToolkit_ROOT={prefix}" in args, args
+    ready = loaded(found, env)
+    build = tmp_path / "build"
+    configure = ok(sh([cmake, *generator(), "-S", str(PROJECT), "-B", str(build), *args], ready))
+    print(f"$ cmake {' '.join(args)} (CMake {version})\n{configure.stdout[-1500:]}")
+    facts = dict(line.split("=", 1) for line in (build / "toolkit.txt").read_text().splitlines())
+    assert facts["crosscompiling"] == "TRUE"
+    assert Path(facts["target_dir"]) == prefix / "targets/sbsa-linux"
+    assert Path(facts["cudart"]).is_relative_to(prefix / "targets/sbsa-linux/lib"), facts
+    built = ok(sh([cmake, "--build", str(build)], ready))
+    print(built.stdout[-800:])
+    assert elf_machine(build / "count") == ELF_AARCH64
+    under_qemu(build / "count", env)
