@@ -150,3 +150,64 @@ def test_a_cross_plan_round_trips_and_keys_apart_from_a_native_one(cross_site: P
     native = replace(plan, host="", items=tuple(replace(i, platform="", place=()) for i in plan.items))
     assert native.content_key() != plan.content_key()
 
+
+
+# An ARM64 program's entry point calling the runtime: linked against the tree's lib/arm64 only
+MAIN_ARM64 = """
+    .text
+    .globl mainCRTStartup
+    .p2align 2
+mainCRTStartup:
+    stp x29, x30, [sp, #-16]!
+    bl cudaGetDeviceCount
+    ldp x29, x30, [sp], #16
+    ret
+"""
+
+
+def _llvm(name: str, *args: str) -> str:
+    import subprocess
+
+    from tests.wintools import tool
+
+    r = subprocess.run([tool(name, "apt-get install lld llvm"), *args], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, f"{name} {' '.join(args)}:\n{r.stdout[-2000:]}{r.stderr[-3000:]}"
+    return r.stdout
+
+
+def test_windows_cross_tree_links_an_arm64_program_with_lld(tmp_path: Path) -> None:
+    """x64 tools and the arm64 runtime as NVIDIA's wheels have it (a DLL, no .lib): the tree's nvcc.exe
+    is an x64 image, lib/arm64 gets an ARM64 import library, and lld-link links an ARM64 program
+    with it that imports cudaGetDeviceCount from cudart64_13.dll."""
+    from cudaredist.tree.implib import MACHINE_AMD64, MACHINE_ARM64, read_exports
+    from tests.pe import AMD64, ARM64, make_dll
+
+    host = [a for a in toolkit("windows-x86_64") if a.component != "cuda_nvcc"]
+    host.append(MirrorArchive("cuda_nvcc", "windows-x86_64", "13.0.88", {
+        "bin/nvcc.exe": make_dll("nvcc.exe", code=("main",), data=(), machine=AMD64), "LICENSE": b"eula"}))
+    target = [a for a in toolkit("windows-arm64") if a.component != "cuda_cudart"]
+    target.append(MirrorArchive("cuda_cudart", "windows-arm64", "13.0.96", {
+        "bin/arm64/cudart64_13.dll": make_dll("cudart64_13.dll", code=("cudaGetDeviceCount", "cudaMalloc"),
+                                              data=(), machine=ARM64),
+        "include/cuda_runtime.h": b"// rt", "LICENSE": b"eula"}))
+    site = tmp_path / "site"
+    build_mirror(site, "13.0.1", host + target)
+    prefix = tmp_path / "woa"
+    r = _install(site, prefix, "windows-arm64", "windows-x86_64")
+    assert r.exit_code == 0, r.output
+    assert read_exports((prefix / "bin/nvcc.exe").read_bytes()).machine == MACHINE_AMD64
+    assert read_exports((prefix / "bin/arm64/cudart64_13.dll").read_bytes()).machine == MACHINE_ARM64
+    implib = prefix / "lib/arm64/cudart.lib"
+    assert implib.is_file() and not (prefix / "lib/x64").exists()
+    assert "Machine: IMAGE_FILE_MACHINE_ARM64" in _llvm("llvm-readobj", "--file-headers", str(implib))
+    (tmp_path / "main.s").write_text(MAIN_ARM64)
+    _llvm("llvm-mc", "-triple=aarch64-pc-windows-msvc", "-filetype=obj", str(tmp_path / "main.s"),
+          "-o", str(tmp_path / "main.obj"))
+    exe = tmp_path / "main.exe"
+    _llvm("lld-link", "/machine:arm64", "/subsystem:console", "/entry:mainCRTStartup", "/nodefaultlib",
+          f"/out:{exe}", str(tmp_path / "main.obj"), f"/libpath:{prefix / 'lib/arm64'}", "cudart.lib")
+    imports = _llvm("llvm-readobj", "--coff-imports", str(exe))
+    assert "Name: cudart64_13.dll" in imports and "Symbol: cudaGetDeviceCount" in imports, imports
+    assert "Arch: aarch64" in _llvm("llvm-readobj", "--file-headers", str(exe))
+    assert _run("verify", "--prefix", str(prefix)).exit_code == 0
