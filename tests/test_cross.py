@@ -14,6 +14,7 @@ from typer.testing import CliRunner, Result
 from cudaredist.cli import app
 from cudaredist.plan import Plan, placed, plan_from_json
 from tests.archives import Exe, MirrorArchive, build_mirror, toolkit
+from tests.hosts import posix_only
 
 
 def _run(*args: str) -> Result:
@@ -211,3 +212,59 @@ def test_windows_cross_tree_links_an_arm64_program_with_lld(tmp_path: Path) -> N
     assert "Name: cudart64_13.dll" in imports and "Symbol: cudaGetDeviceCount" in imports, imports
     assert "Arch: aarch64" in _llvm("llvm-readobj", "--file-headers", str(exe))
     assert _run("verify", "--prefix", str(prefix)).exit_code == 0
+
+
+# -- doctor ---------------------------------------------------------------------------------------
+FAKE_NVCC = """#!/bin/sh
+# records its arguments and the nvcc variables, writes the file -o names
+{ echo "ARGS $*"; echo "CCBIN=$NVCC_CCBIN"; echo "APPEND=$NVCC_APPEND_FLAGS"; } >> "$(dirname "$0")/calls"
+while [ $# -gt 1 ]; do [ "$1" = -o ] && : > "$2"; shift; done
+exit 0
+"""
+
+
+def _cross_toolkit(tmp_path: Path):  # type: ignore[no-untyped-def]
+    from cudaredist.doctor.checks import Toolkit
+
+    prefix = tmp_path / "tree"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "bin/nvcc").write_text(FAKE_NVCC)
+    (prefix / "bin/nvcc").chmod(0o755)
+    crt = prefix / "targets/sbsa-linux/include/crt"
+    crt.mkdir(parents=True)
+    (crt / "host_config.h").write_text("/* accepts every compiler */\n")
+    return Toolkit(prefix, "13.0.2", "linux-sbsa", "13.0.88", True, True, False, "linux-x86_64")
+
+
+@posix_only("a shell script stands in for nvcc")
+def test_doctor_without_the_cross_compiler_checks_only_the_compile_step(tmp_path: Path) -> None:
+    from cudaredist.doctor.cross import cross_checks
+
+    tk = _cross_toolkit(tmp_path)
+    env = {"PATH": "/usr/bin:/bin", "NVCC_APPEND_FLAGS": "-target-dir sbsa-linux"}
+    host_compiler, probe = cross_checks(tk, env, which=lambda _cmd, _path: None)
+    assert host_compiler.status == probe.status == "warn"
+    assert "aarch64-linux-gnu-g++ (NVCC_CCBIN), which is not installed: only the compile step was " \
+           "checked" in host_compiler.detail
+    assert "only the compile step was checked" in probe.detail
+    assert "apt-get install g++-aarch64-linux-gnu" in probe.fix
+    calls = (tk.prefix / "bin/calls").read_text()
+    assert f"-cubin -arch=sm_90 -I{tk.prefix}/targets/sbsa-linux/include" in calls
+    assert "APPEND=\n" in calls and "CCBIN=\n" in calls  # the target's flags are left out
+
+
+@posix_only("shell scripts stand in for nvcc and the cross compiler")
+def test_doctor_probes_with_the_cross_compiler_when_installed(tmp_path: Path) -> None:
+    from cudaredist.doctor.cross import cross_checks
+
+    tk = _cross_toolkit(tmp_path)
+    gxx = tmp_path / "aarch64-linux-gnu-g++"
+    gxx.write_text("#!/bin/sh\necho 'aarch64-linux-gnu-g++ (fake) 12.2.0'\n")
+    gxx.chmod(0o755)
+    host_compiler, probe = cross_checks(tk, {"PATH": "/usr/bin:/bin"},
+                                        which=lambda cmd, _path: str(gxx) if cmd == gxx.name else None)
+    assert (host_compiler.status, probe.status) == ("ok", "ok"), (host_compiler, probe)
+    assert str(gxx) in host_compiler.detail
+    assert "for linux-sbsa, with aarch64-linux-gnu-g++ and -target-dir sbsa-linux" in probe.detail
+    calls = (tk.prefix / "bin/calls").read_text()
+    assert "CCBIN=aarch64-linux-gnu-g++" in calls and "APPEND=-target-dir sbsa-linux" in calls

@@ -135,3 +135,15 @@ def test_cmake_builds_it_with_what_env_prints(cross_tree, tmp_path: Path) -> Non
     print(built.stdout[-800:])
     assert elf_machine(build / "count") == ELF_AARCH64
     under_qemu(build / "count", env)
+
+
+def test_doctor_probes_the_cross_tree_with_its_cross_compiler(cross_tree) -> None:  # type: ignore[no-untyped-def]
+    prefix, env, _found = cross_tree
+    tool("aarch64-linux-gnu-g++", "apt-get install g++-aarch64-linux-gnu")
+    r = run_cudaredist("doctor", "--prefix", str(prefix), "--json", env=env)
+    checks = {c["name"]: c for c in json.loads(r.stdout)["checks"]}
+    print("\n".join(f"{c['status']:<5} {c['name']:<13} {c['detail']}" for c in checks.values()))
+    compiler = checks["host-compiler"]
+    assert compiler["status"] == "ok" and "aarch64-linux-gnu-g++" in compiler["detail"], compiler
+    assert checks["probe"]["status"] == "ok", checks["probe"]
+    assert "for linux-sbsa, with aarch64-linux-gnu-g++" in checks["probe"]["detail"]
