@@ -268,3 +268,28 @@ def test_doctor_probes_with_the_cross_compiler_when_installed(tmp_path: Path) ->
     assert "for linux-sbsa, with aarch64-linux-gnu-g++ and -target-dir sbsa-linux" in probe.detail
     calls = (tk.prefix / "bin/calls").read_text()
     assert "CCBIN=aarch64-linux-gnu-g++" in calls and "APPEND=-target-dir sbsa-linux" in calls
+
+
+def test_a_lock_pins_both_platforms_and_installs_the_same_tree(cross_site: Path, tmp_path: Path) -> None:
+    lock = tmp_path / "cuda.lock.json"
+    r = _run("lock", "13.0", "--platform", "linux-sbsa", "--host", "linux-x86_64",
+             "--base-url", str(cross_site), "-o", str(lock))
+    assert r.exit_code == 0, r.output
+    body = json.loads(lock.read_text())
+    assert body["request"]["host"] == "linux-x86_64" and body["platforms"] == ["linux-sbsa"]
+    locked = plan_from_json(body["plans"]["linux-sbsa"])
+    assert locked.host == "linux-x86_64"
+    assert {locked.archive_platform(i) for i in locked.items} == {"linux-x86_64", "linux-sbsa"}
+    a, b = tmp_path / "from-train", tmp_path / "from-lock"
+    assert _install(cross_site, a, "linux-sbsa", "linux-x86_64").exit_code == 0
+    r = _run("install", "--lock", str(lock), "--platform", "linux-sbsa", "--prefix", str(b),
+             "--base-url", str(cross_site))
+    assert r.exit_code == 0, r.output
+    plan_a, plan_b = (plan_from_json(json.loads((p / ".cudaredist/record.json").read_text())["plan"])
+                      for p in (a, b))
+    assert plan_a.content_key() == plan_b.content_key() == locked.content_key()
+    assert (b / "targets/sbsa-linux/lib/libcudart.so.13.0.96").read_bytes().endswith(b"linux-sbsa")
+    # --host and --lock together: the lock pins the host already
+    both = _run("install", "--lock", str(lock), "--host", "linux-x86_64", "--platform", "linux-sbsa",
+                "--prefix", str(tmp_path / "c"))
+    assert both.exit_code == 2 and "give one of them" in both.output, both.output

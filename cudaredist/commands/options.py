@@ -96,7 +96,7 @@ LockTimeoutOpt = Annotated[float | None, typer.Option(
 # -- --help: options and commands grouped by purpose, as uv's help is ----------------------------------
 # Every shared option's panel; an option named nowhere here is the command's own ("Options", first).
 PANELS: dict[str, tuple[str, ...]] = {
-    "Which toolkit": ("--platform", "--profile", "--component", "--only", "--with", "--lock"),
+    "Which toolkit": ("--platform", "--host", "--profile", "--component", "--only", "--with", "--lock"),
     "Where from": ("--source", "--base-url", "--channel", "--mirror", "--no-fallback", "--trusted-host",
                    "--index-url", "--offline", "--refresh", "--cache-dir", "--jobs"),
     "Install location": ("--prefix", "--install-dir", "--link-mode", "--reinstall", "--replace-foreign",

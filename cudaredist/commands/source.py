@@ -113,6 +113,7 @@ def mirror_cmd(
 def lock_cmd(
     train: o.Train,
     platform: o.PlatformsOpt = None,
+    host: o.HostOpt = None,
     sel: Selection = SELECTION,
     output: Annotated[Path | None, typer.Option(
         "--output", "-o", metavar="FILE", help="Write the lock file here (default: print it).")] = None,
@@ -127,7 +128,13 @@ def lock_cmd(
 
     platforms = platforms_or_host(platform)
     with ctx.open() as src:
-        plans = src.resolve(train, platforms, **sel.resolving())
+        if host:  # cross trees: each --platform's plan pins its host's tools too
+            from cudaredist.sources.cross import resolve_cross
+
+            plans = [resolve_cross(src, train, p, host, **sel.resolving()) if p != host
+                     else src.resolve(train, [p], **sel.resolving())[0] for p in platforms]
+        else:
+            plans = src.resolve(train, platforms, **sel.resolving())
     locked = build_lock(plans, train=train, components=sel.component or [])
     if output is not None:
         write_lock(output, locked)
