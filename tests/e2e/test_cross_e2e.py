@@ -147,3 +147,69 @@ def test_doctor_probes_the_cross_tree_with_its_cross_compiler(cross_tree) -> Non
     assert compiler["status"] == "ok" and "aarch64-linux-gnu-g++" in compiler["detail"], compiler
     assert checks["probe"]["status"] == "ok", checks["probe"]
     assert "for linux-sbsa, with aarch64-linux-gnu-g++" in checks["probe"]["detail"]
+
+
+# -- Windows x64 -> arm64, from NVIDIA's wheels (13.4 is the first release with win_arm64 ones) ----------
+WIN_LABEL = "13.4.3"
+PE_AMD64, PE_ARM64 = 0x8664, 0xAA64
+
+MAIN_ARM64 = """
+    .text
+    .globl mainCRTStartup
+    .p2align 2
+mainCRTStartup:
+    stp x29, x30, [sp, #-16]!
+    bl cudaGetDeviceCount
+    ldp x29, x30, [sp], #16
+    ret
+"""
+
+
+def pe_machine(path: Path) -> int:
+    data = path.read_bytes()[:4096]
+    pe = int.from_bytes(data[0x3C:0x40], "little")
+    assert data[:2] == b"MZ" and data[pe:pe + 4] == b"PE\0\0", f"{path} is not a PE image"
+    return int.from_bytes(data[pe + 4:pe + 6], "little")
+
+
+def llvm(name: str, *args: str) -> str:
+    return ok(sh([tool(name, "apt-get install lld llvm"), *args], {"PATH": "/usr/bin:/bin"})).stdout
+
+
+def test_windows_arm64_cross_tree_from_nvidias_wheels_links_with_lld(real_wheel_cache: Path,  # noqa: F811
+                                                                      tmp_path: Path) -> None:
+    env = host_free_env(real_wheel_cache)
+    prefix = tmp_path / "cuda woa"
+    line = ["install", WIN_LABEL, "--source", "pypi", "--platform", "windows-arm64",
+            "--host", "windows-x86_64", "--prefix", str(prefix)]
+    r = ok(run_cudaredist(*line, env=env))
+    print(f"$ cudaredist {' '.join(line)}\n{r.stderr[-400:]}")
+    print(ok(run_cudaredist("info", "--prefix", str(prefix), env=env)).stdout)
+    printed = ok(run_cudaredist("env", "--prefix", str(prefix), env=env))
+    print(f"$ cudaredist env --prefix ... (this Linux host)\n{printed.stdout}{printed.stderr}")
+    assert pe_machine(prefix / "bin/nvcc.exe") == PE_AMD64
+    assert pe_machine(prefix / "bin/ptxas.exe") == PE_AMD64
+    assert pe_machine(prefix / "bin/arm64/cudart64_13.dll") == PE_ARM64
+    assert not (prefix / "lib/x64").exists() and not (prefix / "bin/x64").exists()
+    headers = llvm("llvm-readobj", "--file-headers", str(prefix / "lib/arm64/cudart.lib"))
+    machines = set(re.findall(r"Machine: (IMAGE_FILE_MACHINE_\w+)", headers))
+    assert machines == {"IMAGE_FILE_MACHINE_ARM64"}, machines
+    (tmp_path / "main.s").write_text(MAIN_ARM64)
+    llvm("llvm-mc", "-triple=aarch64-pc-windows-msvc", "-filetype=obj", str(tmp_path / "main.s"),
+         "-o", str(tmp_path / "main.obj"))
+    # 13.x cudart.lib is NVIDIA's static loader (MSVC objects, the C runtime's): a program links
+    # against the runtime DLL through the GNU import library cudaredist writes beside it, with
+    # lld-link (MSVC's driver) and ld.lld -m arm64pe (llvm-mingw's) alike
+    gnu = prefix / "lib/arm64/libcudart.dll.a"
+    gnu_headers = llvm("llvm-readobj", "--file-headers", str(gnu))
+    assert set(re.findall(r"Machine: (IMAGE_FILE_MACHINE_\w+)", gnu_headers)) == {"IMAGE_FILE_MACHINE_ARM64"}
+    llvm("lld-link", "/machine:arm64", "/subsystem:console", "/entry:mainCRTStartup", "/nodefaultlib",
+         f"/out:{tmp_path / 'msvc.exe'}", str(tmp_path / "main.obj"), str(gnu))
+    llvm("ld.lld", "-m", "arm64pe", "-o", str(tmp_path / "gnu.exe"), str(tmp_path / "main.obj"),
+         f"-L{prefix / 'lib/arm64'}", "-lcudart", "-e", "mainCRTStartup", "--subsystem", "console")
+    for exe in ("msvc.exe", "gnu.exe"):
+        imports = llvm("llvm-readobj", "--coff-imports", str(tmp_path / exe))
+        print(f"{exe}: machine {pe_machine(tmp_path / exe):#x}\n{imports}")
+        assert pe_machine(tmp_path / exe) == PE_ARM64
+        assert "Name: cudart64_13.dll" in imports and "Symbol: cudaGetDeviceCount" in imports, imports
+    assert ok(run_cudaredist("verify", "--prefix", str(prefix), env=env)).returncode == 0
