@@ -293,3 +293,42 @@ def test_a_lock_pins_both_platforms_and_installs_the_same_tree(cross_site: Path,
     both = _run("install", "--lock", str(lock), "--host", "linux-x86_64", "--platform", "linux-sbsa",
                 "--prefix", str(tmp_path / "c"))
     assert both.exit_code == 2 and "give one of them" in both.output, both.output
+
+
+# -- env ------------------------------------------------------------------------------------------
+def test_env_of_a_linux_cross_tree_points_nvcc_and_cmake_at_the_target() -> None:
+    from cudaredist.envexport import environment, render
+
+    env = environment("/opt/cuda sbsa", platform="linux-sbsa", release="13.0.2", host_windows=False,
+                      host="linux-x86_64")
+    sets = dict(env.variables)
+    assert sets["NVCC_APPEND_FLAGS"] == "-target-dir sbsa-linux"
+    assert sets["NVCC_CCBIN"] == "aarch64-linux-gnu-g++" and sets["CUDA_PATH"] == "/opt/cuda sbsa"
+    assert dict(env.prepend) == {"PATH": ("/opt/cuda sbsa/bin",),
+                                 "LD_LIBRARY_PATH": ("/opt/cuda sbsa/nvvm/lib64",)}
+    assert {"-DCMAKE_SYSTEM_PROCESSOR=aarch64", "-DCMAKE_CUDA_COMPILER=/opt/cuda sbsa/bin/nvcc",
+            "-DCUDAToolkit_ROOT=/opt/cuda sbsa", "-DCUDAToolkit_TARGET_DIR=/opt/cuda sbsa/targets/sbsa-linux",
+            "-DCMAKE_CUDA_HOST_COMPILER=aarch64-linux-gnu-g++",
+            "-DCMAKE_CUDA_FLAGS=-target-dir sbsa-linux"} <= set(env.cmake_args)
+    assert "export NVCC_CCBIN='aarch64-linux-gnu-g++'" in render(env, "sh")
+    assert any("aarch64-linux-gnu-g++" in n and "-target-dir sbsa-linux" in n for n in env.notes)
+
+
+def test_env_of_a_windows_cross_tree_on_windows_gives_the_arm64_library_folder() -> None:
+    from cudaredist.envexport import environment
+
+    env = environment("C:\\cuda woa", platform="windows-arm64", release="13.4.3", host_windows=True,
+                      host="windows-x86_64")
+    assert dict(env.prepend) == {"PATH": ("C:\\cuda woa\\bin",)}  # the arm64 DLLs do not load on x64
+    assert dict(env.variables)["CUDA_PATH"] == "C:\\cuda woa" and "NVCC_CCBIN" not in dict(env.variables)
+    assert "-DCMAKE_VS_GLOBALS=CudaToolkitLibDir=C:\\cuda woa\\lib\\arm64" in env.cmake_args
+    assert "-DCMAKE_CUDA_COMPILER=C:\\cuda woa\\bin\\nvcc.exe" in env.cmake_args
+    assert any("-A ARM64" in n for n in env.notes) and any("x64_arm64" in n for n in env.notes)
+
+
+def test_env_of_a_windows_cross_tree_elsewhere_is_for_cross_compiling_only() -> None:
+    from cudaredist.envexport import environment
+
+    env = environment("/t/woa", platform="windows-arm64", release="13.4.3", host_windows=False,
+                      host="windows-x86_64")
+    assert env.variables == (("WINDOWS_CUDA_HOME", "/t/woa"),) and env.prepend == ()
