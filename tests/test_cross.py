@@ -75,6 +75,7 @@ def test_linux_cross_tree_has_host_tools_and_the_targets_libraries(cross_site: P
                   "--base-url", str(cross_site))
     assert native.exit_code == 0 and "nothing to do" not in native.output, native.output
     assert (prefix / "bin/nvcc").read_bytes().endswith(b"linux-sbsa")
+    assert not (prefix / "targets").exists()  # the swap leaves nothing of the cross tree behind
 
 
 def test_windows_cross_tree_keeps_the_targets_arm64_folders(cross_site: Path, tmp_path: Path) -> None:
@@ -87,6 +88,8 @@ def test_windows_cross_tree_keeps_the_targets_arm64_folders(cross_site: Path, tm
     assert not (prefix / "lib/x64").exists() and not (prefix / "bin/x64").exists()
     assert (prefix / "include/cuda_runtime.h").read_bytes().endswith(b"windows-arm64")
     assert _run("verify", "--prefix", str(prefix)).exit_code == 0
+    assert _run("uninstall", "--prefix", str(prefix)).exit_code == 0
+    assert not prefix.exists()
 
 
 @pytest.mark.parametrize(("target", "host"), [
@@ -332,3 +335,31 @@ def test_env_of_a_windows_cross_tree_elsewhere_is_for_cross_compiling_only() -> 
     env = environment("/t/woa", platform="windows-arm64", release="13.4.3", host_windows=False,
                       host="windows-x86_64")
     assert env.variables == (("WINDOWS_CUDA_HOME", "/t/woa"),) and env.prepend == ()
+
+
+def test_with_products_follow_the_target(tmp_path: Path, serve: object) -> None:
+    """--with cudnn: the target's cuDNN (and the cuBLAS it loads) in targets/sbsa-linux; the host
+    is never asked for the product (it has no cuDNN here at all)."""
+    from tests.test_products_install import LINUX_CUDNN, cublas, product_mirror
+
+    compute = tmp_path / "site" / "compute"
+    build_mirror(compute / "cuda" / "redist", "13.0.1", _tagged("linux-x86_64") + _tagged("linux-sbsa")
+                 + [cublas("linux-sbsa")])
+    product_mirror(compute / "cudnn" / "redist", "cudnn", "9.27.0", "cudnn", "9.27.0.42",
+                   {"linux-sbsa": {"cuda13": LINUX_CUDNN}})
+    assert callable(serve)
+    site = str(serve(tmp_path / "site")) + "compute/cuda/redist/"
+    prefix = tmp_path / "p"
+    r = _run("install", "13.0", "--platform", "linux-sbsa", "--host", "linux-x86_64", "--with", "cudnn",
+             "--prefix", str(prefix), "--base-url", site)
+    assert r.exit_code == 0, r.output
+    target = prefix / "targets/sbsa-linux"
+    assert (target / "include/cudnn.h").is_file() and (target / "lib/libcudnn.so.9.27.0").is_file()
+    assert (target / "lib/libcublas.so.13.1.0.3").is_file()
+    plan = plan_from_json(json.loads((prefix / ".cudaredist/record.json").read_text())["plan"])
+    assert {plan.archive_platform(i) for i in plan.items if i.component in ("cudnn", "libcublas")} == {
+        "linux-sbsa"}
+    assert [p.name for p in plan.products] == ["cudnn"]
+    again = _run("install", "13.0", "--platform", "linux-sbsa", "--host", "linux-x86_64", "--with", "cudnn",
+                 "--prefix", str(prefix), "--base-url", "http://127.0.0.1:9/")
+    assert again.exit_code == 0 and "already installed" in again.output, again.output
