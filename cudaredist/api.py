@@ -249,17 +249,12 @@ def _run(request: InstallRequest, wanted: list[str], fixed: Path | None, outcome
         if lock_plan is not None:
             plans.append((wanted[0] if wanted else str(request.lock), src.relocate(lock_plan)))
         # every train resolved before any download: a train that does not exist installs nothing
-        platforms = [profiles.host_platform(request.platform)]
-        for train in wanted if lock_plan is None else []:
-            if _host(request):
-                from cudaredist.sources.cross import resolve_cross
+        from cudaredist.sources.cross import resolve_tree
 
-                plans.append((train, resolve_cross(src, train, platforms[0], _host(request),
-                                                   profile=_profile(request), components=components,
-                                                   products=products)))
-                continue
-            plans.append((train, src.resolve(train, platforms, profile=_profile(request),
-                                             components=components, products=products)[0]))
+        platform = profiles.host_platform(request.platform)
+        plans += [(train, resolve_tree(src, train, platform, _host(request), profile=_profile(request),
+                                       components=components, products=products))
+                  for train in (wanted if lock_plan is None else [])]
         installer = Installer(transport, cache, reporter=reporter, jobs=request.jobs,
                               offline=request.where.offline, lock_timeout=request.lock_timeout,
                               link_mode=request.link_mode)

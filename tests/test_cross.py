@@ -363,3 +363,15 @@ def test_with_products_follow_the_target(tmp_path: Path, serve: object) -> None:
     again = _run("install", "13.0", "--platform", "linux-sbsa", "--host", "linux-x86_64", "--with", "cudnn",
                  "--prefix", str(prefix), "--base-url", "http://127.0.0.1:9/")
     assert again.exit_code == 0 and "already installed" in again.output, again.output
+
+
+def test_resolve_shows_whose_archive_each_is(cross_site: Path) -> None:
+    r = _run("resolve", "13.0", "--platform", "linux-sbsa", "--host", "linux-x86_64",
+             "--base-url", str(cross_site))
+    assert r.exit_code == 0, r.output
+    assert "for linux-sbsa with the tools of linux-x86_64" in r.output
+    lines = {ln.split()[0]: ln for ln in r.output.splitlines() if ln.startswith(("  c", "  l"))}
+    assert lines["cuda_nvcc"].endswith("(linux-x86_64)") and lines["cuda_cudart"].endswith("(linux-sbsa)")
+    refused = _run("resolve", "13.0", "--platform", "linux-sbsa", "--host", "windows-x86_64",
+                   "--base-url", "http://127.0.0.1:9/")
+    assert refused.exit_code == 2 and "NVIDIA publishes no cross toolkit" in refused.output

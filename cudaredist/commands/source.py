@@ -21,13 +21,14 @@ from cudaredist.commands.base import (
 
 
 @command
-def resolve(train: o.Train, platform: o.PlatformOpt = None, sel: Selection = SELECTION, ctx: Ctx = OPTIONS,
-            as_json: o.JsonOpt = False) -> None:
+def resolve(train: o.Train, platform: o.PlatformOpt = None, host: o.HostOpt = None,
+            sel: Selection = SELECTION, ctx: Ctx = OPTIONS, as_json: o.JsonOpt = False) -> None:
     """Show the install plan without installing: release, and per component version, URL, size, sha256."""
     from cudaredist.profiles import host_platform
+    from cudaredist.sources.cross import resolve_tree
 
     with ctx.open() as src:
-        plan = src.resolve(train, [host_platform(platform)], **sel.resolving())[0]
+        plan = resolve_tree(src, train, host_platform(platform), host or "", **sel.resolving())
     if as_json:
         emit_json(plan.to_json())
     else:
@@ -129,10 +130,9 @@ def lock_cmd(
     platforms = platforms_or_host(platform)
     with ctx.open() as src:
         if host:  # cross trees: each --platform's plan pins its host's tools too
-            from cudaredist.sources.cross import resolve_cross
+            from cudaredist.sources.cross import resolve_tree
 
-            plans = [resolve_cross(src, train, p, host, **sel.resolving()) if p != host
-                     else src.resolve(train, [p], **sel.resolving())[0] for p in platforms]
+            plans = [resolve_tree(src, train, p, host, **sel.resolving()) for p in platforms]
         else:
             plans = src.resolve(train, platforms, **sel.resolving())
     locked = build_lock(plans, train=train, components=sel.component or [])

@@ -31,6 +31,16 @@ def cross_plan(host_plan: Plan, target_plan: Plan) -> Plan:
                    notes=notes)
 
 
+def resolve_tree(src: Source, train: str, platform: str, host: str = "", *, profile: str | None,
+                 components: Sequence[str], products: Sequence[str] = ()) -> Plan:
+    """The plan of one tree of ``platform``: a cross tree's when ``host`` names another platform,
+    else the source's own (what ``install``, ``resolve`` and ``lock`` plan)."""
+    if host and host != platform:
+        return resolve_cross(src, train, platform, host, profile=profile, components=components,
+                             products=products)
+    return src.resolve(train, [platform], profile=profile, components=components, products=products)[0]
+
+
 def resolve_cross(src: Source, train: str, target: str, host: str, *, profile: str | None,
                   components: Sequence[str], products: Sequence[str] = ()) -> Plan:
     """The plan of a cross tree (checked before any download): a pair NVIDIA does not publish, or
