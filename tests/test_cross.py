@@ -375,3 +375,15 @@ def test_resolve_shows_whose_archive_each_is(cross_site: Path) -> None:
     refused = _run("resolve", "13.0", "--platform", "linux-sbsa", "--host", "windows-x86_64",
                    "--base-url", "http://127.0.0.1:9/")
     assert refused.exit_code == 2 and "NVIDIA publishes no cross toolkit" in refused.output
+
+
+def test_doctor_reinstall_hint_of_a_cross_tree_keeps_its_host(cross_site: Path, tmp_path: Path) -> None:
+    from cudaredist.doctor.toolkit import check_toolkit
+
+    prefix = tmp_path / "sbsa"
+    assert _install(cross_site, prefix, "linux-sbsa", "linux-x86_64").exit_code == 0
+    (prefix / "targets/sbsa-linux/include/cuda_runtime.h").unlink()
+    check, tk = check_toolkit(prefix, host_windows=False)
+    assert check.status == "fail" and tk is not None and tk.host == "linux-x86_64"
+    assert f"--platform linux-sbsa --host linux-x86_64 --prefix {prefix} --reinstall" in check.fix
+    assert tk.include() == prefix / "targets/sbsa-linux/include"
