@@ -84,6 +84,7 @@ class CrossRule:
     system: tuple[str, ...]              # CMAKE_SYSTEM_NAME, CMAKE_SYSTEM_PROCESSOR
     host_places: tuple[tuple[str, str], ...]
     target_places: tuple[tuple[str, str], ...]
+    links: tuple[tuple[str, str], ...] = ()   # made in the finished tree instead of the platform's
 
 
 def host_tools() -> frozenset[str]:
@@ -114,7 +115,7 @@ def cross_rule(target: str, host: str) -> CrossRule:
     return CrossRule(target, host, str(body.get("target_dir", "")), str(body.get("compiler", "")),
                      str(body.get("c_compiler", "")),
                      tuple(str(s) for s in body.get("system", ())), places("host_places"),
-                     places("target_places"))
+                     places("target_places"), places("links"))
 
 
 def is_windows(platform: str) -> bool:

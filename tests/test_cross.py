@@ -57,7 +57,14 @@ def test_linux_cross_tree_has_host_tools_and_the_targets_libraries(cross_site: P
     assert (target / "include/cccl/thrust/version.h").is_file()
     # the crt headers come with the tools, where nvcc -target-dir reads headers
     assert (target / "include/crt/host_config.h").read_bytes().endswith(b"linux-x86_64")
-    assert not (prefix / "include").exists() and not (prefix / "lib/libcudart.so.13.0.96").exists()
+    # the root's include/ and lib/ are the target's, as NVIDIA's installed toolkit links them: for
+    # nvcc.profiles naming $(TOP)/include (NVIDIA's wheels from 13.2 on) and CMake before 4.x
+    made = json.loads((prefix / ".cudaredist/record.json").read_text())["links"]
+    rec_links = {ln["path"]: ln["link"] for ln in made}
+    assert rec_links == {"include": "targets/sbsa-linux/include", "lib": "targets/sbsa-linux/lib",
+                         "lib64": "targets/sbsa-linux/lib"}
+    assert (prefix / "lib64/libcudart.so.13.0.96").read_bytes().endswith(b"linux-sbsa")
+    assert (prefix / "include/crt/host_config.h").read_bytes().endswith(b"linux-x86_64")
     rec = json.loads((prefix / ".cudaredist/record.json").read_text())
     plan = plan_from_json(rec["plan"])
     assert (plan.platform, plan.host) == ("linux-sbsa", "linux-x86_64")
