@@ -213,3 +213,21 @@ def test_windows_arm64_cross_tree_from_nvidias_wheels_links_with_lld(real_wheel_
         assert pe_machine(tmp_path / exe) == PE_ARM64
         assert "Name: cudart64_13.dll" in imports and "Symbol: cudaGetDeviceCount" in imports, imports
     assert ok(run_cudaredist("verify", "--prefix", str(prefix), env=env)).returncode == 0
+
+
+def test_a_cross_tree_of_wheels_whose_nvcc_profile_names_top_include(real_wheel_cache: Path,  # noqa: F811
+                                                                     tmp_path: Path) -> None:
+    """NVIDIA's wheels from 13.2 on ship an nvcc.profile with $(TOP)/include and $(TOP)/lib, which
+    -target-dir does not move: the root's links to targets/sbsa-linux give nvcc the target's files."""
+    tool("aarch64-linux-gnu-g++", "apt-get install g++-aarch64-linux-gnu")
+    env = host_free_env(real_wheel_cache)
+    prefix = tmp_path / "cuda 13.2 sbsa"
+    ok(run_cudaredist("install", "13.2.2", "--source", "pypi", "--platform", "linux-sbsa",
+                      "--host", "linux-x86_64", "--prefix", str(prefix), env=env))
+    assert '"-I$(TOP)/include"' in (prefix / "bin/nvcc.profile").read_text()
+    found = json.loads(ok(run_cudaredist("env", "--prefix", str(prefix), "--json", env=env)).stdout)
+    out = tmp_path / "count"
+    ok(sh(["nvcc", "-arch=sm_90", str(PROJECT / "count.cu"), "-o", str(out)], loaded(found, env),
+          cwd=tmp_path))
+    assert elf_machine(out) == ELF_AARCH64
+    under_qemu(out, env)
