@@ -35,6 +35,7 @@ class InstallRequest:
     prefix: Path | None = None         # one train into exactly this directory
     install_dir: Path | None = None    # managed installs (no prefix): --install-dir > env > data dir
     platform: str | None = None
+    host: str | None = None            # --host: a cross tree, the tools of this platform (None: native)
     profile: str | None = None
     components: tuple[str, ...] = ()
     only: bool = False                 # exactly the components, no profile
@@ -160,7 +161,16 @@ def _check_options(request: InstallRequest) -> None:
     from cudaredist.trust import Trust
 
     link_mode(request.link_mode)
-    profiles.host_platform(request.platform)
+    if _host(request):
+        if request.prefix is None:
+            raise UsageError("a cross tree (--host) goes into --prefix DIR: the install dir names its "
+                             "toolkits by one platform")
+        if request.lock is not None:
+            raise UsageError("--host builds a cross tree from the train; --lock installs what the lock "
+                             "file pins (a cross tree's lock pins its host already): give one of them")
+        profiles.cross_rule(profiles.host_platform(request.platform), _host(request))
+    else:
+        profiles.host_platform(request.platform)
     # with a lock file and no --source, the lock's source decides what else fits (read later, offline)
     source = check_source(request.source) if request.source is not None or request.lock is None else None
     check_where(request.where, source)
@@ -175,6 +185,12 @@ def _lock_timeout(request: InstallRequest) -> float:
     from cudaredist.cache.store import lock_wait
 
     return lock_wait(request.lock_timeout)
+
+
+def _host(request: InstallRequest) -> str:
+    """The platform a cross tree's tools run on, "" for a native tree (no --host, or the target's)."""
+    host = request.host or ""
+    return "" if host == profiles.host_platform(request.platform) else host
 
 
 def _profile(request: InstallRequest) -> str | None:
@@ -194,7 +210,7 @@ def _satisfied(request: InstallRequest, train: str, fixed: Path | None, root: Pa
                                components=request.components, source=source, products=request.products)
     if fixed is not None:
         where: Path | None = fixed
-        rec, lacks = satisfying_record(fixed, **ask)
+        rec, lacks = satisfying_record(fixed, **ask, host=_host(request))
     else:
         assert root is not None
         rec, lacks, where = satisfied_toolkit(root, **ask)
@@ -244,9 +260,11 @@ def _run(request: InstallRequest, wanted: list[str], fixed: Path | None, outcome
         if lock_plan is not None:
             plans.append((wanted[0] if wanted else str(request.lock), src.relocate(lock_plan)))
         # every train resolved before any download: a train that does not exist installs nothing
-        platforms = [profiles.host_platform(request.platform)]
-        plans += [(train, src.resolve(train, platforms, profile=_profile(request),
-                                      components=components, products=products)[0])
+        from cudaredist.sources.cross import resolve_tree
+
+        platform = profiles.host_platform(request.platform)
+        plans += [(train, resolve_tree(src, train, platform, _host(request), profile=_profile(request),
+                                       components=components, products=products))
                   for train in (wanted if lock_plan is None else [])]
         installer = Installer(transport, cache, reporter=reporter, jobs=request.jobs,
                               offline=request.where.offline, lock_timeout=request.lock_timeout,

@@ -15,6 +15,19 @@ What is set, for a tree of release X.Y installed in PREFIX:
 A Windows tree with NVIDIA's MSBuild files also gives the CMake arguments for the Visual Studio
 generator, ``-T cuda=PREFIX`` (``cmake_args``: printed as a note, in --json, an output of the action).
 
+A cross tree (``install --host``; ``[cross.<target>]`` in profiles.toml) is used from its host:
+    Linux (tools of linux-x86_64, libraries in PREFIX/targets/<dir>):
+        CUDA_PATH, CUDA_HOME, CUDA_PATH_VX_Y = PREFIX; PATH += PREFIX/bin
+        NVCC_APPEND_FLAGS = -target-dir <dir>      nvcc reads targets/<dir>/{include,lib}
+        NVCC_CCBIN        = the cross compiler     (aarch64-linux-gnu-g++; -ccbin overrides it)
+        LD_LIBRARY_PATH  += PREFIX/nvvm/lib64      (the tools' libNVVM; the target's libraries are
+                                                    for the target's loader, not this host's)
+        cmake_args: CMake's cross mode (CMAKE_SYSTEM_NAME/PROCESSOR, the compilers, CUDAToolkit_ROOT,
+                    CUDAToolkit_TARGET_DIR, CMAKE_CUDA_FLAGS with the -target-dir)
+    Windows (tools of windows-x86_64, libraries in PREFIX\\lib\\arm64): as a native tree, with
+        PATH += PREFIX\\bin only (the arm64 DLLs do not load here); cmake_args for the Visual
+        Studio generator (-A ARM64, CMAKE_VS_GLOBALS CudaToolkitLibDir) or Ninja (CMAKE_CUDA_COMPILER)
+
 Every renderer quotes so that any path (spaces, quotes, ``$``, backslashes) comes out as
 exactly one word; what no quoting of a shell can carry is refused with an error.
 """
@@ -32,7 +45,7 @@ from dataclasses import dataclass
 
 from cudaredist.errors import PrefixError, UsageError
 from cudaredist.plan import version_key
-from cudaredist.profiles import is_windows, platform_rule
+from cudaredist.profiles import CrossRule, cross_rule, is_windows, platform_rule
 
 SHELLS = ("sh", "bash", "zsh", "fish", "pwsh", "cmd")
 # PowerShell also closes a single-quoted string on the typographic single quotes
@@ -59,10 +72,14 @@ class Environment:
 
 
 def environment(prefix: str, *, platform: str, release: str, host_windows: bool,
-                msbuild: bool = False) -> Environment:
+                msbuild: bool = False, host: str = "") -> Environment:
     """The environment for a tree of ``platform``/``release`` at ``prefix`` (a path of this host);
-    ``msbuild``: the tree has NVIDIA's MSBuild files (the visual_studio_integration component)."""
+    ``msbuild``: the tree has NVIDIA's MSBuild files (the visual_studio_integration component);
+    ``host``: a cross tree's, the platform its tools are for."""
     tree_windows = is_windows(platform)
+    if host and tree_windows == host_windows:
+        return cross_environment(prefix, cross_rule(platform, host), release=release,
+                                 host_windows=host_windows, msbuild=msbuild)
     join = ntpath.join if host_windows else posixpath.join
     if tree_windows and not host_windows:
         return Environment(
@@ -92,6 +109,43 @@ def environment(prefix: str, *, platform: str, release: str, host_windows: bool,
     notes = (f"CMake's Visual Studio generator: cmake -G \"Visual Studio 17 2022\" {cmake_line(cmake)}",
              ) if cmake else ()
     return Environment(variables, tuple(prepend), host_windows, notes, cmake)
+
+
+def cross_environment(prefix: str, rule: CrossRule, *, release: str, host_windows: bool,
+                      msbuild: bool) -> Environment:
+    """A cross tree's environment on its host: the tools on PATH, nvcc pointed at the target."""
+    join = ntpath.join if host_windows else posixpath.join
+    major_minor = release.split(".")[:2]
+    variables = [("CUDA_PATH", prefix), ("CUDA_HOME", prefix),
+                 (f"CUDA_PATH_V{'_'.join(major_minor)}", prefix)]
+    prepend: list[tuple[str, tuple[str, ...]]] = [("PATH", (join(prefix, "bin"),))]
+    nvcc = join(prefix, "bin", "nvcc.exe" if host_windows else "nvcc")
+    system = [f"-DCMAKE_SYSTEM_NAME={rule.system[0]}", f"-DCMAKE_SYSTEM_PROCESSOR={rule.system[1]}"]
+    if rule.target_dir:
+        flag = f"-target-dir {rule.target_dir}"
+        variables += [("NVCC_APPEND_FLAGS", flag), ("NVCC_CCBIN", rule.compiler)]
+        prepend.append(("LD_LIBRARY_PATH", (join(prefix, "nvvm", "lib64"),)))
+        cmake = (*system, *([f"-DCMAKE_C_COMPILER={rule.c_compiler}"] if rule.c_compiler else []),
+                 f"-DCMAKE_CXX_COMPILER={rule.compiler}", f"-DCMAKE_CUDA_HOST_COMPILER={rule.compiler}",
+                 f"-DCMAKE_CUDA_COMPILER={nvcc}", f"-DCMAKE_CUDA_FLAGS={flag}",
+                 f"-DCUDAToolkit_ROOT={prefix}",
+                 f"-DCUDAToolkit_TARGET_DIR={join(prefix, 'targets', rule.target_dir)}")
+        notes: tuple[str, ...] = (
+                 f"a {rule.host} -> {rule.target} cross tree: nvcc builds for {rule.target} with "
+                 f"{rule.compiler} (NVCC_CCBIN; -ccbin overrides it) and {flag} (NVCC_APPEND_FLAGS)",
+                 f"CMake: cmake -G Ninja {cmake_line(cmake)}")
+        return Environment(tuple(variables), tuple(prepend), host_windows, notes, cmake)
+    lib_dir = join(prefix, "lib", platform_rule(rule.target).arch)
+    # CudaToolkitLibDir: where NVIDIA's MSBuild files link from (as Conan's CUDA recipes set it)
+    cmake = (*system, f"-DCMAKE_CUDA_COMPILER={nvcc}", f"-DCUDAToolkit_ROOT={prefix}",
+             f"-DCMAKE_VS_GLOBALS=CudaToolkitLibDir={lib_dir}")
+    vs = ("-A", "ARM64", *(("-T", f"cuda={prefix}") if msbuild else ()))
+    notes = (f"a {rule.host} -> {rule.target} cross tree: build in a shell of {rule.compiler}; "
+             f"the import libraries are in {lib_dir}",
+             f"CMake: cmake -G Ninja {cmake_line(cmake)}",
+             "CMake's Visual Studio generator: cmake -G \"Visual Studio 17 2022\" "
+             + cmake_line((*vs, *cmake)))
+    return Environment(tuple(variables), tuple(prepend), host_windows, notes, cmake)
 
 
 def cmake_line(args: tuple[str, ...]) -> str:

@@ -51,6 +51,10 @@ class PlannedArchive:
     fallback_urls: tuple[str, ...] = ()
     # the library product it belongs to ("cudnn", ...; see ``--with``), "" for the toolkit's own
     product: str = ""
+    # a cross tree's archive: the platform it is built for ("": the plan's) and where its folders
+    # go in the tree ((folder, destination), "" = every path; a destination of "" drops it)
+    platform: str = ""
+    place: tuple[tuple[str, str], ...] = ()
 
     @property
     def urls(self) -> tuple[str, ...]:
@@ -87,6 +91,7 @@ class Plan:
     hashes_from: str = ""
     products: tuple[ProductRelease, ...] = ()
     channel: str = ""   # --channel that served it ("": not given, NVIDIA's release index or --base-url)
+    host: str = ""      # a cross tree: the platform its tools run on ("": ``platform`` itself)
 
     @property
     def total_size(self) -> int:
@@ -105,10 +110,16 @@ class Plan:
         """The base URL the product's archives' relative paths are under (the toolkit's for "")."""
         return next((p.base_url for p in self.products if p.name == name and p.base_url), self.base_url)
 
+    def archive_platform(self, item: PlannedArchive) -> str:
+        """The platform ``item``'s archive is built for (a cross tree's tools: its host's)."""
+        return item.platform or self.platform
+
     def content_key(self) -> str:
         """Identifies what the tree holds: platform + archives' hashes (not where they came from)."""
-        body = json.dumps([self.platform,
-                           sorted((i.component, i.archive.sha256, i.layout) for i in self.items)])
+        rows: list[Any] = [[i.component, i.archive.sha256, i.layout]
+                           + ([i.platform, [list(p) for p in i.place]] if i.platform or i.place else [])
+                           for i in self.items]
+        body = json.dumps([self.platform, *([self.host] if self.host else []), sorted(rows)])
         return hashlib.sha256(body.encode()).hexdigest()
 
     def to_json(self) -> dict[str, Any]:
@@ -116,11 +127,24 @@ class Plan:
         components = [{"name": i.component, "version": i.version, "url": i.url,
                        "relative_path": i.archive.relative_path, "sha256": i.archive.sha256,
                        "size": i.archive.size, "layout": i.layout}
-                      | ({"product": i.product} if i.product else {}) for i in self.items]
+                      | ({"product": i.product} if i.product else {})
+                      | ({"platform": i.platform} if i.platform else {})
+                      | ({"place": [list(p) for p in i.place]} if i.place else {}) for i in self.items]
         optional = (("hashes_from", self.hashes_from), ("products", [p.to_json() for p in self.products]),
-                    ("channel", self.channel))
+                    ("channel", self.channel), ("host", self.host))
         return ({f: getattr(self, f) for f in fields} | {"components": components, "notes": list(self.notes)}
                 | {k: v for k, v in optional if v})
+
+
+def placed(rel: str, place: Sequence[tuple[str, str]]) -> str | None:
+    """Where a tree path of a cross tree's archive goes: the first ``(folder, destination)`` of
+    ``place`` that holds it ("" holds every path), None where its destination is "" (dropped)."""
+    for folder, dest in place:
+        if not folder:
+            return f"{dest}/{rel}" if dest else None
+        if rel == folder or rel.startswith(folder + "/"):
+            return dest + rel[len(folder):] if dest else None
+    return rel
 
 
 def join_url(base: str, relative: str) -> str:
@@ -159,7 +183,9 @@ def plan_from_json(obj: dict[str, Any]) -> Plan:
         PlannedArchive(
             component=c["name"], version=c.get("version", ""),
             archive=Archive(c["relative_path"], c["sha256"], int(c["size"])),
-            url=c["url"], layout=c.get("layout", "redist"), product=str(c.get("product", "")))
+            url=c["url"], layout=c.get("layout", "redist"), product=str(c.get("product", "")),
+            platform=str(c.get("platform", "")),
+            place=tuple((str(a), str(b)) for a, b in c.get("place", ())))
         for c in obj["components"])
     products = tuple(
         ProductRelease(str(p["name"]), str(p["release"]), str(p.get("requested", p["name"])),
@@ -169,7 +195,7 @@ def plan_from_json(obj: dict[str, Any]) -> Plan:
     return Plan(obj["release"], obj.get("release_date", ""), obj["platform"], obj["base_url"],
                 obj.get("profile", "custom"), items, obj.get("source", "nvidia"),
                 tuple(obj.get("notes", ())), str(obj.get("hashes_from", "")), products,
-                str(obj.get("channel", "")))
+                str(obj.get("channel", "")), str(obj.get("host", "")))
 
 
 def with_bases(plan: Plan, bases: Sequence[str],

@@ -71,6 +71,53 @@ class PlatformRule:
     arch: str = ""   # Windows: the folder of bin/ and lib/ that holds the DLLs and .lib files
 
 
+@dataclass(frozen=True)
+class CrossRule:
+    """A cross tree's rule (``[cross.<target>]`` in profiles.toml): the tools of ``host``, the rest
+    of ``target``."""
+
+    target: str
+    host: str
+    target_dir: str                      # Linux: nvcc -target-dir (targets/<dir>); "" on Windows
+    compiler: str                        # the host compiler nvcc drives for the target
+    c_compiler: str                      # its C compiler ("": none named)
+    system: tuple[str, ...]              # CMAKE_SYSTEM_NAME, CMAKE_SYSTEM_PROCESSOR
+    host_places: tuple[tuple[str, str], ...]
+    target_places: tuple[tuple[str, str], ...]
+    links: tuple[tuple[str, str], ...] = ()   # made in the finished tree instead of the platform's
+
+
+def host_tools() -> frozenset[str]:
+    """The components a cross tree takes from the host's archives (``[cross] host_tools``)."""
+    return frozenset(str(c) for c in _data().get("cross", {}).get("host_tools", ()))
+
+
+def cross_pairs() -> list[str]:
+    """``HOST -> TARGET`` for every cross tree profiles.toml knows."""
+    table = _data().get("cross", {})
+    return [f"{h} -> {t}" for t, body in sorted(table.items()) if isinstance(body, dict)
+            for h in body.get("hosts", ())]
+
+
+def cross_rule(target: str, host: str) -> CrossRule:
+    """The rule of a tree whose tools run on ``host`` and whose libraries are for ``target``; a pair
+    NVIDIA publishes no cross toolkit for is a :class:`UsageError` (before any download)."""
+    body = _data().get("cross", {}).get(target)
+    if not isinstance(body, dict) or host not in body.get("hosts", ()):
+        raise UsageError(
+            f"NVIDIA publishes no cross toolkit that builds for {target} on {host}: cross trees exist "
+            f"for {', '.join(cross_pairs())} (--host HOST --platform TARGET); leave out --host for a "
+            f"{target} tree whose tools run on {target} itself")
+
+    def places(key: str) -> tuple[tuple[str, str], ...]:
+        return tuple((str(k), str(v)) for k, v in body.get(key, {}).items())
+
+    return CrossRule(target, host, str(body.get("target_dir", "")), str(body.get("compiler", "")),
+                     str(body.get("c_compiler", "")),
+                     tuple(str(s) for s in body.get("system", ())), places("host_places"),
+                     places("target_places"), places("links"))
+
+
 def is_windows(platform: str) -> bool:
     """A Windows target platform (its tree: .exe and .dll, zips, names compared case-folded)."""
     return platform.startswith("windows")

@@ -117,7 +117,8 @@ def not_removed(tree: Path, exc: OSError) -> str:
 
 
 def satisfies(record: dict[str, Any], *, train: str, platform: str, profile: str | None,
-              components: Sequence[str], source: str, products: Sequence[str] = ()) -> bool:
+              components: Sequence[str], source: str, products: Sequence[str] = (),
+              host: str = "") -> bool:
     """Was the tree installed for this request (its train, platform, source, profile, ``--component``
     and ``--with``)? ``cudnn`` is answered by the cuDNN the tree has, as ``13.4`` is by its 13.4.x.
     Whether it still holds all that request means today is :func:`lacking`."""
@@ -131,6 +132,7 @@ def satisfies(record: dict[str, Any], *, train: str, platform: str, profile: str
         return False
     request = record.get("request", {})
     return (matches(train, str(plan.get("release", ""))) and plan.get("platform") == platform
+            and plan.get("host", "") == host
             and plan.get("source", "nvidia") == source
             and plan.get("profile") == (profile or "custom")
             and sorted(request.get("components", [])) == sorted(components))
@@ -187,13 +189,14 @@ def drift_note(prefix: Path, record: dict[str, Any]) -> str:
 
 
 def satisfying_record(prefix: Path, *, train: str, platform: str, profile: str | None,
-                      components: Sequence[str], source: str,
-                      products: Sequence[str] = ()) -> tuple[dict[str, Any] | None, list[str]]:
+                      components: Sequence[str], source: str, products: Sequence[str] = (),
+                      host: str = "") -> tuple[dict[str, Any] | None, list[str]]:
     """(the record of ``prefix``, what it lacks) when it was installed for this request, else
     (None, []): a record with nothing lacking answers the request without network."""
     rec = read_record(prefix) if prefix.is_dir() else None
     if rec is None or not satisfies(rec, train=train, platform=platform, profile=profile,
-                                    components=components, source=source, products=products):
+                                    components=components, source=source, products=products,
+                                    host=host):
         return None, []
     return rec, lacking(rec)
 

@@ -111,6 +111,14 @@ def real_mirror_1302_cusparselt(tmp_path_factory: pytest.TempPathFactory, real_w
         d, real_wheel_cache, platforms=("linux-x86_64",), products=("cusparselt=0.10",), preset="store"))
 
 
+@pytest.fixture(scope="session")
+def real_mirror_1302_sbsa(tmp_path_factory: pytest.TempPathFactory, real_wheel_cache: Path) -> Path:
+    """CUDA 13.0.2's nvcc profile for linux-x86_64 and linux-sbsa (the halves of a cross tree),
+    stored (``--xz-preset store``): about 330 MB of wheels."""
+    return _once(tmp_path_factory, "real-mirror-1302-sbsa", lambda d: _build_mirror(
+        d, real_wheel_cache, platforms=("linux-x86_64", "linux-sbsa"), preset="store"))
+
+
 LABEL_134 = "13.4.3"
 # What ATen/cuda/CUDAContext.h includes beyond the nvcc profile (cusparse.h, cublas_v2.h, cublasLt.h,
 # cusolverDn.h): the part of the torch profile tests/e2e/test_torch_headers.py installs.

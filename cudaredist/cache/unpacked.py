@@ -71,7 +71,8 @@ class UnpackedEntry:
 
 def entry_key(item: PlannedArchive, platform: str) -> str:
     body = "\n".join((str(UNPACKED_VERSION), item.archive.sha256, item.layout, item.component,
-                      item.version, platform, item.archive.filename))
+                      item.version, platform, item.archive.filename,
+                      *(f"{folder}={dest}" for folder, dest in item.place)))
     return hashlib.sha256(body.encode()).hexdigest()
 
 

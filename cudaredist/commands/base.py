@@ -196,7 +196,8 @@ def platforms_or_host(values: list[str] | None) -> list[str]:
 
 
 def print_plan(plan: Plan) -> None:
-    typer.echo(f"CUDA {plan.release} ({plan.release_date or 'date unknown'}) for {plan.platform}, "
+    typer.echo(f"CUDA {plan.release} ({plan.release_date or 'date unknown'}) for {plan.platform}"
+               + (f" with the tools of {plan.host}" if plan.host else "") + ", "
                f"profile {plan.profile}, from {plan.base_url}"
                + (f" ({plan.channel} channel)" if plan.channel else ""))
     for p in plan.products:
@@ -204,7 +205,8 @@ def print_plan(plan: Plan) -> None:
                    f"--with {p.requested}, {p.cuda_variant or 'any CUDA'} build) from {p.base_url}")
     width = max(len(i.component) for i in plan.items)
     for i in plan.items:
-        typer.echo(f"  {i.component:<{width}}  {i.version:<14} {mb(i.archive.size):>10}  {i.url}")
+        typer.echo(f"  {i.component:<{width}}  {i.version:<14} {mb(i.archive.size):>10}  {i.url}"
+                   + (f"  ({i.platform})" if i.platform else ""))
         typer.echo(f"  {'':<{width}}  sha256 {i.archive.sha256}")
     typer.echo(f"total: {len(plan.items)} archives, {mb(plan.total_size)}")
     for note in plan.notes:

@@ -21,6 +21,7 @@ def install(
     prefix: o.PrefixOpt = None,
     install_dir: o.InstallDirOpt = None,
     platform: o.PlatformOpt = None,
+    host: o.HostOpt = None,
     sel: Selection = SELECTION,
     ctx: Ctx = OPTIONS,
     jobs: o.JobsOpt = 8,
@@ -52,7 +53,7 @@ def install(
         typer.echo("note: --force is deprecated and means --reinstall; to replace a directory "
                    "cudaredist did not install, pass --replace-foreign", err=True)
     request = InstallRequest(
-        trains=tuple(trains or ()), prefix=prefix, install_dir=install_dir, platform=platform,
+        trains=tuple(trains or ()), prefix=prefix, install_dir=install_dir, platform=platform, host=host,
         profile=sel.profile, components=tuple(sel.component or ()), only=sel.only,
         products=tuple(sel.with_ or ()), lock=lock, source=ctx.source,
         reinstall=reinstall or force, replace_foreign=replace_foreign, refresh=refresh,

@@ -16,6 +16,10 @@ Train = Annotated[str, typer.Argument(help="CUDA train (13.4 = newest 13.4.x; 13
 PlatformOpt = Annotated[str | None, typer.Option(
     "--platform", "-p", help="Target platform (linux-x86_64, linux-sbsa, windows-x86_64, "
                              "windows-arm64). Default: this host's.")]
+HostOpt = Annotated[str | None, typer.Option(
+    "--host", help="A cross tree: nvcc and the other tools for this platform (the build machine: "
+                   "linux-x86_64, windows-x86_64), the headers and libraries for --platform "
+                   "(linux-sbsa, windows-arm64). Default: the tools of --platform.")]
 ProfileOpt = Annotated[str | None, typer.Option(
     "--profile", show_default=False,
     help="Component profile: nvcc, runtime, build, torch (`cudaredist profiles` lists them).  "
@@ -96,7 +100,7 @@ LockTimeoutOpt = Annotated[float | None, typer.Option(
 # -- --help: options and commands grouped by purpose, as uv's help is ----------------------------------
 # Every shared option's panel; an option named nowhere here is the command's own ("Options", first).
 PANELS: dict[str, tuple[str, ...]] = {
-    "Which toolkit": ("--platform", "--profile", "--component", "--only", "--with", "--lock"),
+    "Which toolkit": ("--platform", "--host", "--profile", "--component", "--only", "--with", "--lock"),
     "Where from": ("--source", "--base-url", "--channel", "--mirror", "--no-fallback", "--trusted-host",
                    "--index-url", "--offline", "--refresh", "--cache-dir", "--jobs"),
     "Install location": ("--prefix", "--install-dir", "--link-mode", "--no-host-fixes", "--reinstall",

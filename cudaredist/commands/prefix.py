@@ -58,7 +58,8 @@ def info(tk: Toolkit = TOOLKIT, as_json: JsonOpt = False) -> None:
     plan = rec["plan"]
     typer.echo(f"prefix:    {target}")
     typer.echo(f"release:   CUDA {plan['release']} ({plan.get('release_date') or 'date unknown'})")
-    typer.echo(f"platform:  {plan['platform']}")
+    host = f" (tools for {plan['host']})" if plan.get("host") else ""
+    typer.echo(f"platform:  {plan['platform']}{host}")
     typer.echo(f"profile:   {plan['profile']}")
     for p in plan.get("products", []):
         typer.echo(f"with:      {p.get('name')} {p.get('release')} "
@@ -73,7 +74,8 @@ def info(tk: Toolkit = TOOLKIT, as_json: JsonOpt = False) -> None:
     typer.echo(f"files:     {len(rec['files'])}")
     served = prov.get("archives", {})
     for c in plan["components"]:
-        typer.echo(f"  {c['name']:<20} {c['version']:<14} sha256 {c['sha256']}")
+        built = f" ({c['platform']})" if c.get("platform") else ""
+        typer.echo(f"  {c['name']:<20} {c['version']:<14} sha256 {c['sha256']}{built}")
         if c["name"] in served:
             typer.echo(f"  {'':<20} from {served[c['name']]}")
     from cudaredist.tree.hostfixes import describe
@@ -154,7 +156,8 @@ def env_cmd(
     target = tk.target()
     plan = require_record(target)["plan"]
     found = environment(str(target), platform=plan["platform"], release=plan["release"], host_windows=WINDOWS,
-                        msbuild=any(c["name"] == "visual_studio_integration" for c in plan["components"]))
+                        msbuild=any(c["name"] == "visual_studio_integration" for c in plan["components"]),
+                        host=str(plan.get("host", "")))
     for note in [] if as_json else found.notes:
         typer.echo(f"note: {note}", err=True)
     if github:

@@ -21,13 +21,14 @@ from cudaredist.commands.base import (
 
 
 @command
-def resolve(train: o.Train, platform: o.PlatformOpt = None, sel: Selection = SELECTION, ctx: Ctx = OPTIONS,
-            as_json: o.JsonOpt = False) -> None:
+def resolve(train: o.Train, platform: o.PlatformOpt = None, host: o.HostOpt = None,
+            sel: Selection = SELECTION, ctx: Ctx = OPTIONS, as_json: o.JsonOpt = False) -> None:
     """Show the install plan without installing: release, and per component version, URL, size, sha256."""
     from cudaredist.profiles import host_platform
+    from cudaredist.sources.cross import resolve_tree
 
     with ctx.open() as src:
-        plan = src.resolve(train, [host_platform(platform)], **sel.resolving())[0]
+        plan = resolve_tree(src, train, host_platform(platform), host or "", **sel.resolving())
     if as_json:
         emit_json(plan.to_json())
     else:
@@ -113,6 +114,7 @@ def mirror_cmd(
 def lock_cmd(
     train: o.Train,
     platform: o.PlatformsOpt = None,
+    host: o.HostOpt = None,
     sel: Selection = SELECTION,
     output: Annotated[Path | None, typer.Option(
         "--output", "-o", metavar="FILE", help="Write the lock file here (default: print it).")] = None,
@@ -127,7 +129,12 @@ def lock_cmd(
 
     platforms = platforms_or_host(platform)
     with ctx.open() as src:
-        plans = src.resolve(train, platforms, **sel.resolving())
+        if host:  # cross trees: each --platform's plan pins its host's tools too
+            from cudaredist.sources.cross import resolve_tree
+
+            plans = [resolve_tree(src, train, p, host, **sel.resolving()) for p in platforms]
+        else:
+            plans = src.resolve(train, platforms, **sel.resolving())
     locked = build_lock(plans, train=train, components=sel.component or [])
     if output is not None:
         write_lock(output, locked)

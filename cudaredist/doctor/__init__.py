@@ -9,8 +9,9 @@ together in the order a build meets them:
     nvcc           bin/nvcc --version runs and reports the release the record names
     host-compiler  the compiler nvcc will run, judged by the tree's own include/crt/host_config.h
                    (preprocessed with that compiler), never by a version table; on MSVC whether
-                   the tree's CCCL needs /Zc:preprocessor
-    probe          a kernel and a host call compiled and linked with bin/nvcc, in a temp dir
+                   the tree's CCCL needs /Zc:preprocessor; a cross tree: its cross compiler
+    probe          a kernel and a host call compiled and linked with bin/nvcc, in a temp dir; a
+                   cross tree without its cross compiler: the device code compiled only
     msbuild        a Windows tree: NVIDIA's MSBuild files where CMake's Visual Studio generator
                    (-T cuda=<tree>) looks for them
     driver         libcuda.so.1 / nvcuda.dll through ctypes: absent, the stub, too old, minor compat
@@ -29,6 +30,7 @@ from pathlib import Path
 from cudaredist.doctor import driver, toolkit
 from cudaredist.doctor.checks import Check, Loader, Report, Toolkit, Which, _which
 from cudaredist.doctor.compiler import check_host_compiler, check_probe
+from cudaredist.doctor.cross import cross_checks
 from cudaredist.fsops import WINDOWS
 
 
@@ -77,8 +79,11 @@ def run(prefix: Path | None = None, *, train: str | None = None, inputs: Inputs 
             nvcc_check, reported = toolkit.check_nvcc(tk, env)
             checks.append(nvcc_check)
             release = tk.release or reported
-            checks.append(check_host_compiler(tk, env, windows=tk.windows, which=inputs.which))
-            checks.append(check_probe(tk, env))
+            if tk.host:  # a cross tree: its cross compiler, or the compile step only
+                checks += cross_checks(tk, env, which=inputs.which)
+            else:
+                checks.append(check_host_compiler(tk, env, windows=tk.windows, which=inputs.which))
+                checks.append(check_probe(tk, env))
             checks.append(toolkit.check_msbuild(tk))
     info = driver.probe_driver(inputs.driver_library or driver.default_driver_library(inputs.host_windows),
                                loader=inputs.loader)

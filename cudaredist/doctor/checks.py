@@ -52,6 +52,17 @@ class Toolkit:
     has_nvcc: bool
     native: bool  # runs on this host (not a windows tree on Linux, say)
     windows: bool  # a Windows tree
+    host: str = ""  # a cross tree: the platform its tools are for (``install --host``)
+
+    def include(self) -> Path:
+        """Where nvcc reads the tree's headers: a Linux cross tree's targets/<dir>/include."""
+        if self.host and self.platform:
+            from cudaredist.profiles import cross_rule
+
+            target_dir = cross_rule(self.platform, self.host).target_dir
+            if target_dir:
+                return self.prefix / "targets" / target_dir / "include"
+        return self.prefix / "include"
 
     def nvcc(self) -> Path:
         return self.prefix / "bin" / ("nvcc.exe" if self.windows else "nvcc")

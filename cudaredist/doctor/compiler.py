@@ -199,7 +199,7 @@ def check_host_compiler(tk: Toolkit, env: Mapping[str, str], *, windows: bool | 
     # the compiler's own banner line ("gcc (Debian 12.2.0-14) 12.2.0", "Microsoft (R) C/C++ ...")
     version = _first_line(_run([hc.path] if hc.msvc else [hc.path, "--version"], env, timeout=30)[1])
     who = f"{version or hc.spec} ({hc.path}, {hc.source})"
-    include = tk.prefix / "include"
+    include = tk.include()
     verdict = judge_host_config(hc, include, env)
     header = f"{f'CUDA {tk.release}' if tk.release else 'the tree'}'s include/crt/host_config.h"
     if verdict.accepted:

@@ -44,12 +44,14 @@ def check_toolkit(prefix: Path, *, host_windows: bool = WINDOWS) -> tuple[Check,
     nvcc_version = next((str(c["version"]) for c in plan.get("components", [])
                          if c.get("name") == "cuda_nvcc"), None)
     has_nvcc = any(f["path"] in ("bin/nvcc", "bin/nvcc.exe") for f in rec.get("files", []))
-    tk = Toolkit(prefix, release, platform, nvcc_version, has_nvcc, windows == host_windows, windows)
+    tk = Toolkit(prefix, release, platform, nvcc_version, has_nvcc, windows == host_windows, windows,
+                 str(plan.get("host", "")))
     report = verify(prefix, fast=True)
     # exec bits: a tree copied through a tool that drops them has an nvcc that cannot start
     lost = [p for p in report.changed if report.reasons.get(p) == EXEC_BIT_REMOVED]
     what = f"CUDA {release} ({platform}, profile {plan.get('profile', '?')})"
-    reinstall = f"cudaredist install {release} --platform {platform} --prefix {prefix} --reinstall"
+    host = f" --host {plan['host']}" if plan.get("host") else ""
+    reinstall = f"cudaredist install {release} --platform {platform}{host} --prefix {prefix} --reinstall"
     changed = [p for p in report.changed if p not in lost]
     if report.missing or changed:
         problems = [f"{len(found)} {kind} ({_short(found)})"

@@ -16,10 +16,10 @@ from cudaredist.cache.unpacked import UnpackedEntry, entry_key, materialize
 from cudaredist.errors import FetchError, UnsafeArchiveError
 from cudaredist.fetch.fetcher import Aborted, DownloadFailed, GrowingFile
 from cudaredist.fsops import WINDOWS
-from cudaredist.plan import Plan, PlannedArchive
+from cudaredist.plan import Plan, PlannedArchive, placed
 from cudaredist.sources import layout
 from cudaredist.tree.extract import extract, is_streamable
-from cudaredist.tree.staging import Tree, WriterFailed
+from cudaredist.tree.staging import Mapper, Tree, WriterFailed
 
 if TYPE_CHECKING:
     from cudaredist.install.transaction import Installer
@@ -65,7 +65,7 @@ class Build:
         self.items = sorted(plan.items, key=lambda it: -it.archive.size)
         # a hint, read without locks: which entries to place rather than fetch (checked under the lock,
         # where a changed or vanished entry is made again)
-        self.ready = {it for it in self.items if self.unpacked.present(it, plan.platform)}
+        self.ready = {it for it in self.items if self.unpacked.present(it, plan.archive_platform(it))}
         # A Windows host cannot rename a file another handle has open: no streaming there.
         self.streamed = {it for it in self.items if it not in self.ready
                          and stream and not WINDOWS and is_streamable(it.archive.filename)}
@@ -81,10 +81,10 @@ class Build:
         again under its lock, and made again if it vanished; otherwise the archive (a cached file, or
         ``follow``: a download still landing) is extracted into a new entry first."""
         try:
-            installer = self.installer
-            with installer.cache.lock(f"unpacked-{entry_key(item, self.plan.platform)}",
+            installer, platform = self.installer, self.plan.archive_platform(item)
+            with installer.cache.lock(f"unpacked-{entry_key(item, platform)}",
                                       timeout=installer.lock_timeout, waiting=self.fetcher.check_abort):
-                entry = self.unpacked.lookup(item, self.plan.platform) if item in self.ready else None
+                entry = self.unpacked.lookup(item, platform) if item in self.ready else None
                 if entry is None and item in self.ready:  # removed or changed since the hint
                     path, cached = self.fetcher.fetch(item)
                     if not cached:  # counted as cached at the start
@@ -102,7 +102,8 @@ class Build:
         """Make the unpacked entry of ``item`` (call with its lock held)."""
         for _attempt in range(3):
             try:
-                return self.unpacked.build(item, self.plan.platform, self._filler(item, path, follow))
+                return self.unpacked.build(item, self.plan.archive_platform(item),
+                                           self._filler(item, path, follow))
             except _ArchiveGone:
                 # removed between its fetch and this read: fetched again (a new download if need be)
                 path, _cached = self.fetcher.fetch(item)
@@ -126,7 +127,9 @@ class Build:
         """What fills a new entry's tree: the archive's members through its layout's mapper, then
         the layout's after-step (e.g. a wheel's symlink chains) over the paths written."""
         how = layout(item.layout)
-        mapper = how.mapper(item, self.plan.platform)
+        mapper = how.mapper(item, self.plan.archive_platform(item))
+        if item.place:  # a cross tree: the target's files under targets/<dir>/, ...
+            mapper = _placing(mapper, item.place)
         after = how.after
         written: list[str] = []
 
@@ -150,7 +153,7 @@ class Build:
                 # the archive is read; wait for its verdict (size and sha256) before trusting it
                 self.fetch_of[item].result()
             if after is not None:
-                after(item, self.plan.platform, entry_tree, written)
+                after(item, self.plan.archive_platform(item), entry_tree, written)
 
         return fill
 
@@ -224,3 +227,12 @@ class Build:
             for fut in pending:
                 fut.cancel()
             raise
+
+
+def _placing(mapper: Mapper, place: tuple[tuple[str, str], ...]) -> Mapper:
+    """``mapper`` with each tree path moved where ``place`` says (:func:`cudaredist.plan.placed`)."""
+    def moved(clean: str) -> str | None:
+        rel = mapper(clean)
+        return None if rel is None else placed(rel, place)
+
+    return moved

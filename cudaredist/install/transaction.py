@@ -28,7 +28,7 @@ from cudaredist.fetch.transport import Transport
 from cudaredist.install.build import Build
 from cudaredist.localfs import UMASK, check_free_space, disk_error, is_case_insensitive, mb
 from cudaredist.plan import Plan
-from cudaredist.profiles import is_windows, platform_rule
+from cudaredist.profiles import cross_rule, is_windows, platform_rule
 from cudaredist.progress import Reporter
 from cudaredist.tree import hostfixes, links, versionjson
 from cudaredist.tree.implib import add_import_libraries
@@ -233,7 +233,8 @@ class Installer:
     def _complete(self, plan: Plan, staging: Path) -> list[dict[str, str]]:
         """Platform fix-ups from profiles.toml (e.g. ``lib64 -> lib`` on Linux)."""
         made: list[dict[str, str]] = []
-        for name, target in platform_rule(plan.platform).links:
+        rule = cross_rule(plan.platform, plan.host).links if plan.host else platform_rule(plan.platform).links
+        for name, target in rule:
             if (staging / target).is_dir() and not os.path.lexists(staging / name):
                 try:
                     fsops.symlink(target, staging / name, directory=True)

@@ -84,7 +84,8 @@ def build_lock(plans: Sequence[Plan], *, train: str, components: Sequence[str] =
         "base_url": first.base_url,
         "source": first.source,
         "request": {"train": train, "profile": first.profile, "components": list(components)}
-        | ({"with": list(first.requested_products)} if first.requested_products else {}),
+        | ({"with": list(first.requested_products)} if first.requested_products else {})
+        | ({"host": first.host} if first.host else {}),
         "platforms": [p.platform for p in plans],
         "content_key": content_key(plans),
         "plans": {p.platform: _plain(p).to_json() for p in plans},

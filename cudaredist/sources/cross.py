@@ -1,0 +1,61 @@
+"""Cross trees: the tools of one platform, the headers and libraries of another, as one plan.
+
+``install TRAIN --platform TARGET --host HOST`` resolves the train for HOST (the profile's
+components, as a native HOST tree would have them), then the same release for TARGET (every
+component but the host tools, with the ``--with`` products). :func:`cross_plan` keeps the host
+tools of the first and the rest of the second, each archive with its platform and where its
+folders go (``[cross]`` of profiles.toml): one plan, so one record, one ``verify`` and one lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from cudaredist.errors import PlanError, ResolveError
+from cudaredist.plan import Plan
+from cudaredist.profiles import cross_rule, host_tools
+from cudaredist.sources import Source
+
+
+def cross_plan(host_plan: Plan, target_plan: Plan) -> Plan:
+    """One plan of ``target_plan``'s platform whose tools come from ``host_plan``."""
+    rule = cross_rule(target_plan.platform, host_plan.platform)
+    tools = host_tools()
+    items = (*(replace(i, platform=host_plan.platform, place=rule.host_places)
+               for i in host_plan.items if i.component in tools),
+             *(replace(i, platform=target_plan.platform, place=rule.target_places)
+               for i in target_plan.items if i.component not in tools))
+    notes = tuple(dict.fromkeys((*host_plan.notes, *target_plan.notes)))
+    return replace(target_plan, host=host_plan.platform, profile=host_plan.profile, items=items,
+                   notes=notes)
+
+
+def resolve_tree(src: Source, train: str, platform: str, host: str = "", *, profile: str | None,
+                 components: Sequence[str], products: Sequence[str] = ()) -> Plan:
+    """The plan of one tree of ``platform``: a cross tree's when ``host`` names another platform,
+    else the source's own (what ``install``, ``resolve`` and ``lock`` plan)."""
+    if host and host != platform:
+        return resolve_cross(src, train, platform, host, profile=profile, components=components,
+                             products=products)
+    return src.resolve(train, [platform], profile=profile, components=components, products=products)[0]
+
+
+def resolve_cross(src: Source, train: str, target: str, host: str, *, profile: str | None,
+                  components: Sequence[str], products: Sequence[str] = ()) -> Plan:
+    """The plan of a cross tree (checked before any download): a pair NVIDIA does not publish, or
+    a release one side lacks, is an error naming both sides."""
+    cross_rule(target, host)
+    side = host
+    try:
+        host_plan = src.resolve(train, [host], profile=profile, components=components)[0]
+        wanted = [c for c in host_plan.components if c not in host_tools()]
+        side = target
+        # the release the host resolved, exactly: both halves of one tree are one release
+        target_plan = src.resolve(host_plan.release, [target], profile=None, components=wanted,
+                                  products=products)[0]
+    except (PlanError, ResolveError) as exc:
+        role = "tools (--host)" if side == host else "headers and libraries (--platform)"
+        raise PlanError(f"a {host} -> {target} cross tree takes its {role} from {side}, which "
+                        f"cannot be planned: {exc}", platform=side) from exc
+    return cross_plan(host_plan, target_plan)
