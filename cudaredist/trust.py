@@ -38,6 +38,10 @@ def _host_port(netloc: str) -> tuple[str, int | None]:
 
 
 def is_loopback(host: str) -> bool:
+    """The one loopback predicate: what the trust rule calls "a loopback address" and what the HTTP
+    client (fetch/client.py) sends past any proxy. ``host`` as a URL carries it, any case, a trailing
+    dot or IPv6 brackets allowed."""
+    host = host.lower().rstrip(".").removeprefix("[").removesuffix("]")
     if host == "localhost" or host.endswith(".localhost"):
         return True
     try:

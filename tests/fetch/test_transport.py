@@ -7,6 +7,7 @@ import email.utils
 import hashlib
 import random
 import ssl
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -562,3 +563,41 @@ def test_loopback_never_goes_through_a_proxy(mirror: Path, tmp_path: Path,
         r = CliRunner().invoke(app, ["install", "13.0", "--prefix", str(tmp_path / "cuda"), "--platform",
                                      "linux-x86_64", "--base-url", origin.base, "-q"])
     assert r.exit_code == 0, r.output
+
+
+def test_all_of_127_8_is_asked_directly_whatever_the_proxy(mirror: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """trust.py calls 127.0.0.2 "a loopback address", so the client asks it directly: a proxy that
+    would answer for it with another release is never asked (one loopback predicate for both)."""
+    import functools
+    import json
+    from urllib.parse import urlsplit
+
+    from typer.testing import CliRunner
+
+    from cudaredist.cli import app
+    from tests.archives import build_mirror, toolkit
+    from tests.loopback import QuietHandler, directory_handler, serving
+
+    if sys.platform != "linux":
+        pytest.skip("only Linux routes all of 127.0.0.0/8 to the loopback device; elsewhere 127.0.0.2 "
+                    "needs an alias")
+    impostor = tmp_path / "impostor"
+    build_mirror(impostor, "13.0.2", toolkit("linux-x86_64", "13.0.2"))
+    asked: list[str] = []
+
+    class Impostor(QuietHandler):  # a forward proxy that answers every URL from its own mirror
+        def translate_path(self, path: str) -> str:
+            asked.append(path)
+            return super().translate_path(urlsplit(path).path)
+
+    with serving(functools.partial(Impostor, directory=str(impostor))) as proxy, \
+            serving(directory_handler(mirror), host="127.0.0.2") as base:
+        for name in ("HTTP_PROXY", "ALL_PROXY"):
+            monkeypatch.setenv(name, proxy)
+        r = CliRunner().invoke(app, ["install", "13.0", "--prefix", str(tmp_path / "cuda"), "--platform",
+                                     "linux-x86_64", "--base-url", base, "-q"])
+    assert (r.exit_code, asked) == (0, []), r.output
+    rec = json.loads((tmp_path / "cuda" / ".cudaredist" / "record.json").read_text())
+    assert rec["provenance"]["hashes_from"] == f"{base} (a loopback address)"
+    assert rec["plan"]["release"] == "13.0.1"
