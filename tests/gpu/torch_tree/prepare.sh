@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # On a machine that reaches PyPI: everything tests/gpu/torch_tree/run.sh needs on a GPU machine without
-# network, in build/gpu/torch_tree/ (ignored by git; about 60 MB: one carry, nothing left by another
+# network, in build/gpu/torch_tree/ (ignored by git; 61 MiB: one carry, nothing left by another
 # run): the cudaredist wheel of this checkout and its dependencies (deps/), and NVIDIA's CUDA 13.0.2
 # wheels for nvcc, nvvm, crt, cccl, profiler-api, cudart, NVTX plus the cuda-toolkit 13.0.2
 # metapackage, re-zipped stored and packed in one xz (wheels.tar.xz): xz takes CUDA's binaries to
-# about half of what the wheels' deflate does (nvcc and nvvm: 99 MB as wheels, 55 MB so), which is
+# about half of what the wheels' deflate does (all eight: 108 MB as wheels, 60 MB so), which is
 # what makes them fit one carry. The libraries the torch profile adds come from the GPU machine's
 # PyTorch (run.sh repacks them).
 set -euo pipefail
