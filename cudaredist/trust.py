@@ -38,6 +38,10 @@ def _host_port(netloc: str) -> tuple[str, int | None]:
 
 
 def is_loopback(host: str) -> bool:
+    """The one loopback predicate: what the trust rule calls "a loopback address" and what the HTTP
+    client (fetch/client.py) sends past any proxy. ``host`` as a URL carries it, any case, a trailing
+    dot or IPv6 brackets allowed."""
+    host = host.lower().rstrip(".").removeprefix("[").removesuffix("]")
     if host == "localhost" or host.endswith(".localhost"):
         return True
     try:
@@ -92,6 +96,14 @@ class Trust:
     def trusted(self, url: str) -> bool:
         return self.reason(url) is not None
 
+    def refused_hop(self, url: str, hops: Sequence[str]) -> str | None:
+        """The first URL that a manifest or index page asked at ``url`` was redirected through
+        (``hops``, the last one the URL that answered) which may not supply hashes, or None. Judged
+        on every use, a cached copy's hops too: what an earlier run trusted is not trusted here."""
+        if not self.trusted(url):  # nothing it says is believed anyway (archives only)
+            return None
+        return next((h for h in hops if not self.trusted(h)), None)
+
 
 def host_label(url: str) -> str:
     """``HOST:PORT`` as ``--trusted-host`` takes it."""
@@ -106,6 +118,21 @@ def _ways_out(urls: Sequence[str]) -> str:
             "network between you and it; or a lock file written where an authenticated place is "
             "reachable (`cudaredist lock TRAIN -o cuda.lock`, then `install --lock cuda.lock`: no "
             "manifest or index page is read, and archives from that host are checked against the lock)")
+
+
+def redirected(url: str, hop: str, *, cached: str | None = None) -> TrustError:
+    """``url`` (a place that may supply hashes) redirected to ``hop``, which may not; ``cached``: the
+    cache folder whose copy came that way (under --offline, where the server is not asked again)."""
+    host = host_label(hop)
+    what = (f"refusing to use the copy of {url} cached in {cached}: when it was fetched, {url} "
+            f"redirected to {hop}" if cached else
+            f"refusing to read a manifest or index page through {url}: it redirects to {hop}")
+    return TrustError(
+        f"{what}, which may not supply hashes (plain HTTP, not a loopback address, not named by "
+        f"--trusted-host), so whoever answers for {host} could choose what runs here. Nothing was "
+        f"downloaded. Name an https:// URL of that place instead, or pass --trusted-host {host} if "
+        "that host and the network to it are yours" + ("; run online to ask the server again." if cached
+                                                        else "."), url=hop, host=host)
 
 
 def refuse(untrusted: Sequence[tuple[str, str]], *, what: str) -> TrustError:

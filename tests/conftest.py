@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,7 +17,10 @@ if TYPE_CHECKING:
     from tests.sources.pypi.test_pypi_source import FakeIndex
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
-SHARED_MANIFESTS = SHARED / "redist" / "manifests"
+# NVIDIA's real manifests: ../shared/redist/manifests, or where CUDAREDIST_TEST_MANIFESTS says (ci.yml's
+# test job fills that folder with .ci/fetch-manifests.py, from the list in .ci/manifests.txt)
+MANIFESTS_VAR = "CUDAREDIST_TEST_MANIFESTS"
+SHARED_MANIFESTS = Path(os.environ.get(MANIFESTS_VAR) or SHARED / "redist" / "manifests")
 
 _SCRUB = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy",
           "all_proxy", "no_proxy", "SSL_CERT_FILE", "SSL_CERT_DIR", "CUDAREDIST_BASE_URL",
@@ -60,7 +64,11 @@ def mirror(tmp_path: Path) -> Path:
 @pytest.fixture
 def shared_manifests() -> Path:
     if not SHARED_MANIFESTS.is_dir():
-        pytest.skip(f"{SHARED_MANIFESTS} is absent (the real NVIDIA manifests live in ../shared)")
+        if os.environ.get("CI") and os.environ.get(MANIFESTS_VAR):  # the fetch step should have filled it
+            pytest.fail(f"{MANIFESTS_VAR}={SHARED_MANIFESTS} is absent although CI is set (ci.yml fills it "
+                        "with .ci/fetch-manifests.py)")
+        pytest.skip(f"{SHARED_MANIFESTS} is absent (the real NVIDIA manifests live in ../shared, or where "
+                    f"{MANIFESTS_VAR} says: .ci/fetch-manifests.py fetches them)")
     return SHARED_MANIFESTS
 
 

@@ -20,14 +20,15 @@ def directory_handler(directory: Path) -> functools.partial[QuietHandler]:
 
 
 @contextlib.contextmanager
-def serving(handler: type[http.server.BaseHTTPRequestHandler] | functools.partial[QuietHandler]
-            ) -> Iterator[str]:
-    """The base URL (``http://127.0.0.1:PORT/``) of a server answering with ``handler``, while it runs."""
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+def serving(handler: type[http.server.BaseHTTPRequestHandler] | functools.partial[QuietHandler], *,
+            host: str = "127.0.0.1") -> Iterator[str]:
+    """The base URL (``http://HOST:PORT/``) of a server answering with ``handler``, while it runs
+    (``host``: another loopback address, e.g. 127.0.0.2: Linux routes all of 127.0.0.0/8)."""
+    srv = http.server.ThreadingHTTPServer((host, 0), handler)
     srv.daemon_threads = True
     threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     try:
-        yield f"http://127.0.0.1:{srv.server_address[1]}/"
+        yield f"http://{host}:{srv.server_address[1]}/"
     finally:
         srv.shutdown()
         srv.server_close()

@@ -114,14 +114,36 @@ def test_imports_go_down_the_floors() -> None:
     assert (upward, unplaced) == ([], [])
 
 
-# docs/architecture.md "One home for each rule": what decides each of these is written in one file.
+# docs/architecture.md "One home for each rule" and "Where each rule lives": what decides each of these
+# is written in one file. Each row is a pattern that spelling the rule a second time would repeat (its
+# definition, or the library call or literal that implements it); the ids name the tables' rows.
 _ONE_HOME = [
+    # -- "One home for each rule"
     pytest.param(r"\bos\.name\b", "fsops.py", id="windows-flag"),
     pytest.param(r"platform\.(system|machine)\(|\bor host_platform\(\)", "profiles.py", id="host-platform"),
     pytest.param(r'startswith\("windows', "profiles.py", id="windows-target"),
     pytest.param(r"\bdef evict\b|\.evict\(", "cache/store.py", id="cache-eviction"),
     pytest.param(r'LOCK_TIMEOUT = |environ\.get\(ENV_LOCK_TIMEOUT|envvar="CUDAREDIST_LOCK_TIMEOUT"',
                  "cache/store.py", id="lock-timeout"),
+    # -- "Where each rule lives"
+    pytest.param(r"\bdef version_key\b", "plan.py", id="version-sort"),
+    pytest.param(r"\bdef (pick_release|check_train)\b", "sources/nvidia/releases.py", id="train-to-release"),
+    pytest.param(r"\bdef parse_manifest\b", "sources/nvidia/manifest.py", id="manifest-validation"),
+    pytest.param(r"\bdef (archive_url|join_url)\b", "plan.py", id="archive-url"),
+    pytest.param(r"\bCHANNELS\b", "sources/nvidia/index.py", id="channel-base"),
+    pytest.param(r"(?m)^def (env_base|product_base)\(", "sources/nvidia/products.py", id="product-folder"),
+    pytest.param(r"\btomllib\b", "profiles.py", id="manifests-data"),
+    pytest.param(r'\bipaddress\b|\bdef is_loopback\b|\bdef refused_hop\b|"127\.|"\[?::1\]?"', "trust.py",
+                 id="trusted-origins"),
+    pytest.param(r"\.history\b", "fetch/transport.py", id="redirect-hops"),
+    pytest.param(r"\btrust_env\b|_transport_for_url|\bmounts=", "fetch/client.py", id="proxy-choice"),
+    pytest.param(r"\btruststore\b|parsedate_to_datetime|Retry-After", "fetch/client.py", id="tls-retry"),
+    pytest.param(r"\bdef check_where\b", "sources/__init__.py", id="option-urls"),
+    pytest.param(r'"CUDAREDIST_INDEX_TTL"|\bCACHEDIR_TAG = ', "cache/store.py", id="cache-root"),
+    pytest.param(r"\bdisk_usage\(|\bos\.umask\([^)]", "localfs.py", id="free-space-umask"),
+    pytest.param(r"!<arch>", "tree/implib.py", id="import-libraries"),
+    pytest.param(r"\bdef quote_\w+", "envexport.py", id="shell-environment"),
+    pytest.param(r"\bexit_code = \d", "errors.py", id="exit-codes"),
 ]
 
 

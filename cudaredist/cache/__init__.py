@@ -4,8 +4,10 @@ Under ``--cache-dir`` > ``CUDAREDIST_CACHE_DIR`` > the user cache dir:
 
     archives/<sha256>[.json]   verified archives, by content, and where each came from     :mod:`.store`
     index/<key>/               listing.html, redistrib_*.json and package index pages per base URL
-                               (for --offline); for an install, a copy younger than
-                               CUDAREDIST_INDEX_TTL (600 s) answers for the server       :mod:`.store`
+                               (for --offline), each with NAME.from: the URLs it was redirected
+                               through, judged by trust.py on each use; for an install, a copy
+                               younger than CUDAREDIST_INDEX_TTL (600 s) answers for the server
+                                                                                         :mod:`.store`
     tmp/                       partial downloads (<sha256>.part, resumed by the next run), renamed
                                into archives/ only once they verify                       :mod:`.store`
     unpacked/<key>/            each archive unpacked once                                  :mod:`.unpacked`

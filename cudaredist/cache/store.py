@@ -11,7 +11,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,6 +45,7 @@ _PREPARING = threading.Lock()
 # max-age=600 from PyPI): a warm install within it needs no network at all.
 ENV_INDEX_TTL = "CUDAREDIST_INDEX_TTL"
 DEFAULT_INDEX_TTL = 600.0
+HOPS = ".from"  # beside a stored index page: the URLs it was redirected through (trust judges them)
 PARTIAL_DAYS = 7.0  # a partial download kept this long for a later run to resume, then dropped
 
 
@@ -325,20 +326,26 @@ class Cache:
         return out
 
     # -- index pages and manifests (for --offline) ---------------------------------------------
-    def index_page(self, base_url: str, name: str, fetch: Callable[[], bytes],
-                   check: Callable[[bytes], object] | None = None) -> bytes:
-        """``name`` from ``base_url``: the stored copy while it is fresh (:meth:`fresh_index`), else
-        ``fetch()``'s bytes, stored for later runs and ``--offline`` once ``check`` (which raises)
-        accepts them: a refused manifest is asked for again next time."""
-        data = self.fresh_index(base_url, name)
-        if data is None:
-            data = fetch()
-            if check is not None:
-                check(data)
-            self.store_index(base_url, name, data)
-        return data
+    def index_page(self, base_url: str, name: str, fetch: Callable[[], tuple[bytes, Sequence[str]]],
+                   check: Callable[[bytes], object] | None = None,
+                   usable: Callable[[tuple[str, ...]], bool] = lambda hops: True
+                   ) -> tuple[bytes, tuple[str, ...]]:
+        """``name`` from ``base_url`` and the URLs it was redirected through (the last the one that
+        answered): the stored copy while it is fresh (:meth:`fresh_index`) and ``usable`` accepts
+        its hops (the caller's trust, judged on each use), else ``fetch()``'s answer, stored for
+        later runs and ``--offline`` once ``check`` (which raises) accepts the bytes: a refused
+        manifest is asked for again next time."""
+        fresh = self.fresh_index(base_url, name)
+        if fresh is not None and usable(fresh[1]):
+            return fresh
+        data, hops = fetch()
+        if check is not None:
+            check(data)
+        self.store_index(base_url, name, data, hops)
+        return data, tuple(hops)
 
-    def store_index(self, base_url: str, name: str, data: bytes) -> None:
+    def store_index(self, base_url: str, name: str, data: bytes, hops: Sequence[str] = ()) -> None:
+        """``data`` as ``name``, and beside it (``NAME.from``) the URLs it came through."""
         self.prepare()
         if self.read_only:  # a page fetched again is used, not kept
             return
@@ -347,14 +354,16 @@ class Cache:
             try:
                 d.mkdir(parents=True, exist_ok=True)
                 (d / "base_url").write_text(base_url)
+                fsops.write_atomic(d / f"{name}{HOPS}", json.dumps(list(hops)).encode())
                 fsops.write_atomic(d / name, data)
             except OSError as exc:
                 raise local_error(exc, doing="write the index cache", path=d, option=OPTION,
                                   cls=CacheError) from exc
 
-    def fresh_index(self, base_url: str, name: str) -> bytes | None:
-        """The stored copy of ``name`` from ``base_url`` if it was fetched less than ``index_ttl``
-        seconds ago (its file's mtime: :meth:`store_index` writes a new file each time), else None."""
+    def fresh_index(self, base_url: str, name: str) -> tuple[bytes, tuple[str, ...]] | None:
+        """The stored copy of ``name`` from ``base_url`` and its hops if it was fetched less than
+        ``index_ttl`` seconds ago (its file's mtime: :meth:`store_index` writes a new file each
+        time), else None; so is a copy whose hops were not kept (an older cudaredist's)."""
         if self.index_ttl <= 0:
             return None
         path = self.index_dir(base_url) / name
@@ -362,9 +371,20 @@ class Cache:
             age = time.time() - path.stat().st_mtime
             if not -60 < age < self.index_ttl:  # a clock set back: not trusted to be fresh
                 return None
-            return path.read_bytes()
+            data = path.read_bytes()
         except OSError:
             return None
+        hops = self.index_hops(base_url, name)
+        return None if hops is None else (data, hops)
+
+    def index_hops(self, base_url: str, name: str) -> tuple[str, ...] | None:
+        """The URLs the stored ``name`` was redirected through when fetched (() : none), or None
+        when not known."""
+        try:
+            hops = json.loads((self.index_dir(base_url) / f"{name}{HOPS}").read_bytes())
+        except (OSError, ValueError):
+            return None
+        return tuple(hops) if isinstance(hops, list) and all(isinstance(h, str) for h in hops) else None
 
     def load_index(self, base_url: str, name: str) -> bytes | None:
         try:

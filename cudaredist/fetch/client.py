@@ -59,6 +59,8 @@ def make_client(*, timeout: float = 30.0, connections: int = 16) -> httpx.Client
     import httpx
     import truststore
 
+    from cudaredist.trust import is_loopback
+
     ctx = truststore.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     cafile = os.environ.get("SSL_CERT_FILE")
     if cafile:
@@ -71,12 +73,19 @@ def make_client(*, timeout: float = 30.0, connections: int = 16) -> httpx.Client
                              "SSL_CERT_FILE at a PEM file of CA certificates, or unset it to use the "
                              "system's trust store only") from exc
     limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-    return httpx.Client(
+
+    class Client(httpx.Client):
+        """Loopback (trust.is_loopback: 127.0.0.0/8, ``localhost``, ``*.localhost``, ::1) never goes
+        through a proxy, whatever NO_PROXY says: the record calls it "a loopback address", so nothing
+        else may answer for it. A mount cannot say "any 127.x", so the choice is made per request."""
+
+        def _transport_for_url(self, url: httpx.URL) -> httpx.BaseTransport:
+            return self._transport if is_loopback(url.host) else \
+                super()._transport_for_url(url)
+
+    return Client(
         verify=ctx,
         trust_env=True,  # HTTPS_PROXY, HTTP_PROXY, ALL_PROXY, NO_PROXY
-        # loopback never goes through a proxy, whatever NO_PROXY says
-        mounts={f"all://{h}": httpx.HTTPTransport(verify=ctx, limits=limits)
-                for h in ("localhost", "127.0.0.1", "[::1]")},
         follow_redirects=True,
         timeout=httpx.Timeout(timeout, connect=timeout),
         limits=limits,

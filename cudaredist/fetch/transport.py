@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
-from cudaredist.errors import FetchError, IntegrityError, TrustError
+from cudaredist.errors import FetchError, IntegrityError
 from cudaredist.fetch.client import (
     UNREACHABLE_HINT,
     Retryable,
@@ -30,7 +30,7 @@ from cudaredist.fetch.client import (
 )
 from cudaredist.fetch.ranges import Marker, OrderedHasher, Progress, marker_path
 from cudaredist.hashing import CHUNK
-from cudaredist.trust import Trust, host_label
+from cudaredist.trust import Trust, redirected
 
 if TYPE_CHECKING:
     import httpx
@@ -62,7 +62,9 @@ class Transport:
         self.connections = max(1, connections)
         # who may supply hashes (the source sets the user's --trusted-host); judged on every hop
         self.trust: Trust | None = None
-        self.moved: dict[str, str] = {}  # a document's URL -> the URL that answered, when redirected
+        # a document's URL -> the URLs it was redirected through, the last the one that answered
+        # (fetched in this run, or read from the cache's copy: sources/nvidia/index.py index_file)
+        self.moved: dict[str, tuple[str, ...]] = {}
 
     @property
     def client(self) -> httpx.Client:
@@ -187,19 +189,12 @@ class Transport:
     def _check_hops(self, url: str, hops: list[str]) -> None:
         """A manifest or index page carries the hashes: a URL that may supply them must not be
         redirected to one that may not (a loopback base to a plain-HTTP host, https to http)."""
-        trust = self.trust or Trust()
-        if not trust.trusted(url) or hops == [url]:
+        if hops == [url]:
             return
-        for hop in hops:
-            if not trust.trusted(hop):
-                raise TrustError(
-                    f"refusing to read a manifest or index page through {url}: it redirects to {hop}, "
-                    f"which may not supply hashes (plain HTTP, not a loopback address, not named by "
-                    f"--trusted-host), so whoever answers for {host_label(hop)} could choose what runs "
-                    f"here. Nothing was downloaded. Name an https:// URL of that place instead, or pass "
-                    f"--trusted-host {host_label(hop)} if that host and the network to it are yours.",
-                    url=hop, host=host_label(hop))
-        self.moved[url] = hops[-1]
+        hop = (self.trust or Trust()).refused_hop(url, hops)
+        if hop is not None:
+            raise redirected(url, hop)
+        self.moved[url] = tuple(hops)
 
     def content_length(self, url: str) -> int:
         """The size the server declares for ``url`` (HEAD), retried like every request."""

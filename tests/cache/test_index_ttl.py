@@ -173,3 +173,19 @@ def test_the_index_lock_waits_as_long_as_lock_timeout_says(mirror: Path, tmp_pat
                 install(InstallRequest(trains=("13.0",), prefix=tmp_path / "p", platform="linux-x86_64",
                                        cache_dir=cache.root, lock_timeout=0.5, where=Where(base_url=base)))
             assert time.monotonic() - t0 < 30
+
+
+def test_a_copy_keeps_the_urls_it_came_through(tmp_path: Path) -> None:
+    """The hops are stored beside the page (trust judges them on each use); a copy without them (an
+    older cudaredist's) is not fresh: the server is asked again."""
+    cache = Cache(tmp_path / "c", index_ttl=600)
+    hops = ("http://0.0.0.0:8080/redistrib_13.0.1.json",)
+    cache.store_index(BASE, "redistrib_13.0.1.json", b"{}", hops)
+    assert cache.fresh_index(BASE, "redistrib_13.0.1.json") == (b"{}", hops)
+    asked: list[str] = []
+    again = cache.index_page(BASE, "redistrib_13.0.1.json", lambda: (asked.append("x") or b"{1}", ()),
+                             usable=lambda h: h != hops)  # this run's trust refuses the stored hop
+    assert (again, asked) == ((b"{1}", ()), ["x"])
+    (cache.index_dir(BASE) / "redistrib_13.0.1.json.from").unlink()
+    assert cache.fresh_index(BASE, "redistrib_13.0.1.json") is None
+    assert cache.load_index(BASE, "redistrib_13.0.1.json") == b"{1}"

@@ -7,6 +7,7 @@ import email.utils
 import hashlib
 import random
 import ssl
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -549,6 +550,42 @@ def test_a_redirect_between_trusted_places_is_recorded_where_it_answered(mirror:
     assert rec["provenance"]["hashes_from"] == f"{final}redistrib_13.0.1.json (a loopback address)"
 
 
+def test_a_cached_manifest_is_judged_by_this_runs_trust(mirror: Path, tmp_path: Path) -> None:
+    """Within the index TTL a later run reads the cached listing and manifest, but the URLs they came
+    through are kept with them and judged again: a redirect to a host only the first run trusted
+    (--trusted-host) is asked again and refused, under --offline too; the record names that host."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from cudaredist.cli import app
+
+    def install(prefix: str, base: str, *flags: str) -> tuple[int, str, dict[str, object] | None]:
+        r = CliRunner().invoke(app, ["install", "13.0", "--prefix", str(tmp_path / prefix), "--platform",
+                                     "linux-x86_64", "--base-url", base, "-q", *flags])
+        rec = tmp_path / prefix / ".cudaredist" / "record.json"
+        return r.exit_code, r.stderr, json.loads(rec.read_text()) if rec.exists() else None
+
+    with FaultServer(mirror) as origin:
+        port = origin.base.rsplit(":", 1)[1].strip("/")
+        final = f"http://0.0.0.0:{port}/"
+        for base in _redirecting(final):
+            code, err, rec = install("p1", base, "--trusted-host", "0.0.0.0")
+            assert code == 0 and rec is not None, err
+            came = f"{final}redistrib_13.0.1.json (--trusted-host 0.0.0.0)"
+            assert rec["provenance"] == {**rec["provenance"], "hashes_from": came}  # type: ignore[dict-item]
+            asked = len(origin.requests)
+            code, err, rec = install("p3", base, "--trusted-host", "0.0.0.0")  # from the cached copies
+            assert (code, len(origin.requests)) == (0, asked), err  # nothing asked: all cached
+            assert rec is not None and rec["provenance"]["hashes_from"] == came  # type: ignore[index]
+            code, err, rec = install("p2", base)
+            assert (code, rec) == (1, None)
+            assert f"refusing to read a manifest or index page through {base}: it redirects to {final}" in err
+            code, err, rec = install("p4", base, "--offline")
+            assert (code, rec) == (1, None)
+            assert f"refusing to use the copy of {base} cached in" in err and "Traceback" not in err
+
+
 def test_loopback_never_goes_through_a_proxy(mirror: Path, tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """A dead proxy in HTTP_PROXY: a loopback install does not use it (it failed after 5 attempts)."""
@@ -562,3 +599,41 @@ def test_loopback_never_goes_through_a_proxy(mirror: Path, tmp_path: Path,
         r = CliRunner().invoke(app, ["install", "13.0", "--prefix", str(tmp_path / "cuda"), "--platform",
                                      "linux-x86_64", "--base-url", origin.base, "-q"])
     assert r.exit_code == 0, r.output
+
+
+def test_all_of_127_8_is_asked_directly_whatever_the_proxy(mirror: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """trust.py calls 127.0.0.2 "a loopback address", so the client asks it directly: a proxy that
+    would answer for it with another release is never asked (one loopback predicate for both)."""
+    import functools
+    import json
+    from urllib.parse import urlsplit
+
+    from typer.testing import CliRunner
+
+    from cudaredist.cli import app
+    from tests.archives import build_mirror, toolkit
+    from tests.loopback import QuietHandler, directory_handler, serving
+
+    if sys.platform != "linux":
+        pytest.skip("only Linux routes all of 127.0.0.0/8 to the loopback device; elsewhere 127.0.0.2 "
+                    "needs an alias")
+    impostor = tmp_path / "impostor"
+    build_mirror(impostor, "13.0.2", toolkit("linux-x86_64", "13.0.2"))
+    asked: list[str] = []
+
+    class Impostor(QuietHandler):  # a forward proxy that answers every URL from its own mirror
+        def translate_path(self, path: str) -> str:
+            asked.append(path)
+            return super().translate_path(urlsplit(path).path)
+
+    with serving(functools.partial(Impostor, directory=str(impostor))) as proxy, \
+            serving(directory_handler(mirror), host="127.0.0.2") as base:
+        for name in ("HTTP_PROXY", "ALL_PROXY"):
+            monkeypatch.setenv(name, proxy)
+        r = CliRunner().invoke(app, ["install", "13.0", "--prefix", str(tmp_path / "cuda"), "--platform",
+                                     "linux-x86_64", "--base-url", base, "-q"])
+    assert (r.exit_code, asked) == (0, []), r.output
+    rec = json.loads((tmp_path / "cuda" / ".cudaredist" / "record.json").read_text())
+    assert rec["provenance"]["hashes_from"] == f"{base} (a loopback address)"
+    assert rec["plan"]["release"] == "13.0.1"

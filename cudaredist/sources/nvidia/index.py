@@ -23,7 +23,7 @@ from cudaredist.sources.nvidia.releases import (
     pick_release,
     sort_labels,
 )
-from cudaredist.trust import Trust, refuse, unreachable
+from cudaredist.trust import Trust, redirected, refuse, unreachable
 
 NVIDIA_BASE_URL = "https://developer.download.nvidia.com/compute/cuda/redist/"
 # --channel: NVIDIA's index of each. The preview one holds early-access releases (archives in a pool
@@ -119,7 +119,7 @@ class Index:
         local = local_path(base) if is_local(base) else None
         if self.offline:  # what the cache holds of the listing and the manifests, and a local base
             found = set(labels_from_names(self.cache.cached_index_names(base)))
-            if (listing := self.cache.load_index(base, LISTING)) is not None:
+            if (listing := stored_index(self.cache, self.transport, base, LISTING, base)) is not None:
                 found |= set(labels_from_listing(listing.decode("utf-8", "replace")))
             if local is not None and local.is_dir():
                 found |= set(labels_from_names(os.listdir(local)))
@@ -132,7 +132,8 @@ class Index:
             if not local.is_dir():
                 raise FetchError(f"the base directory {local} does not exist", url=base)
             return labels_from_names(os.listdir(local))
-        data = self.cache.index_page(base, LISTING, lambda: self.transport.get_bytes(base, quick=quick))
+        data = index_file(self.cache, self.transport, base, LISTING, base,
+                          lambda: self.transport.get_bytes(base, quick=quick), offline=False)
         return labels_from_listing(data.decode("utf-8", "replace"))
 
     def _pick(self, train: str, base: str, quick: bool) -> str:
@@ -162,8 +163,9 @@ class Index:
         """``redistrib_<label>.json`` from ``base`` as served (cached for --offline)."""
         name = f"redistrib_{label}.json"
         url = join_url(base, name)
-        return index_file(self.cache, base, name, url, lambda: self.transport.get_bytes(url, quick=quick),
-                          offline=self.offline, check=lambda data: read_manifest(base, label, data))
+        return index_file(self.cache, self.transport, base, name, url,
+                          lambda: self.transport.get_bytes(url, quick=quick), offline=self.offline,
+                          check=lambda data: read_manifest(base, label, data))
 
     def manifest(self, base: str, label: str) -> Manifest:
         return read_manifest(base, label, self.manifest_bytes(base, label))
@@ -205,17 +207,48 @@ class Index:
         raise FetchError(detail, url=fetches[0].url)
 
 
-def index_file(cache: Cache, base: str, name: str, url: str, get: Callable[[], bytes], *, offline: bool,
-               check: Callable[[bytes], object] | None = None) -> bytes:
+def index_file(cache: Cache, transport: Transport, base: str, name: str, url: str, get: Callable[[], bytes],
+               *, offline: bool, check: Callable[[bytes], object] | None = None) -> bytes:
     """A file of an index (a manifest, a project page) at ``url``, ``name`` in ``base``'s cache: under
-    --offline the cached copy, else through the cache's index TTL; a local base is read as it is."""
+    --offline the cached copy, else through the cache's index TTL; a local base is read as it is.
+
+    The URLs a copy was redirected through are stored with it and judged by this run's trust
+    (:mod:`cudaredist.trust`) on each use: one that only an earlier run trusted (its
+    ``--trusted-host``) is asked again, refused under --offline. ``transport.moved`` then says
+    which URL answered, fetched or cached, for the record."""
+    trust = transport.trust or Trust()
     if offline:
-        data = cache.load_index(base, name)
+        data = stored_index(cache, transport, base, name, url)
         if data is None and not is_local(url):
             raise OfflineError(f"--offline: {url} is not in the cache {cache.root}; run the same command "
                                "online once", url=url)
         return get() if data is None else data
-    return get() if is_local(url) else cache.index_page(base, name, get, check=check)
+    if is_local(url):
+        return get()
+    data, hops = cache.index_page(base, name, lambda: (get(), transport.moved.get(url, ())), check=check,
+                                  usable=lambda hops: trust.refused_hop(url, hops) is None)
+    _answered(transport, url, hops)
+    return data
+
+
+def stored_index(cache: Cache, transport: Transport, base: str, name: str, url: str) -> bytes | None:
+    """The cached copy of ``url`` (``name`` in ``base``'s cache) for --offline, or None; refused
+    when a URL it came through may not supply hashes in this run."""
+    data = cache.load_index(base, name)
+    if data is None:
+        return None
+    hops = cache.index_hops(base, name) or ()  # not kept (an older cudaredist's copy): asked directly
+    if (hop := (transport.trust or Trust()).refused_hop(url, hops)) is not None:
+        raise redirected(url, hop, cached=str(cache.index_dir(base)))
+    _answered(transport, url, hops)
+    return data
+
+
+def _answered(transport: Transport, url: str, hops: tuple[str, ...]) -> None:
+    if hops:
+        transport.moved[url] = hops
+    else:
+        transport.moved.pop(url, None)
 
 
 def read_manifest(base: str, label: str, data: bytes) -> Manifest:

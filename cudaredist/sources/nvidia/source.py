@@ -96,7 +96,7 @@ class NvidiaSource:
         requests = parse_product_requests(products)  # a bad --with fails before any network
         release = self.release(train)
         url = join_url(release.base, f"redistrib_{release.label}.json")
-        came = self.transport.moved.get(url, release.base)  # the URL that answered, when redirected
+        came = self.transport.moved.get(url, (release.base,))[-1]  # the URL that answered, if redirected
         why = f"{came} ({self.trust.reason(came) or 'trusted by the caller'})"
         return [replace(p, hashes_from=why, channel=self.where.channel or "")
                 for p in self._plans(release, platforms, profile, components, requests)]

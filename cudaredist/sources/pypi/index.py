@@ -149,7 +149,7 @@ class WheelIndex:
 
     def _page(self, root: str, name: str, *, quick: bool = False) -> bytes:
         url = f"{root}{name}/"
-        return index_file(self.cache, root, f"simple-{name}", url,
+        return index_file(self.cache, self.transport, root, f"simple-{name}", url,
                           lambda: self._get_page(root, url, name, quick=quick), offline=self.offline)
 
     def _get_page(self, root: str, url: str, name: str, *, quick: bool = False) -> bytes:
@@ -362,9 +362,11 @@ def resolve_plan(index: WheelIndex, train: str, *, platform: str, profile: str |
     notes.extend(n.text for n in data.notes if n.component in present and platform in n.platforms)
     notes.extend(dict.fromkeys(index.notes))
     served = index.served.get(canonicalize_name(data.metapackage), index.index_url)
+    # the URL that answered for the metapackage's page, when it was redirected (fetched or cached)
+    came = index.transport.moved.get(f"{served}{canonicalize_name(data.metapackage)}/", (served,))[-1]
     return Plan(release=label, release_date=release.date, platform=platform, base_url=served,
                 profile=profile or "custom", items=items, source="pypi", notes=tuple(notes),
-                hashes_from=f"{served} ({index.trust.reason(served) or 'trusted by the caller'})",
+                hashes_from=f"{came} ({index.trust.reason(came) or 'trusted by the caller'})",
                 products=tuple(r for r, _item in picked))
 
 

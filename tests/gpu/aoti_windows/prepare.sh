@@ -11,7 +11,7 @@ set -euo pipefail
 R=$(cd "$(dirname "$0")/../../.." && pwd); cd "$R"
 O=build/gpu/aoti_windows; PY=${PYTHON:-$R/.venv/bin/python}  # one with this checkout's cudaredist
 rm -rf $O; mkdir -p $O
-bash tests/gpu/deps.sh $O/deps
+bash tests/gpu/deps.sh $O/deps  # first: without the checkout's .venv it says what to make
 $PY -m cudaredist mirror 13.0.2 --source pypi --profile runtime --platform windows-x86_64 --out $O/mirror -q
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 (cd "$T" && apt-get download -q g++-mingw-w64-x86-64-posix gcc-mingw-w64-x86-64-posix \

@@ -12,8 +12,10 @@ export PATH=/opt/torch/.venv/bin:/usr/local/bin:/usr/bin:/bin TORCHINDUCTOR_CACH
 unset CUDA_HOME CUDA_PATH LD_LIBRARY_PATH WINDOWS_CUDA_HOME
 if ! command -v x86_64-w64-mingw32-g++ >/dev/null; then
   tar -C $W -xJf $C/mingw.tar.xz; export PATH=$W/mingw/usr/bin:$PATH
+  # ldconfig lives in /sbin or /usr/sbin, which the PATH above leaves out; none at all: carried ones
+  LDCONFIG=$(PATH=/sbin:/usr/sbin:$PATH command -v ldconfig || true)
   for l in libisl.so.23 libmpc.so.3 libmpfr.so.6; do
-    ldconfig -p | grep "$l " >/dev/null || export LD_LIBRARY_PATH=$W/mingw/hostlib
+    { [ -n "$LDCONFIG" ] && "$LDCONFIG" -p | grep "$l " >/dev/null; } || export LD_LIBRARY_PATH=$W/mingw/hostlib
   done
 fi
 echo "== MinGW-w64: $(command -v x86_64-w64-mingw32-g++) ${LD_LIBRARY_PATH:+(host libraries from the carry)}"

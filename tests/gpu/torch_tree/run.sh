@@ -3,18 +3,16 @@
 # installed, repacked byte for byte, plus nvcc/nvvm/cccl/crt/profiler-api carried in), then a PyTorch
 # extension with ATen/cuda/CUDAContext.h and a cuBLAS program built against it. The system CUDA
 # (/usr/local/cuda) is kept off PATH so nothing finds it by accident.
-# Needs build/gpu/torch_tree (carried: nvvm) and build/gpu/products (left by the products run on
-# this machine: deps and the other wheels).
+# Needs build/gpu/torch_tree only (carried: tests/gpu/torch_tree/prepare.sh), on a fresh machine too.
 set -euo pipefail
-K=$(cd "$(dirname "$0")" && pwd); R=$(cd "$K/../../.." && pwd); W=/tmp/cr; rm -rf $W; mkdir -p $W
-P=$R/build/gpu/products; N=$R/build/gpu/torch_tree
-for d in "$P/deps" "$N"; do
-  [ -d "$d" ] || { echo "error: $d is missing: run tests/gpu/products/run.sh first on this machine (a" \
-    "fresh machine has no build/gpu/products), carrying build/gpu/torch_tree here" >&2; exit 2; }
-done
+K=$(cd "$(dirname "$0")" && pwd); R=$(cd "$K/../../.." && pwd); W=/tmp/cr; rm -rf $W; mkdir -p $W/carried
+C=$R/build/gpu/torch_tree
+[ -d "$C/deps" ] && [ -f "$C/wheels.tar.xz" ] || { echo "error: $C is missing or incomplete: run" \
+  "tests/gpu/torch_tree/prepare.sh and carry build/gpu/torch_tree" >&2; exit 2; }
 export PATH=/opt/torch/.venv/bin:/usr/bin:/bin; unset CUDA_HOME CUDA_PATH LD_LIBRARY_PATH
-python3 -m venv $W/venv >/dev/null && $W/venv/bin/pip install -q --no-index --find-links $P/deps cudaredist
-/opt/torch/.venv/bin/python $K/repack_installed.py $W/index $P/wheels $N | tail -3
+tar -C $W/carried -xJf $C/wheels.tar.xz
+python3 -m venv $W/venv >/dev/null && $W/venv/bin/pip install -q --no-index --find-links $C/deps cudaredist
+/opt/torch/.venv/bin/python $K/repack_installed.py $W/index $W/carried | tail -3
 CR=$W/venv/bin/cudaredist
 time $CR install 13.0 --source pypi --index-url $W/index/simple --profile torch --prefix $W/cuda-13.0 --cache-dir $W/cache
 $CR info --prefix $W/cuda-13.0 | head -30 || true
