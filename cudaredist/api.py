@@ -113,7 +113,7 @@ def install(request: InstallRequest, *, reporter: Reporter | None = None,
     into the install dir it is the train's: listed in the outcome, while the other trains are
     installed and linked."""
     from cudaredist.managed import install_dir as managed_dir
-    from cudaredist.record import canonical_prefix
+    from cudaredist.prefixes import canonical_prefix
 
     wanted = list(dict.fromkeys(request.trains))
     if request.lock is None and not wanted:
@@ -124,7 +124,7 @@ def install(request: InstallRequest, *, reporter: Reporter | None = None,
     fixed = canonical_prefix(request.prefix) if request.prefix is not None else None
     outcome = InstallOutcome(None if fixed is not None else managed_dir(request.install_dir))
     if fixed is not None:  # before anything that may need the network
-        from cudaredist.record import refuse_foreign, tidy
+        from cudaredist.prefixes import refuse_foreign, tidy
 
         for action in tidy(fixed, _lock_timeout(request)):
             (outcome.warnings.append if action.startswith("warning: ") else say)(action)
@@ -181,7 +181,7 @@ def _satisfied(request: InstallRequest, train: str, fixed: Path | None, root: Pa
     """The toolkit already answering ``train`` (read from its record, no network), else None; one
     installed for this request that lacks what its profile means today is said and updated."""
     from cudaredist.managed import satisfied_toolkit
-    from cudaredist.record import drift_text, satisfying_record
+    from cudaredist.record import satisfying_record
 
     platform, profile = profiles.host_platform(request.platform), _profile(request)
     source = check_source(request.source)
@@ -196,7 +196,7 @@ def _satisfied(request: InstallRequest, train: str, fixed: Path | None, root: Pa
     if rec is None or where is None:
         return None
     if lacks:
-        say(f"{where}: {drift_text(rec, lacks)}; updating")
+        say(f"{where}: {'; '.join(lacks)}; updating")
         return None
     plan = rec["plan"]
     return Installed(where, plan["release"], plan["platform"], True, plan,

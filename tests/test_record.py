@@ -11,7 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cudaredist.cli import app
-from cudaredist.record import read_record, record_path, uninstall, verify
+from cudaredist.prefixes import uninstall
+from cudaredist.record import read_record, record_path, verify
 from tests.hosts import needs_symlinks, symlinks_work
 from tests.invariants import snapshot
 

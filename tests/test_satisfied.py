@@ -54,8 +54,8 @@ def test_a_tree_whose_profile_now_means_more_is_brought_up_to_date(installed: tu
     assert "profile nvcc now also includes cuda_profiler_api, cuda_nvtx" in verify.output
     r = _run(*args)
     assert r.exit_code == 0, r.output
-    assert f"{prefix}: profile nvcc now also includes cuda_profiler_api, cuda_nvtx (CUDA 13.0.1); updating" \
-        in r.stderr
+    assert (f"{prefix}: profile nvcc now also includes cuda_profiler_api, cuda_nvtx (CUDA 13.0.1), which "
+            "this tree lacks; updating") in r.stderr
     assert "installed CUDA 13.0.1" in r.stderr
     names = {c["name"] for c in json.loads((prefix / ".cudaredist" / "record.json").read_text())
              ["plan"]["components"]}
