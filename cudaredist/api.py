@@ -138,7 +138,10 @@ def install(request: InstallRequest, *, reporter: Reporter | None = None,
                 outcome.done.append(found)
                 say(found.message)
     if request.lock is not None or wanted:
-        _run(request, wanted, fixed, outcome, reporter, say)
+        try:
+            _run(request, wanted, fixed, outcome, reporter, say)
+        except KeyboardInterrupt as exc:
+            raise _interrupted(exc, outcome) from None
     if outcome.install_dir is not None:
         from cudaredist.managed import link_trains
 
@@ -146,6 +149,18 @@ def install(request: InstallRequest, *, reporter: Reporter | None = None,
         outcome.links = link_trains(outcome.install_dir, timeout=_lock_timeout(request),
                                     warn=outcome.warnings.append)
     return outcome
+
+
+def _interrupted(exc: KeyboardInterrupt, outcome: InstallOutcome) -> KeyboardInterrupt:
+    """Ctrl-C during the installs, with what each prefix holds: the transaction's own words (or
+    that nothing was changed), and the trains installed before it came."""
+    from cudaredist.interrupts import Interrupted, signum_of
+
+    said = str(exc) if isinstance(exc, Interrupted) else "interrupted; nothing was changed in the prefix"
+    before = [f"CUDA {d.release} into {d.prefix}" for d in outcome.done if not d.noop]
+    if not before:
+        return exc if isinstance(exc, Interrupted) else Interrupted(said, signum=signum_of(exc))
+    return Interrupted(f"{said}; installed before it: {', '.join(before)}", signum=signum_of(exc))
 
 
 def _check_options(request: InstallRequest) -> None:

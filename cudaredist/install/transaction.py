@@ -75,9 +75,11 @@ def swap_into_place(staging: Path, prefix: Path, warn: Callable[[str], None] | N
                     + "; the prefix was left as it was", prefix=str(prefix)) from exc
         try:
             fsops.rename(staging, prefix)
-        except OSError as exc:
-            if old is not None:
+        except BaseException as exc:  # the previous tree goes back, whatever stopped the rename
+            if old is not None and not os.path.lexists(prefix):
                 fsops.rename(old, prefix)
+            if not isinstance(exc, OSError):
+                raise
             raise PrefixError(f"cannot move the new tree into {prefix} ({exc.strerror}); the previous "
                               "tree was restored", prefix=str(prefix)) from exc
         gone = old.with_name(old.name.replace("-old-", "-gone-")) if old is not None else None
