@@ -123,6 +123,9 @@ _ONE_HOME = [
     pytest.param(r"\bdef evict\b|\.evict\(", "cache/store.py", id="cache-eviction"),
     pytest.param(r'LOCK_TIMEOUT = |environ\.get\(ENV_LOCK_TIMEOUT|envvar="CUDAREDIST_LOCK_TIMEOUT"',
                  "cache/store.py", id="lock-timeout"),
+    pytest.param(r'"cudaredist", "install"|cudaredist install \{(release|tk\.release)', "record.py",
+                 id="redo-a-tree"),
+    pytest.param(r"\bsignal\.signal\(", "interrupts.py", id="signal-handlers"),
 ]
 
 

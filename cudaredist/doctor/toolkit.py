@@ -86,8 +86,8 @@ def check_nvcc(tk: Toolkit, env: Mapping[str, str]) -> tuple[Check, str | None]:
         return Check("nvcc", "fail",
                      f"{nvcc} --version " + (f"failed (exit {rc})" if rc else "ran, but its output names no "
                                              "release") + f": {_first_line(out) or 'no output'}",
-                     "reinstall the tree (--reinstall); if it still fails, the host cannot run this "
-                     "platform's binaries (check `file` on it and the C library version)"), None
+                     f"reinstall the tree ({tk.redo(reinstall=True)}); if it still fails, the host cannot "
+                     "run this platform's binaries (check `file` on it and the C library version)"), None
     reported, full = m.group(1), m.group(2)
     said = f"{nvcc} reports release {reported}, V{full}"
     if tk.release is not None:
