@@ -82,8 +82,9 @@ def swap_into_place(staging: Path, prefix: Path, warn: Callable[[str], None] | N
                 raise
             raise PrefixError(f"cannot move the new tree into {prefix} ({exc.strerror}); the previous "
                               "tree was restored", prefix=str(prefix)) from exc
-        gone = old.with_name(old.name.replace("-old-", "-gone-")) if old is not None else None
-        if old is not None and gone is not None:
+        gone: Path | None = None
+        if old is not None:
+            gone = old.with_name(old.name.replace("-old-", "-gone-"))
             try:
                 os.rename(old, gone)  # once: a swap that finished is never undone by recover()
             except OSError:
