@@ -222,10 +222,11 @@ def uninstall(prefix: Path) -> int:
     entries = [(f["path"], f.get("copy") == "directory") for f in rec["files"] + rec.get("links", [])]
     _undo_removing(prefix)  # files a killed uninstall moved out go back first
     trash = prefix / RECORD_DIR / f"removing-{uuid.uuid4().hex[:8]}"
-    trash.mkdir()
     moved = 0
     made: set[Path] = {trash}
+    committed = False
     try:
+        trash.mkdir()
         for rel, made_dir in entries:
             p = _installed_path(prefix, rel)
             if p is None:
@@ -242,12 +243,22 @@ def uninstall(prefix: Path) -> int:
                     continue
                 moved += 1
             # a real directory where the record says a link or a file was is the user's: it stays
+        with interrupts.deferred():  # the commit, then what follows from it: Ctrl-C waits for the end
+            fsops.unlink(record_path(prefix))
+            committed = True
+            _finish(prefix, trash)
     except BaseException as exc:
+        signum = interrupts.signum_of(exc)
+        if committed:  # Ctrl-C held until the end: the uninstall is complete
+            if isinstance(exc, KeyboardInterrupt):
+                raise Interrupted(f"interrupted while the uninstall finished; it was completed first: "
+                                  f"{moved} files removed from {prefix}", signum=signum) from None
+            raise
         with interrupts.deferred():  # a second Ctrl-C waits until every file is back
             _put_back(prefix, trash)
-        if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, Interrupted):
+        if isinstance(exc, KeyboardInterrupt):
             raise Interrupted(f"interrupted; nothing was removed: {prefix} was restored as it was",
-                              signum=interrupts.signum_of(exc)) from None
+                              signum=signum) from None
         if not isinstance(exc, OSError):
             raise
         held = fsops.holder_hint(exc)
@@ -256,13 +267,11 @@ def uninstall(prefix: Path) -> int:
             + (f"{held}; close it and run the uninstall again" if held
                else f"cannot remove {exc.filename or prefix} ({exc.strerror or exc})")
             + ". Nothing was removed.", prefix=str(prefix)) from exc
-    try:
-        with interrupts.deferred():  # the commit, then what follows from it: Ctrl-C waits for the end
-            fsops.unlink(record_path(prefix))
-            with contextlib.suppress(OSError):  # moved out of the tree already; a scanner's late open
-                fsops.rmtree(trash)
-            _remove_empty(prefix)  # user files stay
-    except KeyboardInterrupt as exc:
-        raise Interrupted(f"interrupted while the uninstall finished; it was completed first: {moved} "
-                          f"files removed from {prefix}", signum=interrupts.signum_of(exc)) from None
     return moved
+
+
+def _finish(prefix: Path, trash: Path) -> None:
+    """After the commit: the moved-out files, then the directories left empty (user files stay)."""
+    with contextlib.suppress(OSError):  # moved out of the tree already; a scanner's late open
+        fsops.rmtree(trash)
+    _remove_empty(prefix)
