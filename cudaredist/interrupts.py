@@ -48,8 +48,10 @@ def signum_of(exc: BaseException) -> int:
 
 @contextlib.contextmanager
 def deferred() -> Iterator[None]:
-    """Hold SIGINT and SIGTERM until the block is done, then raise what came (KeyboardInterrupt or
-    :class:`Terminated`). Outside the main thread (where Python delivers signals) it does nothing."""
+    """Hold SIGINT and SIGTERM until the block is done, then deliver the first that came to the
+    handler there was (Ctrl-C's raises KeyboardInterrupt, :func:`handle_sigterm`'s Terminated, an
+    unhandled SIGTERM ends the process). Outside the main thread (where Python delivers signals) it
+    does nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
