@@ -115,7 +115,7 @@ def install(request: InstallRequest, *, reporter: Reporter | None = None,
     into the install dir it is the train's: listed in the outcome, while the other trains are
     installed and linked."""
     from cudaredist.managed import install_dir as managed_dir
-    from cudaredist.record import canonical_prefix
+    from cudaredist.prefixes import canonical_prefix
 
     wanted = list(dict.fromkeys(request.trains))
     if request.lock is None and not wanted:
@@ -127,7 +127,7 @@ def install(request: InstallRequest, *, reporter: Reporter | None = None,
     outcome = InstallOutcome(None if fixed is not None else managed_dir(request.install_dir))
     # leftovers of a killed run cleaned before anything that may need the network
     from cudaredist.managed import tidy as tidy_dir
-    from cudaredist.record import refuse_foreign, tidy
+    from cudaredist.prefixes import refuse_foreign, tidy
 
     for action in (tidy(fixed, _lock_timeout(request)) if fixed is not None else
                    tidy_dir(cast(Path, outcome.install_dir), _lock_timeout(request))):
@@ -142,7 +142,10 @@ def install(request: InstallRequest, *, reporter: Reporter | None = None,
                 outcome.done.append(found)
                 say(found.message)
     if request.lock is not None or wanted:
-        _run(request, wanted, fixed, outcome, reporter, say)
+        try:
+            _run(request, wanted, fixed, outcome, reporter, say)
+        except KeyboardInterrupt as exc:
+            raise _interrupted(exc, outcome) from None
     if outcome.install_dir is not None:
         from cudaredist.managed import link_trains
 
@@ -150,6 +153,18 @@ def install(request: InstallRequest, *, reporter: Reporter | None = None,
         outcome.links = link_trains(outcome.install_dir, timeout=_lock_timeout(request),
                                     warn=outcome.warnings.append)
     return outcome
+
+
+def _interrupted(exc: KeyboardInterrupt, outcome: InstallOutcome) -> KeyboardInterrupt:
+    """Ctrl-C during the installs, with what each prefix holds: the transaction's own words (or
+    that nothing was changed), and the trains installed before it came."""
+    from cudaredist.interrupts import Interrupted, signum_of
+
+    said = str(exc) if isinstance(exc, Interrupted) else "interrupted; nothing was changed in the prefix"
+    before = [f"CUDA {d.release} into {d.prefix}" for d in outcome.done if not d.noop]
+    if not before:
+        return exc if isinstance(exc, Interrupted) else Interrupted(said, signum=signum_of(exc))
+    return Interrupted(f"{said}; installed before it: {', '.join(before)}", signum=signum_of(exc))
 
 
 def _check_options(request: InstallRequest) -> None:
@@ -202,7 +217,7 @@ def _satisfied(request: InstallRequest, train: str, fixed: Path | None, root: Pa
     """The toolkit already answering ``train`` (read from its record, no network), else None; one
     installed for this request that lacks what its profile means today is said and updated."""
     from cudaredist.managed import satisfied_toolkit
-    from cudaredist.record import drift_text, satisfying_record
+    from cudaredist.record import satisfying_record
 
     platform, profile = profiles.host_platform(request.platform), _profile(request)
     source = check_source(request.source)
@@ -217,7 +232,7 @@ def _satisfied(request: InstallRequest, train: str, fixed: Path | None, root: Pa
     if rec is None or where is None:
         return None
     if lacks:
-        say(f"{where}: {drift_text(rec, lacks)}; updating")
+        say(f"{where}: {'; '.join(lacks)}; updating")
         return None
     from cudaredist.tree.hostfixes import pending
 

@@ -45,9 +45,10 @@ if not commands.install_only:
 
 
 def main() -> None:
-    from cudaredist import streams
+    from cudaredist import interrupts, streams
 
     streams.configure()  # a redirected stdout on Windows: the code page its reader decodes with
+    interrupts.handle_sigterm()  # a cancelled CI job unwinds as Ctrl-C does: no staging tree left
     app(prog_name="cudaredist")
 
 

@@ -28,8 +28,8 @@ from cudaredist.cache.store import hold
 from cudaredist.errors import PrefixError, RecordError, ResolveError
 from cudaredist.fsops import WINDOWS
 from cudaredist.plan import matches, version_key
+from cudaredist.prefixes import tidy as tidy_prefix
 from cudaredist.record import read_record, satisfying_record
-from cudaredist.record import tidy as tidy_prefix
 
 ENV_INSTALL_DIR = "CUDAREDIST_INSTALL_DIR"
 _NAME = re.compile(r"^cuda-(?P<release>\d+\.\d+\.\d+)-(?P<platform>[a-z0-9]+-[a-z0-9_]+)$")
@@ -122,7 +122,7 @@ def _products(plan: dict[str, Any]) -> tuple[tuple[str, str], ...]:
 
 
 def tidy(root: Path, timeout: float) -> list[str]:
-    """:func:`cudaredist.record.tidy` for each toolkit of ``root`` that a killed run left something
+    """:func:`cudaredist.prefixes.tidy` for each toolkit of ``root`` that a killed run left something
     beside (a swap cut short is put back): before the no-op check, so that it needs no network."""
     names = {m["name"] for e in (root.iterdir() if root.is_dir() else ())
              if (m := _LEFTOVER.match(e.name)) and _NAME.match(m["name"])}

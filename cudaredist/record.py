@@ -1,21 +1,21 @@
-"""The install record in ``<prefix>/.cudaredist/record.json``: what was installed, and checks on it."""
+"""The install record in ``<prefix>/.cudaredist/record.json``: what was installed, and checks on it.
+
+The prefix around it (its lock, leftovers of a killed run, the uninstall) is :mod:`cudaredist.prefixes`.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import datetime
-import glob
 import json
 import os
 import stat
-import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cudaredist import __version__, fsops
-from cudaredist.cache.store import ENV_LOCK_TIMEOUT, hold
 from cudaredist.errors import PrefixError, RecordError
 from cudaredist.fsops import WINDOWS
 from cudaredist.hashing import sha256_file
@@ -27,93 +27,12 @@ if TYPE_CHECKING:  # the no-op path reads records without loading the archive mo
 RECORD_DIR = ".cudaredist"
 RECORD_FILE = "record.json"
 SCHEMA = 1
+# How cudaredist lays a tree out. Bump it when a new cudaredist lays out what the same archives give
+# differently (1: a wheel-built Windows tree's generated import libraries such as cublas.lib, the
+# Visual Studio integration under extras/): a record of an older (or no) layout "needs updating",
+# and install and --refresh build the tree again rather than keep it.
+LAYOUT = 1
 EXEC_BIT_REMOVED = "the exec bit was removed"  # a verify reason doctor looks for
-
-
-def canonical_prefix(prefix: Path | str) -> Path:
-    p = Path(os.path.abspath(os.path.expanduser(str(prefix))))
-    return p.resolve() if p.is_symlink() else p
-
-
-def leftovers(prefix: Path) -> list[Path]:
-    """Staging and moved-aside trees that a killed run left beside ``prefix``."""
-    return sorted(prefix.parent.glob(f".{glob.escape(prefix.name)}.cudaredist-*"))
-
-
-@contextlib.contextmanager
-def prefix_lock(prefix: Path, timeout: float) -> Iterator[None]:
-    """Hold ``.NAME.cudaredist.lock`` beside ``prefix``; removed on the way out when the prefix is
-    gone (an uninstall), so a waiter that got the removed file takes the lock again. (filelock
-    makes the folders above it: a parent that cannot be made is reported as the lock's.)"""
-    with hold(prefix.parent / f".{prefix.name}.cudaredist.lock", timeout,
-              f"{prefix} is busy: another cudaredist process has held its lock for {timeout:g}s. "
-              f"Retry later, or wait longer with --lock-timeout / {ENV_LOCK_TIMEOUT}.", prefix,
-              doing="create the lock file of the prefix in", where=prefix.parent, option="--prefix",
-              same=None if WINDOWS else _holds) as lock:
-        try:
-            yield
-        finally:
-            if not WINDOWS and not os.path.lexists(prefix):  # Windows' filelock removes it itself
-                with contextlib.suppress(OSError):
-                    os.unlink(lock.lock_file)
-
-
-def _holds(lock: Any) -> bool:
-    """Is the file ``lock`` holds still the one at its path (not removed by the previous holder)?"""
-    fd = getattr(getattr(lock, "_context", None), "lock_file_fd", None)
-    try:
-        return fd is None or os.fstat(fd).st_ino == os.stat(lock.lock_file).st_ino
-    except OSError:
-        return False
-
-
-def recover(prefix: Path) -> list[str]:
-    """Clean what a killed run left beside ``prefix`` (call with the prefix lock held).
-
-    A moved-aside tree is put back when the prefix is missing (a swap cut short). One that
-    cannot be deleted yet (a process still holds a file in it) is left for a later run, with
-    a note: it is not in the way of anything."""
-    actions: list[str] = []
-    for p in leftovers(prefix):
-        kind = p.name[len(prefix.name) + 1:].split("-")[1]
-        if kind == "old" and not os.path.lexists(prefix):
-            fsops.rename(p, prefix)
-            actions.append(f"restored {prefix} from an interrupted swap")
-            continue
-        try:
-            fsops.rmtree(p)
-            actions.append(f"removed leftover {p.name}")
-        except OSError as exc:
-            actions.append(f"warning: {not_removed(p, exc)}")
-    return actions
-
-
-def tidy(prefix: Path, timeout: float) -> list[str]:
-    """:func:`recover` under the prefix lock, when a killed run left something beside ``prefix``
-    (no lock taken otherwise): before the no-op check, so that it needs no network."""
-    if not leftovers(prefix):
-        return []
-    with prefix_lock(prefix, timeout):
-        return recover(prefix)
-
-
-def refuse_foreign(prefix: Path) -> None:
-    """A :class:`PrefixError` when ``prefix`` holds something that is not a cudaredist install."""
-    ours = (prefix / RECORD_DIR).is_dir()
-    if not ours and prefix.exists() and (not prefix.is_dir() or any(prefix.iterdir())):
-        what = "is a file, not a directory" if not prefix.is_dir() else \
-            "exists and does not hold a cudaredist install"
-        raise PrefixError(
-            f"{prefix} {what}; refusing to replace it. Choose another --prefix, empty it, or "
-            "pass --replace-foreign to replace it (everything in it is deleted).",
-            prefix=str(prefix))
-
-
-def not_removed(tree: Path, exc: OSError) -> str:
-    held = fsops.holder_hint(exc)
-    why = held or f"{exc.strerror or exc}: {exc.filename or tree}"
-    return (f"the previous tree {tree} could not be removed yet ({why}); the next cudaredist run on "
-            f"this prefix removes it, or delete it yourself once nothing uses it")
 
 
 def satisfies(record: dict[str, Any], *, train: str, platform: str, profile: str | None,
@@ -139,19 +58,26 @@ def satisfies(record: dict[str, Any], *, train: str, platform: str, profile: str
 
 
 def lacking(record: dict[str, Any]) -> list[str]:
-    """The components the record's own request means today for its release that its tree lacks
-    (``profile nvcc`` gained ``cuda_profiler_api`` in a later cudaredist): offline, from
-    profiles.toml. The PyPI source's profiles name extras that only the index resolves: none there."""
+    """What the record's own request means today for its release that its tree lacks (``profile
+    nvcc`` gained ``cuda_profiler_api`` in a later cudaredist): offline. A redist tree's components
+    against profiles.toml; another source's profile (pypi.toml's extras, which only the index turns
+    into wheels) against the profile entries its record says the tree was resolved from."""
     from cudaredist.errors import CudaRedistError
     from cudaredist.profiles import get_product, get_profile, parse_spec
+    from cudaredist.sources import profile_specs
 
     plan = record["plan"]
-    if plan.get("source", "nvidia") != "nvidia":
-        return []
     release, platform, have = plan["release"], plan["platform"], {c["name"] for c in plan["components"]}
-    # a component the release may lack (``missing``): the plan's note says when it did
-    absent = " ".join(str(n) for n in plan.get("notes", []))
+    source = plan.get("source", "nvidia")
     try:
+        if source != "nvidia":
+            had = record.get("request", {}).get("profile")
+            if not isinstance(had, list):  # recorded before records said: its layout version says it
+                return []
+            return [str(s) for s in profile_specs(source, plan["profile"], release, platform)
+                    if str(s) not in had]
+        # a component the release may lack (``missing``): the plan's note says when it did
+        absent = " ".join(str(n) for n in plan.get("notes", []))
         specs = [s for s in get_profile(plan["profile"]).specs if s.applies_to(release, platform)
                  and not (s.missing and f"has no {s} for {platform}" in absent)] \
             if plan["profile"] != "custom" else []
@@ -170,35 +96,102 @@ def drift_text(record: dict[str, Any], missing: Sequence[str]) -> str:
     return f"{who} now also includes {', '.join(missing)} (CUDA {record['plan']['release']})"
 
 
+def outdated(record: dict[str, Any]) -> list[str]:
+    """Why the tree needs updating, offline: a layout older than this cudaredist's (:data:`LAYOUT`),
+    what its request means today that it lacks (:func:`lacking`). [] when it is up to date."""
+    why = []
+    layout = record.get("layout", 0)
+    if not isinstance(layout, int) or layout < LAYOUT:
+        why.append(f"the tree was laid out by an older cudaredist (layout {layout}; this one lays trees "
+                   f"out as layout {LAYOUT})")
+    if missing := lacking(record):
+        why.append(f"{drift_text(record, missing)}, which this tree lacks")
+    return why
+
+
 def holds(record: dict[str, Any], plan: Plan) -> bool:
     """Does the tree hold exactly ``plan``'s archives (as resolved now), from the components its
-    record lists rather than a key stored beside them?"""
+    record lists rather than a key stored beside them, laid out as this cudaredist lays them out
+    (not :func:`outdated`)?"""
     from cudaredist.plan import plan_from_json
 
     try:
-        return plan_from_json(record["plan"]).content_key() == plan.content_key()
+        same = plan_from_json(record["plan"]).content_key() == plan.content_key()
     except (KeyError, TypeError, ValueError):
         return False
+    return same and not outdated(record)
 
 
 def drift_note(prefix: Path, record: dict[str, Any]) -> str:
-    """What ``info`` and ``verify`` say of a tree that lacks what its profile means today, or ""."""
-    missing = lacking(record)
-    return (f"{drift_text(record, missing)}, which this tree lacks: `cudaredist install "
-            f"{record['plan']['release']} --prefix {prefix}` brings it up to date") if missing else ""
+    """What ``info`` and ``verify`` say of a tree that needs updating (:func:`outdated`), or ""."""
+    why = outdated(record)
+    return f"needs updating: {'; '.join(why)}: `{shell_line(request_argv(record, prefix))}` brings it " \
+        "up to date" if why else ""
+
+
+def request_argv(record: Mapping[str, Any] | None, prefix: Path, *, reinstall: bool = False,
+                 source: str | None = None) -> list[str]:
+    """The one spelling of "redo this tree's request": the ``cudaredist install`` command line that
+    makes the tree ``record`` describes again in ``prefix`` (its release, platform, source and where
+    it came from, profile or ``--only``, ``--component`` and ``--with``); a managed toolkit by its
+    install dir. ``source``: the same request from another source; no record: a TRAIN to fill in."""
+    from cudaredist.sources import location_argv
+
+    if record is None:
+        return ["cudaredist", "install", "TRAIN", "--prefix", str(prefix)] + ["--reinstall"] * reinstall
+    plan, request = record["plan"], record.get("request", {})
+    release, platform, had = str(plan["release"]), str(plan["platform"]), str(plan.get("source", "nvidia"))
+    argv = ["cudaredist", "install", release, *_target_argv(prefix, release, platform),
+            "--platform", platform]
+    if plan.get("host"):  # a cross tree: the tools' platform too
+        argv += ["--host", str(plan["host"])]
+    source = source or had
+    if source != "nvidia" or source != had:  # another source than the tree's: said, even the default
+        argv += ["--source", source]
+    if source == had:
+        argv += location_argv(source, str(plan.get("base_url", "")), str(plan.get("channel", "")))
+    profile = str(plan.get("profile", "custom"))
+    argv += ["--only"] if profile == "custom" else ["--profile", profile]
+    for c in request.get("components", []):
+        argv += ["--component", str(c)]
+    for p in plan.get("products", []):
+        argv += ["--with", str(p.get("requested", p.get("name", "")))]
+    return argv + (["--reinstall"] if reinstall else [])
+
+
+def _target_argv(prefix: Path, release: str, platform: str) -> list[str]:
+    """``--prefix P``, or for a managed toolkit (named by its release and platform) its install dir."""
+    from cudaredist.managed import install_dir, toolkit_name
+
+    if prefix.name != toolkit_name(release, platform):
+        return ["--prefix", str(prefix)]
+    root = prefix.parent
+    return [] if os.path.normcase(str(install_dir(None))) == os.path.normcase(str(root)) else \
+        ["--install-dir", str(root)]
+
+
+def shell_line(argv: Sequence[str]) -> str:
+    """``argv`` as a line for this host's shell (quoted where a word needs it)."""
+    if WINDOWS:
+        import subprocess
+
+        return subprocess.list2cmdline(list(argv))
+    import shlex
+
+    return shlex.join(argv)
 
 
 def satisfying_record(prefix: Path, *, train: str, platform: str, profile: str | None,
                       components: Sequence[str], source: str, products: Sequence[str] = (),
                       host: str = "") -> tuple[dict[str, Any] | None, list[str]]:
-    """(the record of ``prefix``, what it lacks) when it was installed for this request, else
-    (None, []): a record with nothing lacking answers the request without network."""
+    """(the record of ``prefix``, why it needs updating) when it was installed for this request, else
+    (None, []): a record that needs no updating (:func:`outdated`) answers it without network."""
     rec = read_record(prefix) if prefix.is_dir() else None
     if rec is None or not satisfies(rec, train=train, platform=platform, profile=profile,
                                     components=components, source=source, products=products,
                                     host=host):
         return None, []
-    return rec, lacking(rec)
+    return rec, outdated(rec)
 
 
 def record_path(prefix: Path) -> Path:
@@ -209,6 +202,8 @@ def build_record(plan: Plan, files: list[FileRecord], *, served: dict[str, str],
                  links: list[dict[str, str]], requested: Sequence[str]) -> dict[str, Any]:
     """``served``: sha256 -> the URL this run downloaded it from (an archive not in it came from
     the cache); ``links``: the platform fix-ups made; ``requested``: the ``--component`` names."""
+    from cudaredist.sources import profile_specs
+
     return {
         "schema": SCHEMA,
         "tool": f"cudaredist {__version__}",
@@ -227,7 +222,11 @@ def build_record(plan: Plan, files: list[FileRecord], *, served: dict[str, str],
             for f in files
         ],
         "links": links,
-        "request": {"components": list(requested)},
+        # what the profile meant at install: another source's drift is judged against it (lacking)
+        "request": {"components": list(requested),
+                    "profile": [str(s) for s in profile_specs(plan.source, plan.profile, plan.release,
+                                                                plan.platform)]},
+        "layout": LAYOUT,
     }
 
 
@@ -261,7 +260,8 @@ _RECORD: dict[str, Any] = {
                             "base_url?": str, "cuda_variant?": str}]},
     "files": [{"path": str, "size": int, "sha256": str, "mode?": str, "link?": str, "component?": str}],
     "links?": [{"path": str, "link": str, "copy?": str}],
-    "request?": {"components?": list},
+    "request?": {"components?": list, "profile?": list},
+    "layout?": int,
     "host_fixes?": [{"id": str, "path": str, "before": str, "after": str, "source?": str}],
     "tool": str, "installed_at": str, "content_key?": str,
 }
@@ -318,6 +318,10 @@ def read_record(prefix: Path) -> dict[str, Any] | None:
 def require_record(prefix: Path) -> dict[str, Any]:
     rec = read_record(prefix)
     if rec is None:
+        from cudaredist.prefixes import cut_short
+
+        if swap := cut_short(prefix):
+            raise PrefixError(swap, prefix=str(prefix))
         raise PrefixError(f"{prefix} holds no cudaredist install (no {RECORD_DIR}/{RECORD_FILE})",
                           prefix=str(prefix))
     return rec
@@ -438,76 +442,3 @@ def verify(prefix: Path, *, fast: bool = False) -> VerifyReport:
     links = {x["path"] for x in fixups}
     report.extra = sorted(_walk(prefix, links) - {f["path"] for f in rec["files"]} - links)
     return report
-
-
-def _installed_path(prefix: Path, rel: str) -> Path | None:
-    """``prefix/rel`` if the recorded path is relative, clean and reached without following a
-    symlink; None otherwise (such a path is not ours to delete)."""
-    parts = rel.split("/")
-    if not rel or rel.startswith("/") or "\\" in rel or ":" in parts[0] or any(
-            x in ("", ".", "..") for x in parts):
-        return None
-    here = prefix
-    for part in parts[:-1]:
-        here = here / part
-        if fsops.is_link(here):  # a symlink or a junction: not followed
-            return None
-    return here / parts[-1]
-
-
-def uninstall(prefix: Path) -> int:
-    """Remove exactly what the record lists (and then empty directories); returns files removed.
-
-    All or nothing: every recorded path is first moved into ``.cudaredist/removing-*`` in the
-    prefix (a rename, which fails where a delete would: a file another process holds open on
-    Windows); if one cannot move, the ones moved go back and nothing is removed. Files the user
-    added stay; recorded paths under a directory that has become a symlink are left alone rather
-    than deleted through it, and a real directory stands where a link was recorded unless the
-    install made that directory itself (a link it had to copy).
-    """
-    rec = require_record(prefix)
-    # (path, whether the install made a directory there: a link it had to copy)
-    entries = [(f["path"], f.get("copy") == "directory") for f in rec["files"] + rec.get("links", [])]
-    for old in (prefix / RECORD_DIR).glob("removing-*"):  # what a killed uninstall left
-        fsops.rmtree(old)
-    trash = prefix / RECORD_DIR / f"removing-{uuid.uuid4().hex[:8]}"
-    trash.mkdir()
-    moved: list[tuple[Path, Path]] = []
-    try:
-        for rel, made_dir in entries:
-            p = _installed_path(prefix, rel)
-            if p is None:
-                continue
-            # never followed: a link (or a junction) is moved, not its target
-            if fsops.is_link(p) or p.is_file() or (made_dir and p.is_dir()):
-                to = trash / str(len(moved))
-                try:
-                    fsops.rename(p, to)
-                except FileNotFoundError:
-                    continue
-                moved.append((p, to))
-            # a real directory where the record says a link or a file was is the user's: it stays
-    except OSError as exc:
-        for back, there in reversed(moved):
-            with contextlib.suppress(OSError):
-                fsops.rename(there, back)
-        with contextlib.suppress(OSError):
-            trash.rmdir()
-        held = fsops.holder_hint(exc)
-        raise PrefixError(
-            f"cannot uninstall {prefix}: "
-            + (f"{held}; close it and run the uninstall again" if held
-               else f"cannot remove {exc.filename or prefix} ({exc.strerror or exc})")
-            + ". Nothing was removed.", prefix=str(prefix)) from exc
-    fsops.unlink(record_path(prefix))
-    with contextlib.suppress(OSError):  # moved out of the tree already; a scanner's late open
-        fsops.rmtree(trash)
-    dirs: list[str] = []
-    for dirpath, dirnames, _files in os.walk(prefix):
-        # never into a link or a junction (os.walk follows junctions: they are not islink)
-        dirnames[:] = [d for d in dirnames if not fsops.is_link(os.path.join(dirpath, d))]
-        dirs.append(dirpath)
-    for dirpath in sorted(dirs, key=len, reverse=True):
-        with contextlib.suppress(OSError):
-            os.rmdir(dirpath)  # only succeeds when empty: user files stay
-    return len(moved)

@@ -4,6 +4,7 @@ judge compilers against a real tree's include/crt/host_config.h (13.0.2 from NVI
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -108,7 +109,8 @@ def test_toolkit_ok_then_each_damage_fails(tiny_tree: Path) -> None:
     assert check.status == "fail"
     assert "1 missing (nvvm/bin/cicc)" in check.detail
     assert "1 changed (include/cuda_runtime.h)" in check.detail
-    assert f"cudaredist install 13.0.1 --platform linux-x86_64 --prefix {tiny_tree} --reinstall" in check.fix
+    assert f"cudaredist install 13.0.1 --prefix {tiny_tree} --platform linux-x86_64" in check.fix
+    assert "--profile nvcc" in check.fix and "--reinstall" in check.fix
 
 
 def test_toolkit_without_a_record(tmp_path: Path) -> None:
@@ -156,8 +158,14 @@ def test_msbuild_files_of_a_windows_tree(tmp_path: Path, platform: str) -> None:
     check = check_msbuild(tk)
     assert check.status == "warn" and check.detail.startswith(f"CUDA 13.4.targets missing in {ext}: ")
     assert "finds no CUDA toolset" in check.detail and "Ninja" in check.detail
-    assert f"cudaredist install 13.4.1 --platform {platform} --prefix {p} --force" in check.fix
-    assert "--source nvidia" in check.fix
+    assert f"cudaredist install 13.4.1 --prefix {p} --platform {platform}" in check.fix
+    assert "--profile nvcc" in check.fix and "--reinstall" in check.fix and "--force" not in check.fix
+    # a tree from NVIDIA's wheels (which lack the files): the same request from NVIDIA's archives
+    rec = json.loads((p / ".cudaredist" / "record.json").read_text())
+    rec["plan"]["source"] = "pypi"
+    check = check_msbuild(dataclasses.replace(tk, record=rec))
+    assert f"cudaredist install 13.4.1 --prefix {p} --platform {platform} --source nvidia --profile nvcc" \
+        in check.fix and "--force" not in check.fix
 
 
 def test_msbuild_not_checked_without_windows_nvcc(tmp_path: Path) -> None:
@@ -194,7 +202,7 @@ def test_nvcc_version_against_the_record(tmp_path: Path, release: str, full: str
 @shell_fakes
 def test_nvcc_missing_and_no_record(tmp_path: Path) -> None:
     check, _ = check_nvcc(toolkit_at(tmp_path), {})
-    assert check.status == "fail" and "missing" in check.detail and "--profile nvcc" in check.fix
+    assert check.status == "fail" and "missing" in check.detail and "--reinstall" in check.fix
     fake_nvcc(tmp_path, "13.0", "13.0.88")
     check, reported = check_nvcc(toolkit_at(tmp_path, release=None, nvcc_version=None), dict(os.environ))
     assert check.status == "ok" and reported == "13.0" and "as the record says" not in check.detail

@@ -15,7 +15,7 @@ import pytest
 from cudaredist import fsops
 from cudaredist.cache import Cache
 from cudaredist.install import recover, swap_into_place
-from cudaredist.record import uninstall
+from cudaredist.prefixes import uninstall
 
 
 def sharing_violation(winerror: int = 32) -> PermissionError:

@@ -229,3 +229,207 @@ def test_unanswering_mirror_falls_back_within_seconds(srv: FaultServer, blackhol
     assert took < 30
     assert len(srv.requests_for(NVCC)) == 1  # each archive once, from the base
     assert_installed(tmp_path / "other", "13.0.1", Cache(tmp_path / "cache2"))
+
+
+# -- what Ctrl-C leaves in the prefix, and what the message says of it --------------------------------
+def _cli(*args: str) -> tuple[int, str]:
+    from typer.testing import CliRunner
+
+    from cudaredist.cli import app
+
+    r = CliRunner().invoke(app, list(args))
+    return r.exit_code, r.stderr
+
+
+def _installed(mirror: Path, tmp_path: Path) -> tuple[Path, list[str]]:
+    prefix = tmp_path / "inst" / "cuda"
+    args = ["install", "13.0", "--prefix", str(prefix), "--platform", "linux-x86_64", "--base-url",
+            str(mirror), "-q"]
+    code, err = _cli(*args)
+    assert code == 0, err
+    return prefix, args
+
+
+def _ctrl_c_on(monkeypatch: pytest.MonkeyPatch, name: str, when: Callable[[tuple[object, ...]], bool],
+               *, real: bool = False) -> list[int]:
+    """Make ``cudaredist.fsops.<name>`` meet Ctrl-C on the call ``when`` picks: raised in place of it,
+    or (``real``) a real SIGINT sent just before it runs. Returns the calls counter."""
+    from cudaredist import fsops
+
+    calls = [0]
+    original = getattr(fsops, name)
+
+    def patched(*args: object) -> object:
+        calls[0] += 1
+        if when(args):
+            if not real:
+                raise KeyboardInterrupt
+            os.kill(os.getpid(), signal.SIGINT)  # delivered at the next bytecode: inside this call
+        return original(*args)
+
+    monkeypatch.setattr(fsops, name, patched)
+    return calls
+
+
+def test_ctrl_c_during_uninstall_puts_every_file_back(mirror: Path, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C while the files are moved out: they go back, the message says so, and the tree
+    verifies; the next install is a true no-op and an uninstall then removes it all."""
+    prefix, args = _installed(mirror, tmp_path)
+    before = snapshot(prefix)
+    seen = [0]
+
+    def fifth_file(_args: tuple[object, ...]) -> bool:
+        seen[0] += 1
+        return seen[0] == 5
+
+    _ctrl_c_on(monkeypatch, "rename", fifth_file)
+    code, err = _cli("uninstall", "--prefix", str(prefix))
+    monkeypatch.undo()
+    assert code == 130, err
+    assert f"interrupted; nothing was removed: {prefix} was restored as it was" in err
+    assert snapshot(prefix) == before
+    assert _cli("verify", "--prefix", str(prefix))[0] == 0
+    code, err = _cli(*args[:-1])
+    assert code == 0 and "already installed" in err, err
+    code, err = _cli("uninstall", "--prefix", str(prefix))
+    assert code == 0 and not prefix.exists(), err
+
+
+def test_a_killed_uninstall_is_put_back_before_the_no_op(mirror: Path, tmp_path: Path) -> None:
+    """A killed uninstall (SIGKILL: no handler runs) left files moved out and the record in place:
+    the next install puts them back before it answers "already installed"."""
+    prefix, args = _installed(mirror, tmp_path)
+    before = snapshot(prefix)
+    trash = prefix / ".cudaredist" / "removing-1234abcd"
+    for rel in ("bin/nvcc", "include/cuda_runtime.h", "lib/libcudart.so"):
+        (trash / rel).parent.mkdir(parents=True, exist_ok=True)
+        os.rename(prefix / rel, trash / rel)
+    code, err = _cli(*args[:-1])
+    assert code == 0, err
+    assert "put back 3 files an interrupted uninstall had moved out" in err and "already installed" in err
+    assert snapshot(prefix) == before
+    assert _cli("verify", "--prefix", str(prefix))[0] == 0
+
+
+def test_ctrl_c_after_the_swap_says_the_new_tree_is_in_place(mirror: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C while the previous tree is deleted (the new one is in place): said as such, the tree
+    verifies, and the next run removes what was left of the previous tree."""
+    prefix, args = _installed(mirror, tmp_path)
+    _ctrl_c_on(monkeypatch, "rmtree", lambda a: "-gone-" in str(a[0]))
+    code, err = _cli(*args, "--reinstall")
+    monkeypatch.undo()
+    assert code == 130, err
+    assert (f"interrupted after the new tree was swapped in: {prefix} holds CUDA 13.0.1 (linux-x86_64, "
+            "nvcc), complete") in err
+    assert "nothing was changed" not in err
+    assert _cli("verify", "--prefix", str(prefix))[0] == 0
+    assert _cli(*args)[0] == 0
+    assert leftovers(prefix) == []
+
+
+def test_ctrl_c_during_the_swap_waits_for_it(mirror: Path, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real SIGINT between moving the old tree aside and moving the new one in: the swap
+    finishes first (the prefix is never missing), and the message says the new tree is in."""
+    prefix, args = _installed(mirror, tmp_path)
+    _ctrl_c_on(monkeypatch, "rename", lambda a: "-stage-" in str(a[0]), real=True)
+    code, err = _cli(*args, "--reinstall")
+    monkeypatch.undo()
+    assert code == 130, err
+    assert f"interrupted after the new tree was swapped in: {prefix} holds CUDA 13.0.1" in err
+    assert prefix.is_dir() and _cli("verify", "--prefix", str(prefix))[0] == 0
+
+
+def test_ctrl_c_before_the_swap_says_the_prefix_was_left_as_it_was(
+        mirror: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    prefix, args = _installed(mirror, tmp_path)
+    before = snapshot(prefix)
+    _ctrl_c_on(monkeypatch, "rename", lambda a: "-stage-" in str(a[0]))
+    code, err = _cli(*args, "--reinstall")
+    monkeypatch.undo()
+    assert code == 130, err
+    assert f"interrupted; {prefix} was left as it was (CUDA 13.0.1 was not installed)" in err
+    assert snapshot(prefix) == before and leftovers(prefix) == []
+
+
+def test_sigterm_unwinds_as_ctrl_c_does(srv: FaultServer, tmp_path: Path) -> None:
+    """A cancelled CI job (SIGTERM) mid-download: exit 143 within a second, the prefix as it was,
+    no staging tree and no partial download left."""
+    prefix, cache = tmp_path / "inst" / "cuda", tmp_path / "cache"
+    install_here("12.9", prefix, cache, srv.base)
+    before = snapshot(prefix)
+    srv.stall(NVCC, at=100_000, seconds=120)
+    proc = start(*install_cmd("13.0", prefix, cache, srv.base))
+    wait_for(lambda: part_size(cache) >= 100_000, proc, "the partial download")
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 143, err
+    assert "Traceback" not in err and f"interrupted; {prefix} was left as it was" in err
+    assert snapshot(prefix) == before
+    assert leftovers(prefix) == []
+    assert partials(Cache(cache)) == []
+
+
+def test_ctrl_c_between_managed_trains_names_the_one_installed(mirror: Path, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "toolkits"
+    swaps = [0]
+
+    def second_swap(a: tuple[object, ...]) -> bool:
+        swaps[0] += "-stage-" in str(a[0])
+        return swaps[0] == 2 and "-stage-" in str(a[0])
+
+    _ctrl_c_on(monkeypatch, "rename", second_swap)
+    code, err = _cli("install", "13.0", "12.9", "--install-dir", str(root), "--platform", "linux-x86_64",
+                     "--base-url", str(mirror), "-q")
+    monkeypatch.undo()
+    assert code == 130, err
+    installed = sorted(p.name for p in root.iterdir() if p.name.startswith("cuda-") and p.is_dir())
+    assert len(installed) == 1, installed
+    assert f"installed before it: CUDA {installed[0].split('-')[1]} into {root / installed[0]}" in err
+    assert "was left as it was" in err
+
+
+def test_a_real_ctrl_c_during_uninstall_leaves_the_tree_whole_or_gone(tmp_path: Path) -> None:
+    """SIGINT to a real `cudaredist uninstall` the moment it starts moving files out: either every
+    file went back (and the message says so) or the uninstall had committed and completed (and the
+    message says that): never a half-removed tree under its record."""
+    import subprocess
+
+    from tests.archives import MirrorArchive, build_mirror
+
+    mirror, prefix = tmp_path / "mirror", tmp_path / "inst" / "cuda"
+    build_mirror(mirror, "13.0.1", [MirrorArchive("cuda_cccl", "linux-x86_64", "13.0.85", {
+        f"include/many/{i // 100}/h{i}.h": b"x" for i in range(4000)})])
+    moving = lambda: any((prefix / ".cudaredist").glob("removing-*"))  # noqa: E731
+    for _attempt in range(3):  # a loaded machine may let a whole uninstall pass between two looks
+        code, err = _cli("install", "13.0", "--prefix", str(prefix), "--platform", "linux-x86_64", "--only",
+                         "--component", "cuda_cccl", "--base-url", str(mirror), "-q")
+        assert code == 0, err
+        before = snapshot(prefix)
+        proc = start("uninstall", "--prefix", str(prefix))
+        while proc.poll() is None and not moving():
+            time.sleep(0.001)
+        if proc.poll() is None:
+            break
+        proc.communicate()
+    else:
+        pytest.fail("three uninstalls finished before SIGINT could be sent")
+    proc.send_signal(signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    print(f"uninstall: exit {proc.returncode}: {err.strip()}")
+    assert "Traceback" not in err, err
+    if (prefix / ".cudaredist" / "record.json").exists():
+        assert proc.returncode == 130 and f"{prefix} was restored as it was" in err, err
+        assert snapshot(prefix) == before
+    else:
+        assert proc.returncode in (0, 130), err
+        assert proc.returncode == 0 or "it was completed first" in err, err
+        assert not prefix.exists()

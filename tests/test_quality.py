@@ -72,14 +72,15 @@ _FLOORS = [
     ("cudaredist.__main__", 7), ("cudaredist.entry", 7), ("cudaredist.cli", 7), ("cudaredist.commands", 7),
     ("cudaredist.api", 6),
     ("cudaredist.publish", 5),
-    ("cudaredist.install", 4), ("cudaredist.record", 4), ("cudaredist.managed", 4),
+    ("cudaredist.install", 4), ("cudaredist.record", 4), ("cudaredist.prefixes", 4),
+    ("cudaredist.managed", 4),
     ("cudaredist.envexport", 4), ("cudaredist.discover", 4), ("cudaredist.doctor", 4),
     ("cudaredist.sources", 3),
     ("cudaredist.fetch.fetcher", 2),
     ("cudaredist.cache", 1), ("cudaredist.tree", 1),
     ("cudaredist.fetch", 0),
     *((f"cudaredist.{core}", 0) for core in ("plan", "profiles", "errors", "localfs", "fsops", "hashing",
-                                              "progress", "streams", "trust")),
+                                              "progress", "streams", "trust", "interrupts")),
 ]
 
 
@@ -144,6 +145,9 @@ _ONE_HOME = [
     pytest.param(r"!<arch>", "tree/implib.py", id="import-libraries"),
     pytest.param(r"\bdef quote_\w+", "envexport.py", id="shell-environment"),
     pytest.param(r"\bexit_code = \d", "errors.py", id="exit-codes"),
+    pytest.param(r'"cudaredist", "install"|cudaredist install \{(release|tk\.release)', "record.py",
+                 id="redo-a-tree"),
+    pytest.param(r"\bsignal\.signal\(", "interrupts.py", id="signal-handlers"),
 ]
 
 

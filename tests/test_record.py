@@ -11,7 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cudaredist.cli import app
-from cudaredist.record import read_record, record_path, uninstall, verify
+from cudaredist.prefixes import uninstall
+from cudaredist.record import read_record, record_path, verify
 from tests.hosts import needs_symlinks, symlinks_work
 from tests.invariants import snapshot
 
@@ -279,3 +280,23 @@ def test_uninstall_removes_a_link_the_install_had_to_copy(mirror: Path, tmp_path
     code, _, err = cli("uninstall", "--prefix", str(p))
     assert code == 0, err
     assert not p.exists()
+
+
+@pytest.mark.parametrize("command", ["verify", "info", "env", "doctor"])
+def test_commands_on_a_swap_cut_short_name_the_previous_tree(prefix: Path, command: str) -> None:
+    """A swap killed between its two renames leaves the prefix missing and the previous tree beside
+    it: each command names that tree and the command that puts it back (which then does)."""
+    old = prefix.parent / f".{prefix.name}.cudaredist-old-1234abcd"
+    os.rename(prefix, old)
+    code, out, err = cli(command, "--prefix", str(prefix))
+    said = out + err
+    assert code == 1, said
+    assert f"{prefix} does not exist: an install was cut short while it swapped trees" in said
+    assert str(old) in said and "holds no cudaredist install" not in said
+    redo = said.split("`cudaredist install ", 1)[1].split("`", 1)[0]
+    assert redo.startswith(f"13.0.1 --prefix {prefix} --platform linux-x86_64")
+    import shlex
+
+    code, _, err = cli("install", *shlex.split(redo))
+    assert code == 0 and "restored" in err and "already installed" in err, err
+    assert verify(prefix).ok and not old.exists()

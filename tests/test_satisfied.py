@@ -54,8 +54,8 @@ def test_a_tree_whose_profile_now_means_more_is_brought_up_to_date(installed: tu
     assert "profile nvcc now also includes cuda_profiler_api, cuda_nvtx" in verify.output
     r = _run(*args)
     assert r.exit_code == 0, r.output
-    assert f"{prefix}: profile nvcc now also includes cuda_profiler_api, cuda_nvtx (CUDA 13.0.1); updating" \
-        in r.stderr
+    assert (f"{prefix}: profile nvcc now also includes cuda_profiler_api, cuda_nvtx (CUDA 13.0.1), which "
+            "this tree lacks; updating") in r.stderr
     assert "installed CUDA 13.0.1" in r.stderr
     names = {c["name"] for c in json.loads((prefix / ".cudaredist" / "record.json").read_text())
              ["plan"]["components"]}
@@ -164,3 +164,101 @@ def test_a_component_the_release_lacks_is_not_drift(tmp_path: Path) -> None:
     assert first.exit_code == 0 and "has no visual_studio_integration for windows-x86_64" in first.stderr
     r = _run(*args, "--base-url", "http://127.0.0.1:9/")
     assert r.exit_code == 0 and "nothing to do" in r.stderr, r.output
+
+
+# -- "redo this tree's request": one command line, the same kind of tree ---------------------------------
+def _advised(text: str) -> list[str]:
+    """The `cudaredist install ...` command quoted in ``text``, as argv without the program name."""
+    import shlex
+
+    quoted = text.split("`cudaredist install ", 1)[1].split("`", 1)[0]
+    return ["install", *shlex.split(quoted)]
+
+
+def test_the_advice_to_redo_a_tree_keeps_its_platform_and_profile(mirror: Path, tmp_path: Path) -> None:
+    """A Windows runtime tree (cross-compiling from here): info's and verify's note, and doctor's
+    fix, say --platform windows-x86_64 --profile runtime; following the note keeps both."""
+    from cudaredist.doctor.toolkit import check_toolkit
+
+    prefix = tmp_path / "win"
+    r = _run("install", "13.0", "--prefix", str(prefix), "--platform", "windows-x86_64", "--profile",
+             "runtime", "--base-url", str(mirror), "-q")
+    assert r.exit_code == 0, r.output
+    _drift(prefix, drop=("cuda_cudart",))
+    info = _run("info", "--prefix", str(prefix))
+    verify = _run("verify", "--prefix", str(prefix), "--fast")
+    for said in (info.output, verify.output):
+        assert "--platform windows-x86_64" in said and "--profile runtime" in said, said
+        assert "--force" not in said
+    (prefix / "include" / "crt" / "host_config.h").unlink()
+    check, _tk = check_toolkit(prefix, host_windows=False)
+    assert check.status == "fail" and "--force" not in check.fix
+    assert f"cudaredist install 13.0.1 --prefix {prefix} --platform windows-x86_64" in check.fix
+    assert "--profile runtime" in check.fix and "--reinstall" in check.fix
+    redo = _run(*_advised(info.output))
+    assert redo.exit_code == 0, redo.output
+    plan = json.loads((prefix / ".cudaredist" / "record.json").read_text())["plan"]
+    assert (plan["platform"], plan["profile"]) == ("windows-x86_64", "runtime")
+    assert "cuda_cudart" in {c["name"] for c in plan["components"]}
+
+
+def test_the_advice_for_a_managed_toolkit_names_its_install_dir(mirror: Path, tmp_path: Path) -> None:
+    root = tmp_path / "toolkits"
+    r = _run("install", "13.0", "--install-dir", str(root), "--profile", "runtime", "--base-url",
+             str(mirror), *COMMON, "-q")
+    assert r.exit_code == 0, r.output
+    _drift(root / "cuda-13.0.1-linux-x86_64", drop=("cuda_cudart",))
+    info = _run("info", "13.0", "--install-dir", str(root))
+    assert info.exit_code == 0, info.output
+    argv = _advised(info.output)
+    assert "--prefix" not in argv and argv[argv.index("--install-dir") + 1] == str(root)
+    assert argv[argv.index("--profile") + 1] == "runtime"
+    assert _run(*argv).exit_code == 0
+    assert "needs updating" not in _run("info", "13.0", "--install-dir", str(root)).output
+
+
+# -- the layout version: a tree an older cudaredist laid out needs updating -------------------------------
+def _older_layout(prefix: Path) -> None:
+    rp = prefix / ".cudaredist" / "record.json"
+    rec = json.loads(rp.read_text())
+    rec.pop("layout", None)
+    rp.write_text(json.dumps(rec))
+
+
+def test_a_tree_of_an_older_layout_is_updated(installed: tuple[Path, list[str]]) -> None:
+    prefix, args = installed
+    _older_layout(prefix)
+    for command in ("info", "verify"):
+        said = _run(command, "--prefix", str(prefix)).output
+        assert "needs updating: the tree was laid out by an older cudaredist (layout 0" in said, said
+    r = _run(*args)
+    assert r.exit_code == 0 and "laid out by an older cudaredist" in r.stderr and "; updating" in r.stderr
+    assert "installed CUDA 13.0.1" in r.stderr and "nothing to do" not in r.stderr
+    assert json.loads((prefix / ".cudaredist" / "record.json").read_text())["layout"] >= 1
+    assert json.loads(_run(*args, "--json").stdout)["noop"] is True
+    _older_layout(prefix)  # --refresh, which skips the offline no-op, updates it too
+    again = _run(*args, "--refresh", "--json")
+    assert again.exit_code == 0 and json.loads(again.stdout)["noop"] is False, again.output
+    assert "needs updating" not in _run("info", "--prefix", str(prefix)).output
+
+
+def test_a_pypi_tree_follows_its_profile(fake_index: object, tmp_path: Path) -> None:
+    """A --source pypi tree whose profile (pypi.toml's extras) now means more is said to need
+    updating and is updated, then a no-op again."""
+    from tests.sources.pypi.test_pypi_source import INDEX, add_release_13_0
+
+    add_release_13_0(fake_index)  # type: ignore[arg-type]
+    prefix = tmp_path / "p"
+    args = ["install", "13.0", "--prefix", str(prefix), "--source", "pypi", "--index-url", INDEX, *COMMON]
+    assert _run(*args, "-q").exit_code == 0
+    rp = prefix / ".cudaredist" / "record.json"
+    rec = json.loads(rp.read_text())
+    rec["request"]["profile"] = [e for e in rec["request"].get("profile", []) if e != "nvtx"]
+    rp.write_text(json.dumps(rec))
+    info = _run("info", "--prefix", str(prefix))
+    assert "profile nvcc now also includes nvtx (CUDA 13.0.2), which this tree lacks" in info.output
+    assert "--source pypi --index-url" in info.output
+    r = _run(*args)
+    assert r.exit_code == 0 and "; updating" in r.stderr and "nothing to do" not in r.stderr, r.output
+    assert "nvtx" in json.loads(rp.read_text())["request"]["profile"]
+    assert "already installed" in _run(*args).stderr

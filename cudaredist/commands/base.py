@@ -46,8 +46,12 @@ def errors() -> Iterator[None]:
         yield
     except (typer.Exit, typer.Abort):  # an exit code already decided
         raise
-    except KeyboardInterrupt:
-        fail("interrupted; nothing was changed in the prefix", 130)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated)
+        from cudaredist.interrupts import Interrupted, signum_of
+
+        if isinstance(exc, Interrupted):  # it says what the prefix holds now
+            fail(str(exc), exc.exit_code)
+        fail("interrupted; nothing was changed in the prefix", 128 + signum_of(exc))
     except Exception as exc:  # noqa: BLE001 - the boundary: every failure is one paragraph
         if isinstance(exc, BrokenPipeError) and exc.filename is None:  # not a pipe the command opened
             _stdout_closed()
@@ -225,7 +229,7 @@ class Toolkit:
 
     def target(self) -> Path:
         from cudaredist.managed import find_one, install_dir
-        from cudaredist.record import canonical_prefix
+        from cudaredist.prefixes import canonical_prefix
 
         if self.prefix is not None and self.train is not None:
             fail("give --prefix DIR or a TRAIN, not both", 2)

@@ -115,7 +115,7 @@ def uninstall(
     from cudaredist.install import prefix_lock
     from cudaredist.managed import find, link_trains
     from cudaredist.managed import install_dir as managed_dir
-    from cudaredist.record import uninstall as do_uninstall
+    from cudaredist.prefixes import uninstall as do_uninstall
 
     if tk.prefix is None and tk.train is not None:
         root = managed_dir(tk.install_dir)

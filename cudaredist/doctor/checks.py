@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -53,6 +53,8 @@ class Toolkit:
     native: bool  # runs on this host (not a windows tree on Linux, say)
     windows: bool  # a Windows tree
     host: str = ""  # a cross tree: the platform its tools are for (``install --host``)
+    # the install record (None: none), for what redoes its request (:func:`cudaredist.record.request_argv`)
+    record: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
     def include(self) -> Path:
         """Where nvcc reads the tree's headers: a Linux cross tree's targets/<dir>/include."""
@@ -63,6 +65,12 @@ class Toolkit:
             if target_dir:
                 return self.prefix / "targets" / target_dir / "include"
         return self.prefix / "include"
+
+    def redo(self, *, reinstall: bool = False, source: str | None = None) -> str:
+        """The command that makes this tree again (``TRAIN`` to fill in without a record)."""
+        from cudaredist.record import request_argv, shell_line
+
+        return shell_line(request_argv(self.record, self.prefix, reinstall=reinstall, source=source))
 
     def nvcc(self) -> Path:
         return self.prefix / "bin" / ("nvcc.exe" if self.windows else "nvcc")

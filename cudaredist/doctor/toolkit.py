@@ -16,16 +16,20 @@ from cudaredist.profiles import is_windows
 # -- toolkit ------------------------------------------------------------------------------------
 def check_toolkit(prefix: Path, *, host_windows: bool = WINDOWS) -> tuple[Check, Toolkit | None]:
     """The tree in ``prefix``: its install record, and a quick verify (sizes, links, exec bits)."""
-    from cudaredist.record import EXEC_BIT_REMOVED, read_record, verify
+    from cudaredist.prefixes import cut_short
+    from cudaredist.record import EXEC_BIT_REMOVED, read_record, request_argv, shell_line, verify
 
-    install = f"cudaredist install TRAIN --prefix {prefix}"
+    install = shell_line(request_argv(None, prefix))
     if not prefix.is_dir():
+        if swap := cut_short(prefix):
+            return Check("toolkit", "fail", swap, "run the command it names"), None
         return Check("toolkit", "fail", f"{prefix} does not exist or is not a directory",
                      f"install a toolkit there: {install}"), None
     try:
         rec = read_record(prefix)
     except CudaRedistError as exc:
-        return Check("toolkit", "fail", str(exc), f"reinstall: {install} --reinstall"), None
+        return Check("toolkit", "fail", str(exc),
+                     f"reinstall: {shell_line(request_argv(None, prefix, reinstall=True))}"), None
     if rec is None:
         windows = (prefix / "bin" / "nvcc.exe").is_file()
         has_nvcc = windows or (prefix / "bin" / "nvcc").is_file()
@@ -45,13 +49,12 @@ def check_toolkit(prefix: Path, *, host_windows: bool = WINDOWS) -> tuple[Check,
                          if c.get("name") == "cuda_nvcc"), None)
     has_nvcc = any(f["path"] in ("bin/nvcc", "bin/nvcc.exe") for f in rec.get("files", []))
     tk = Toolkit(prefix, release, platform, nvcc_version, has_nvcc, windows == host_windows, windows,
-                 str(plan.get("host", "")))
+                 str(plan.get("host", "")), rec)
     report = verify(prefix, fast=True)
     # exec bits: a tree copied through a tool that drops them has an nvcc that cannot start
     lost = [p for p in report.changed if report.reasons.get(p) == EXEC_BIT_REMOVED]
     what = f"CUDA {release} ({platform}, profile {plan.get('profile', '?')})"
-    host = f" --host {plan['host']}" if plan.get("host") else ""
-    reinstall = f"cudaredist install {release} --platform {platform}{host} --prefix {prefix} --reinstall"
+    reinstall = tk.redo(reinstall=True)
     changed = [p for p in report.changed if p not in lost]
     if report.missing or changed:
         problems = [f"{len(found)} {kind} ({_short(found)})"
@@ -77,16 +80,15 @@ def check_nvcc(tk: Toolkit, env: Mapping[str, str]) -> tuple[Check, str | None]:
     nvcc = tk.nvcc()
     if not nvcc.is_file():
         return Check("nvcc", "fail", f"{nvcc} is missing",
-                     f"reinstall the tree with the nvcc profile: cudaredist install {tk.release or 'TRAIN'} "
-                     f"--prefix {tk.prefix} --profile nvcc --reinstall"), None
+                     f"reinstall the tree: {tk.redo(reinstall=True)}"), None
     rc, out = _run([str(nvcc), "--version"], env, timeout=60)
     m = _NVCC_VERSION.search(out)
     if rc != 0 or m is None:
         return Check("nvcc", "fail",
                      f"{nvcc} --version " + (f"failed (exit {rc})" if rc else "ran, but its output names no "
                                              "release") + f": {_first_line(out) or 'no output'}",
-                     "reinstall the tree (--reinstall); if it still fails, the host cannot run this "
-                     "platform's binaries (check `file` on it and the C library version)"), None
+                     f"reinstall the tree ({tk.redo(reinstall=True)}); if it still fails, the host cannot "
+                     "run this platform's binaries (check `file` on it and the C library version)"), None
     reported, full = m.group(1), m.group(2)
     said = f"{nvcc} reports release {reported}, V{full}"
     if tk.release is not None:
@@ -95,7 +97,7 @@ def check_nvcc(tk: Toolkit, env: Mapping[str, str]) -> tuple[Check, str | None]:
             expected = f"release {want}" + (f", V{tk.nvcc_version}" if tk.nvcc_version else "")
             return Check("nvcc", "fail",
                          f"{said}, but the install record names CUDA {tk.release} ({expected})",
-                         f"the tree was changed after install: reinstall with --reinstall into {tk.prefix}"
+                         f"the tree was changed after install: reinstall it: {tk.redo(reinstall=True)}"
                          ), reported
         said += f", as the record says (CUDA {tk.release})"
     return Check("nvcc", "ok", said), reported
@@ -115,10 +117,18 @@ def check_msbuild(tk: Toolkit) -> Check:
     if missing:
         return Check("msbuild", "warn", f"{' and '.join(missing)} missing in {where}: CMake's Visual Studio "
                      f"generator ({use}) finds no CUDA toolset; Ninja and nvcc builds are unaffected",
-                     f"reinstall with a profile with nvcc from --source nvidia (NVIDIA's wheels lack the "
-                     f"files): cudaredist install {tk.release or 'TRAIN'} --platform {tk.platform} --prefix "
-                     f"{tk.prefix} --force; or build with -G Ninja")
+                     _msbuild_fix(tk))
     return Check("msbuild", "ok", f"{where}: cmake -G \"Visual Studio 17 2022\" {use}")
+
+
+def _msbuild_fix(tk: Toolkit) -> str:
+    """From NVIDIA's wheels: the same request from --source nvidia (the wheels lack the files); else
+    the tree again (its visual_studio_integration was removed)."""
+    source = str((tk.record or {}).get("plan", {}).get("source", "nvidia"))
+    if source != "nvidia":
+        return (f"install the same request from NVIDIA's redist archives (NVIDIA's wheels lack the files): "
+                f"{tk.redo(source='nvidia', reinstall=True)}; or build with -G Ninja")
+    return f"reinstall the tree: {tk.redo(reinstall=True)}; or build with -G Ninja"
 
 
 # -- environment --------------------------------------------------------------------------------

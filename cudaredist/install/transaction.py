@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from cudaredist import fsops, record
+from cudaredist import fsops, interrupts, prefixes, record
 from cudaredist.cache import Cache
 from cudaredist.cache.store import lock_wait
 from cudaredist.errors import PrefixError
@@ -48,47 +48,67 @@ class InstallResult:
     warnings: tuple[str, ...] = ()  # for stderr even when quiet: e.g. an old tree left behind
 
 
-def swap_into_place(staging: Path, prefix: Path, warn: Callable[[str], None] | None = None) -> None:
+def swap_into_place(staging: Path, prefix: Path, warn: Callable[[str], None] | None = None,
+                    swapped: Callable[[], None] | None = None) -> None:
     """Rename ``staging`` over ``prefix``, keeping the previous tree until the new one is in place.
 
-    Once it is, the install has succeeded: the previous tree is renamed out of the way of
-    :func:`recover`'s restore (``-gone-``) and deleted; a file in it that another process holds
-    leaves it behind, with ``warn`` told, for the next run to remove."""
+    The renames are one step that Ctrl-C waits for (``swapped`` is called at its end). Once the new
+    tree is in place the install has succeeded: the previous tree is renamed out of the way of
+    :func:`~cudaredist.prefixes.recover`'s restore (``-gone-``) and deleted; a file in it that
+    another process holds leaves it behind, with ``warn`` told, for the next run to remove."""
     old: Path | None = None
-    if os.path.lexists(prefix):
-        old = prefix.parent / f".{prefix.name}.cudaredist-old-{uuid.uuid4().hex[:8]}"
+    with interrupts.deferred():
+        if os.path.lexists(prefix):
+            old = prefix.parent / f".{prefix.name}.cudaredist-old-{uuid.uuid4().hex[:8]}"
+            try:
+                fsops.rename(prefix, old)
+            except OSError as exc:
+                held = fsops.holder_hint(exc)
+                if not held and getattr(exc, "winerror", None) == 5:
+                    # Windows refuses to rename a directory while a file in it is open: which one?
+                    inside = fsops.find_held(prefix)
+                    held = f"another process has {inside} open" if inside else ""
+                raise PrefixError(
+                    f"cannot move the existing {prefix} aside: "
+                    + (f"{held}. Close it and run the install again"
+                       if held else f"{exc.strerror}; is a file in it open, or is it a mount point?")
+                    + "; the prefix was left as it was", prefix=str(prefix)) from exc
         try:
-            fsops.rename(prefix, old)
-        except OSError as exc:
-            held = fsops.holder_hint(exc)
-            if not held and getattr(exc, "winerror", None) == 5:
-                # Windows refuses to rename a directory while a file in it is open: which one?
-                inside = fsops.find_held(prefix)
-                held = f"another process has {inside} open" if inside else ""
-            raise PrefixError(
-                f"cannot move the existing {prefix} aside: "
-                + (f"{held}. Close it and run the install again"
-                   if held else f"{exc.strerror}; is a file in it open, or is it a mount point?")
-                + "; the prefix was left as it was", prefix=str(prefix)) from exc
-    try:
-        fsops.rename(staging, prefix)
-    except OSError as exc:
+            fsops.rename(staging, prefix)
+        except BaseException as exc:  # the previous tree goes back, whatever stopped the rename
+            if old is not None and not os.path.lexists(prefix):
+                fsops.rename(old, prefix)
+            if not isinstance(exc, OSError):
+                raise
+            raise PrefixError(f"cannot move the new tree into {prefix} ({exc.strerror}); the previous "
+                              "tree was restored", prefix=str(prefix)) from exc
+        gone: Path | None = None
         if old is not None:
-            fsops.rename(old, prefix)
-        raise PrefixError(f"cannot move the new tree into {prefix} ({exc.strerror}); the previous "
-                          "tree was restored", prefix=str(prefix)) from exc
-    if old is None:
+            gone = old.with_name(old.name.replace("-old-", "-gone-"))
+            try:
+                os.rename(old, gone)  # once: a swap that finished is never undone by recover()
+            except OSError:
+                gone = old
+        if swapped is not None:
+            swapped()
+    if gone is None:
         return
-    gone = old.with_name(old.name.replace("-old-", "-gone-"))
-    try:
-        os.rename(old, gone)  # once: a swap that finished is never undone by recover()
-    except OSError:
-        gone = old
     try:
         fsops.rmtree(gone)
     except OSError as exc:
         if warn is not None:
-            warn(f"warning: {record.not_removed(gone, exc)}")
+            warn(f"warning: {prefixes.not_removed(gone, exc)}")
+
+
+def interrupted_text(prefix: Path, plan: Plan, *, swapped: bool) -> str:
+    """What an install that Ctrl-C ended left in ``prefix``, said truthfully."""
+    if not swapped:
+        return f"interrupted; {prefix} was left as it was (CUDA {plan.release} was not installed)"
+    left = [p for p in prefixes.leftovers(prefix) if "-gone-" in p.name or "-stage-" in p.name]
+    return (f"interrupted after the new tree was swapped in: {prefix} holds CUDA {plan.release} "
+            f"({plan.platform}, {plan.profile}), complete"
+            + (f"; the next cudaredist run on this prefix removes {', '.join(p.name for p in left)}"
+               if left else ""))
 
 
 class Installer:
@@ -132,11 +152,25 @@ class Installer:
         unreadable); ``replace_foreign``: replace a prefix that holds no cudaredist install;
         ``host_fixes``: apply the known host fixes (:mod:`cudaredist.tree.hostfixes`)."""
         t0 = time.monotonic()
-        prefix = record.canonical_prefix(prefix)
+        prefix = prefixes.canonical_prefix(prefix)
         self.cache.prepare()  # a --cache-dir that is not a cache is refused before anything is written
         warnings: list[str] = []
-        with record.prefix_lock(prefix, self.lock_timeout):
-            for action in record.recover(prefix):
+        swapped: list[bool] = []
+        try:
+            return self._transaction(plan, prefix, t0, warnings, swapped, reinstall=reinstall,
+                                     replace_foreign=replace_foreign, requested=requested,
+                                     host_fixes=host_fixes)
+        except KeyboardInterrupt as exc:
+            if isinstance(exc, interrupts.Interrupted):
+                raise
+            raise interrupts.Interrupted(interrupted_text(prefix, plan, swapped=bool(swapped)),
+                                         signum=interrupts.signum_of(exc)) from None
+
+    def _transaction(self, plan: Plan, prefix: Path, t0: float, warnings: list[str], swapped: list[bool],
+                     *, reinstall: bool, replace_foreign: bool, requested: Sequence[str],
+                     host_fixes: bool) -> InstallResult:
+        with prefixes.prefix_lock(prefix, self.lock_timeout):
+            for action in prefixes.recover(prefix):
                 (warnings.append if action.startswith("warning: ") else self.reporter.message)(action)
             # an unreadable record's error says to reinstall with --reinstall: then it is not read
             held = (record.read_record(prefix) or {}) if not reinstall and prefix.is_dir() else {}
@@ -144,7 +178,7 @@ class Installer:
                 return InstallResult(prefix, plan, noop=True, seconds=time.monotonic() - t0,
                                      warnings=tuple(warnings))
             if not replace_foreign:
-                record.refuse_foreign(prefix)
+                prefixes.refuse_foreign(prefix)
             try:
                 staging = Path(tempfile.mkdtemp(dir=prefix.parent,
                                                 prefix=f".{prefix.name}.cudaredist-stage-"))
@@ -170,7 +204,7 @@ class Installer:
                 if fixed:
                     made[hostfixes.RECORD_KEY] = fixed
                 record.write_record(staging, made)
-                swap_into_place(staging, prefix, warn=warnings.append)
+                swap_into_place(staging, prefix, warn=warnings.append, swapped=lambda: swapped.append(True))
             except BaseException:
                 fsops.rmtree(staging)
                 raise

@@ -14,12 +14,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from cudaredist.errors import PlanError, UsageError
+from cudaredist.errors import CudaRedistError, PlanError, UsageError
 
 if TYPE_CHECKING:
     from cudaredist.cache import Cache
     from cudaredist.fetch.transport import Transport
     from cudaredist.plan import Plan, PlannedArchive
+    from cudaredist.profiles import Spec
     from cudaredist.sources.mirroring import MirrorContent
     from cudaredist.tree.staging import Mapper, Tree
 
@@ -34,6 +35,38 @@ def check_source(source: str | None) -> str:
         raise UsageError(f"unknown source {value!r}: use one of {', '.join(SOURCES)} (--source or "
                          f"{ENV_SOURCE})")
     return value
+
+
+def location_argv(source: str, base_url: str, channel: str = "") -> list[str]:
+    """The options that point a new run where a plan of ``source`` came from (``base_url``, the
+    ``channel`` that meant it): none for the default, so a printed command stays short."""
+    if source == "pypi":
+        from cudaredist.sources.pypi.index import default_index_url
+
+        return [] if not base_url or base_url == default_index_url() else ["--index-url", base_url]
+    if channel:
+        return ["--channel", channel]
+    from cudaredist.sources.nvidia.index import base_and_mirror
+
+    return [] if not base_url or base_url == base_and_mirror(None, None)[0] else ["--base-url", base_url]
+
+
+def profile_specs(source: str, profile: str, release: str, platform: str) -> list[Spec]:
+    """The entries of ``source``'s profile (profiles.toml; pypi.toml's extras for the pypi source)
+    that apply to ``release`` on ``platform``: what a resolve of that profile asks for. A profile this
+    cudaredist does not have (``custom``: none) asks for nothing."""
+    from cudaredist.profiles import get_profile
+
+    if profile == "custom":
+        return []
+    try:
+        if source == "pypi":
+            from cudaredist.sources.pypi.wheels import wheel_data
+
+            return [s for s in wheel_data().profile(profile).specs if s.applies_to(release)]
+        return [s for s in get_profile(profile).specs if s.applies_to(release, platform)]
+    except CudaRedistError:
+        return []
 
 
 _URL_OPTIONS = (("base_url", "--base-url (or CUDAREDIST_BASE_URL)"),

@@ -1,0 +1,74 @@
+"""Ctrl-C and SIGTERM: what a step that must not be cut in two does with them, and what the user reads.
+
+A rename pair that swaps trees, or the putting back of files an uninstall moved out, runs under
+:func:`deferred`: a signal that arrives meanwhile is held and raised once the step is done, so
+the prefix is never left between two states. :class:`Interrupted` carries what the prefix holds
+afterwards, which the command line prints (``interrupted; ... was left as it was``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+from types import FrameType
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM), with what the prefix holds now as its message. Still a
+    KeyboardInterrupt: code that lets Ctrl-C through lets this through."""
+
+    exit_code = 130
+
+    def __init__(self, message: str, *, signum: int = signal.SIGINT) -> None:
+        super().__init__(message)
+        self.exit_code = 128 + signum
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM as an exception (:func:`handle_sigterm`): unwound like Ctrl-C, exit status 143."""
+
+
+def handle_sigterm() -> None:
+    """Make SIGTERM (a CI job cancelled, ``kill``) unwind like Ctrl-C: staging trees are removed and
+    an interrupted swap or uninstall is finished or undone. Main thread only."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+def _raise_terminated(_signum: int, _frame: FrameType | None) -> None:
+    raise Terminated()
+
+
+def signum_of(exc: BaseException) -> int:
+    """The signal ``exc`` stands for (SIGTERM for :class:`Terminated`, else SIGINT)."""
+    return signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM until the block is done, then deliver the first that came to the
+    handler there was (Ctrl-C's raises KeyboardInterrupt, :func:`handle_sigterm`'s Terminated, an
+    unhandled SIGTERM ends the process). Outside the main thread (where Python delivers signals) it
+    does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[int] = []
+
+    def hold(signum: int, _frame: FrameType | None) -> None:
+        came.append(signum)
+
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s, handler in previous.items():
+        if handler not in (signal.SIG_IGN, None):  # an ignored signal stays ignored
+            signal.signal(s, hold)
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            if handler is not None:
+                signal.signal(s, handler)
+    if came:
+        signal.raise_signal(came[0])  # to the handler there was: Ctrl-C's raises KeyboardInterrupt

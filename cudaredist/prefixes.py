@@ -1,0 +1,277 @@
+"""A prefix as a place: its lock, what a killed run left beside (or in) it, and the uninstall.
+
+The install record itself (what the tree holds, and the checks on it) is :mod:`cudaredist.record`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from cudaredist import fsops, interrupts
+from cudaredist.cache.store import ENV_LOCK_TIMEOUT, hold
+from cudaredist.errors import PrefixError
+from cudaredist.fsops import WINDOWS
+from cudaredist.interrupts import Interrupted
+from cudaredist.record import RECORD_DIR, record_path, require_record
+
+
+def canonical_prefix(prefix: Path | str) -> Path:
+    p = Path(os.path.abspath(os.path.expanduser(str(prefix))))
+    return p.resolve() if p.is_symlink() else p
+
+
+def leftovers(prefix: Path) -> list[Path]:
+    """Staging and moved-aside trees that a killed run left beside ``prefix``."""
+    return sorted(prefix.parent.glob(f".{glob.escape(prefix.name)}.cudaredist-*"))
+
+
+@contextlib.contextmanager
+def prefix_lock(prefix: Path, timeout: float) -> Iterator[None]:
+    """Hold ``.NAME.cudaredist.lock`` beside ``prefix``; removed on the way out when the prefix is
+    gone (an uninstall), so a waiter that got the removed file takes the lock again. (filelock
+    makes the folders above it: a parent that cannot be made is reported as the lock's.)"""
+    with hold(prefix.parent / f".{prefix.name}.cudaredist.lock", timeout,
+              f"{prefix} is busy: another cudaredist process has held its lock for {timeout:g}s. "
+              f"Retry later, or wait longer with --lock-timeout / {ENV_LOCK_TIMEOUT}.", prefix,
+              doing="create the lock file of the prefix in", where=prefix.parent, option="--prefix",
+              same=None if WINDOWS else _holds) as lock:
+        try:
+            yield
+        finally:
+            if not WINDOWS and not os.path.lexists(prefix):  # Windows' filelock removes it itself
+                with contextlib.suppress(OSError):
+                    os.unlink(lock.lock_file)
+
+
+def _holds(lock: Any) -> bool:
+    """Is the file ``lock`` holds still the one at its path (not removed by the previous holder)?"""
+    fd = getattr(getattr(lock, "_context", None), "lock_file_fd", None)
+    try:
+        return fd is None or os.fstat(fd).st_ino == os.stat(lock.lock_file).st_ino
+    except OSError:
+        return False
+
+
+def recover(prefix: Path) -> list[str]:
+    """Clean what a killed run left beside ``prefix`` (call with the prefix lock held).
+
+    A moved-aside tree is put back when the prefix is missing (a swap cut short). One that
+    cannot be deleted yet (a process still holds a file in it) is left for a later run, with
+    a note: it is not in the way of anything. Files a killed uninstall had moved out of the tree
+    go back while its record is there (the record goes last: until then the uninstall can be undone)."""
+    actions: list[str] = []
+    for p in leftovers(prefix):
+        kind = p.name[len(prefix.name) + 1:].split("-")[1]
+        if kind == "old" and not os.path.lexists(prefix):
+            fsops.rename(p, prefix)
+            actions.append(f"restored {prefix} from an interrupted swap")
+            continue
+        try:
+            fsops.rmtree(p)
+            actions.append(f"removed leftover {p.name}")
+        except OSError as exc:
+            actions.append(f"warning: {not_removed(p, exc)}")
+    return actions + _undo_removing(prefix)
+
+
+def _undo_removing(prefix: Path) -> list[str]:
+    """Put back what a killed uninstall moved out of ``prefix`` while its record is there (it was
+    not committed); once the record is gone only the emptying was cut short: finished here."""
+    actions: list[str] = []
+    for trash in _removing(prefix):
+        if record_path(prefix).is_file():
+            with interrupts.deferred():
+                back = _put_back(prefix, trash)
+            actions.append(f"put back {back} files an interrupted uninstall had moved out of {prefix}")
+        else:
+            with contextlib.suppress(OSError):
+                fsops.rmtree(trash)
+    return actions
+
+
+def tidy(prefix: Path, timeout: float) -> list[str]:
+    """:func:`recover` under the prefix lock, when a killed run left something beside ``prefix``
+    (no lock taken otherwise): before the no-op check, so that it needs no network."""
+    if not leftovers(prefix) and not _removing(prefix):
+        return []
+    with prefix_lock(prefix, timeout):
+        return recover(prefix)
+
+
+def cut_short(prefix: Path) -> str:
+    """When ``prefix`` is missing because a swap was cut short (the previous tree still moved aside
+    beside it), what to do about it; else ""."""
+    if os.path.lexists(prefix):
+        return ""
+    old = next((p for p in leftovers(prefix) if p.name.startswith(f".{prefix.name}.cudaredist-old-")), None)
+    if old is None:
+        return ""
+    from cudaredist.record import read_record, request_argv, shell_line
+
+    try:
+        rec = read_record(old)
+    except PrefixError:
+        rec = None
+    redo = f"`{shell_line(request_argv(rec, prefix))}`" if rec is not None else \
+        "the next `cudaredist install` on this prefix"
+    return (f"{prefix} does not exist: an install was cut short while it swapped trees, and the previous "
+            f"tree is still at {old}; {redo} puts it back (or move it back yourself)")
+
+
+def refuse_foreign(prefix: Path) -> None:
+    """A :class:`PrefixError` when ``prefix`` holds something that is not a cudaredist install."""
+    ours = (prefix / RECORD_DIR).is_dir()
+    if not ours and prefix.exists() and (not prefix.is_dir() or any(prefix.iterdir())):
+        what = "is a file, not a directory" if not prefix.is_dir() else \
+            "exists and does not hold a cudaredist install"
+        raise PrefixError(
+            f"{prefix} {what}; refusing to replace it. Choose another --prefix, empty it, or "
+            "pass --replace-foreign to replace it (everything in it is deleted).",
+            prefix=str(prefix))
+
+
+def not_removed(tree: Path, exc: OSError) -> str:
+    held = fsops.holder_hint(exc)
+    why = held or f"{exc.strerror or exc}: {exc.filename or tree}"
+    return (f"the previous tree {tree} could not be removed yet ({why}); the next cudaredist run on "
+            f"this prefix removes it, or delete it yourself once nothing uses it")
+
+
+
+def _installed_path(prefix: Path, rel: str) -> Path | None:
+    """``prefix/rel`` if the recorded path is relative, clean and reached without following a
+    symlink; None otherwise (such a path is not ours to delete)."""
+    parts = rel.split("/")
+    if not rel or rel.startswith("/") or "\\" in rel or ":" in parts[0] or any(
+            x in ("", ".", "..") for x in parts):
+        return None
+    here = prefix
+    for part in parts[:-1]:
+        here = here / part
+        if fsops.is_link(here):  # a symlink or a junction: not followed
+            return None
+    return here / parts[-1]
+
+
+def _removing(prefix: Path) -> list[Path]:
+    """The folders an uninstall moves the tree's files into (one a killed uninstall left)."""
+    return sorted((prefix / RECORD_DIR).glob("removing-*"))
+
+
+def _put_back(prefix: Path, trash: Path) -> int:
+    """Move what ``trash`` holds (each entry at its path in the tree) back into ``prefix``; returns
+    the entries put back. Nothing is overwritten; ``trash`` goes once it is empty."""
+    back = 0
+    for dirpath, dirnames, filenames in os.walk(trash):
+        rel = os.path.relpath(dirpath, trash)
+        here = prefix if rel == "." else prefix / rel
+        for name in [*filenames, *(d for d in dirnames if fsops.is_link(os.path.join(dirpath, d)))]:
+            with contextlib.suppress(OSError):
+                if not os.path.lexists(here / name):
+                    fsops.rename(os.path.join(dirpath, name), here / name)
+                    back += 1
+        # a directory the tree lacks goes back whole (a link the install had to copy); one it has
+        # is only the folder around the files moved out of it
+        keep = []
+        for d in dirnames:
+            if fsops.is_link(os.path.join(dirpath, d)):
+                continue
+            if os.path.lexists(here / d):
+                keep.append(d)
+                continue
+            with contextlib.suppress(OSError):
+                fsops.rename(os.path.join(dirpath, d), here / d)
+                back += 1
+        dirnames[:] = keep
+    _remove_empty(trash)
+    return back
+
+
+def _remove_empty(top: Path) -> None:
+    """The empty directories of ``top`` (and ``top`` when it empties), bottom up: files stay."""
+    dirs: list[str] = []
+    for dirpath, dirnames, _files in os.walk(top):
+        # never into a link or a junction (os.walk follows junctions: they are not islink)
+        dirnames[:] = [d for d in dirnames if not fsops.is_link(os.path.join(dirpath, d))]
+        dirs.append(dirpath)
+    for dirpath in sorted(dirs, key=len, reverse=True):
+        with contextlib.suppress(OSError):
+            os.rmdir(dirpath)  # only succeeds when empty
+
+
+def uninstall(prefix: Path) -> int:
+    """Remove exactly what the record lists (and then empty directories); returns files removed.
+
+    All or nothing: every recorded path is first moved into ``.cudaredist/removing-*`` in the
+    prefix, at its own path there (a rename, which fails where a delete would: a file another
+    process holds open on Windows); if one cannot move, or Ctrl-C comes, the ones moved go back
+    and nothing is removed. Deleting the record is the commit: from then on the uninstall
+    completes, Ctrl-C or not (a killed one is put back or finished by :func:`recover`). Files the
+    user added stay; recorded paths under a directory that has become a symlink are left alone
+    rather than deleted through it, and a real directory stands where a link was recorded unless
+    the install made that directory itself (a link it had to copy).
+    """
+    rec = require_record(prefix)
+    # (path, whether the install made a directory there: a link it had to copy)
+    entries = [(f["path"], f.get("copy") == "directory") for f in rec["files"] + rec.get("links", [])]
+    _undo_removing(prefix)  # files a killed uninstall moved out go back first
+    trash = prefix / RECORD_DIR / f"removing-{uuid.uuid4().hex[:8]}"
+    moved = 0
+    made: set[Path] = {trash}
+    committed = False
+    try:
+        trash.mkdir()
+        for rel, made_dir in entries:
+            p = _installed_path(prefix, rel)
+            if p is None:
+                continue
+            # never followed: a link (or a junction) is moved, not its target
+            if fsops.is_link(p) or p.is_file() or (made_dir and p.is_dir()):
+                to = trash / rel  # at its own path: what is moved out can be put back from it alone
+                if to.parent not in made:
+                    to.parent.mkdir(parents=True, exist_ok=True)
+                    made.add(to.parent)
+                try:
+                    fsops.rename(p, to)
+                except FileNotFoundError:
+                    continue
+                moved += 1
+            # a real directory where the record says a link or a file was is the user's: it stays
+        with interrupts.deferred():  # the commit, then what follows from it: Ctrl-C waits for the end
+            fsops.unlink(record_path(prefix))
+            committed = True
+            _finish(prefix, trash)
+    except BaseException as exc:
+        signum = interrupts.signum_of(exc)
+        if committed:  # Ctrl-C held until the end: the uninstall is complete
+            if isinstance(exc, KeyboardInterrupt):
+                raise Interrupted(f"interrupted while the uninstall finished; it was completed first: "
+                                  f"{moved} files removed from {prefix}", signum=signum) from None
+            raise
+        with interrupts.deferred():  # a second Ctrl-C waits until every file is back
+            _put_back(prefix, trash)
+        if isinstance(exc, KeyboardInterrupt):
+            raise Interrupted(f"interrupted; nothing was removed: {prefix} was restored as it was",
+                              signum=signum) from None
+        if not isinstance(exc, OSError):
+            raise
+        held = fsops.holder_hint(exc)
+        raise PrefixError(
+            f"cannot uninstall {prefix}: "
+            + (f"{held}; close it and run the uninstall again" if held
+               else f"cannot remove {exc.filename or prefix} ({exc.strerror or exc})")
+            + ". Nothing was removed.", prefix=str(prefix)) from exc
+    return moved
+
+
+def _finish(prefix: Path, trash: Path) -> None:
+    """After the commit: the moved-out files, then the directories left empty (user files stay)."""
+    with contextlib.suppress(OSError):  # moved out of the tree already; a scanner's late open
+        fsops.rmtree(trash)
+    _remove_empty(prefix)
