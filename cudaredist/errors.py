@@ -27,6 +27,11 @@ fields, never message text.
 from __future__ import annotations
 
 
+def signal_exit_code(signum: int) -> int:
+    """The exit status of a run a signal stopped: the shell's 128 + N (130 Ctrl-C, 143 SIGTERM)."""
+    return 128 + signum
+
+
 class CudaRedistError(Exception):
     """Base class: the message is complete and actionable on its own. Keyword arguments set the
     fields a subclass declares (with their defaults as class attributes); an undeclared one is a

@@ -14,16 +14,18 @@ import threading
 from collections.abc import Iterator
 from types import FrameType
 
+from cudaredist.errors import signal_exit_code
+
 
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C (or SIGTERM), with what the prefix holds now as its message. Still a
     KeyboardInterrupt: code that lets Ctrl-C through lets this through."""
 
-    exit_code = 130
+    exit_code = signal_exit_code(signal.SIGINT)
 
     def __init__(self, message: str, *, signum: int = signal.SIGINT) -> None:
         super().__init__(message)
-        self.exit_code = 128 + signum
+        self.exit_code = signal_exit_code(signum)
 
 
 class Terminated(KeyboardInterrupt):
