@@ -377,7 +377,7 @@ def test_msvc_preprocessor_check(tmp_path: Path, text: str, env: dict[str, str],
     pytest.param("something odd happened", "something odd", "could not build a minimal", id="unknown"),
 ])
 def test_explain_probe_failure(output: str, first: str, meaning: str) -> None:
-    line, what = explain_probe_failure(output)
+    line, what, _fix = explain_probe_failure(output)
     assert first in line and meaning in what, (line, what)
 
 
@@ -387,7 +387,8 @@ def test_probe_failure_from_a_fake_nvcc(tmp_path: Path) -> None:
            'echo "nvcc fatal   : Cannot find compiler \'cl.exe\' in PATH" >&2\nexit 1\n')
     check = check_probe(toolkit_at(tmp_path), dict(os.environ))
     assert check.status == "fail" and "exit 1" in check.detail and "Cannot find compiler" in check.detail
-    assert "no MSVC environment" in check.fix
+    assert "no MSVC environment" in check.detail and "NVCC_CCBIN" in check.fix
+    assert "the checks above say more" not in check.fix
     script(tmp_path / "bin" / "nvcc", 'touch probe\nexit 0\n')  # "builds": writes the output file
     assert check_probe(toolkit_at(tmp_path), dict(os.environ)).status == "ok"
 
