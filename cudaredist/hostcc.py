@@ -427,7 +427,9 @@ def _named(spec: str, compilers: list[Compiler], env: Mapping[str, str], windows
         raise UsageError(f"--host-compiler {spec}: no such compiler (not a file, nor a command on PATH); "
                          "name a compiler's path or command, auto or off")
     known = next((c for c in compilers if os.path.realpath(c.path) == os.path.realpath(path)), None)
-    return known or Compiler(os.path.basename(path), path, ())
+    # the path as named (g++, not the g++-12 it links to), known for its version and toolset
+    return Compiler(os.path.basename(path), path, known.version, known.toolset) if known else Compiler(
+        os.path.basename(path), path, ())
 
 
 def choose(include: Path, env: Mapping[str, str], *, windows: bool, release: str | None = None,
