@@ -391,15 +391,19 @@ def judge(c: Compiler, include: Path, env: Mapping[str, str]) -> HostConfigVerdi
     return judge_host_config(c.host_compiler, include, _with(env, variables, prepend))
 
 
-def first_accepted(compilers: list[Compiler], include: Path, env: Mapping[str, str],
-                   skip: str | None = None) -> Compiler | None:
-    """The first of ``compilers`` (newest first) that the tree accepts; ``skip``: a path already judged."""
+def walk(compilers: list[Compiler], include: Path, env: Mapping[str, str], skip: str | None = None
+         ) -> tuple[Compiler | None, list[tuple[Compiler, str]]]:
+    """The first of ``compilers`` (newest first) that the tree accepts, and those refused before it
+    (each with the header's #error); ``skip``: a path already judged."""
+    refused: list[tuple[Compiler, str]] = []
     for c in compilers:
         if skip is not None and os.path.realpath(c.path) == os.path.realpath(skip):
             continue
-        if judge(c, include, env).accepted:
-            return c
-    return None
+        verdict = judge(c, include, env)
+        if verdict.accepted:
+            return c, refused
+        refused.append((c, _said(verdict.error)))
+    return None, refused
 
 
 def _default_name(hc: HostCompiler, env: Mapping[str, str], run: Callable[..., tuple[int, str]]) -> str:
@@ -464,13 +468,16 @@ def choose(include: Path, env: Mapping[str, str], *, windows: bool, release: str
                                 f"{header} ({verdict.error}); nothing set", quiet=True)
         refused = f"nvcc's default, {name}, is refused by {header} (\"{_said(verdict.error)}\")"
     compilers = installed(env, windows=windows, target=target, which=which, run=run)
-    found = first_accepted(compilers, include, env, skip=hc.path)
-    why = refused or f"nvcc finds no {hc.spec} on PATH"
+    found, newer = walk(compilers, include, env, skip=hc.path)
+    why = "; ".join([refused or f"nvcc finds no {hc.spec} on PATH",
+                     *(f"{c.name} is refused too (\"{error}\")" if refused else
+                       f"{c.name} is refused by {header} (\"{error}\")" for c, error in newer
+                       if c.toolset is not None)])
     if found is None:
         return Choice(None, f"host compiler: {why}, and none of the {len(compilers)} installed here "
-                            "passes it; nothing set (`cudaredist doctor` says what to install)")
+                            f"passes {header}; nothing set (`cudaredist doctor` says what to install)")
     return Choice(found, f"host compiler: {found.name} ({found.path}): {why}; {found.name} is the newest "
-                         f"installed that it accepts", *_exports(found, env))
+                         f"installed that {header} accepts", *_exports(found, env))
 
 
 def for_tree(prefix: Path, *, platform: str, release: str, env: Mapping[str, str], host_windows: bool,

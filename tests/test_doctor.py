@@ -678,7 +678,9 @@ def test_real_tree_refuses_a_too_new_gcc_as_nvcc_does(real_tree: Path, tmp_path:
     check = check_host_compiler(tk, env, windows=False)
     assert check.status == "fail" and "gcc (Fake) 99.1.0" in check.detail
     assert "unsupported GNU version! gcc versions later than 15 are not supported!" in check.detail
-    assert "NVCC_CCBIN" in check.fix and "-allow-unsupported-compiler" in check.fix and "risk" in check.fix
+    # the fix is a compiler installed here that the header accepts (the real g++), never a made-up g++-13
+    assert "use g++" in check.fix and "installed here, which CUDA 13.0.2's host_config.h accepts" in check.fix
+    assert "export NVCC_CCBIN=/usr/bin/g++" in check.fix and "g++-13" not in check.fix
     probe = check_probe(tk, env)
     assert probe.status == "fail" and "unsupported GNU version" in probe.detail
     assert "host_config.h accepts" in probe.fix

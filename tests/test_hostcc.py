@@ -88,7 +88,7 @@ def test_the_newest_installed_that_the_header_accepts(tmp_path: Path, limit: int
     assert choice.reason == (
         f"host compiler: {chosen} ({path}): nvcc's default, gcc 16 ({bindir / 'gcc'}), is refused by CUDA "
         f"13.2.1's host_config.h (\"unsupported GNU version! gcc versions later than {limit} are not "
-        f"supported!\"); {chosen} is the newest installed that it accepts")
+        f"supported!\"); {chosen} is the newest installed that CUDA 13.2.1's host_config.h accepts")
 
 
 def test_none_accepted_sets_nothing_and_says_so(tmp_path: Path) -> None:
@@ -218,6 +218,9 @@ def test_the_msvc_toolset_and_its_environment(tmp_path: Path, layout: dict[str, 
     ts = choice.toolset
     assert ts is not None and ts.short == short and ts.vs_name == "Visual Studio Enterprise 2026"
     assert "nvcc finds no cl.exe on PATH" in choice.reason
+    if short == "14.44":  # the newer toolset's refusal is said
+        assert ("MSVC 14.50.35717 (Visual Studio Enterprise 2026) is refused by CUDA 13.0.2's host_config.h "
+                '("unsupported Microsoft Visual Studio version!') in choice.reason
     got = dict(choice.variables)
     cl = os.path.join(ts.root, "bin", "Hostx64", "x64", "cl.exe")
     assert got["NVCC_CCBIN"] == cl and got["CUDAHOSTCXX"] == cl and got["VCToolsVersion"] == ts.version

@@ -14,11 +14,11 @@ from cudaredist.envexport import load_hint
 from cudaredist.hostcc import (
     HostCompiler,
     HostConfigVerdict,
-    first_accepted,
     gcc_limit,
     installed,
     judge_host_config,
     select_host_compiler,
+    walk,
 )
 from cudaredist.profiles import platform_rule
 
@@ -97,8 +97,7 @@ def compiler_fix(tk: Toolkit, env: Mapping[str, str], *, msvc: bool, skip: str |
         return (f"run the build from Visual Studio's {_msvc_prompt(tk)}), or set NVCC_CCBIN to the "
                 "directory that holds cl.exe") if msvc else (
                 "install a C++ compiler (Debian/Ubuntu: apt-get install g++), or set NVCC_CCBIN to one")
-    found = first_accepted(installed(env, windows=msvc, target=_target(tk), which=which), include, env,
-                           skip=skip)
+    found = walk(installed(env, windows=msvc, target=_target(tk), which=which), include, env, skip=skip)[0]
     load = load_hint(str(tk.prefix), host_windows=msvc)
     if found is not None and found.toolset is not None:
         ts = found.toolset
