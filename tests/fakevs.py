@@ -101,6 +101,7 @@ def build_layout(root: Path, *, wine: bool = False, winpath: Callable[[Path], st
     """The layout under ``root``; returns the variables that point Windows programs at it
     (``ProgramFiles(x86)``, ``ProgramFiles``), as paths the host that runs cudaredist sees."""
     clang = need_tool("clang")
+    root.mkdir(parents=True, exist_ok=True)
     unixrun = build_unixrun(root) if wine else None
     studios = []
     for folder, fields, toolsets in INSTALLS:
