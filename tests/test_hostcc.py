@@ -302,3 +302,34 @@ def test_real_headers_choose_the_toolset(real_headers: dict[str, Path], layout: 
     refused = [c.toolset.short for c in hostcc.installed(layout, windows=True)
                if c.toolset and not hostcc.judge(c, real_headers[train], layout).accepted]
     assert refused == (["14.50"] if train == "13.0" else [])
+
+
+# -- the commands: env and run -------------------------------------------------------------------
+def test_env_and_run_export_the_choice(mirror: Path, tmp_path: Path) -> None:
+    """A managed 13.0.1 tree whose host_config.h takes gcc up to 15, with gcc 16 the default: `env`
+    says so and exports g++-15, `run` gives it to the command; --host-compiler off / the variable."""
+    bindir = fake_gcc(tmp_path / "bin", 14, 15, 16, default=16)
+    root = tmp_path / "toolkits"
+    base = {**host_free_env(tmp_path / "cache"), "CUDAREDIST_INSTALL_DIR": str(root)}
+    r = run_cudaredist("install", "13.0", "--base-url", str(mirror), "--platform", "linux-x86_64", "-q",
+                       env=base)
+    assert r.returncode == 0, r.stderr
+    prefix = next(root.glob("cuda-13.0.1-*"))
+    (prefix / "include" / "crt" / "host_config.h").write_text(HEADER.format(limit=15, msc=1950))
+    env = {**base, "PATH": f"{bindir}:/usr/bin:/bin"}
+    r = run_cudaredist("env", "13.0", env=env)
+    assert r.returncode == 0, r.stderr
+    assert f"export NVCC_CCBIN='{bindir / 'g++-15'}'\nexport CUDAHOSTCXX='{bindir / 'g++-15'}'\n" in r.stdout
+    assert r.stderr.startswith("note: host compiler: g++-15") and "gcc 16" in r.stderr
+    r = run_cudaredist("run", "13.0", "--", "sh", "-c", 'echo "$NVCC_CCBIN"', env=env)
+    assert r.returncode == 0 and r.stdout.strip() == str(bindir / "g++-15"), r.stderr
+    for off in (["--host-compiler", "off"], []):
+        given = {} if off else {"CUDAREDIST_HOST_COMPILER": "off"}
+        r = run_cudaredist("env", "13.0", *off, env=env | given)
+        assert r.returncode == 0 and "NVCC_CCBIN" not in r.stdout and "host compiler" not in r.stderr
+    r = run_cudaredist("run", "13.0", "--host-compiler", "off", "--", "sh", "-c", 'echo "[$NVCC_CCBIN]"',
+                       env=env)
+    assert r.stdout.strip() == "[]", r.stderr
+    r = run_cudaredist("env", "13.0", "--host-compiler", "g++-99", env=env)
+    assert r.returncode == 2 and "--host-compiler g++-99: no such compiler" in r.stderr
+    assert "Traceback" not in r.stderr
