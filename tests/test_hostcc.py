@@ -180,6 +180,21 @@ def test_a_failed_probe_is_explained_with_a_concrete_fix(tmp_path: Path, output:
         assert "13.2 or later" in check.fix
 
 
+def test_a_probe_failure_with_an_accepted_compiler_advises_no_other(tmp_path: Path) -> None:
+    """nvcc failed running a compiler the header takes: another compiler is no fix."""
+    bindir = fake_gcc(tmp_path / "bin", 15, 16, default=15)
+    include = tree(tmp_path, 15)
+    nvcc = include.parent / "bin" / "nvcc"
+    nvcc.parent.mkdir()
+    nvcc.write_text('#!/bin/sh\necho "nvcc fatal   : Failed to preprocess host compiler properties." >&2\n'
+                    'exit 1\n')
+    nvcc.chmod(0o755)
+    check = check_probe(tk_of(include), linux_env(bindir))
+    assert check.status == "fail" and "nvcc cannot start its host compiler" in check.detail
+    assert "passes the tree's host_config.h" in check.fix and "-v probe.cu" in check.fix
+    assert "use g++" not in check.fix
+
+
 def test_a_probe_that_cannot_find_cudart_dll_at_run_time(tmp_path: Path) -> None:
     """On a Windows host the probe also runs: a missing cudart64_*.dll names the tree's DLL folder."""
     include = tree(tmp_path, 15)

@@ -251,6 +251,11 @@ def explain_probe_failure(output: str) -> tuple[str, str, str]:
 def _probe_fix(template: str, tk: Toolkit, env: Mapping[str, str], which: Which) -> str:
     if template == "compiler":
         hc = select_host_compiler(env, windows=tk.windows, which=which)
+        if hc.path is not None and judge_host_config(hc, tk.prefix / "include", env).accepted:
+            # the header takes it: another compiler is no fix; what nvcc ran says what went wrong
+            return (f"{hc.path} ({hc.source}) passes the tree's host_config.h, so nvcc failed running it for "
+                    f"another reason: run `{tk.nvcc()} -v probe.cu -o probe` by hand to see the command "
+                    "nvcc ran and its own error")
         return compiler_fix(tk, env, msvc=tk.windows, skip=hc.path, which=which)
     release = tk.release or "<release>"
     return template.format(
