@@ -474,8 +474,11 @@ def choose(include: Path, env: Mapping[str, str], *, windows: bool, release: str
                        f"{c.name} is refused by {header} (\"{error}\")" for c, error in newer
                        if c.toolset is not None)])
     if found is None:
-        return Choice(None, f"host compiler: {why}, and none of the {len(compilers)} installed here "
-                            f"passes {header}; nothing set (`cudaredist doctor` says what to install)")
+        none = "no Visual Studio that vswhere reports has an MSVC toolset" if windows else "no g++ on PATH"
+        others = (f"none of the {len(compilers)} installed here passes {header}" if compilers else
+                  f"no other is installed here ({none})")
+        return Choice(None, f"host compiler: {why}, and {others}; nothing set (`cudaredist doctor` says "
+                            "what to install)")
     return Choice(found, f"host compiler: {found.name} ({found.path}): {why}; {found.name} is the newest "
                          f"installed that {header} accepts", *_exports(found, env))
 
