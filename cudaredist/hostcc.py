@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cudaredist.errors import UsageError
+from cudaredist.profiles import is_windows, platform_rule
 
 Which = Callable[[str, str | None], str | None]  # (command, PATH) -> path or None
 ENV_HOST_COMPILER = "CUDAREDIST_HOST_COMPILER"
@@ -487,8 +488,6 @@ def for_tree(prefix: Path, *, platform: str, release: str, env: Mapping[str, str
              given: str | None = None) -> Choice | None:
     """``choose`` for an installed tree run on this host (None: a tree for another host, whose
     compiler is not this host's to choose); ``given``: --host-compiler, else CUDAREDIST_HOST_COMPILER."""
-    from cudaredist.profiles import is_windows, platform_rule
-
     if is_windows(platform) != host_windows:
         return None
     mode = (given or env.get(ENV_HOST_COMPILER) or "auto").strip() or "auto"
