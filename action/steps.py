@@ -132,6 +132,10 @@ def problems() -> list[str]:
                          f"or {name}=MAJOR.MINOR.PATCH, or {name} alone (the newest for the CUDA major)")
     if inp("source") not in ("", "nvidia", "pypi"):
         found.append(f"'source: {inp('source')}' is not a source: give nvidia or pypi, or leave it out")
+    host_compiler = inp("host-compiler")
+    if "\n" in host_compiler or (host_compiler.startswith("-") and host_compiler not in ("auto", "off")):
+        found.append(f"'host-compiler: {host_compiler}' is not a compiler: give auto, off, an MSVC toolset "
+                     "version (14.44) or a compiler's path or command (g++-15)")
     if inp("doctor") not in ("report", "fail", "off"):
         found.append(f"'doctor: {inp('doctor')}' is not a mode: give report, fail or off")
     for flag in ("cache", "cache-unpacked"):
@@ -367,10 +371,12 @@ def cache_key() -> None:
 
 # -- install, doctor -------------------------------------------------------------------------------
 def _set_env_for(prefix: str, *, first: bool) -> dict[str, Any]:
-    """CUDA_PATH_V<major>_<minor> for every toolkit; the whole environment for the first."""
+    """CUDA_PATH_V<major>_<minor> for every toolkit; the whole environment for the first, with the
+    host compiler chosen for it (the `host-compiler` input)."""
+    chooser = ["--host-compiler", inp("host-compiler") or "auto"]
     if first:
-        cudaredist("env", "--prefix", prefix, "--github", title="cudaredist env failed")
-    found: dict[str, Any] = json.loads(cudaredist("env", "--prefix", prefix, "--json",
+        cudaredist("env", "--prefix", prefix, "--github", *chooser, title="cudaredist env failed")
+    found: dict[str, Any] = json.loads(cudaredist("env", "--prefix", prefix, "--json", *chooser,
                                                      title="cudaredist env failed"))
     if not first:
         for name, value in found["set"].items():
@@ -417,9 +423,10 @@ def install() -> None:
     output("cuda-path", str(envs[0]["prefix"]))
     output("release", str(envs[0]["release"]))
     output("cuda-paths", json.dumps({t: str(e["prefix"]) for t, e in zip(trains, envs, strict=True)}))
-    # `cmake -G "Visual Studio 17 2022" <this>`: -T cuda=<tree> where the tree has NVIDIA's MSBuild
-    # files, quoted as cudaredist.envexport.cmake_line does (stdlib only here)
+    # `cmake -G "Visual Studio 17 2022" <this>`: -T version=<the chosen MSVC toolset>,cuda=<tree> (the
+    # tree's NVIDIA MSBuild files), quoted as cudaredist.envexport.cmake_line does (stdlib only here)
     output("cmake-args", " ".join(f'"{a}"' if " " in a else a for a in envs[0].get("cmake_args", [])))
+    output("host-compiler", str(envs[0]["set"].get("NVCC_CCBIN", "")))
     output("cudaredist", os.environ.get("CR_CUDAREDIST", ""))
 
 

@@ -12,8 +12,11 @@ What is set, for a tree of release X.Y installed in PREFIX:
         WINDOWS_CUDA_HOME = PREFIX     (what torch's cross-compile paths read); PATH is left alone,
                                        and CUDA_HOME stays free for a native toolkit
 
-A Windows tree with NVIDIA's MSBuild files also gives the CMake arguments for the Visual Studio
-generator, ``-T cuda=PREFIX`` (``cmake_args``: printed as a note, in --json, an output of the action).
+The host compiler hostcc chose for the tree (``host_compiler``) adds NVCC_CCBIN and CUDAHOSTCXX, and
+for an MSVC toolset what ``vcvars64.bat -vcvars_ver=X`` sets (its bin first on PATH after the tree's,
+INCLUDE, LIB, LIBPATH, VCToolsInstallDir, ...). A Windows tree gives the CMake arguments for the Visual
+Studio generator, ``-T version=X,cuda=PREFIX`` (``version=``: the chosen toolset; ``cuda=``: a tree
+with NVIDIA's MSBuild files), in ``cmake_args``: printed as a note, in --json, an output of the action.
 
 A cross tree (``install --host``; ``[cross.<target>]`` in profiles.toml) is used from its host:
     Linux (tools of linux-x86_64, libraries in PREFIX/targets/<dir>):
@@ -42,10 +45,14 @@ import shlex
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from cudaredist.errors import PrefixError, UsageError
 from cudaredist.plan import version_key
 from cudaredist.profiles import CrossRule, cross_rule, is_windows, platform_rule
+
+if TYPE_CHECKING:
+    from cudaredist.hostcc import Choice
 
 SHELLS = ("sh", "bash", "zsh", "fish", "pwsh", "cmd")
 # PowerShell also closes a single-quoted string on the typographic single quotes
@@ -72,10 +79,13 @@ class Environment:
 
 
 def environment(prefix: str, *, platform: str, release: str, host_windows: bool,
-                msbuild: bool = False, host: str = "") -> Environment:
+                msbuild: bool = False, host: str = "",
+                host_compiler: Choice | None = None) -> Environment:
     """The environment for a tree of ``platform``/``release`` at ``prefix`` (a path of this host);
     ``msbuild``: the tree has NVIDIA's MSBuild files (the visual_studio_integration component);
-    ``host``: a cross tree's, the platform its tools are for."""
+    ``host``: a cross tree's, the platform its tools are for (its cross compiler is the host
+    compiler); ``host_compiler``: what hostcc.choose chose for a native tree (its variables, and an
+    MSVC toolset's directories after the tree's)."""
     tree_windows = is_windows(platform)
     if host and tree_windows == host_windows:
         return cross_environment(prefix, cross_rule(platform, host), release=release,
@@ -92,8 +102,8 @@ def environment(prefix: str, *, platform: str, release: str, host_windows: bool,
             "Linux or WSL (`cudaredist env` there), or install --platform windows-x86_64 here",
             prefix=prefix)
     major_minor = release.split(".")[:2]
-    variables = (("CUDA_PATH", prefix), ("CUDA_HOME", prefix),
-                 (f"CUDA_PATH_V{'_'.join(major_minor)}", prefix))
+    variables: tuple[tuple[str, str], ...] = (("CUDA_PATH", prefix), ("CUDA_HOME", prefix),
+                                              (f"CUDA_PATH_V{'_'.join(major_minor)}", prefix))
     bins = [join(prefix, "bin")]
     arch = platform_rule(platform).arch
     if tree_windows and arch and version_key(release) >= (13,):
@@ -105,9 +115,23 @@ def environment(prefix: str, *, platform: str, release: str, host_windows: bool,
         # Windows PATH stays as NVIDIA's installer sets it (bin): cuda-pathfinder finds
         # nvvm\bin\x64 through CUDA_PATH, after PATH, where no NVIDIA installer puts an nvvm\bin.
         prepend.append(("LD_LIBRARY_PATH", (join(prefix, "lib"), join(prefix, "nvvm", "lib64"))))
-    cmake = ("-T", f"cuda={prefix}") if tree_windows and msbuild else ()
-    notes = (f"CMake's Visual Studio generator: cmake -G \"Visual Studio 17 2022\" {cmake_line(cmake)}",
-             ) if cmake else ()
+    toolset = host_compiler.toolset if host_compiler and tree_windows else None
+    variables += host_compiler.variables if host_compiler else ()
+    for var, dirs in host_compiler.prepend if host_compiler else ():  # the tree's PATH entries stay first
+        at = next((i for i, (v, _d) in enumerate(prepend) if v == var), None)
+        if at is None:
+            prepend.append((var, dirs))
+        else:
+            prepend[at] = (var, prepend[at][1] + dirs)
+    # CMake's Visual Studio generator: -T version=<the chosen MSVC toolset>,cuda=<the tree's MSBuild files>
+    toolset_args = [*([f"version={toolset.short}"] if toolset else []),
+                    *([f"cuda={prefix}"] if tree_windows and msbuild else [])]
+    cmake = ("-T", ",".join(toolset_args)) if toolset_args else ()
+    generator = toolset.generator if toolset else "Visual Studio 17 2022"
+    notes = tuple(n for n in (
+        host_compiler.reason if host_compiler and not host_compiler.quiet else "",
+        f"CMake's Visual Studio generator: cmake -G \"{generator}\" {cmake_line(cmake)}" if cmake else "",
+        f"the same toolset from Visual Studio's own script: {toolset.vcvars}" if toolset else "") if n)
     return Environment(variables, tuple(prepend), host_windows, notes, cmake)
 
 

@@ -8,6 +8,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -66,6 +67,8 @@ def outputs(files: dict[str, Path]) -> dict[str, str]:
     pytest.param({"CR_TRAIN": "13", "CR_WITH": "cudnn=latest"}, "'latest' is not a release", id="with-spec"),
     pytest.param({"CR_TRAIN": "13", "CR_DOCTOR": "yes"}, "give report, fail or off", id="doctor"),
     pytest.param({"CR_TRAIN": "13", "CR_CACHE": "yes"}, "'cache: yes' is not a boolean", id="cache"),
+    pytest.param({"CR_TRAIN": "13", "CR_HOST_COMPILER": "-ccbin"},
+                 "'host-compiler: -ccbin' is not a compiler", id="host-compiler"),
 ])
 def test_bad_inputs_are_errors_before_anything_runs(tmp_path: Path, given: dict[str, str], said: str) -> None:
     r, files = step("check", tmp_path, **given)
@@ -105,6 +108,26 @@ def test_install_outputs_are_json_from_resolved_paths(mirror: Path, tmp_path: Pa
     exported = parse_github_env(files["GITHUB_ENV"].read_text())
     assert exported["CUDA_PATH"] == exported["CUDA_PATH_V13_0"] == prefix
     assert os.path.join(prefix, "bin") in files["GITHUB_PATH"].read_text().splitlines()
+
+
+@pytest.mark.skipif(WINDOWS, reason="a Linux tree and g++ (Windows: tests/windows/test_hostcc_windows.py)")
+def test_install_exports_the_host_compiler_named_or_none(mirror: Path, tmp_path: Path) -> None:
+    gxx = shutil.which("g++")
+    if gxx is None:
+        pytest.skip("no g++ on this host")
+    given = install_env(tmp_path, mirror, CR_TRAIN="13.0", CR_HOST_COMPILER=gxx)
+    r, files = step("install", tmp_path, **given)
+    assert r.returncode == 0, r.stdout + r.stderr
+    exported = parse_github_env(files["GITHUB_ENV"].read_text())
+    assert exported["NVCC_CCBIN"] == exported["CUDAHOSTCXX"] == gxx
+    assert outputs(files)["host-compiler"] == gxx
+    assert "named by --host-compiler" in r.stderr and f"set NVCC_CCBIN={gxx}" in r.stderr
+    # off (and auto, where nvcc's default passes the tree's header): nothing exported
+    for mode in ("off", "auto"):
+        r, files = step("install", tmp_path, **(given | {"CR_HOST_COMPILER": mode}))
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "NVCC_CCBIN" not in parse_github_env(files["GITHUB_ENV"].read_text()), mode
+        assert outputs(files)["host-compiler"] == ""
 
 
 def test_install_with_a_product(mirror: Path, tmp_path: Path) -> None:

@@ -385,7 +385,7 @@ def test_msvc_preprocessor_check(tmp_path: Path, text: str, env: dict[str, str],
     pytest.param("something odd happened", "something odd", "could not build a minimal", id="unknown"),
 ])
 def test_explain_probe_failure(output: str, first: str, meaning: str) -> None:
-    line, what = explain_probe_failure(output)
+    line, what, _fix = explain_probe_failure(output)
     assert first in line and meaning in what, (line, what)
 
 
@@ -395,7 +395,8 @@ def test_probe_failure_from_a_fake_nvcc(tmp_path: Path) -> None:
            'echo "nvcc fatal   : Cannot find compiler \'cl.exe\' in PATH" >&2\nexit 1\n')
     check = check_probe(toolkit_at(tmp_path), dict(os.environ))
     assert check.status == "fail" and "exit 1" in check.detail and "Cannot find compiler" in check.detail
-    assert "no MSVC environment" in check.fix
+    assert "no MSVC environment" in check.detail and "NVCC_CCBIN" in check.fix
+    assert "the checks above say more" not in check.fix
     script(tmp_path / "bin" / "nvcc", 'touch probe\nexit 0\n')  # "builds": writes the output file
     assert check_probe(toolkit_at(tmp_path), dict(os.environ)).status == "ok"
 
@@ -685,7 +686,9 @@ def test_real_tree_refuses_a_too_new_gcc_as_nvcc_does(real_tree: Path, tmp_path:
     check = check_host_compiler(tk, env, windows=False)
     assert check.status == "fail" and "gcc (Fake) 99.1.0" in check.detail
     assert "unsupported GNU version! gcc versions later than 15 are not supported!" in check.detail
-    assert "NVCC_CCBIN" in check.fix and "-allow-unsupported-compiler" in check.fix and "risk" in check.fix
+    # the fix is a compiler installed here that the header accepts (the real g++), never a made-up g++-13
+    assert "use g++" in check.fix and "installed here, which CUDA 13.0.2's host_config.h accepts" in check.fix
+    assert "export NVCC_CCBIN=/usr/bin/g++" in check.fix and "g++-13" not in check.fix
     probe = check_probe(tk, env)
     assert probe.status == "fail" and "unsupported GNU version" in probe.detail
     assert "host_config.h accepts" in probe.fix

@@ -13,6 +13,7 @@ their path), and this module first checks that the wheel is this checkout's code
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import subprocess
@@ -118,5 +119,34 @@ def test_the_windows_end_to_end_matrix(winpy: Path, real_mirror_1302: Path,  # n
                          "CUDAREDIST_WINDOWS_E2E_CACHE": winpath(real_wheel_cache)}
     if os.environ.get("CI"):
         env["CI"] = os.environ["CI"]
-    out, counts = _pytest(winpy, ["-v", "tests/windows"], env, timeout=1500)
+    # (test_hostcc_windows.py has a driver of its own, below)
+    out, counts = _pytest(winpy, ["-v", "tests/windows", "--ignore=tests/windows/test_hostcc_windows.py"],
+                          env, timeout=1500)
     assert counts.get("failed", 0) == 0 and counts.get("passed", 0) >= 7, counts
+
+
+@pytest.mark.timeout(1600)
+@pytest.mark.pypi
+def test_the_msvc_toolset_choice_under_the_windows_cpython(winpy: Path, tmp_path: Path,
+                                                           real_wheel_cache: Path) -> None:  # noqa: F811
+    """tests/windows/test_hostcc_windows.py: the fake Visual Studio (MinGW-built stand-ins, so Wine can
+    wait on them) and real windows-x86_64 CUDA 13.0 and 13.4 trees (the nvcc profile from NVIDIA's
+    wheels), built here and named in CUDAREDIST_WINDOWS_HOSTCC."""
+    from tests.fakevs import build_layout
+    from tests.realmirror import host_free_env, run_cudaredist
+
+    trees = {}
+    for train in ("13.0", "13.4"):
+        prefix = tmp_path / f"cuda-{train}"
+        r = run_cudaredist("install", train, "--source", "pypi", "--platform", "windows-x86_64", "--prefix",
+                           str(prefix), "-q", env=host_free_env(real_wheel_cache))
+        assert r.returncode == 0, r.stderr
+        trees[train] = winpath(prefix)
+    layout = build_layout(tmp_path / "vs", wine=True, winpath=winpath)
+    config = tmp_path / "hostcc.json"
+    config.write_text(json.dumps({"layout": layout, "trees": trees}), encoding="utf-8")
+    env = _host_env() | {"CUDAREDIST_WINDOWS_HOSTCC": winpath(config)}
+    if os.environ.get("CI"):
+        env["CI"] = os.environ["CI"]
+    out, counts = _pytest(winpy, ["-v", "tests/windows/test_hostcc_windows.py"], env, timeout=1500)
+    assert counts.get("failed", 0) == 0 and counts.get("passed", 0) == 5, counts

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from cudaredist.commands.base import command, emit_json, fail, set_verbose
-from cudaredist.commands.options import InstallDirOpt, JsonOpt, PlatformOpt, Train
+from cudaredist.commands.options import HostCompilerOpt, InstallDirOpt, JsonOpt, PlatformOpt, Train
 from cudaredist.fsops import WINDOWS
 from cudaredist.localfs import mb
 from cudaredist.managed import host
@@ -73,11 +73,13 @@ def run_cmd(
         metavar="-- COMMAND...", help="The command to run with the toolkit's environment.")],
     platform: PlatformOpt = None,
     install_dir: InstallDirOpt = None,
+    host_compiler: HostCompilerOpt = None,
 ) -> None:
     """Run COMMAND with the environment of TRAIN's managed toolkit: cudaredist run 13.4 -- nvcc ...
 
     The exit code is the command's."""
     from cudaredist.envexport import applied, environment
+    from cudaredist.hostcc import for_tree
     from cudaredist.managed import find_one
     from cudaredist.managed import install_dir as managed_dir
     from cudaredist.record import require_record
@@ -88,8 +90,12 @@ def run_cmd(
     platform = given.get("--platform", platform)
     toolkit = find_one(managed_dir(install_dir), train, platform or host())
     plan = require_record(toolkit.path)["plan"]
+    chosen = for_tree(toolkit.path, platform=plan["platform"], release=plan["release"], env=os.environ,
+                      host_windows=WINDOWS, given=given.get("--host-compiler", host_compiler))
+    if chosen is not None and chosen.compiler is not None:
+        typer.echo(f"note: {chosen.reason}", err=True)
     env = applied(environment(str(toolkit.path), platform=plan["platform"], release=plan["release"],
-                              host_windows=WINDOWS), os.environ)
+                              host_windows=WINDOWS, host_compiler=chosen), os.environ)
     if not command:
         fail("give the command to run after --, e.g. cudaredist run 13.4 -- nvcc --version", 2)
     program = command[0]
@@ -104,7 +110,8 @@ def run_cmd(
     raise typer.Exit(code)
 
 
-_RUN_OPTIONS = {"--install-dir": "--install-dir", "--platform": "--platform", "-p": "--platform"}
+_RUN_OPTIONS = {"--install-dir": "--install-dir", "--platform": "--platform", "-p": "--platform",
+                "--host-compiler": "--host-compiler"}
 
 
 def _own_options(args: list[str]) -> tuple[dict[str, str], list[str]]:

@@ -9,6 +9,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from typer.core import TyperCommand, TyperGroup
 
+from cudaredist.hostcc import ENV_HOST_COMPILER
 from cudaredist.profiles import DEFAULT_PROFILE
 
 Train = Annotated[str, typer.Argument(help="CUDA train (13.4 = newest 13.4.x; 13 = newest 13.x) "
@@ -95,6 +96,13 @@ LockTimeoutOpt = Annotated[float | None, typer.Option(
     "--lock-timeout", min=0, show_default=False, metavar="SECONDS",
     help="Seconds to wait for another process holding the prefix or cache.  [env var: "
          "CUDAREDIST_LOCK_TIMEOUT; default: 600]")]
+
+HostCompilerOpt = Annotated[str | None, typer.Option(
+    "--host-compiler", envvar=ENV_HOST_COMPILER, show_envvar=True, metavar="auto|off|COMPILER",
+    help="The host compiler nvcc runs with the tree: auto (nvcc's own when the tree's host_config.h "
+         "accepts it, else the newest installed that it accepts, exported as NVCC_CCBIN, CUDAHOSTCXX and, "
+         "for MSVC, the toolset's environment), off, or one to use (a path or command; on Windows also an "
+         "MSVC toolset version, 14.44).  [default: auto]", show_default=False)]
 
 
 # -- --help: options and commands grouped by purpose, as uv's help is ----------------------------------

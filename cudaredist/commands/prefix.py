@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from cudaredist.commands.base import TOOLKIT, Toolkit, command, emit_json, fail
-from cudaredist.commands.options import JsonOpt, LockTimeoutOpt
+from cudaredist.commands.options import HostCompilerOpt, JsonOpt, LockTimeoutOpt
 from cudaredist.fsops import WINDOWS
 
 
@@ -145,19 +145,25 @@ def env_cmd(
     github: Annotated[bool, typer.Option(
         "--github", help="Append to $GITHUB_ENV and $GITHUB_PATH (a GitHub Actions step) instead "
                          "of printing.")] = False,
+    host_compiler: HostCompilerOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Print the environment for a tree: eval "$(cudaredist env --prefix DIR)" or "$(cudaredist env 13.4)"."""
     from cudaredist.envexport import SHELLS, append_github, default_shell, environment, render
+    from cudaredist.hostcc import for_tree
     from cudaredist.record import require_record
 
     if shell is not None and shell not in SHELLS:
         fail(f"unknown --shell {shell!r}; choose one of {', '.join(SHELLS)}", 2)
     target = tk.target()
     plan = require_record(target)["plan"]
+    # a cross tree's compiler is its cross compiler (envexport.cross_environment), not one chosen here
+    chosen = None if plan.get("host") else for_tree(
+        target, platform=plan["platform"], release=plan["release"], env=os.environ,
+        host_windows=WINDOWS, given=host_compiler)
     found = environment(str(target), platform=plan["platform"], release=plan["release"], host_windows=WINDOWS,
                         msbuild=any(c["name"] == "visual_studio_integration" for c in plan["components"]),
-                        host=str(plan.get("host", "")))
+                        host=str(plan.get("host", "")), host_compiler=chosen)
     for note in [] if as_json else found.notes:
         typer.echo(f"note: {note}", err=True)
     if github:

@@ -83,7 +83,7 @@ def run(prefix: Path | None = None, *, train: str | None = None, inputs: Inputs 
                 checks += cross_checks(tk, env, which=inputs.which)
             else:
                 checks.append(check_host_compiler(tk, env, windows=tk.windows, which=inputs.which))
-                checks.append(check_probe(tk, env))
+                checks.append(check_probe(tk, env, which=inputs.which, host_windows=inputs.host_windows))
             checks.append(toolkit.check_msbuild(tk))
     info = driver.probe_driver(inputs.driver_library or driver.default_driver_library(inputs.host_windows),
                                loader=inputs.loader)

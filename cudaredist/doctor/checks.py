@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from cudaredist import hostcc
+
+# the programs run on this host: one owner, hostcc (which judges compilers with them)
+Which = hostcc.Which
+_which, _run, _first_line = hostcc.which_on, hostcc.run_program, hostcc.first_line
+
 Status = Literal["ok", "warn", "fail"]
 _RANK = {"ok": 0, "warn": 1, "fail": 2}
 ORDER = ("toolkit", "nvcc", "host-compiler", "probe", "msbuild", "driver", "gpu", "environment")
 
-Which = Callable[[str, str | None], str | None]  # (command, PATH) -> path or None
 Loader = Callable[[str], Any]  # ctypes.CDLL
 
 
@@ -81,27 +84,6 @@ class Toolkit:
             return (f"not run: a {self.platform or ('Windows' if self.windows else 'Linux')} tree does not "
                     "run on this host (a cross-compiling tree)")
         return None if self.has_nvcc else "not run: the tree has no nvcc (a runtime-only profile)"
-
-
-def _which(command: str, path: str | None) -> str | None:
-    return shutil.which(command, path=path)
-
-
-def _run(cmd: Sequence[str], env: Mapping[str, str], *, cwd: str | None = None,
-         timeout: float = 120) -> tuple[int, str]:
-    """(exit code, stdout + stderr); a command that cannot start gives (-1, why)."""
-    try:
-        r = subprocess.run(list(cmd), env=dict(env), cwd=cwd, capture_output=True, text=True,
-                           errors="replace", timeout=timeout)
-    except OSError as exc:
-        return -1, f"cannot run {cmd[0]}: {exc}"
-    except subprocess.TimeoutExpired:
-        return -1, f"{cmd[0]} did not finish within {timeout:.0f} s"
-    return r.returncode, (r.stdout or "") + (r.stderr or "")
-
-
-def _first_line(text: str) -> str:
-    return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
 
 
 def _short(items: Sequence[str], n: int = 3) -> str:

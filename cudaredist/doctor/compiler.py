@@ -2,115 +2,27 @@
 
 from __future__ import annotations
 
-import os
 import re
-import shlex
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from cudaredist.doctor.checks import _RANK, Check, Toolkit, Which, _first_line, _run, _which
+from cudaredist.envexport import load_hint
+from cudaredist.hostcc import (
+    HostCompiler,
+    HostConfigVerdict,
+    gcc_limit,
+    installed,
+    judge_host_config,
+    select_host_compiler,
+    walk,
+)
 from cudaredist.profiles import platform_rule
 
-
-# -- host compiler ------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class HostCompiler:
-    """The compiler nvcc will run: ``spec`` as given, ``path`` where it resolves (None: not found)."""
-
-    spec: str
-    path: str | None
-    source: str  # where the choice comes from, for messages
-    msvc: bool
-    linker: str | None = None  # nvcc's default links with g++: its path, or "" when not found
-    allow_unsupported: bool = False
-    flags_source: str = ""  # the variable holding -allow-unsupported-compiler
-
-
-def _nvcc_flags(env: Mapping[str, str], windows: bool) -> list[tuple[str, list[str]]]:
-    out = []
-    for var in ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS"):
-        value = env.get(var, "")
-        if value.strip():
-            try:
-                out.append((var, shlex.split(value, posix=not windows)))
-            except ValueError:
-                out.append((var, value.split()))
-    return out
-
-
-def select_host_compiler(env: Mapping[str, str], *, windows: bool, which: Which = _which) -> HostCompiler:
-    """The compiler nvcc will use, the way nvcc picks it: ``-ccbin`` in NVCC_PREPEND_FLAGS /
-    NVCC_APPEND_FLAGS, else NVCC_CCBIN, else its default: ``cl.exe`` on PATH on Windows, on
-    Linux ``gcc`` on PATH to compile and ``g++`` to link (what ``nvcc --dryrun`` shows)."""
-    path_var = env.get("PATH")
-    flags = _nvcc_flags(env, windows)
-    allow = next((var for var, args in flags for a in args
-                  if a.lstrip("-") == "allow-unsupported-compiler"), "")
-    spec, source = None, ""
-    for var, args in flags:  # NVCC_APPEND_FLAGS is read last: its -ccbin is the one that counts
-        for i, a in enumerate(args):  # -ccbin X, -ccbin=X, --compiler-bindir X, --compiler-bindir=X
-            opt, eq, value = a.partition("=")
-            if opt in ("-ccbin", "--compiler-bindir") and (eq or i + 1 < len(args)):
-                spec, source = value if eq else args[i + 1], f"-ccbin in {var}"
-    if spec is None and env.get("NVCC_CCBIN"):
-        spec, source = env["NVCC_CCBIN"], "NVCC_CCBIN"
-    default = "cl.exe" if windows else "gcc"
-    linker: str | None = None
-    if spec is None:
-        spec, source = default, f"nvcc's default `{default}` on PATH"
-        path = which(default, path_var)
-        if not windows:
-            linker = which("g++", path_var) or ""
-    elif os.path.isdir(spec):  # -ccbin DIR: nvcc runs DIR/gcc (DIR\cl.exe)
-        candidate = os.path.join(spec, default)
-        path = candidate if os.path.isfile(candidate) else None
-        spec = candidate
-    elif os.sep in spec or (os.altsep and os.altsep in spec):
-        path = spec if os.path.isfile(spec) else None
-    else:
-        path = which(spec, path_var)
-    name = os.path.basename(spec).lower()
-    msvc = windows and name in ("cl", "cl.exe")
-    return HostCompiler(spec, path, source, msvc, linker, bool(allow), allow)
-
-
-@dataclass(frozen=True)
-class HostConfigVerdict:
-    """What preprocessing the tree's host_config.h with the compiler said."""
-
-    accepted: bool
-    error: str  # the #error text when refused, or why it could not be judged
-    judged: bool  # False: the preprocessor failed for another reason (no verdict)
-
-
-def judge_host_config(hc: HostCompiler, include: Path, env: Mapping[str, str]) -> HostConfigVerdict:
-    """Preprocess ``crt/host_config.h`` from ``include`` with the compiler and the defines nvcc
-    sets, and see whether it reaches one of the header's ``#error`` lines."""
-    assert hc.path is not None
-    header = include / "crt" / "host_config.h"
-    if not header.is_file():
-        return HostConfigVerdict(False, f"{header} is missing", judged=False)
-    defines = ("__CUDACC__", "__NVCC__", "__CUDA_INCLUDE_COMPILER_INTERNAL_HEADERS__")
-    with tempfile.TemporaryDirectory(prefix="cudaredist-doctor-") as tmp:
-        src = Path(tmp) / "host_config_probe.cpp"
-        src.write_text('#include "crt/host_config.h"\n', encoding="utf-8")
-        if hc.msvc:
-            cmd = [hc.path, "/nologo", "/EP", "/TP", *(f"/D{d}" for d in defines), f"/I{include}", str(src)]
-        else:
-            cmd = [hc.path, "-E", "-x", "c++", *(f"-D{d}" for d in defines), f"-I{include}", str(src),
-                   "-o", os.devnull]
-        rc, out = _run(cmd, env, cwd=tmp, timeout=60)
-    if rc == 0:
-        return HostConfigVerdict(True, "", judged=True)
-    # only host_config.h is included: its first #error is the verdict
-    if m := re.search(r"#[ \t]*error:?[ \t]*(.*)", out):
-        return HostConfigVerdict(False, m.group(1).strip().lstrip("-").strip(), judged=True)
-    first = next((ln.strip() for ln in out.splitlines() if re.search(r"error|fatal", ln, re.I)), "")
-    return HostConfigVerdict(False, first or _first_line(out) or f"exit {rc}", judged=False)
+__all__ = ["HostCompiler", "HostConfigVerdict", "judge_host_config", "select_host_compiler"]
 
 
 def cccl_msvc_rule(text: str) -> Literal["error", "message", "none"]:
@@ -160,23 +72,56 @@ def check_msvc_preprocessor(include: Path, env: Mapping[str, str]) -> Check:
 
 def _msvc_prompt(tk: Toolkit) -> str:
     """Visual Studio's developer prompt for the tree's architecture (bin\\arm64 for windows-arm64)."""
-    if platform_rule(tk.platform or "").arch == "arm64":
+    if _target(tk) == "arm64":
         return ("'ARM64 Native Tools Command Prompt' (or vcvarsarm64.bat; in GitHub Actions "
                 "ilammy/msvc-dev-cmd@v1 with `arch: arm64`")
     return "'x64 Native Tools Command Prompt' (or vcvars64.bat; in GitHub Actions ilammy/msvc-dev-cmd@v1"
 
 
-def _supported_fix(hc: HostCompiler, tk: Toolkit) -> str:
-    if hc.msvc:
-        example = (f"install a Visual Studio version the #error above accepts and open its "
-                   f"{_msvc_prompt(tk)} and `toolset:`), or point NVCC_CCBIN at that cl.exe's directory")
-    else:
-        example = ("install a compiler version the #error above accepts and point nvcc at it: "
-                   "export NVCC_CCBIN=/usr/bin/g++-13 (any version this toolkit supports; CMake: "
-                   "-DCMAKE_CUDA_HOST_COMPILER=...)")
-    return (f"{example}. Last resort: -allow-unsupported-compiler (NVCC_APPEND_FLAGS="
-            "-allow-unsupported-compiler) skips the check, at your own risk: an unsupported host "
-            "compiler can fail on CUDA's headers or build code that computes wrong results")
+def _target(tk: Toolkit) -> str:
+    return platform_rule(tk.platform or "").arch or "x64"
+
+
+_LAST_RESORT = (" Last resort: -allow-unsupported-compiler (NVCC_APPEND_FLAGS=-allow-unsupported-compiler) "
+                "skips the check, at your own risk: an unsupported host compiler can fail on CUDA's headers "
+                "or build code that computes wrong results")
+
+
+def compiler_fix(tk: Toolkit, env: Mapping[str, str], *, msvc: bool, skip: str | None = None,
+                 which: Which = _which) -> str:
+    """The compiler to use instead, one that works here: an installed one the tree's host_config.h
+    accepts (hostcc judges them, newest first), else what to install."""
+    include = tk.include()
+    header = f"{f'CUDA {tk.release}' if tk.release else 'the tree'}'s host_config.h"
+    if not (include / "crt" / "host_config.h").is_file():  # nothing to judge a compiler by
+        return (f"run the build from Visual Studio's {_msvc_prompt(tk)}), or set NVCC_CCBIN to the "
+                "directory that holds cl.exe") if msvc else (
+                "install a C++ compiler (Debian/Ubuntu: apt-get install g++), or set NVCC_CCBIN to one")
+    found = walk(installed(env, windows=msvc, target=_target(tk), which=which), include, env, skip=skip)[0]
+    load = load_hint(str(tk.prefix), host_windows=msvc)
+    if found is not None and found.toolset is not None:
+        ts = found.toolset
+        return (f"use {found.name}, installed here, which {header} accepts: `cudaredist env` exports its "
+                f"environment and NVCC_CCBIN ({load}); or open its prompt with "
+                f"`{ts.vcvars}` (GitHub Actions: ilammy/msvc-dev-cmd@v1 with "
+                f"`toolset: {ts.short}`); CMake's Visual Studio generator: -G \"{ts.generator}\" "
+                f"-T version={ts.short}")
+    if found is not None:
+        return (f"use {found.name}, installed here, which {header} accepts: export NVCC_CCBIN={found.path} "
+                f"(CMake: -DCMAKE_CUDA_HOST_COMPILER={found.path}), or let cudaredist set both: {load}")
+    if msvc:
+        return (f"no MSVC toolset installed here passes {header}: install a Visual Studio version "
+                "its #error accepts (or that version's toolset beside yours, in the Visual Studio Installer) "
+                f"and open its {_msvc_prompt(tk)} and `toolset:`), or point NVCC_CCBIN at that cl.exe's "
+                "directory." + _LAST_RESORT)
+    limit = gcc_limit(include)
+    if limit is None:
+        return (f"no compiler installed here passes {header}: install a gcc version its #error accepts "
+                "and export NVCC_CCBIN=/usr/bin/g++-N." + _LAST_RESORT)
+    return (f"no compiler installed here passes {header}, which takes gcc up to {limit}: install one "
+            f"(Debian/Ubuntu: apt-get install g++-{limit}), then export NVCC_CCBIN=/usr/bin/g++-{limit} "
+            f"(CMake: -DCMAKE_CUDA_HOST_COMPILER=/usr/bin/g++-{limit}), or `cudaredist env` sets it."
+            + _LAST_RESORT)
 
 
 def check_host_compiler(tk: Toolkit, env: Mapping[str, str], *, windows: bool | None = None,
@@ -190,6 +135,8 @@ def check_host_compiler(tk: Toolkit, env: Mapping[str, str], *, windows: bool | 
         if windows:
             return Check("host-compiler", "fail",
                          f"nvcc needs MSVC's cl.exe and finds none ({hc.source}: {hc.spec} not found)",
+                         compiler_fix(tk, env, msvc=True, which=which) if installed(
+                             env, windows=True, target=_target(tk), which=which) else
                          f"run the build from Visual Studio's {_msvc_prompt(tk)}), or set NVCC_CCBIN "
                          "to the directory that holds cl.exe")
         return Check("host-compiler", "fail",
@@ -211,10 +158,11 @@ def check_host_compiler(tk: Toolkit, env: Mapping[str, str], *, windows: bool | 
         checks = [Check("host-compiler", "warn",
                         f"{who} is refused by {header} (\"{verdict.error}\"); nvcc accepts it only because "
                         f"-allow-unsupported-compiler is set in {hc.flags_source}, which may fail to compile "
-                        "or build wrong code", _supported_fix(hc, tk))]
+                        "or build wrong code",
+                        compiler_fix(tk, env, msvc=hc.msvc, skip=hc.path, which=which))]
     else:
         checks = [Check("host-compiler", "fail", f"{who} is refused by {header}: \"{verdict.error}\"",
-                        _supported_fix(hc, tk))]
+                        compiler_fix(tk, env, msvc=hc.msvc, skip=hc.path, which=which))]
     if hc.linker == "":
         checks.append(Check("host-compiler", "fail", "nvcc links with g++, which is not on PATH",
                             "install g++ (Debian/Ubuntu: apt-get install g++), or set NVCC_CCBIN to a C++ "
@@ -246,42 +194,80 @@ int main() {
 }
 """
 
-# (pattern in nvcc's output, what it means); the first that matches explains the failure
-_MEANINGS: tuple[tuple[str, str], ...] = (
+# (pattern in nvcc's output, what it means, the fix: a text with {release}, {prefix}, {nvcc}, {load},
+# or "compiler" for the host compiler that works here); the first that matches explains the failure
+_MEANINGS: tuple[tuple[str, str, str], ...] = (
     (r"unsupported (GNU|clang|Microsoft Visual Studio|.*) version",
-     "the host compiler is outside the range this toolkit's host_config.h accepts (see host-compiler)"),
-    (r"traditional preprocessor", "CCCL needs MSVC's /Zc:preprocessor (see host-compiler)"),
-    (r"Cannot find compiler 'cl\.exe'",
-     "no MSVC environment: run from a Visual Studio developer prompt or vcvars64.bat"),
+     "the host compiler is outside the range this toolkit's host_config.h accepts", "compiler"),
+    (r"exception specification is incompatible with that of previous function \"?(rsqrtf?|[a-z]+pi)\b",
+     "glibc 2.41 and later declare rsqrt/rsqrtf (and sinpi, cospi) with an exception specification that "
+     "this CUDA's crt/math_functions.h contradicts (CUDA 13.2 fixed it with _NV_RSQRT_SPECIFIER)",
+     "reinstall the tree with a cudaredist that applies the host fix for glibc >= 2.41: `cudaredist install "
+     "{release} --prefix {prefix} --reinstall` (`cudaredist info --prefix {prefix}` lists the fixes "
+     "applied), or use CUDA 13.2 or later"),
+    (r"traditional preprocessor", "this CCCL needs MSVC's standard preprocessor, /Zc:preprocessor",
+     'set NVCC_APPEND_FLAGS="-Xcompiler=/Zc:preprocessor" (CMake: add -Xcompiler=/Zc:preprocessor to '
+     "CMAKE_CUDA_FLAGS and /Zc:preprocessor to CMAKE_CXX_FLAGS), or CL=/Zc:preprocessor, which cl.exe reads"),
+    (r"Cannot find compiler 'cl\.exe'", "no MSVC environment: cl.exe is not on PATH", "compiler"),
     (r"(gcc|g\+\+|c\+\+|clang\+\+|cl\.exe)\S*: (not found|No such file)|failed to preprocess host compiler",
-     "nvcc cannot start its host compiler (see host-compiler)"),
-    (r"cicc|libnvvm|nvvm", "nvcc's device compiler (nvvm, the libnvvm component) is missing or broken"),
+     "nvcc cannot start its host compiler", "compiler"),
+    (r"cudart64_\d+\.dll", "the program cannot find the CUDA runtime DLL (cudart64_*.dll) on PATH",
+     "put the tree's DLL folder on PATH, as `cudaredist env` does: {load}"),
+    (r"cicc|libnvvm|nvvm", "nvcc's device compiler (nvvm, the libnvvm component) is missing or broken",
+     "{reinstall} (the nvcc profile has libnvvm)"),
     (r"cannot find -lcudart|cudart\.lib|cannot find -lcudadevrt",
-     "the tree has no CUDA runtime libraries to link (the cuda_cudart component)"),
-    (r"nv/target|cuda/std|thrust|cub/",
-     "CCCL headers are missing (the cccl / cuda_cccl component)"),
+     "the tree has no CUDA runtime libraries to link (the cuda_cudart component)",
+     "{reinstall} with --component cuda_cudart"),
+    (r"nv/target|cuda/std|thrust|cub/", "CCCL headers are missing (the cccl / cuda_cccl component)",
+     "{reinstall} with --component 'cccl|cuda_cccl'"),
     (r"crt/host_config\.h|crt/host_defines\.h|No such file.*\.h",
-     "headers nvcc needs are missing from the tree (cuda_crt / cuda_cudart components)"),
-    (r"ptxas|fatbinary|nvlink", "one of nvcc's own tools failed (ptxas, fatbinary or nvlink)"),
+     "headers nvcc needs are missing from the tree (cuda_crt / cuda_cudart components)",
+     "{reinstall} with --component cuda_crt --component cuda_cudart"),
+    (r"ptxas|fatbinary|nvlink", "one of nvcc's own tools failed (ptxas, fatbinary or nvlink)",
+     "`cudaredist verify --prefix {prefix}` says whether the tree was changed; {reinstall} when it was"),
     (r"\bld\b|collect2|LINK : fatal|undefined reference",
-     "the link step failed: the host linker or a library is missing"),
+     "the link step failed: the host linker or a library is missing",
+     "install the host linker (Debian/Ubuntu: apt-get install g++; Windows: Visual Studio's C++ tools)"),
 )
+_UNKNOWN = ("the toolkit could not build a minimal CUDA program",
+            "run the build by hand to read nvcc's whole output: {nvcc} -v probe.cu -o probe (the probe is "
+            "a kernel and a cudaMalloc call)")
+# Windows' STATUS_DLL_NOT_FOUND: a program started without a DLL it links against
+_DLL_NOT_FOUND = (0xC0000135, 0xC0000135 - (1 << 32))
 
 
-def explain_probe_failure(output: str) -> tuple[str, str]:
-    """(the first error line, what it means) for nvcc's output."""
+def explain_probe_failure(output: str) -> tuple[str, str, str]:
+    """(the first error line, what it means, the fix's template) for nvcc's output."""
     lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
     first = next((ln for ln in lines if re.search(r"\berror\b|fatal|not found|cannot", ln, re.I)),
                  lines[0] if lines else "no output")
     for text in (first, output):  # when the first line does not say, the rest of the output may
-        for pattern, meaning in _MEANINGS:
+        for pattern, meaning, fix in _MEANINGS:
             if re.search(pattern, text, re.I):
-                return first, meaning
-    return first, "the toolkit could not build a minimal CUDA program"
+                return first, meaning, fix
+    return first, *_UNKNOWN
 
 
-def check_probe(tk: Toolkit, env: Mapping[str, str], *, timeout: float = 300) -> Check:
-    """Compile and link a kernel and a host call with the tree's nvcc, like CMake's try-compile."""
+def probe_fix(template: str, tk: Toolkit, env: Mapping[str, str], which: Which) -> str:
+    if template == "compiler":
+        hc = select_host_compiler(env, windows=tk.windows, which=which)
+        if hc.path is not None and judge_host_config(hc, tk.include(), env).accepted:
+            # the header takes it: another compiler is no fix; what nvcc ran says what went wrong
+            return (f"{hc.path} ({hc.source}) passes the tree's host_config.h, so nvcc failed running it for "
+                    f"another reason: run `{tk.nvcc()} -v probe.cu -o probe` by hand to see the command "
+                    "nvcc ran and its own error")
+        return compiler_fix(tk, env, msvc=tk.windows, skip=hc.path, which=which)
+    release = tk.release or "<release>"
+    return template.format(
+        release=release, prefix=tk.prefix, nvcc=tk.nvcc(),
+        load=load_hint(str(tk.prefix), host_windows=tk.windows),
+        reinstall=f"reinstall it: cudaredist install {release} --prefix {tk.prefix} --reinstall")
+
+
+def check_probe(tk: Toolkit, env: Mapping[str, str], *, timeout: float = 300, which: Which = _which,
+                host_windows: bool | None = None) -> Check:
+    """Compile and link a kernel and a host call with the tree's nvcc, like CMake's try-compile; on a
+    Windows host also run it (where a DLL missing from PATH shows)."""
     if skip := tk.not_run():
         return Check("probe", "ok", skip)
     nvcc = tk.nvcc()
@@ -292,10 +278,23 @@ def check_probe(tk: Toolkit, env: Mapping[str, str], *, timeout: float = 300) ->
         rc, out = _run([str(nvcc), "probe.cu", "-o", exe], env, cwd=tmp, timeout=timeout)
         took = time.monotonic() - started
         built = rc == 0 and (Path(tmp) / exe).is_file()
-    if built:
-        return Check("probe", "ok", f"{nvcc} compiled and linked a kernel and a host call in {took:.1f} s")
-    first, meaning = explain_probe_failure(out)
-    return Check("probe", "fail", f"{nvcc} could not build a minimal program (exit {rc}): {first}",
-                 f"{meaning}; the checks above say more")
-
-
+        ran = None
+        if built and (tk.windows if host_windows is None else host_windows):
+            ran = _run([str(Path(tmp) / exe)], env, cwd=tmp, timeout=120)
+    if built and (ran is None or ran[0] == 0):
+        return Check("probe", "ok", f"{nvcc} compiled and linked a kernel and a host call in {took:.1f} s"
+                     + (", and it ran" if ran is not None else ""))
+    if built and ran is not None:
+        code, said = ran
+        if code in _DLL_NOT_FOUND or re.search(r"cudart64_\d+\.dll", said, re.I):
+            _first, meaning, fix = explain_probe_failure(said or "cudart64_NN.dll was not found")
+            return Check("probe", "fail",
+                         f"the probe built, but it does not start (exit {code:#x}): {meaning}",
+                         probe_fix(fix, tk, env, which))
+        return Check("probe", "warn",
+                     f"the probe built, but it exited {code}: {_first_line(said) or 'no output'}",
+                     "run it by hand to see why; `cudaredist doctor`'s driver and gpu checks below say "
+                     "what they found")
+    first, meaning, fix = explain_probe_failure(out)
+    return Check("probe", "fail", f"{nvcc} could not build a minimal program (exit {rc}): {first}; {meaning}",
+                 probe_fix(fix, tk, env, which))

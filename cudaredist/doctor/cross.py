@@ -21,6 +21,7 @@ from cudaredist.doctor.compiler import (
     check_host_compiler,
     check_probe,
     explain_probe_failure,
+    probe_fix,
     select_host_compiler,
 )
 from cudaredist.profiles import CrossRule, cross_rule
@@ -83,6 +84,6 @@ def compile_only(tk: Toolkit, env: Mapping[str, str], fix: str, *, timeout: floa
         return Check("probe", "warn", f"{tk.nvcc()} compiled the probe's kernel against {include} in "
                      f"{took:.1f} s; only the compile step was checked (no {tk.platform} compiler to "
                      "build and link the host side)", fix)
-    first, meaning = explain_probe_failure(out)
-    return Check("probe", "fail", f"{tk.nvcc()} could not compile the probe's kernel (exit {rc}): {first}",
-                 f"{meaning}; the checks above say more")
+    first, meaning, template = explain_probe_failure(out)
+    return Check("probe", "fail", f"{tk.nvcc()} could not compile the probe's kernel (exit {rc}): {first}; "
+                 f"{meaning}", probe_fix(template, tk, plain, _which))
