@@ -261,7 +261,7 @@ def probe_fix(template: str, tk: Toolkit, env: Mapping[str, str], which: Which) 
     return template.format(
         release=release, prefix=tk.prefix, nvcc=tk.nvcc(),
         load=load_hint(str(tk.prefix), host_windows=tk.windows),
-        reinstall=f"reinstall it: cudaredist install {release} --prefix {tk.prefix} --reinstall")
+        reinstall=f"reinstall it: {tk.redo(reinstall=True)}")
 
 
 def check_probe(tk: Toolkit, env: Mapping[str, str], *, timeout: float = 300, which: Which = _which,
