@@ -124,3 +124,13 @@ posix_streaming = posix_only("extraction while the archive downloads (Windows ex
 needs_symlinks = pytest.mark.skipif(
     not symlinks_work(), reason="Wine: no symlinks (os.symlink succeeds and makes nothing); on Windows "
     "they need the symlink right" if UNDER_WINE else "Windows: this host lacks the symlink right")
+
+
+def split_line(line: str) -> list[str]:
+    """A command line as this host's shell reads it back into argv: POSIX quoting here,
+    ``subprocess.list2cmdline``'s (backslashes kept, double quotes around a word) on Windows."""
+    import shlex
+
+    if not WINDOWS:
+        return shlex.split(line)
+    return [w[1:-1] if len(w) > 1 and w[0] == w[-1] == '"' else w for w in shlex.split(line, posix=False)]

@@ -25,7 +25,7 @@ LIST = ROOT / ".ci" / "manifests.txt"
 
 
 def _test_job() -> dict[str, object]:
-    ci = yaml.safe_load((ROOT / ".github" / "workflows" / "ci.yml").read_text())
+    ci = yaml.safe_load((ROOT / ".github" / "workflows" / "ci.yml").read_text(encoding="utf-8"))
     job: dict[str, object] = ci["jobs"]["test"]
     return job
 
@@ -66,7 +66,9 @@ def test_the_manifests_are_fetched_where_the_tests_read_them() -> None:
 
 
 def test_conftest_reads_the_variable(tmp_path: Path) -> None:
-    code = "from tests.conftest import SHARED_MANIFESTS; print(SHARED_MANIFESTS)"
+    # the checkout on sys.path by hand: the Windows CPython's ._pth file ignores PYTHONPATH and the cwd
+    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); "
+            "from tests.conftest import SHARED_MANIFESTS; print(SHARED_MANIFESTS)")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                        env={**os.environ, MANIFESTS_VAR: str(tmp_path / "m")}, timeout=120)
     assert (r.returncode, r.stdout.strip()) == (0, str(tmp_path / "m")), r.stderr
@@ -74,7 +76,7 @@ def test_conftest_reads_the_variable(tmp_path: Path) -> None:
 
 def test_the_list_is_what_the_tests_read_here() -> None:
     """.ci/manifests.txt names every manifest of ../shared (what the tests were written against)."""
-    listed = [ln for ln in LIST.read_text().splitlines() if ln and not ln.startswith("#")]
+    listed = [ln for ln in LIST.read_text(encoding="utf-8").splitlines() if ln and not ln.startswith("#")]
     assert len(listed) == len(set(listed)) and all(re.fullmatch(r"([a-z]+/)?redistrib_[\d.]+\.json", n)
                                                    for n in listed), listed
     if not SHARED_MANIFESTS.is_dir():
@@ -128,7 +130,7 @@ def test_windows_builds_the_mirror_the_e2e_module_needs() -> None:
     """The module fails (not skips) under CI=true without its mirror: the job builds one first."""
     from tests.windows import test_windows_e2e as e2e
 
-    source = Path(e2e.__file__).read_text()
+    source = Path(e2e.__file__).read_text(encoding="utf-8")
     label = re.search(r'redistrib_(\d+\.\d+\.\d+)\.json"\)\.is_file\(\)', source)
     assert label and 'pytest.fail(f"{MIRROR_VAR} is not set although CI is set' in source
     mirror = _index(lambda s: s.get("if") == "runner.os == 'Windows'" and " mirror " in s.get("run", ""))
@@ -137,5 +139,5 @@ def test_windows_builds_the_mirror_the_e2e_module_needs() -> None:
     assert f"{e2e.MIRROR_VAR}=" in run and '"$GITHUB_ENV"' in run
     pytest_step = _index(lambda s: "pytest" in s.get("run", "") and s.get("if") == "runner.os != 'Linux'")
     assert mirror < pytest_step
-    text = (ROOT / ".github" / "workflows" / "ci.yml").read_text()
+    text = (ROOT / ".github" / "workflows" / "ci.yml").read_text(encoding="utf-8")
     assert "skipped here" not in text  # what it once said of tests that fail there

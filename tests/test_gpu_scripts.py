@@ -27,19 +27,19 @@ def test_there_are_three_runs() -> None:
 def test_each_run_stands_alone(check: str) -> None:
     """A run reads only its own carry (build/gpu/<check>), which its own prepare step fills: no run
     depends on what another left on a machine that happened to be warm."""
-    run = (GPU / check / "run.sh").read_text()
-    prepare = (GPU / check / "prepare.sh").read_text()
+    run = (GPU / check / "run.sh").read_text(encoding="utf-8")
+    prepare = (GPU / check / "prepare.sh").read_text(encoding="utf-8")
     assert set(re.findall(r"build/gpu/(\w+)", run)) == {check}
     assert set(re.findall(r"build/gpu/(\w+)", prepare)) == {check}
     assert not re.search(r"tests/gpu/(?!" + check + r"/|deps\.sh)\w+/prepare\.sh", prepare)
-    readme = (GPU / "README.md").read_text()
+    readme = (GPU / "README.md").read_text(encoding="utf-8")
     assert "left on the machine" not in readme and "right after run 1" not in readme
 
 
 def test_aoti_run_finds_ldconfig_outside_its_path() -> None:
     """run.sh's PATH has no /sbin (ldconfig's home): the lookup adds /sbin:/usr/sbin."""
     skip_on_windows("a bash script for Linux")
-    run = (GPU / "aoti_windows" / "run.sh").read_text()
+    run = (GPU / "aoti_windows" / "run.sh").read_text(encoding="utf-8")
     path = re.search(r"^export PATH=(\S+)", run, re.M)
     assert path and "sbin" not in path.group(1)
     code = [ln for ln in run.splitlines() if "ldconfig" in ln and not ln.lstrip().startswith("#")]
@@ -68,7 +68,7 @@ def test_prepare_without_the_venv_says_what_to_make(check: str, tmp_path: Path) 
 
 
 def test_the_readme_installs_without_a_checkout() -> None:
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
     url = "git+https://github.com/<owner>/cudaredist.git@main"
     for line in (f'pipx install "{url}"', f'uv tool install "{url}"', f'pip install "{url}"'):
         assert line in readme
@@ -78,7 +78,7 @@ def test_the_readme_installs_without_a_checkout() -> None:
 def test_no_doc_names_a_tag_or_owner_that_does_not_exist() -> None:
     """No `v1` tag backs `OWNER/cudaredist@v1`: the docs say `<owner>/cudaredist@main` (or a SHA)."""
     docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-    said = {p.name: re.findall(r"\S*cudaredist(?:/cache)?@\S+", p.read_text()) for p in docs}
+    said = {p.name: re.findall(r"\S*cudaredist(?:/cache)?@\S+", p.read_text(encoding="utf-8")) for p in docs}
     wrong = {name: [u for u in uses if "OWNER" in u or not re.search(r"@(main\b|<ref>)", u)]
              for name, uses in said.items()}
     assert {name: uses for name, uses in wrong.items() if uses} == {}

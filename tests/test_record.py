@@ -295,8 +295,8 @@ def test_commands_on_a_swap_cut_short_name_the_previous_tree(prefix: Path, comma
     assert str(old) in said and "holds no cudaredist install" not in said
     redo = said.split("`cudaredist install ", 1)[1].split("`", 1)[0]
     assert redo.startswith(f"13.0.1 --prefix {prefix} --platform linux-x86_64")
-    import shlex
+    from tests.hosts import split_line
 
-    code, _, err = cli("install", *shlex.split(redo))
+    code, _, err = cli("install", *split_line(redo))
     assert code == 0 and "restored" in err and "already installed" in err, err
     assert verify(prefix).ok and not old.exists()

@@ -169,10 +169,10 @@ def test_a_component_the_release_lacks_is_not_drift(tmp_path: Path) -> None:
 # -- "redo this tree's request": one command line, the same kind of tree ---------------------------------
 def _advised(text: str) -> list[str]:
     """The `cudaredist install ...` command quoted in ``text``, as argv without the program name."""
-    import shlex
+    from tests.hosts import split_line
 
     quoted = text.split("`cudaredist install ", 1)[1].split("`", 1)[0]
-    return ["install", *shlex.split(quoted)]
+    return ["install", *split_line(quoted)]
 
 
 def test_the_advice_to_redo_a_tree_keeps_its_platform_and_profile(mirror: Path, tmp_path: Path) -> None:
