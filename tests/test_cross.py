@@ -15,6 +15,7 @@ from cudaredist.cli import app
 from cudaredist.plan import Plan, placed, plan_from_json
 from tests.archives import Exe, MirrorArchive, build_mirror, toolkit
 from tests.hosts import posix_only
+from tests.wintools import ARM64_MAIN_CUDART, llvm
 
 
 def _run(*args: str) -> Result:
@@ -163,30 +164,6 @@ def test_a_cross_plan_round_trips_and_keys_apart_from_a_native_one(cross_site: P
 
 
 
-# An ARM64 program's entry point calling the runtime: linked against the tree's lib/arm64 only
-MAIN_ARM64 = """
-    .text
-    .globl mainCRTStartup
-    .p2align 2
-mainCRTStartup:
-    stp x29, x30, [sp, #-16]!
-    bl cudaGetDeviceCount
-    ldp x29, x30, [sp], #16
-    ret
-"""
-
-
-def _llvm(name: str, *args: str) -> str:
-    import subprocess
-
-    from tests.wintools import tool
-
-    r = subprocess.run([tool(name, "apt-get install lld llvm"), *args], capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 0, f"{name} {' '.join(args)}:\n{r.stdout[-2000:]}{r.stderr[-3000:]}"
-    return r.stdout
-
-
 def test_windows_cross_tree_links_an_arm64_program_with_lld(tmp_path: Path) -> None:
     """x64 tools and the arm64 runtime as NVIDIA's wheels have it (a DLL, no .lib): the tree's nvcc.exe
     is an x64 image, lib/arm64 gets an ARM64 import library, and lld-link links an ARM64 program
@@ -211,16 +188,16 @@ def test_windows_cross_tree_links_an_arm64_program_with_lld(tmp_path: Path) -> N
     assert read_exports((prefix / "bin/arm64/cudart64_13.dll").read_bytes()).machine == MACHINE_ARM64
     implib = prefix / "lib/arm64/cudart.lib"
     assert implib.is_file() and not (prefix / "lib/x64").exists()
-    assert "Machine: IMAGE_FILE_MACHINE_ARM64" in _llvm("llvm-readobj", "--file-headers", str(implib))
-    (tmp_path / "main.s").write_text(MAIN_ARM64)
-    _llvm("llvm-mc", "-triple=aarch64-pc-windows-msvc", "-filetype=obj", str(tmp_path / "main.s"),
+    assert "Machine: IMAGE_FILE_MACHINE_ARM64" in llvm("llvm-readobj", "--file-headers", str(implib))
+    (tmp_path / "main.s").write_text(ARM64_MAIN_CUDART)
+    llvm("llvm-mc", "-triple=aarch64-pc-windows-msvc", "-filetype=obj", str(tmp_path / "main.s"),
           "-o", str(tmp_path / "main.obj"))
     exe = tmp_path / "main.exe"
-    _llvm("lld-link", "/machine:arm64", "/subsystem:console", "/entry:mainCRTStartup", "/nodefaultlib",
+    llvm("lld-link", "/machine:arm64", "/subsystem:console", "/entry:mainCRTStartup", "/nodefaultlib",
           f"/out:{exe}", str(tmp_path / "main.obj"), f"/libpath:{prefix / 'lib/arm64'}", "cudart.lib")
-    imports = _llvm("llvm-readobj", "--coff-imports", str(exe))
+    imports = llvm("llvm-readobj", "--coff-imports", str(exe))
     assert "Name: cudart64_13.dll" in imports and "Symbol: cudaGetDeviceCount" in imports, imports
-    assert "Arch: aarch64" in _llvm("llvm-readobj", "--file-headers", str(exe))
+    assert "Arch: aarch64" in llvm("llvm-readobj", "--file-headers", str(exe))
     assert _run("verify", "--prefix", str(prefix)).exit_code == 0
 
 

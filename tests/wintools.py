@@ -110,3 +110,25 @@ def imported_dlls(exe: Path) -> list[str]:
     out = subprocess.run([mingw_objdump(), "-p", str(exe)], capture_output=True, text=True, check=True).stdout
     return sorted(line.split(":", 1)[1].strip().lower() for line in out.splitlines()
                   if line.strip().startswith("DLL Name:"))
+
+
+def llvm(name: str, *args: str) -> str:
+    """Run one of LLVM's tools (llvm-mc, llvm-readobj, lld-link, ld.lld): its output, or the test
+    fails with what the tool said."""
+    r = subprocess.run([tool(name, "apt-get install lld llvm"), *args], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, f"{name} {' '.join(args)}:\n{r.stdout[-2000:]}{r.stderr[-3000:]}"
+    return r.stdout
+
+
+# An ARM64 program's entry point that calls the CUDA runtime: linked against a tree's lib/arm64 only
+ARM64_MAIN_CUDART = """
+    .text
+    .globl mainCRTStartup
+    .p2align 2
+mainCRTStartup:
+    stp x29, x30, [sp, #-16]!
+    bl cudaGetDeviceCount
+    ldp x29, x30, [sp], #16
+    ret
+"""

@@ -24,7 +24,7 @@ from tests.realmirror import (  # noqa: F401  (fixtures)
     real_wheel_cache,
     run_cudaredist,
 )
-from tests.wintools import tool
+from tests.wintools import ARM64_MAIN_CUDART, llvm, tool
 
 pytestmark = [pytest.mark.e2e, pytest.mark.pypi]
 
@@ -155,27 +155,11 @@ def test_doctor_probes_the_cross_tree_with_its_cross_compiler(cross_tree) -> Non
 WIN_LABEL = "13.4.3"
 PE_AMD64, PE_ARM64 = 0x8664, 0xAA64
 
-MAIN_ARM64 = """
-    .text
-    .globl mainCRTStartup
-    .p2align 2
-mainCRTStartup:
-    stp x29, x30, [sp, #-16]!
-    bl cudaGetDeviceCount
-    ldp x29, x30, [sp], #16
-    ret
-"""
-
-
 def pe_machine(path: Path) -> int:
     data = path.read_bytes()[:4096]
     pe = int.from_bytes(data[0x3C:0x40], "little")
     assert data[:2] == b"MZ" and data[pe:pe + 4] == b"PE\0\0", f"{path} is not a PE image"
     return int.from_bytes(data[pe + 4:pe + 6], "little")
-
-
-def llvm(name: str, *args: str) -> str:
-    return ok(sh([tool(name, "apt-get install lld llvm"), *args], {"PATH": "/usr/bin:/bin"})).stdout
 
 
 def test_windows_arm64_cross_tree_from_nvidias_wheels_links_with_lld(real_wheel_cache: Path,  # noqa: F811
@@ -196,7 +180,7 @@ def test_windows_arm64_cross_tree_from_nvidias_wheels_links_with_lld(real_wheel_
     headers = llvm("llvm-readobj", "--file-headers", str(prefix / "lib/arm64/cudart.lib"))
     machines = set(re.findall(r"Machine: (IMAGE_FILE_MACHINE_\w+)", headers))
     assert machines == {"IMAGE_FILE_MACHINE_ARM64"}, machines
-    (tmp_path / "main.s").write_text(MAIN_ARM64)
+    (tmp_path / "main.s").write_text(ARM64_MAIN_CUDART)
     llvm("llvm-mc", "-triple=aarch64-pc-windows-msvc", "-filetype=obj", str(tmp_path / "main.s"),
          "-o", str(tmp_path / "main.obj"))
     # 13.x cudart.lib is NVIDIA's static loader (MSVC objects, the C runtime's): a program links

@@ -32,6 +32,7 @@ from tests.pe import make_dll
 from tests.wintools import (  # noqa: F401
     imported_dlls,
     lld_link,
+    llvm,
     mingw_gxx,
     mingw_objdump,
     run_under_wine,
@@ -396,23 +397,16 @@ mainCRTStartup:
 """
 
 
-def _llvm(name: str, *args: str) -> str:
-    r = subprocess.run([tool(name, "apt-get install lld llvm"), *args], capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 0, f"{name} {' '.join(args)}:\n{r.stderr[-3000:]}"
-    return r.stdout
-
-
 def test_arm64_import_library_links_with_lld(tmp_path: Path) -> None:
     """An ARM64 DLL (assembled by llvm-mc, linked by lld-link), its import library written by
     cudaredist, a program linked with -ltiny by lld's MinGW driver: the program imports both
     exports from the DLL, the code one through a thunk, the data one through __imp_."""
     for name, text in (("tiny.s", TINY_ARM64), ("main.s", MAIN_ARM64)):
         (tmp_path / name).write_text(text)
-        _llvm("llvm-mc", "-triple=aarch64-pc-windows-msvc", "-filetype=obj", str(tmp_path / name),
+        llvm("llvm-mc", "-triple=aarch64-pc-windows-msvc", "-filetype=obj", str(tmp_path / name),
               "-o", str(tmp_path / name.replace(".s", ".obj")))
     dll = tmp_path / "tiny64_1.dll"
-    _llvm("lld-link", "/dll", "/noentry", "/nodefaultlib", "/machine:arm64", "/export:tiny_add",
+    llvm("lld-link", "/dll", "/noentry", "/nodefaultlib", "/machine:arm64", "/export:tiny_add",
           "/export:tiny_counter,DATA", f"/out:{dll}", str(tmp_path / "tiny.obj"))
     info = read_exports(dll.read_bytes())
     assert info.machine == MACHINE_ARM64
@@ -421,9 +415,9 @@ def test_arm64_import_library_links_with_lld(tmp_path: Path) -> None:
     lib.mkdir(parents=True)
     (lib / "libtiny.dll.a").write_bytes(import_library(info))
     exe = tmp_path / "main.exe"
-    _llvm("ld.lld", "-m", "arm64pe", "-o", str(exe), str(tmp_path / "main.obj"), f"-L{lib}", "-ltiny",
+    llvm("ld.lld", "-m", "arm64pe", "-o", str(exe), str(tmp_path / "main.obj"), f"-L{lib}", "-ltiny",
           "-e", "mainCRTStartup", "--subsystem", "console")
-    imports = _llvm("llvm-readobj", "--coff-imports", str(exe))
+    imports = llvm("llvm-readobj", "--coff-imports", str(exe))
     assert "Name: tiny64_1.dll" in imports
     assert "Symbol: tiny_add (0)" in imports and "Symbol: tiny_counter (0)" in imports
     assert "Arch: aarch64" in imports
