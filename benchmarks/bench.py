@@ -19,7 +19,7 @@ and once per repetition and platform (they read no server; listed under the link
 and takes wall time, CPU time and peak RSS of that child (``os.wait4``). In the same run it
 times the decode of every archive (the decode floor: max(longest single archive on one core,
 total over the cores)), pure extraction, and the cost of creating a file in the work dir. It
-prints medians, ratios and PASS/MISS per target of issue 13, and writes everything to
+prints medians, ratios and PASS/MISS per target (benchmarks/targets.py), and writes everything to
 ``--json-out``.
 
 The machine may be shared: every timing also records how many cores other processes kept
@@ -56,6 +56,7 @@ sys.path.insert(0, str(HERE))
 import baseline  # noqa: E402
 import mirrors  # noqa: E402
 import pypiindex  # noqa: E402
+import targets  # noqa: E402
 import uvcompare  # noqa: E402
 
 PLATFORMS = ("linux-x86_64", "windows-x86_64")
@@ -72,13 +73,6 @@ CUDAREDIST_CASES = tuple(c for c in CASES if c not in ("baseline", "cp -a", "pyp
                          and not c.startswith("uv-"))
 MB = 1e6
 
-# The targets of issue 13.
-WARM_SECONDS = 1.0       # warm from the unpacked cache in the default link mode (clone)
-COPY_VS_CP = 1.5         # warm in copy mode: within this factor of `cp -a` of the same tree
-COLD_LINUX_VS_LONGEST = 1.25  # cold linux: within this factor of the longest single-archive decode
-COLD_WINDOWS_VS_FLOOR = 2.0   # cold windows: within this factor of the decode floor
-NOOP_SECONDS = 0.2       # no-op re-run, interpreter start included
-RSS_MB = 150.0           # peak RSS of every cudaredist run
 
 _SCRUB = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy",
           "no_proxy", "CUDAREDIST_BASE_URL", "CUDAREDIST_MIRROR", "CUDAREDIST_CACHE_DIR",
@@ -528,45 +522,9 @@ def summarize(cfg: Config, samples: list[Sample], refs: list[dict[str, Any]]) ->
                     "failures": sum(s.exit_code != 0 for s in ss),
                     "notes": sorted({s.note for s in ss if s.note}),
                 }
-    summary = {"references": references, "cases": cases, "targets": targets(cfg, cases)}
-    summary["targets"] += uvcompare.targets(cfg, summary, LOCAL, _target)
+    summary = {"references": references, "cases": cases,
+               "targets": targets.check(cfg, cases, references, local=LOCAL, mine=CUDAREDIST_CASES)}
     return summary
-
-
-def _target(what: str, value: float, op: str, goal: float, unit: str, failures: int) -> dict[str, Any]:
-    ok = not failures and (value >= goal if op == ">=" else value <= goal)
-    margin = (value - goal) / goal if op == ">=" else (goal - value) / goal
-    return {"what": what, "value": value, "op": op, "goal": goal, "unit": unit, "pass": ok, "margin": margin}
-
-
-def targets(cfg: Config, cases: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    out = []
-    for plat in cfg.platforms:
-        local = {c: cases.get(f"{plat}/{LOCAL}/{c}") for c in LOCAL_CASES}
-        where = f"{plat:15}"
-        if (c := local["warm-clone"]) is not None:
-            out.append(_target(f"{where} warm from unpacked (clone, default)", c["wall"], "<=", WARM_SECONDS,
-                               "s", c["failures"]))
-        if (c := local["warm-copy"]) is not None and (cp := local["cp -a"]) is not None:
-            out.append(_target(f"{where} warm from unpacked (copy) / cp -a", c["wall"] / cp["wall"], "<=",
-                               COPY_VS_CP, "x", c["failures"] + cp["failures"]))
-        for link in cfg.links:
-            if (c := cases.get(f"{plat}/{link}/cold")) is None:
-                continue
-            if plat.startswith("windows"):
-                out.append(_target(f"{where} cold, {link} link / decode floor", c["x_floor"], "<=",
-                                   COLD_WINDOWS_VS_FLOOR, "x", c["failures"]))
-            else:
-                out.append(_target(f"{where} cold, {link} link / longest decode", c["x_longest"], "<=",
-                                   COLD_LINUX_VS_LONGEST, "x", c["failures"]))
-        if (c := local["no-op"]) is not None:
-            out.append(_target(f"{where} no-op", c["wall"], "<=", NOOP_SECONDS, "s", c["failures"]))
-        mine = [c for c in cases.values() if c["platform"] == plat and c["case"] in CUDAREDIST_CASES]
-        if mine:
-            worst = max(mine, key=lambda c: c["rss_mb_max"])
-            out.append(_target(f"{where} peak RSS (worst: {worst['case']}, {worst['link']})",
-                               worst["rss_mb_max"], "<=", RSS_MB, "MB", 0))
-    return out
 
 
 def render(cfg: Config, summary: dict[str, Any], header: str) -> str:
@@ -612,7 +570,7 @@ def render(cfg: Config, summary: dict[str, Any], header: str) -> str:
     for name, fmt in rows:
         lines.append(f"  {name:42}" + "".join(f"{fmt(refs[p]):>16}" for p in cfg.platforms))
     lines += uvcompare.render(cfg, summary, LOCAL)
-    lines += ["", "targets (issues 13 and 23)"]
+    lines += ["", f"targets ({targets.ISSUE}: benchmarks/targets.py)"]
     for t in summary["targets"]:
         value = f"{t['value']:.2f}{t['unit']}"
         goal = f"{t['op']} {t['goal']:g}{t['unit']}"

@@ -16,7 +16,8 @@ get exactly the same wheels: the five the bench mirror is made of (``--only -c .
 cudaredist, the matching extras of the cuda-toolkit metapackage for uv). The layouts differ (uv:
 ``nvidia/cu13/...`` plus dist-info; cudaredist: a CUDA_PATH tree); the files and bytes are the same.
 
-This module builds the commands, prints the ratios of issue 23's table and checks its targets.
+This module builds the commands and prints the ratios of issue 23's table (benchmarks/targets.py
+checks the targets).
 """
 
 from __future__ import annotations
@@ -47,11 +48,6 @@ UV_PLATFORM = {"linux-x86_64": "x86_64-manylinux_2_28", "windows-x86_64": "x86_6
 EXTRA_OF = {"cuda_nvcc": "nvcc", "cuda_cudart": "cudart", "cuda_cccl": "cccl", "cuda_crt": "crt",
             "libnvvm": "nvvm", "cuda_nvrtc": "nvrtc"}
 
-# The targets of issue 23.
-WARM_HARDLINK_VS_UV = 1.0   # warm, --link-mode hardlink / uv's warm (it hard-links too)
-WARM_DEFAULT_VS_CP = 1.0    # warm, the default mode / cp -a of the same tree
-NOOP_SECONDS = 0.1          # a no-op, interpreter start included
-COLD_VS_UV = 1.0            # cold, the PyPI route / uv's cold, on each link
 
 
 def find_uv(given: str | None, venv_bin: Path) -> list[str]:
@@ -163,34 +159,3 @@ def render(cfg: Any, summary: dict[str, Any], local: str) -> list[str]:
     lines.append("warm: a fresh target from a full cache (uv hard-links from its cache); the redist route's")
     lines.append("warm rows read no archive; uv's warm there is its run over the unshaped link.")
     return lines
-
-
-def targets(cfg: Any, summary: dict[str, Any], local: str, target: Any) -> list[dict[str, Any]]:
-    """Issue 23's targets, each a bench.py ``_target``."""
-    cases = summary["cases"]
-    out = []
-
-    def ratio(what: str, a: str, b: str, goal: float, link_a: str, link_b: str) -> None:
-        ca, cb = cases.get(f"{plat}/{link_a}/{a}"), cases.get(f"{plat}/{link_b}/{b}")
-        if ca is not None and cb is not None:
-            out.append(target(f"{plat:15} {what}", ca["wall"] / cb["wall"], "<=", goal, "x",
-                              ca["failures"] + cb["failures"]))
-
-    for plat in cfg.platforms:
-        uv_link = next((x for x in sorted(cfg.links, key=lambda x: x != "loopback")
-                        if f"{plat}/{x}/uv-warm" in cases), None)
-        for link in cfg.links:
-            ratio(f"pypi cold, {link} / uv cold", "pypi-cold", "uv-cold", COLD_VS_UV, link, link)
-            ratio(f"pypi warm hardlink, {link} / uv warm", "pypi-warm-hardlink", "uv-warm",
-                  WARM_HARDLINK_VS_UV, link, link)
-            ratio(f"pypi warm default, {link} / cp -a", "pypi-warm", "pypi-cp -a", WARM_DEFAULT_VS_CP, link,
-                  local)
-        if uv_link is not None:
-            ratio(f"redist warm hardlink / uv warm ({uv_link})", "warm-hardlink", "uv-warm",
-                  WARM_HARDLINK_VS_UV, local, uv_link)
-        ratio("redist warm default / cp -a", "warm-clone", "cp -a", WARM_DEFAULT_VS_CP, local, local)
-        for case in ("pypi-no-op", "no-op"):
-            if (c := cases.get(f"{plat}/{local}/{case}")) is not None:
-                out.append(target(f"{plat:15} {case.replace('-no-op', ' no-op')}", c["wall"], "<=",
-                                  NOOP_SECONDS, "s", c["failures"]))
-    return out

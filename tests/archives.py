@@ -79,25 +79,27 @@ def zip_info(name: str, **kw: object) -> zipfile.ZipInfo:
 
 
 def make_zip(dest: Path, members: Members) -> Path:
+    """A zip of ``members``, the same bytes on every call (the member times fixed: a test that builds
+    one archive name twice, e.g. two releases of one component version, gets one archive)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
+    when = (2026, 1, 1, 0, 0, 0)
     with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as zf:
         for name, spec in members.items():
             if isinstance(spec, Dir):
-                zf.writestr(name.rstrip("/") + "/", b"")
+                zi = zip_info(name.rstrip("/") + "/", date_time=when)
+                zi.external_attr = (0o40775 << 16) | 0x10  # as writestr(name + "/", b"") makes it
+                zf.writestr(zi, b"")
             elif isinstance(spec, Link):
-                zi = zipfile.ZipInfo(name)
+                zi = zip_info(name, date_time=when)
                 zi.create_system = 3
                 zi.external_attr = (0o120777 << 16)
                 zf.writestr(zi, spec.target)
             else:
                 data = spec.data if isinstance(spec, Exe) else spec
                 assert isinstance(data, bytes)
-                if "\\" in name:  # as writestr(name, ...) makes it, with the name kept as it is
-                    zi = zip_info(name, date_time=(2026, 1, 1, 0, 0, 0))
-                    zi.compress_type, zi.external_attr = zipfile.ZIP_DEFLATED, 0o600 << 16
-                    zf.writestr(zi, data)
-                else:
-                    zf.writestr(name, data)
+                zi = zip_info(name, date_time=when)  # as writestr(name, ...) makes it, name kept as it is
+                zi.compress_type, zi.external_attr = zipfile.ZIP_DEFLATED, 0o600 << 16
+                zf.writestr(zi, data)
     return dest
 
 
