@@ -10,7 +10,7 @@ import datetime
 import json
 import os
 import stat
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -273,8 +273,11 @@ def _problem(obj: object, shape: Any, where: str) -> str:
     if isinstance(shape, list):
         if not isinstance(obj, list):
             return f"{where} is not a list"
-        return next((why for k, item in enumerate(obj) if (why := _problem(item, shape[0], f"{where}[{k}]"))),
-                    "")
+        ok = _flat_check(shape[0])
+        # a list of flat objects (the files: thousands) checked in one loop; the first that fails is
+        # named by the general walk below
+        return next((why for k, item in enumerate(obj) if not ok(item)
+                     and (why := _problem(item, shape[0], f"{where}[{k}]"))), "")
     if isinstance(shape, dict):
         if not isinstance(obj, dict):
             return f"{where or 'the record'} is not an object"
@@ -291,6 +294,30 @@ def _problem(obj: object, shape: Any, where: str) -> str:
     if isinstance(obj, bool) or not isinstance(obj, kinds):
         return f"{where} is not a {' or '.join(_TYPE_NAMES[t] for t in kinds)}"
     return ""
+
+
+def _flat_check(shape: Any) -> Callable[[object], bool]:
+    """A fast yes for an item that has ``shape`` when that is an object of plain fields (else a
+    check that always sends the item to :func:`_problem`)."""
+    if not isinstance(shape, dict) or any(isinstance(k, (dict, list)) for k in shape.values()):
+        return lambda _item: False
+    fields = [(key.rstrip("?"), kind if isinstance(kind, tuple) else (kind,), key.endswith("?"))
+              for key, kind in shape.items()]
+    absent = object()
+
+    def ok(item: object) -> bool:
+        if type(item) is not dict:
+            return False
+        for name, kinds, optional in fields:
+            v = item.get(name, absent)
+            if v is absent:
+                if not optional:
+                    return False
+            elif type(v) not in kinds:  # exact: a bool is no number
+                return False
+        return True
+
+    return ok
 
 
 def read_record(prefix: Path) -> dict[str, Any] | None:

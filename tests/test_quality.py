@@ -44,6 +44,18 @@ def test_fast_start_imports_nothing_heavy() -> None:
     assert r.stdout.split() == []
 
 
+def test_a_warm_install_imports_no_url_or_mail_parsers() -> None:
+    """What a warm install loads (the installer, its transport, the NVIDIA source) leaves
+    urllib.request and email out: 20 ms of start-up, needed only for a file:// URL and a server's
+    Retry-After date."""
+    code = ("import sys; import cudaredist.install, cudaredist.fetch.transport, "
+            "cudaredist.sources.nvidia.source; print(' '.join(m for m in "
+            "('urllib.request', 'email.utils', 'http.client') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], text=True, capture_output=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == []
+
+
 _OTHER_COMMANDS = ("cudaredist.commands.managed", "cudaredist.commands.cache", "cudaredist.commands.doctor",
                    "cudaredist.commands.prefix", "cudaredist.commands.profiles", "cudaredist.commands.source")
 

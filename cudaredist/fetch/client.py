@@ -4,7 +4,6 @@ policy, Retry-After, file:// and directory URLs, and what an untrusted certifica
 from __future__ import annotations
 
 import contextlib
-import email.utils
 import os
 import random
 import time
@@ -12,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
-from urllib.request import url2pathname
 
 from cudaredist import __version__
 from cudaredist.errors import FetchError, UsageError
@@ -46,6 +44,8 @@ def local_path(url: str) -> Path:
     """The file a ``file://`` URL (or a plain path) names, by this OS's rules: ``file:///C:/x/`` is
     ``C:\\x\\`` on Windows, ``file://server/share/x`` a UNC path; the reverse of ``Path.as_uri``."""
     if url.startswith("file:"):
+        from urllib.request import url2pathname  # imported here: 15 ms of every start-up otherwise
+
         p = urlparse(url)
         local = not p.netloc or p.netloc.lower() == "localhost"
         return Path(url2pathname(p.path if local else f"//{p.netloc}{p.path}"))
@@ -99,6 +99,8 @@ def retry_after_seconds(value: str | None) -> float | None:
     value = value.strip()
     if value.isdigit():
         return float(value)
+    import email.utils  # only for a server that says when to come back (5 ms of start-up otherwise)
+
     with contextlib.suppress(TypeError, ValueError):
         when = email.utils.parsedate_to_datetime(value)
         return max(0.0, when.timestamp() - time.time())

@@ -6,9 +6,9 @@ side (no GPU here: cudaMalloc fails cleanly); doctor's probe passes and verify h
 
 CUDA < 13.2 needs the host fix glibc-2.42-rsqrt (manifests/hostfixes.toml): without it
 (``--no-host-fixes``) 13.0 fails on this host with the exception-specification clash. 13.0 and 13.2
-also refuse the default g++-16 (host_config.h): the host compiler choice of `env` (branch hostcc)
-exports NVCC_CCBIN; until then those cases are strict xfails, and the same builds with
-``NVCC_CCBIN=g++-15`` exported by hand prove the rest.
+also refuse the default g++-16 (host_config.h): `env` chooses g++-15 for them and exports
+NVCC_CCBIN (cudaredist/hostcc.py), so the plain nvcc of the first test builds with every train; the
+same builds with ``NVCC_CCBIN=g++-15`` exported by hand check that an override is kept.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def test_a_plain_nvcc_builds_with_the_default_compiler(sid: Chroot, real_wheel_c
 @pytest.mark.parametrize("train", ["13.0", "13.2"])
 def test_a_plain_nvcc_builds_with_g_15_exported(sid: Chroot, real_wheel_cache: Path,  # noqa: F811
                                                 train: str) -> None:
-    """What `env` will choose for these trains here (g++-16 refused), exported by hand."""
+    """What `env` chooses for these trains here (g++-16 refused), exported by hand: an override holds."""
     prefix, said = tree(sid, real_wheel_cache, train)
     fixed = train == "13.0"
     assert ("host fix glibc-2.42-rsqrt: include/crt/math_functions.h, include/crt/math_functions.hpp "
