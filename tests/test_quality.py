@@ -34,26 +34,26 @@ def test_ruff_passes() -> None:
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-def test_fast_start_imports_nothing_heavy() -> None:
-    """`--help` and the no-op path must not pay for httpx, tqdm or the archive modules."""
-    code = ("import sys; from cudaredist import cli; "
-            "print(' '.join(m for m in ('httpx', 'tqdm', 'tarfile', 'zipfile', 'truststore', 'pydantic', "
-            "'rich', 'packaging') if m in sys.modules))")
+def _loaded_after(imports: str, watched: tuple[str, ...]) -> list[str]:
+    """Which of ``watched`` a fresh interpreter holds after ``imports`` (a statement)."""
+    code = f"import sys; {imports}; print(' '.join(m for m in {watched!r} if m in sys.modules))"
     r = subprocess.run([sys.executable, "-c", code], text=True, capture_output=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == []
+    return r.stdout.split()
+
+
+def test_fast_start_imports_nothing_heavy() -> None:
+    """`--help` and the no-op path must not pay for httpx, tqdm or the archive modules."""
+    assert _loaded_after("from cudaredist import cli", ("httpx", "tqdm", "tarfile", "zipfile", "truststore",
+                                                        "pydantic", "rich", "packaging")) == []
 
 
 def test_a_warm_install_imports_no_url_or_mail_parsers() -> None:
     """What a warm install loads (the installer, its transport, the NVIDIA source) leaves
     urllib.request and email out: 20 ms of start-up, needed only for a file:// URL and a server's
     Retry-After date."""
-    code = ("import sys; import cudaredist.install, cudaredist.fetch.transport, "
-            "cudaredist.sources.nvidia.source; print(' '.join(m for m in "
-            "('urllib.request', 'email.utils', 'http.client') if m in sys.modules))")
-    r = subprocess.run([sys.executable, "-c", code], text=True, capture_output=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == []
+    warm = "import cudaredist.install, cudaredist.fetch.transport, cudaredist.sources.nvidia.source"
+    assert _loaded_after(warm, ("urllib.request", "email.utils", "http.client")) == []
 
 
 _OTHER_COMMANDS = ("cudaredist.commands.managed", "cudaredist.commands.cache", "cudaredist.commands.doctor",
