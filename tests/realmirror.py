@@ -19,7 +19,8 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,27 @@ def host_free_env(cache: Path) -> dict[str, str]:
 def run_cudaredist(*args: str, env: dict[str, str], timeout: float = 900) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "cudaredist", *args], env=env, text=True,
                           capture_output=True, timeout=timeout)
+
+
+@contextmanager
+def scratch(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[Path]:
+    """A module fixture's folder, removed when the fixture is torn down. pytest keeps every
+    ``mktemp`` folder to the end of the run: the suite's trees, sid root sessions and builds came to
+    about 35 GB at the peak of a CI run, more than some machines have free."""
+    path = tmp_path_factory.mktemp(name)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def dropped_at_end(trees: dict[str, Path]) -> Iterator[None]:
+    """A module's autouse fixture: the trees its parametrized fixture made once per module (each
+    in a ``mktemp`` folder of its own), removed when the module is done."""
+    yield
+    for prefix in trees.values():
+        shutil.rmtree(prefix.parent, ignore_errors=True)
+    trees.clear()
 
 
 def _shared(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -53,7 +53,7 @@ def test_the_manifests_are_fetched_where_the_tests_read_them() -> None:
     # the checkout's ../shared/redist/manifests: the folder conftest reads when the variable is unset
     assert where == "${{ github.workspace }}/../shared/redist/manifests"
     in_checkout = Path(where.replace("${{ github.workspace }}", str(ROOT))).resolve()
-    assert in_checkout == SHARED / "redist" / "manifests"
+    assert in_checkout == (SHARED / "redist" / "manifests").resolve()
     fetch = _index(lambda s: ".ci/fetch-manifests.py" in s.get("run", ""))
     assert f'--out "${{{{ env.{MANIFESTS_VAR} }}}}"' in _steps()[fetch]["run"]
     assert "if" not in _steps()[fetch]  # every OS of the matrix

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -43,7 +44,7 @@ from cudaredist.doctor.driver import (
 from cudaredist.doctor.toolkit import check_environment, check_msbuild, check_nvcc, check_toolkit
 from tests.archives import build_mirror, toolkit
 from tests.hosts import posix_only, skip_on_windows
-from tests.realmirror import host_free_env, real_mirror_1302, real_wheel_cache, run_cudaredist  # noqa: F401
+from tests.realmirror import host_free_env, real_mirror_1302, real_wheel_cache, run_cudaredist, scratch  # noqa: F401
 
 runner = CliRunner()
 # Windows finds a program by its extension (PATHEXT) and cannot run #!/bin/sh scripts
@@ -638,13 +639,13 @@ def test_stub_found_first_by_the_loader_fails_the_command(tmp_path: Path) -> Non
 
 # -- end to end: a real 13.0.2 tree, real compilers, the tree's own host_config.h --------------------
 @pytest.fixture(scope="module")
-def real_tree(real_mirror_1302: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: F811
-    prefix = tmp_path_factory.mktemp("doctor-real") / "cuda-13.0"
-    cache = tmp_path_factory.mktemp("doctor-cache")
-    r = run_cudaredist("install", "13.0.2", "--base-url", str(real_mirror_1302), "--platform", "linux-x86_64",
-                       "--prefix", str(prefix), "-q", env=host_free_env(cache))
-    assert r.returncode == 0, r.stderr
-    return prefix
+def real_tree(real_mirror_1302: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:  # noqa: F811
+    with scratch(tmp_path_factory, "doctor-real") as tmp:
+        prefix = tmp / "cuda-13.0"
+        r = run_cudaredist("install", "13.0.2", "--base-url", str(real_mirror_1302), "--platform",
+                           "linux-x86_64", "--prefix", str(prefix), "-q", env=host_free_env(tmp / "cache"))
+        assert r.returncode == 0, r.stderr
+        yield prefix
 
 
 def real_inputs(env: dict[str, str], tmp_path: Path) -> Inputs:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ from cudaredist.envexport import environment
 from cudaredist.errors import UsageError
 from tests.fakevs import build_layout, need_tool
 from tests.hosts import posix_only
-from tests.realmirror import ENV_CACHE, host_free_env, run_cudaredist
+from tests.realmirror import host_free_env, real_wheel_cache, run_cudaredist, scratch  # noqa: F401  (fixture)
 
 pytestmark = posix_only("fake compilers are shell scripts on a ':'-separated PATH")
 
@@ -290,17 +291,19 @@ def test_doctor_names_the_side_by_side_toolset(tmp_path: Path, layout: dict[str,
 
 # -- real host_config.h files: CUDA 13.0, 13.2 and 13.4 from NVIDIA's wheels ----------------------
 @pytest.fixture(scope="module")
-def real_headers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def real_headers(tmp_path_factory: pytest.TempPathFactory,
+                 real_wheel_cache: Path) -> Iterator[dict[str, Path]]:  # noqa: F811
     """Each train's windows-x86_64 cuda_crt (its include/crt/host_config.h), installed from the wheels."""
-    cache = Path(os.environ.get(ENV_CACHE) or tmp_path_factory.mktemp("wheels"))
-    out = {}
-    for train in ("13.0", "13.2", "13.4"):
-        prefix = tmp_path_factory.mktemp("crt") / train
-        r = run_cudaredist("install", train, "--source", "pypi", "--platform", "windows-x86_64", "--only",
-                           "--component", "cuda_crt", "--prefix", str(prefix), "-q", env=host_free_env(cache))
-        assert r.returncode == 0, r.stderr
-        out[train] = prefix / "include"
-    return out
+    with scratch(tmp_path_factory, "crt") as tmp:
+        out = {}
+        for train in ("13.0", "13.2", "13.4"):
+            prefix = tmp / train
+            r = run_cudaredist("install", train, "--source", "pypi", "--platform", "windows-x86_64", "--only",
+                               "--component", "cuda_crt", "--prefix", str(prefix), "-q",
+                               env=host_free_env(real_wheel_cache))
+            assert r.returncode == 0, r.stderr
+            out[train] = prefix / "include"
+        yield out
 
 
 @pytest.mark.e2e

@@ -148,6 +148,7 @@ def act_runs(real_mirror_1302: Path,  # noqa: F811  (the fixture imported above)
         for _url, srv in servers:
             srv.shutdown()
             srv.server_close()
+        shutil.rmtree(work, ignore_errors=True)  # about 0.5 GB of job homes and trees
 
 
 def _expect(run: ActRun, job: str, *texts: str) -> None:

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ import pytest
 from tests.e2e.test_cmake import find_cmake, generator
 from tests.hosts import require_linux_x86_64
 from tests.realmirror import (  # noqa: F401  (fixtures)
+    dropped_at_end,
     host_free_env,
     real_mirror_1302,
     real_mirror_1302_libs,
@@ -125,6 +127,11 @@ int main() { return 0; }
 """
 
 _trees: dict[str, Path] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _drop_trees() -> Iterator[None]:
+    yield from dropped_at_end(_trees)
 
 
 @pytest.fixture(scope="module", params=["nvidia", "pypi"])

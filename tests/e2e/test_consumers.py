@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +26,12 @@ import pytest
 
 from tests.hosts import require_linux_x86_64
 from tests.realmirror import (  # noqa: F401  (fixtures)
+    dropped_at_end,
     host_free_env,
     real_mirror_1302,
     real_wheel_cache,
     run_cudaredist,
+    scratch,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.pypi]
@@ -36,6 +39,11 @@ pytestmark = [pytest.mark.e2e, pytest.mark.pypi]
 require_linux_x86_64()
 
 _trees: dict[str, Path] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _drop_trees() -> Iterator[None]:
+    yield from dropped_at_end(_trees)
 
 
 @pytest.fixture(scope="module", params=["nvidia", "pypi"])
@@ -137,14 +145,15 @@ print(json.dumps({"ptx": ptx, "libnvvm_mapped": nvvm, "libdevice": get_cuda_path
 
 
 @pytest.fixture(scope="module")
-def numba_tree(real_wheel_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: F811
+def numba_tree(real_wheel_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:  # noqa: F811
     """The nvcc profile plus NVRTC (numba-cuda asks NVRTC which architectures exist), from the wheels."""
-    prefix = tmp_path_factory.mktemp("tree-numba") / "cuda-13.0"
-    r = run_cudaredist("install", "13.0.2", "--source", "pypi", "--component", "cuda_nvrtc",
-                       "--platform", "linux-x86_64", "--prefix", str(prefix), "--quiet",
-                       env=host_free_env(real_wheel_cache))
-    assert r.returncode == 0, r.stderr
-    return prefix
+    with scratch(tmp_path_factory, "tree-numba") as tmp:
+        prefix = tmp / "cuda-13.0"
+        r = run_cudaredist("install", "13.0.2", "--source", "pypi", "--component", "cuda_nvrtc",
+                           "--platform", "linux-x86_64", "--prefix", str(prefix), "--quiet",
+                           env=host_free_env(real_wheel_cache))
+        assert r.returncode == 0, r.stderr
+        yield prefix
 
 
 def test_numba_cuda_compiles_ptx_with_the_trees_nvvm_and_libdevice(numba_tree: Path, real_wheel_cache: Path,  # noqa: F811

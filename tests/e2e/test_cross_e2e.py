@@ -11,6 +11,7 @@ import json
 import re
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from tests.realmirror import (  # noqa: F401  (fixtures)
     real_mirror_1302_sbsa,
     real_wheel_cache,
     run_cudaredist,
+    scratch,
 )
 from tests.wintools import ARM64_MAIN_CUDART, llvm, tool
 
@@ -63,19 +65,19 @@ def under_qemu(program: Path, env: dict[str, str]) -> str:
 
 @pytest.fixture(scope="module")
 def cross_tree(real_mirror_1302_sbsa: Path, tmp_path_factory: pytest.TempPathFactory  # noqa: F811
-               ) -> tuple[Path, dict[str, str], dict[str, object]]:
-    tmp = tmp_path_factory.mktemp("cross")
-    env = host_free_env(tmp / "cache")
-    prefix = tmp / "cuda 13.0 sbsa"
-    line = ["install", "13.0.2", "--platform", "linux-sbsa", "--host", "linux-x86_64",
-            "--prefix", str(prefix), "--base-url", str(real_mirror_1302_sbsa)]
-    r = ok(run_cudaredist(*line, env=env))
-    print(f"$ cudaredist {' '.join(line)}\n{r.stderr[-600:]}")
-    print(ok(run_cudaredist("info", "--prefix", str(prefix), env=env)).stdout)
-    printed = ok(run_cudaredist("env", "--prefix", str(prefix), env=env))
-    print(f"$ cudaredist env --prefix ...\n{printed.stdout}{printed.stderr}")
-    found = json.loads(ok(run_cudaredist("env", "--prefix", str(prefix), "--json", env=env)).stdout)
-    return prefix, env, found
+               ) -> Iterator[tuple[Path, dict[str, str], dict[str, object]]]:
+    with scratch(tmp_path_factory, "cross") as tmp:
+        env = host_free_env(tmp / "cache")
+        prefix = tmp / "cuda 13.0 sbsa"
+        line = ["install", "13.0.2", "--platform", "linux-sbsa", "--host", "linux-x86_64",
+                "--prefix", str(prefix), "--base-url", str(real_mirror_1302_sbsa)]
+        r = ok(run_cudaredist(*line, env=env))
+        print(f"$ cudaredist {' '.join(line)}\n{r.stderr[-600:]}")
+        print(ok(run_cudaredist("info", "--prefix", str(prefix), env=env)).stdout)
+        printed = ok(run_cudaredist("env", "--prefix", str(prefix), env=env))
+        print(f"$ cudaredist env --prefix ...\n{printed.stdout}{printed.stderr}")
+        found = json.loads(ok(run_cudaredist("env", "--prefix", str(prefix), "--json", env=env)).stdout)
+        yield prefix, env, found
 
 
 def loaded(found: dict[str, object], env: dict[str, str]) -> dict[str, str]:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.realmirror import _once, host_free_env, real_wheel_cache, run_cudaredist  # noqa: F401  (fixture)
+from tests.realmirror import _once, host_free_env, real_wheel_cache, run_cudaredist, scratch  # noqa: F401  (fixture)
 from tests.sidroot import Chroot, chroot_session, make_site, require_sid_root
 
 pytestmark = [pytest.mark.e2e, pytest.mark.pypi]
@@ -60,7 +60,8 @@ CLASH = 'exception specification is incompatible with that of previous function 
 def sid(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chroot]:
     require_sid_root()
     site = _once(tmp_path_factory, "sid-site", make_site)
-    yield from chroot_session(tmp_path_factory.mktemp("sid"), site)
+    with scratch(tmp_path_factory, "sid") as tmp:
+        yield from chroot_session(tmp, site)
 
 
 _trees: dict[tuple[str, ...], tuple[Path, str]] = {}
