@@ -150,8 +150,11 @@ def install(request: InstallRequest, *, reporter: Reporter | None = None,
         from cudaredist.managed import link_trains
 
         # even when a train failed: those that installed get their links
-        outcome.links = link_trains(outcome.install_dir, timeout=_lock_timeout(request),
-                                    warn=outcome.warnings.append)
+        try:
+            outcome.links = link_trains(outcome.install_dir, timeout=_lock_timeout(request),
+                                        warn=outcome.warnings.append)
+        except KeyboardInterrupt as exc:  # the toolkits are in place: said, with what the links are
+            raise _interrupted(exc, outcome) from None
     return outcome
 
 

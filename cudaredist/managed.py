@@ -214,12 +214,20 @@ def link_trains(root: Path, *, timeout: float,
                 warn: Callable[[str], None] = lambda _text: None) -> list[tuple[str, str]]:
     """:func:`update_train_links` under the install dir's lock: of two installs finishing at once,
     the second sees the first one's toolkit, so the newest patch always ends up linked."""
+    from cudaredist.interrupts import Interrupted, signum_of
+
     if not root.is_dir():
         return []
-    with hold(root / LINKS_LOCK, timeout, f"the train links of {root} are busy: another cudaredist process "
-              f"held them for more than {timeout:g}s; retry, or raise --lock-timeout", root,
-              doing="lock the train links of", where=root, option="--install-dir"):
-        return update_train_links(root, warn)
+    try:
+        with hold(root / LINKS_LOCK, timeout, f"the train links of {root} are busy: another cudaredist "
+                  f"process held them for more than {timeout:g}s; retry, or raise --lock-timeout", root,
+                  doing="lock the train links of", where=root, option="--install-dir"):
+            return update_train_links(root, warn)
+    except KeyboardInterrupt as exc:
+        raise Interrupted(f"interrupted while updating the train links of {root} (cuda-X.Y-<platform>): "
+                          "the toolkits there are complete, but a link may still name an earlier patch or "
+                          f"one removed; `cudaredist list --install-dir {root}` shows them, and the next "
+                          "install or uninstall there puts the links right", signum=signum_of(exc)) from None
 
 
 def update_train_links(root: Path, warn: Callable[[str], None] = lambda _text: None) -> list[tuple[str, str]]:

@@ -262,10 +262,11 @@ _RECORD: dict[str, Any] = {
     "links?": [{"path": str, "link": str, "copy?": str}],
     "request?": {"components?": list, "profile?": list},
     "layout?": int,
+    "provenance?": {"manifest?": (str, type(None)), "hashes_from?": (str, type(None)), "archives?": dict},
     "host_fixes?": [{"id": str, "path": str, "before": str, "after": str, "source?": str}],
     "tool": str, "installed_at": str, "content_key?": str,
 }
-_TYPE_NAMES = {str: "string", int: "number", list: "list", type(None): "null"}
+_TYPE_NAMES = {str: "a string", int: "a number", list: "a list", dict: "an object", type(None): "null"}
 
 
 def _problem(obj: object, shape: Any, where: str) -> str:
@@ -292,7 +293,7 @@ def _problem(obj: object, shape: Any, where: str) -> str:
         return ""
     kinds = shape if isinstance(shape, tuple) else (shape,)
     if isinstance(obj, bool) or not isinstance(obj, kinds):
-        return f"{where} is not a {' or '.join(_TYPE_NAMES[t] for t in kinds)}"
+        return f"{where} is not {' or '.join(_TYPE_NAMES[t] for t in kinds)}"
     return ""
 
 

@@ -9,6 +9,7 @@ wheels (CUDA 13.0, 13.2, 13.4) in the e2e tests at the end.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from collections.abc import Iterator
@@ -173,11 +174,15 @@ def test_a_failed_probe_is_explained_with_a_concrete_fix(tmp_path: Path, output:
     (tmp_path / "out.txt").write_text(output)
     nvcc.write_text(f"#!/bin/sh\n/bin/cat {tmp_path / 'out.txt'} >&2\nexit 2\n")
     nvcc.chmod(0o755)
-    check = check_probe(tk_of(include), linux_env(bindir))
+    # the tree's record: the reinstall line redoes its request (record.request_argv), profile and all
+    record = {"plan": {"release": "13.0.2", "platform": "linux-x86_64", "profile": "build",
+                       "source": "nvidia", "base_url": "https://mirror.example/redist/"}, "request": {}}
+    check = check_probe(dataclasses.replace(tk_of(include), record=record), linux_env(bindir))
     assert check.status == "fail" and detail in check.detail and fix in check.fix, check
     assert "above" not in check.fix
     if "rsqrt" in output:
-        assert f"cudaredist install 13.0.2 --prefix {include.parent} --reinstall" in check.fix
+        assert (f"cudaredist install 13.0.2 --prefix {include.parent} --platform linux-x86_64 --base-url "
+                "https://mirror.example/redist/ --profile build --reinstall") in check.fix, check.fix
         assert "13.2 or later" in check.fix
 
 

@@ -393,6 +393,53 @@ def test_ctrl_c_between_managed_trains_names_the_one_installed(mirror: Path, tmp
     assert "was left as it was" in err
 
 
+def _ctrl_c_in_the_train_links(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cudaredist import managed
+
+    def interrupted(*_args: object) -> object:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(managed, "update_train_links", interrupted)
+
+
+def test_ctrl_c_while_the_train_links_are_updated_says_the_toolkit_is_installed(
+        mirror: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The toolkit is in place when Ctrl-C reaches the train links: said so (never "nothing was
+    changed"), and the next install puts the links right."""
+    root = tmp_path / "toolkits"
+    args = ["install", "13.0", "--install-dir", str(root), "--platform", "linux-x86_64", "--base-url",
+            str(mirror), "-q"]
+    _ctrl_c_in_the_train_links(monkeypatch)
+    code, err = _cli(*args)
+    monkeypatch.undo()
+    assert code == 130, err
+    assert "nothing was changed" not in err
+    tk = root / "cuda-13.0.1-linux-x86_64"
+    assert f"interrupted while updating the train links of {root}" in err
+    assert f"installed before it: CUDA 13.0.1 into {tk}" in err
+    assert _cli("verify", "--prefix", str(tk))[0] == 0
+    assert not (root / "cuda-13.0-linux-x86_64").exists()
+    code, err = _cli(*args[:-1])
+    assert code == 0 and "already installed" in err, err
+    assert os.readlink(root / "cuda-13.0-linux-x86_64") == tk.name
+
+
+def test_ctrl_c_after_an_uninstall_names_what_was_removed(mirror: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "toolkits"
+    code, err = _cli("install", "13.0", "--install-dir", str(root), "--platform", "linux-x86_64",
+                     "--base-url", str(mirror), "-q")
+    assert code == 0, err
+    tk = root / "cuda-13.0.1-linux-x86_64"
+    _ctrl_c_in_the_train_links(monkeypatch)
+    code, err = _cli("uninstall", "13.0", "--install-dir", str(root))
+    monkeypatch.undo()
+    assert code == 130, err
+    assert "nothing was changed" not in err and not tk.exists()
+    assert f"interrupted while updating the train links of {root}" in err
+    assert f"removed before it: {tk}" in err
+
+
 def test_a_real_ctrl_c_during_uninstall_leaves_the_tree_whole_or_gone(tmp_path: Path) -> None:
     """SIGINT to a real `cudaredist uninstall` the moment it starts moving files out: either every
     file went back (and the message says so) or the uninstall had committed and completed (and the

@@ -128,21 +128,28 @@ def test_commands_on_a_prefix_without_an_install(tmp_path: Path, command: str) -
 
 
 @pytest.mark.parametrize("field, value, words", [
-    pytest.param("products", 5, "plan.products is not a list", id="products-not-a-list"),
-    pytest.param("products", ["cudnn"], "plan.products[0] is not an object", id="product-not-an-object"),
-    pytest.param("products", [{"name": "cudnn"}], "plan.products[0].release is missing",
+    pytest.param("plan.products", 5, "plan.products is not a list", id="products-not-a-list"),
+    pytest.param("plan.products", ["cudnn"], "plan.products[0] is not an object", id="product-not-an-object"),
+    pytest.param("plan.products", [{"name": "cudnn"}], "plan.products[0].release is missing",
                  id="product-without-release"),
-    pytest.param("notes", "x", "plan.notes is not a list", id="notes-not-a-list"),
-    pytest.param("notes", [1], "plan.notes[0] is not a string", id="note-not-a-string"),
+    pytest.param("plan.notes", "x", "plan.notes is not a list", id="notes-not-a-list"),
+    pytest.param("plan.notes", [1], "plan.notes[0] is not a string", id="note-not-a-string"),
+    pytest.param("provenance", 5, "provenance is not an object", id="provenance-not-an-object"),
+    pytest.param("provenance.archives", 5, "provenance.archives is not an object",
+                 id="provenance-archives-not-an-object"),
 ])
 @pytest.mark.parametrize("command", ["info", "verify", "doctor", "install"])
-def test_an_edited_plan_field_is_a_damaged_record(prefix: Path, mirror: Path, command: str, field: str,
+def test_an_edited_field_is_a_damaged_record(prefix: Path, mirror: Path, command: str, field: str,
                                                   value: object, words: str) -> None:
     """Every command that reads the record names the field, as for any other damage, never "internal
     error"."""
     rp = record_path(prefix)
     rec = json.loads(rp.read_text())
-    rec["plan"][field] = value
+    *parents, name = field.split(".")
+    edited = rec
+    for key in parents:
+        edited = edited[key]
+    edited[name] = value
     rp.write_text(json.dumps(rec))
     args = {"install": ["install", "13.0", "--base-url", str(mirror), "--platform", "linux-x86_64"],
             "verify": ["verify", "--fast"]}.get(command, [command])

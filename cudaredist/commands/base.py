@@ -7,6 +7,7 @@ import dataclasses
 import functools
 import inspect
 import json
+import signal
 import subprocess
 import traceback
 import typing
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import typer
 
 from cudaredist.commands import options as o
-from cudaredist.errors import CudaRedistError, ToolError
+from cudaredist.errors import CudaRedistError, ToolError, signal_exit_code
 from cudaredist.localfs import mb
 from cudaredist.profiles import effective_profile, product_title
 
@@ -51,7 +52,11 @@ def errors() -> Iterator[None]:
 
         if isinstance(exc, Interrupted):  # it says what the prefix holds now
             fail(str(exc), exc.exit_code)
-        fail("interrupted; nothing was changed in the prefix", 128 + signum_of(exc))
+        # a step that changes a prefix, a cache or the train links says what it left (Interrupted);
+        # here no such step was running, and nothing is claimed about what the command had done
+        signum = signum_of(exc)
+        fail("terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted (Ctrl-C)",
+             signal_exit_code(signum))
     except Exception as exc:  # noqa: BLE001 - the boundary: every failure is one paragraph
         if isinstance(exc, BrokenPipeError) and exc.filename is None:  # not a pipe the command opened
             _stdout_closed()

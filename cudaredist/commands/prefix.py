@@ -94,11 +94,11 @@ def info(tk: Toolkit = TOOLKIT, as_json: JsonOpt = False) -> None:
 def _unfixed(target: Path, rec: dict[str, Any] | None = None) -> list[str]:
     """The notes for the known host fixes that apply to the tree and that it lacks (laid out by an
     older cudaredist, or with --no-host-fixes), with the command that applies them."""
-    from cudaredist.record import require_record
+    from cudaredist.record import request_argv, require_record, shell_line
     from cudaredist.tree.hostfixes import pending
 
     rec = rec if rec is not None else require_record(target)
-    return [f"note: {why}: `cudaredist install {rec['plan']['release']} --prefix {target}` applies it"
+    return [f"note: {why}: `{shell_line(request_argv(rec, target))}` applies it"
             for why in pending(target, rec, True)]
 
 
@@ -128,12 +128,22 @@ def uninstall(
     else:
         root, targets = None, [tk.target()]
     timeout = lock_wait(lock_timeout)
-    for target in targets:
-        with prefix_lock(target, timeout):
-            n = do_uninstall(target)
-        typer.echo(f"removed {n} files from {target}")
-    if root is not None:
-        link_trains(root, timeout=timeout, warn=lambda w: typer.echo(w, err=True))
+    removed: list[str] = []
+    try:
+        for target in targets:
+            with prefix_lock(target, timeout):
+                n = do_uninstall(target)
+            typer.echo(f"removed {n} files from {target}")
+            removed.append(str(target))
+        if root is not None:
+            link_trains(root, timeout=timeout, warn=lambda w: typer.echo(w, err=True))
+    except KeyboardInterrupt as exc:  # what each target holds now, said (never "nothing was changed")
+        from cudaredist.interrupts import Interrupted, signum_of
+
+        said = str(exc) if isinstance(exc, Interrupted) else \
+            f"interrupted; nothing {'more ' if removed else ''}was removed"
+        raise Interrupted(said + (f"; removed before it: {', '.join(removed)}" if removed else ""),
+                          signum=signum_of(exc)) from None
 
 
 @command

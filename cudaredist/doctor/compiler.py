@@ -202,9 +202,8 @@ _MEANINGS: tuple[tuple[str, str, str], ...] = (
     (r"exception specification is incompatible with that of previous function \"?(rsqrtf?|[a-z]+pi)\b",
      "glibc 2.41 and later declare rsqrt/rsqrtf (and sinpi, cospi) with an exception specification that "
      "this CUDA's crt/math_functions.h contradicts (CUDA 13.2 fixed it with _NV_RSQRT_SPECIFIER)",
-     "reinstall the tree with a cudaredist that applies the host fix for glibc >= 2.41: `cudaredist install "
-     "{release} --prefix {prefix} --reinstall` (`cudaredist info --prefix {prefix}` lists the fixes "
-     "applied), or use CUDA 13.2 or later"),
+     "{reinstall} with a cudaredist that applies the host fix for glibc >= 2.41 (`cudaredist info --prefix "
+     "{prefix}` lists the fixes applied), or use CUDA 13.2 or later"),
     (r"traditional preprocessor", "this CCCL needs MSVC's standard preprocessor, /Zc:preprocessor",
      'set NVCC_APPEND_FLAGS="-Xcompiler=/Zc:preprocessor" (CMake: add -Xcompiler=/Zc:preprocessor to '
      "CMAKE_CUDA_FLAGS and /Zc:preprocessor to CMAKE_CXX_FLAGS), or CL=/Zc:preprocessor, which cl.exe reads"),

@@ -19,7 +19,7 @@ from typer.testing import CliRunner, Result
 from cudaredist.cli import app
 from cudaredist.tree import hostfixes
 from tests.archives import NVCC_12, MirrorArchive, build_mirror, toolkit
-from tests.hosts import posix_only
+from tests.hosts import posix_only, split_line
 
 LINUX = "linux-x86_64"
 H, HPP = "include/crt/math_functions.h", "include/crt/math_functions.hpp"
@@ -147,13 +147,19 @@ def test_no_host_fixes_keeps_nvidias_bytes_and_either_way_round_reinstalls(tmp_p
     assert "host_fixes" not in _record(prefix)
     info = _run("info", "--prefix", str(prefix)).output
     assert "host fixes" not in info
-    note = (f"note: host fix glibc-2.42-rsqrt is not applied to it: `cudaredist install 13.0.1 --prefix "
-            f"{prefix}` applies it")
-    assert note in info and note in _run("verify", "--prefix", str(prefix)).output
+    # the command that applies it redoes this tree's request (record.request_argv): its platform and
+    # where it came from, not a plain `install 13.0.1 --prefix P` that would ask NVIDIA's server
+    notes = [ln for ln in info.splitlines()
+             if ln.startswith("note: host fix glibc-2.42-rsqrt is not applied")]
+    assert len(notes) == 1 and notes[0] in _run("verify", "--prefix", str(prefix)).output, info
+    redo = split_line(notes[0].split("`")[1])
+    assert redo[:5] == ["cudaredist", "install", "13.0.1", "--prefix", str(prefix)], redo
+    assert redo[redo.index("--platform") + 1] == LINUX and "--base-url" in redo, redo
     # the same request: nothing to do
     assert "already installed" in _install(mirror, prefix, "--no-host-fixes").stderr
-    # without the option: the fix this tree lacks is applied (offline, from the tree's own files)
-    r = _install(mirror, prefix)
+    # the note's command: the fix this tree lacks is applied (offline, from the tree's own files)
+    r = _run(*redo[1:])
+    assert r.exit_code == 0, r.output
     assert f"{prefix}: host fix glibc-2.42-rsqrt is not applied to it; updating" in r.stderr
     assert "host fix glibc-2.42-rsqrt: " in r.stderr and b"_NV_RSQRT" in (prefix / H).read_bytes()
     # and back: NVIDIA's bytes again
