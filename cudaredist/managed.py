@@ -155,12 +155,26 @@ def find_one(root: Path, train: str, platform: str | None) -> Toolkit:
         damaged = scan(root).damaged_of(train, platform)
         if damaged is not None:
             raise damaged
+        from cudaredist.prefixes import cut_short
+
+        for name in sorted({m["name"] for e in (root.iterdir() if root.is_dir() else ())
+                            if (m := _LEFTOVER.match(e.name)) and (n := _NAME.match(m["name"]))
+                            and matches(train, n["release"]) and platform in (None, n["platform"])}):
+            if swap := cut_short(root / name):  # its previous tree moved aside: that is the answer
+                raise ResolveError(swap, requested=train, where=str(root))
+        from cudaredist.record import shell_line, train_argv
+
         on = f" for {platform}" if platform else ""
-        raise ResolveError(
-            f"no managed CUDA {train} toolkit{on} is installed in {root}; install one with "
-            f"`cudaredist install {train}" + (f" --platform {platform}`" if platform else "`"),
-            requested=train, where=str(root))
+        raise ResolveError(f"no managed CUDA {train} toolkit{on} is installed in {root}; install one with "
+                           f"`{shell_line(train_argv(train, root, platform))}`", requested=train,
+                           where=str(root))
     return best_match
+
+
+def install_dir_argv(root: Path) -> list[str]:
+    """``--install-dir ROOT``, or nothing when ``root`` is the one a plain command uses."""
+    return [] if os.path.normcase(str(install_dir(None))) == os.path.normcase(str(root)) else \
+        ["--install-dir", str(root)]
 
 
 def _make_junction(target: Path, link: Path) -> None:  # pragma: no cover - Windows only

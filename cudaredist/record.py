@@ -159,15 +159,22 @@ def request_argv(record: Mapping[str, Any] | None, prefix: Path, *, reinstall: b
     return argv + (["--reinstall"] if reinstall else [])
 
 
+def train_argv(train: str, root: Path | None = None, platform: str | None = None) -> list[str]:
+    """The command that installs ``train`` as a managed toolkit of ``root`` (None: the default install
+    dir), for ``platform`` when given."""
+    from cudaredist.managed import install_dir_argv
+
+    argv = ["cudaredist", "install", train, *(install_dir_argv(root) if root is not None else [])]
+    return argv + (["--platform", platform] if platform else [])
+
+
 def _target_argv(prefix: Path, release: str, platform: str) -> list[str]:
     """``--prefix P``, or for a managed toolkit (named by its release and platform) its install dir."""
-    from cudaredist.managed import install_dir, toolkit_name
+    from cudaredist.managed import install_dir_argv, toolkit_name
 
     if prefix.name != toolkit_name(release, platform):
         return ["--prefix", str(prefix)]
-    root = prefix.parent
-    return [] if os.path.normcase(str(install_dir(None))) == os.path.normcase(str(root)) else \
-        ["--install-dir", str(root)]
+    return install_dir_argv(prefix.parent)
 
 
 def shell_line(argv: Sequence[str]) -> str:

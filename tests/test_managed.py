@@ -246,3 +246,37 @@ def test_leftovers_in_the_install_dir_are_cleaned_before_the_no_op(mirror: Path,
     assert "127.0.0.1:9" not in err
     assert sorted(p.name for p in tk_dir.iterdir() if ".cudaredist-" in p.name and "lock" not in p.name) == []
     assert (tk / ".cudaredist" / "record.json").is_file()
+
+
+def test_a_train_not_installed_names_the_install_dir_given(tmp_path: Path) -> None:
+    """The advice to install a missing train keeps the --install-dir it was asked about."""
+    root = tmp_path / "elsewhere"
+    code, _, err = cli("find", "13.2", "--install-dir", str(root))
+    assert code != 0
+    assert f"install one with `cudaredist install 13.2 --install-dir {root}" in err, err
+
+
+@pytest.mark.parametrize("command", ["info", "verify", "env", "find"])
+def test_a_managed_swap_cut_short_names_the_previous_tree(two_trains: Path, tmp_path: Path,
+                                                          command: str) -> None:
+    """A managed toolkit named by its train, whose swap was killed between its two renames: the
+    command names the tree moved aside and the install (with its --install-dir) that puts it back."""
+    root = tmp_path / "kits"
+    code, _, err = cli("install", "13.0", "--install-dir", str(root), "--base-url", str(two_trains),
+                       "--platform", LINUX, "-q")
+    assert code == 0, err
+    tk = root / "cuda-13.0.1-linux-x86_64"
+    old = root / f".{tk.name}.cudaredist-old-1234abcd"
+    os.rename(tk, old)
+    code, out, err = cli(command, "13.0", "--install-dir", str(root))
+    said = out + err
+    assert code != 0, said
+    assert f"{tk} does not exist: an install was cut short while it swapped trees" in said, said
+    assert str(old) in said and "no managed CUDA" not in said
+    redo = said.split("`cudaredist install ", 1)[1].split("`", 1)[0]
+    assert redo.startswith(f"13.0.1 --install-dir {root} --platform {LINUX}"), redo
+    from tests.hosts import split_line
+
+    code, _, err = cli("install", *split_line(redo))
+    assert code == 0 and "restored" in err, err
+    assert tk.is_dir() and not old.exists()

@@ -158,8 +158,10 @@ _ONE_HOME = [
     pytest.param(r"!<arch>", "tree/implib.py", id="import-libraries"),
     pytest.param(r"\bdef quote_\w+", "envexport.py", id="shell-environment"),
     pytest.param(r"\bexit_code = \d", "errors.py", id="exit-codes"),
-    pytest.param(r'"cudaredist", "install"|cudaredist install \{(release|tk\.release)', "record.py",
-                 id="redo-a-tree"),
+    # an install line (redo a tree, or install a train): spelled whole, or put together in an f-string,
+    # one line or two ("...cudaredist install "\n f"{release} ...")
+    pytest.param(r'"cudaredist", "install"|cudaredist install (\{|"\s+f?"\{)', "record.py",
+                 id="install-line"),
     pytest.param(r"\bsignal\.signal\(", "interrupts.py", id="signal-handlers"),
 ]
 

@@ -32,6 +32,7 @@ from cudaredist.doctor.checks import Check, Loader, Report, Toolkit, Which, _whi
 from cudaredist.doctor.compiler import check_host_compiler, check_probe
 from cudaredist.doctor.cross import cross_checks
 from cudaredist.fsops import WINDOWS
+from cudaredist.record import shell_line, train_argv
 
 
 # -- the whole run ------------------------------------------------------------------------------
@@ -71,7 +72,7 @@ def run(prefix: Path | None = None, *, train: str | None = None, inputs: Inputs 
         if prefix is None:
             checks.append(Check("toolkit", "fail", f"no managed toolkit for {train}: cudaredist has not "
                                 "installed one for this train (see `cudaredist list`)",
-                                f"install one: cudaredist install {train}"))
+                                f"install one: {shell_line(train_argv(train))}"))
     if prefix is not None:
         toolkit_check, tk = toolkit.check_toolkit(prefix, host_windows=inputs.host_windows)
         checks.append(toolkit_check)
