@@ -59,7 +59,9 @@ def mirror_dir() -> Path:
     given = os.environ.get(MIRROR_VAR)
     if not given:
         if os.environ.get("CI"):
-            pytest.fail(f"{MIRROR_VAR} is not set although CI is set (tests/test_windows_host.py sets it)")
+            pytest.fail(f"{MIRROR_VAR} is not set although CI is set (on a Windows runner ci.yml's step "
+                        "'The mirror of real windows-x86_64 archives' sets it; on Linux "
+                        "tests/test_windows_host.py does)")
         pytest.skip(f"{MIRROR_VAR} names no mirror of real windows-x86_64 archives "
                     "(tests/test_windows_host.py builds one and sets it)")
     root = Path(given)
