@@ -268,7 +268,8 @@ def test_a_managed_swap_cut_short_names_the_previous_tree(two_trains: Path, tmp_
     tk = root / "cuda-13.0.1-linux-x86_64"
     old = root / f".{tk.name}.cudaredist-old-1234abcd"
     os.rename(tk, old)
-    code, out, err = cli(command, "13.0", "--install-dir", str(root))
+    # the platform named: a Windows host (the Windows CPython) would look for its own by default
+    code, out, err = cli(command, "13.0", "--install-dir", str(root), "--platform", LINUX)
     said = out + err
     assert code != 0, said
     assert f"{tk} does not exist: an install was cut short while it swapped trees" in said, said
