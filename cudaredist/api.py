@@ -161,13 +161,10 @@ def install(request: InstallRequest, *, reporter: Reporter | None = None,
 def _interrupted(exc: KeyboardInterrupt, outcome: InstallOutcome) -> KeyboardInterrupt:
     """Ctrl-C during the installs, with what each prefix holds: the transaction's own words (or
     that nothing was changed), and the trains installed before it came."""
-    from cudaredist.interrupts import Interrupted, signum_of
+    from cudaredist.interrupts import with_done
 
-    said = str(exc) if isinstance(exc, Interrupted) else "interrupted; nothing was changed in the prefix"
-    before = [f"CUDA {d.release} into {d.prefix}" for d in outcome.done if not d.noop]
-    if not before:
-        return exc if isinstance(exc, Interrupted) else Interrupted(said, signum=signum_of(exc))
-    return Interrupted(f"{said}; installed before it: {', '.join(before)}", signum=signum_of(exc))
+    return with_done(exc, "interrupted; nothing was changed in the prefix", "installed before it",
+                     [f"CUDA {d.release} into {d.prefix}" for d in outcome.done if not d.noop])
 
 
 def _check_options(request: InstallRequest) -> None:

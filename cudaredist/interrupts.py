@@ -48,6 +48,15 @@ def signum_of(exc: BaseException) -> int:
     return signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
 
 
+def with_done(exc: KeyboardInterrupt, plain: str, what: str, done: list[str]) -> KeyboardInterrupt:
+    """``exc`` saying what the prefix holds (its own words, or ``plain`` for a bare Ctrl-C) and what
+    the command had done before it (``what: done, ...``, when anything)."""
+    said = str(exc) if isinstance(exc, Interrupted) else plain
+    if not done:
+        return exc if isinstance(exc, Interrupted) else Interrupted(said, signum=signum_of(exc))
+    return Interrupted(f"{said}; {what}: {', '.join(done)}", signum=signum_of(exc))
+
+
 @contextlib.contextmanager
 def deferred() -> Iterator[None]:
     """Hold SIGINT and SIGTERM until the block is done, then deliver the first that came to the

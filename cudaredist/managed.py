@@ -124,9 +124,13 @@ def _products(plan: dict[str, Any]) -> tuple[tuple[str, str], ...]:
 def tidy(root: Path, timeout: float) -> list[str]:
     """:func:`cudaredist.prefixes.tidy` for each toolkit of ``root`` that a killed run left something
     beside (a swap cut short is put back): before the no-op check, so that it needs no network."""
-    names = {m["name"] for e in (root.iterdir() if root.is_dir() else ())
-             if (m := _LEFTOVER.match(e.name)) and _NAME.match(m["name"])}
-    return [action for name in sorted(names) for action in tidy_prefix(root / name, timeout)]
+    return [action for name, _ in _with_leftovers(root) for action in tidy_prefix(root / name, timeout)]
+
+
+def _with_leftovers(root: Path) -> list[tuple[str, re.Match[str]]]:
+    """The toolkits of ``root`` (name, its parts) that a killed run left something beside."""
+    found = {m["name"] for e in (root.iterdir() if root.is_dir() else ()) if (m := _LEFTOVER.match(e.name))}
+    return [(name, n) for name in sorted(found) if (n := _NAME.match(name))]
 
 
 def installed(root: Path) -> list[Toolkit]:
@@ -157,10 +161,9 @@ def find_one(root: Path, train: str, platform: str | None) -> Toolkit:
             raise damaged
         from cudaredist.prefixes import cut_short
 
-        for name in sorted({m["name"] for e in (root.iterdir() if root.is_dir() else ())
-                            if (m := _LEFTOVER.match(e.name)) and (n := _NAME.match(m["name"]))
-                            and matches(train, n["release"]) and platform in (None, n["platform"])}):
-            if swap := cut_short(root / name):  # its previous tree moved aside: that is the answer
+        for name, n in _with_leftovers(root):
+            if matches(train, n["release"]) and platform in (None, n["platform"]) and \
+                    (swap := cut_short(root / name)):  # its previous tree moved aside: that is the answer
                 raise ResolveError(swap, requested=train, where=str(root))
         from cudaredist.record import shell_line, train_argv
 

@@ -138,12 +138,10 @@ def uninstall(
         if root is not None:
             link_trains(root, timeout=timeout, warn=lambda w: typer.echo(w, err=True))
     except KeyboardInterrupt as exc:  # what each target holds now, said (never "nothing was changed")
-        from cudaredist.interrupts import Interrupted, signum_of
+        from cudaredist.interrupts import with_done
 
-        said = str(exc) if isinstance(exc, Interrupted) else \
-            f"interrupted; nothing {'more ' if removed else ''}was removed"
-        raise Interrupted(said + (f"; removed before it: {', '.join(removed)}" if removed else ""),
-                          signum=signum_of(exc)) from None
+        raise with_done(exc, f"interrupted; nothing {'more ' if removed else ''}was removed",
+                        "removed before it", removed) from None
 
 
 @command
