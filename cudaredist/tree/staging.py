@@ -81,6 +81,7 @@ class Tree:
         # an unpacked-cache entry: its disk errors name the cache (and --cache-dir), not a prefix
         self._cache_root = cache_root
         self._where = cache_root or self._dest.parent
+        self._top = os.path.join(root, "")
         self._real_root = fsops.short_path(os.path.realpath(fsops.long_path(root)))
         self._cond = threading.Condition()
         self._claims: dict[str, _Claim] = {}
@@ -89,6 +90,8 @@ class Tree:
         # keys of directories whose every ancestor (and themselves) is claimed as a directory: a
         # claim never changes kind, so their parents need no second look
         self._dir_chains: set[str] = set()
+        # a directory path as given -> as first claimed (case-insensitive trees; a claim never changes)
+        self._spelled_dirs: dict[str, str] = {}
         self._records: dict[str, FileRecord] = {}
         self._deferred_links: list[tuple[str, str]] = []
         self._written = 0
@@ -135,13 +138,22 @@ class Tree:
         must name what is there."""
         if not self.case_insensitive:
             return rel
-        parts = rel.split("/")
+        parent, slash, name = rel.rpartition("/")
+        if not slash:
+            return rel
         with self._cond:
-            for i in range(1, len(parts)):
+            known = self._spelled_dirs.get(parent)
+            if known is not None:
+                return f"{known}/{name}"
+            parts = parent.split("/")
+            for i in range(1, len(parts) + 1):
                 claim = self._claims.get(self._key("/".join(parts[:i])))
                 if claim is not None:
                     parts[i - 1] = claim.path.rpartition("/")[2]
-        return "/".join(parts)
+            spelled = "/".join(parts)
+            if parent and self._key(parent) in self._dir_chains:  # every level claimed: final
+                self._spelled_dirs[parent] = spelled
+        return f"{spelled}/{name}"
 
     def _settle(self, rec: FileRecord, written: int = 0) -> None:
         """``rec`` is in the tree: recorded, and its claim done for whoever waits to compare."""
@@ -194,13 +206,13 @@ class Tree:
         return _Disk(self, path)
 
     @contextlib.contextmanager
-    def _writing(self, rel: str, archive: str) -> Iterator[tuple[str, Path]]:
+    def _writing(self, rel: str, archive: str) -> Iterator[tuple[str, str]]:
         """A claimed path as the tree spells it and where it goes, its parents made; the claim is
         given back if they cannot be, or if the block writing it fails."""
         rel = self._spelled(rel)
         try:
             self._ensure_dir(rel.rpartition("/")[0], archive)
-            yield rel, self.root / rel
+            yield rel, self._top + rel.replace("/", os.sep)  # a string: a Path costs ~8 us a file
         except BaseException:
             self._abandon(rel)
             raise

@@ -194,6 +194,35 @@ def test_a_big_entry_is_placed_by_several_threads_and_a_conflict_still_stops_it(
         materialize(entry2, tree, how="copy", component="comp2", archive=other.name)
 
 
+def test_a_big_entry_is_hard_linked_by_the_calling_thread(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hard link is cheaper than handing it to another thread: no pool, however big the entry."""
+    import threading
+
+    from cudaredist.cache import unpacked
+
+    monkeypatch.setattr(unpacked, "PARALLEL_FILES", 8)
+    monkeypatch.setattr(unpacked.os, "cpu_count", lambda: 4)
+    members: dict[str, object] = {f"{TOP}/include/h{i}.h": f"// {i}\n".encode() for i in range(40)}
+    path = make_tar_xz(tmp_path / f"{TOP}.tar.xz", members)
+    item = _item(path)
+    entry = UnpackedCache(tmp_path / "cache").build(item, "linux-x86_64", _fill(path, item))
+    placers: set[str] = set()
+    real = Tree.add_placed
+
+    def spy(self: Tree, *args: object, **kwargs: object) -> None:
+        placers.add(threading.current_thread().name)
+        real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Tree, "add_placed", spy)
+    (tmp_path / "stage").mkdir()
+    tree = Tree(tmp_path / "stage")
+    materialize(entry, tree, how="hardlink", component="comp", archive=path.name)
+    assert len(tree.finish()) == 40
+    assert placers == {threading.current_thread().name}
+    assert (tmp_path / "stage/include/h7.h").stat().st_ino == (entry.tree / "include/h7.h").stat().st_ino
+
+
 def test_a_full_disk_writing_the_entry_record_is_a_local_error(tmp_path: Path, archive: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """The entry's own files (its files.json), not only the tree's: the cache's disk, named."""
