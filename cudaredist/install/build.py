@@ -4,6 +4,8 @@ from the archive (cached, or downloaded while it is extracted) when there is non
 from __future__ import annotations
 
 import contextlib
+import heapq
+import itertools
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ThreadPoolExecutor, wait
@@ -70,6 +72,9 @@ class Build:
         self.streamed = {it for it in self.items if it not in self.ready
                          and stream and not WINDOWS and is_streamable(it.archive.filename)}
         self.downloaded = self.cached = 0
+        # complete archives waiting for an extraction worker: (-size, arrival, item, path)
+        self._downloaded: list[tuple[int, int, PlannedArchive, Path]] = []
+        self._arrival = itertools.count()
         self._counting = threading.Lock()
         self.fetch_of: dict[PlannedArchive, Future[tuple[Path, bool]]] = {}
         self.follows = {it: GrowingFile() for it in self.streamed}
@@ -199,6 +204,14 @@ class Build:
                 for follow in self.follows.values():  # one whose extraction never ran
                     follow.close()
 
+    def _place_biggest(self) -> None:
+        """Place the biggest archive downloaded and not placed yet: small archives download first,
+        and in arrival order they would keep the workers from the longest extraction (stop 39: the
+        Windows tree's libnvvm zip waited 0.26 s behind cccl's and cudart's)."""
+        with self._counting:
+            _size, _n, item, path = heapq.heappop(self._downloaded)
+        self.place(item, path)
+
     def _wait(self, extractors: ThreadPoolExecutor, extractions: set[Future[Any]]) -> None:
         """Until every download and extraction is done; a finished download of an archive not
         streamed starts its extraction. The first failure is raised (pending work is cancelled)."""
@@ -220,7 +233,10 @@ class Build:
                         self.downloaded += 1
                     self.reporter.archive_done(item.archive.filename, item.archive.size, cached=was_cached)
                     if item not in self.streamed:
-                        future = extractors.submit(self.place, item, path)
+                        waiting = (-item.archive.size, next(self._arrival), item, path)
+                        with self._counting:
+                            heapq.heappush(self._downloaded, waiting)
+                        future = extractors.submit(self._place_biggest)
                         extractions.add(future)
                         pending.add(future)
         except BaseException:

@@ -9,6 +9,7 @@ import io
 import random
 import struct
 import threading
+import time
 import warnings
 import zipfile
 from collections.abc import Callable
@@ -228,6 +229,45 @@ def test_warm_install_reads_the_zip_from_the_cache(tmp_path: Path) -> None:
         assert_installed(prefix, "1.0.0", cache)
         assert_mode(prefix / "bin/nvcc", 0o755)
     assert snapshot(tmp_path / "a").keys() == snapshot(tmp_path / "b").keys()
+
+
+def test_the_biggest_downloaded_zip_is_extracted_first(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small zips arrive first; a worker that frees up takes the biggest waiting, not the next to
+    have arrived (the longest extraction starts earliest)."""
+    from cudaredist.install import build
+
+    sizes = {"small": 2_000, "mid": 60_000, "big": 300_000, "huge": 900_000}
+    items = []
+    with FaultServer(tmp_path / "www") as srv:
+        for name, n in sizes.items():
+            top = f"{name}-windows-x86_64-1.0-archive"
+            data = make({f"{top}/bin/{name}.dll": random.Random(n).randbytes(n)}, method=zipfile.ZIP_STORED)
+            sha = hashlib.sha256(data).hexdigest()
+            (tmp_path / "www" / sha[:8]).mkdir(parents=True)
+            (tmp_path / "www" / sha[:8] / f"{top}.zip").write_bytes(data)
+            items.append(PlannedArchive(name, "1.0", Archive(f"{top}.zip", sha, len(data)),
+                                        srv.url(f"/{sha[:8]}/{top}.zip")))
+        plan = Plan("1.0.0", "", "windows-x86_64", srv.base, "custom", tuple(items))
+        order: list[str] = []
+        real_place = build.Build.place
+
+        def place(self: build.Build, item: PlannedArchive, *args: object) -> None:
+            if not order:  # the first extraction holds the one worker until every other zip waits
+                deadline = time.monotonic() + 20
+                while self.downloaded < len(items) and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                time.sleep(0.05)  # the last arrival is queued just after it is counted
+            order.append(item.component)
+            real_place(self, item, *args)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(build.Build, "place", place)
+        with _transport(4) as t:
+            installer = Installer(t, Cache(tmp_path / "cache"))
+            installer.extract_workers = 1
+            installer.install(plan, tmp_path / "p")
+    assert sorted(order[1:], key=lambda c: -sizes[c]) == order[1:] and sorted(order) == sorted(sizes)
+    assert all((tmp_path / "p" / f"bin/{name}.dll").stat().st_size == n for name, n in sizes.items())
 
 
 @pytest.mark.parametrize(("spoil", "reason"), [
