@@ -178,10 +178,15 @@ def marker_env(platform: WheelPlatform, extra: str = "") -> dict[str, str]:
 
 def applies(req: Requirement, env: Mapping[str, str]) -> bool:
     """Whether ``req``'s environment marker holds for ``env`` (see :func:`marker_env`)."""
+    return _applies(req, tuple(sorted(env.items())))
+
+
+def _applies(req: Requirement, env: tuple[tuple[str, str], ...]) -> bool:
+    """Whether ``req``'s environment marker holds for ``env`` (:func:`marker_env`'s items, sorted)."""
     # a plan asks the same few markers of the same environment thousands of times (every extra of
     # the metapackage for every component): packaging's evaluation is the slow part of a resolve
     try:
-        return req.marker is None or _evaluate(req.marker, tuple(sorted(env.items())))
+        return req.marker is None or _evaluate(req.marker, env)
     except (UndefinedComparison, UndefinedEnvironmentName) as exc:
         raise ManifestError(f"cannot evaluate the environment marker of {req}: {exc}") from exc
 
@@ -201,12 +206,18 @@ class Metadata:
     requirements: tuple[Requirement, ...]
     summary: str = ""
     license: str = ""   # License-Expression, else License
+    # (extra, env) -> wanted(): a plan asks every extra once per component (a resolve's slow part)
+    _wanted: dict[tuple[str, tuple[tuple[str, str], ...]], list[Requirement]] = field(
+        default_factory=dict, compare=False, repr=False)
 
     def wanted(self, extra: str, env: Mapping[str, str]) -> list[Requirement]:
         """The requirements ``extra`` adds for a target whose markers are ``env``."""
-        with_extra = {**env, "extra": canonicalize_name(extra)}
-        without = {**env, "extra": ""}
-        return [r for r in self.requirements if applies(r, with_extra) and not applies(r, without)]
+        key = (canonicalize_name(extra), tuple(sorted({**env, "extra": ""}.items())))
+        if key not in self._wanted:
+            with_extra = tuple(sorted({**env, "extra": key[0]}.items()))
+            self._wanted[key] = [r for r in self.requirements
+                                 if _applies(r, with_extra) and not _applies(r, key[1])]
+        return list(self._wanted[key])
 
 
 def _requirement(line: str) -> Requirement:
