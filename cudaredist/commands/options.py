@@ -9,7 +9,6 @@ from typing import Annotated, Any, TypeVar
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from cudaredist.hostcc import ENV_HOST_COMPILER
 from cudaredist.profiles import DEFAULT_PROFILE
 
 Train = Annotated[str, typer.Argument(help="CUDA train (13.4 = newest 13.4.x; 13 = newest 13.x) "
@@ -98,7 +97,7 @@ LockTimeoutOpt = Annotated[float | None, typer.Option(
          "CUDAREDIST_LOCK_TIMEOUT; default: 600]")]
 
 HostCompilerOpt = Annotated[str | None, typer.Option(
-    "--host-compiler", envvar=ENV_HOST_COMPILER, show_envvar=True, metavar="auto|off|COMPILER",
+    "--host-compiler", envvar="CUDAREDIST_HOST_COMPILER", show_envvar=True, metavar="auto|off|COMPILER",
     help="The host compiler nvcc runs with the tree: auto (nvcc's own when the tree's host_config.h "
          "accepts it, else the newest installed that it accepts, exported as NVCC_CCBIN, CUDAHOSTCXX and, "
          "for MSVC, the toolset's environment), off, or one to use (a path or command; on Windows also an "
