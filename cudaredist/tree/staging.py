@@ -20,7 +20,7 @@ from typing import IO
 from cudaredist import fsops
 from cudaredist.errors import ConflictError, CudaRedistError, LocalDiskError, UnsafeArchiveError
 from cudaredist.fsops import WINDOWS
-from cudaredist.localfs import disk_error, fold
+from cudaredist.localfs import UMASK, disk_error, fold
 from cudaredist.tree.paths import link_target_inside
 
 CHUNK = 1 << 20
@@ -293,7 +293,7 @@ class Tree:
                     size += len(chunk)
                     with self._cond:
                         self._written += len(chunk)
-                if not WINDOWS:
+                if not WINDOWS and mode & ~UMASK != mode:  # created with mode minus the umask's bits
                     with self._disk(dest):
                         os.fchmod(fd, mode)  # umask-independent
             except BaseException:

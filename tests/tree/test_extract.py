@@ -93,6 +93,29 @@ def test_modes_are_normalised(tmp_path: Path, tree: Tree, mode: int, expected: i
     assert {r.mode for r in tree.finish()} == {expected}
 
 
+@pytest.mark.parametrize(("umask", "fchmods"), [pytest.param(0o022, 0, id="022-created-exact"),
+                                                pytest.param(0o077, 2, id="077-set-after")])
+def test_modes_do_not_depend_on_the_umask(tmp_path: Path, tree: Tree, monkeypatch: pytest.MonkeyPatch,
+                                          umask: int, fchmods: int) -> None:
+    """A file is created with its mode where the umask leaves it whole (no fchmod, one system call
+    fewer for each of a tree's files), and set after creation where the umask takes bits away."""
+    from cudaredist.tree import staging
+
+    skip_on_windows("modes and the umask")
+    calls: list[int] = []
+    real = os.fchmod
+    monkeypatch.setattr(staging, "UMASK", umask)
+    monkeypatch.setattr(os, "fchmod", lambda fd, mode: (calls.append(mode), real(fd, mode))[1])
+    old = os.umask(umask)
+    try:
+        _extract(_tar(tmp_path, {f"{TOP}/bin/tool": Exe(b"x", 0o755), f"{TOP}/include/a.h": b"//"}), tree)
+    finally:
+        os.umask(old)
+    assert_mode(tree.root / "bin/tool", 0o755)
+    assert_mode(tree.root / "include/a.h", 0o644)
+    assert len(calls) == fchmods
+
+
 def test_hardlink_inside_archive_becomes_a_copy(tmp_path: Path, tree: Tree) -> None:
     members: Members = {f"{TOP}/bin/a": Exe(b"same bytes"), f"{TOP}/bin/b": Link(f"{TOP}/bin/a", hard=True)}
     _extract(_tar(tmp_path, members), tree)
