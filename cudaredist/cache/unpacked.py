@@ -97,10 +97,14 @@ class UnpackedCache:
             os.utime(entry.path / RECORD)  # last used, for prune
         return entry
 
-    def present(self, item: PlannedArchive, platform: str) -> bool:
-        """Whether ``item`` has a finished entry (its record is there), without checking its files:
-        a hint, taken without the entry's lock; :meth:`lookup` under the lock decides."""
-        return os.path.isfile(self.root / entry_key(item, platform) / RECORD)
+    def present(self, item: PlannedArchive, platform: str) -> int:
+        """The size of ``item``'s finished entry's record (0: none), without checking its files: a
+        hint, taken without the entry's lock (:meth:`lookup` under the lock decides), and a measure
+        of the work of placing it, which grows with its files, not its bytes."""
+        try:
+            return os.stat(self.root / entry_key(item, platform) / RECORD).st_size or 1
+        except OSError:
+            return 0
 
     def _load(self, key: str) -> UnpackedEntry | None:
         d = self.root / key

@@ -64,10 +64,14 @@ class Build:
         self.plan = plan
         self.tree = tree
         self.unpacked = installer.cache.unpacked
-        self.items = sorted(plan.items, key=lambda it: -it.archive.size)
+        self.items = list(plan.items)
         # a hint, read without locks: which entries to place rather than fetch (checked under the lock,
         # where a changed or vanished entry is made again)
-        self.ready = {it for it in self.items if self.unpacked.present(it, plan.archive_platform(it))}
+        placing = {it: self.unpacked.present(it, plan.archive_platform(it)) for it in self.items}
+        self.ready = {it for it in self.items if placing[it]}
+        # the entries with the most files first (cccl's 1,708 headers in 3 MB; each file costs the
+        # same to place), then the archives biggest first: the longest work starts earliest
+        self.items.sort(key=lambda it: (-placing[it], -it.archive.size))
         # A Windows host cannot rename a file another handle has open: no streaming there.
         self.streamed = {it for it in self.items if it not in self.ready
                          and stream and not WINDOWS and is_streamable(it.archive.filename)}
