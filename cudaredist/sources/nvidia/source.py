@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cudaredist.cache import Cache
 from cudaredist.errors import CudaRedistError, ManifestError, PlanError, UsageError
@@ -20,15 +20,6 @@ from cudaredist.profiles import (
     parse_product_requests,
 )
 from cudaredist.sources import Layout, Where, check_where
-from cudaredist.sources.mirroring import (
-    Document,
-    MirrorContent,
-    ProductMirror,
-    ServedManifest,
-    in_mirror,
-    manifest_folder,
-    unique_copies,
-)
 from cudaredist.sources.nvidia.index import (
     Bases,
     Index,
@@ -45,6 +36,10 @@ from cudaredist.sources.nvidia.products import env_base, product_base, product_b
 from cudaredist.sources.nvidia.releases import train_rows
 from cudaredist.tree.extract import redist_mapper
 from cudaredist.trust import Trust
+
+if TYPE_CHECKING:  # what a mirror holds: imported by the mirror command alone (~2 ms of start-up)
+    from cudaredist.sources.mirroring import Document, MirrorContent
+
 
 LAYOUT = Layout(mapper=lambda item, platform: redist_mapper(item.component, item.archive.filename,
                                                            component_root(item.component)))
@@ -154,6 +149,8 @@ class NvidiaSource:
                        products: Sequence[str] = ()) -> MirrorContent:
         """The archives as served, each release's manifest bytes, and (online) the licence files;
         each ``--with`` product's the same, for its own folder."""
+        from cudaredist.sources.mirroring import ProductMirror
+
         if xz_preset is not None:
             raise UsageError("--xz-preset needs --source pypi: NVIDIA's archives are mirrored as served")
         requests = parse_product_requests(products)
@@ -171,6 +168,8 @@ class NvidiaSource:
             for r in requests))
 
     def _content(self, releases: Sequence[Release], items: Sequence[PlannedArchive]) -> MirrorContent:
+        from cudaredist.sources.mirroring import MirrorContent, ServedManifest, manifest_folder, unique_copies
+
         folder = manifest_folder(releases[0].base if releases else "",
                                  [i.archive.relative_path for i in items])
         copies = unique_copies(items, folder)
@@ -198,6 +197,8 @@ def _licenses(releases: Sequence[Release], wanted: set[str],
               folder: str) -> tuple[list[Document], list[str]]:
     """Each mirrored component's license_path file, from the release's base and then its fallbacks;
     a path the manifest gets wrong is a note."""
+    from cudaredist.sources.mirroring import Document, in_mirror
+
     documents: list[Document] = []
     notes: list[str] = []
     done: set[str] = set()

@@ -3,24 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cudaredist.cache import Cache
 from cudaredist.fetch.transport import Transport
 from cudaredist.plan import Plan, PlannedArchive
 from cudaredist.sources import Layout, Where
-from cudaredist.sources.mirroring import (
-    BuiltArchive,
-    BuiltManifest,
-    MirrorContent,
-    ProductMirror,
-    unique_builds,
-)
 from cudaredist.sources.nvidia.manifest import check_relative_path
 from cudaredist.sources.pypi.index import WheelIndex, list_trains, resolve_plan
 from cudaredist.sources.pypi.wheels import member_mapper
 from cudaredist.tree.sonames import add_soname_links
 from cudaredist.trust import Trust
+
+if TYPE_CHECKING:  # what a mirror holds: imported by the mirror command alone (~2 ms of start-up)
+    from cudaredist.sources.mirroring import BuiltArchive, MirrorContent
 
 LAYOUT = Layout(
     mapper=lambda item, platform: member_mapper(item.component, item.version, platform),
@@ -31,6 +27,7 @@ LAYOUT = Layout(
 
 
 def _build(item: PlannedArchive, platform: str, variant: str = "") -> BuiltArchive:
+    from cudaredist.sources.mirroring import BuiltArchive
     from cudaredist.sources.pypi.repack import relative_path
 
     rel = check_relative_path(relative_path(item.component, platform, item.version, variant=variant),
@@ -71,6 +68,7 @@ class PypiSource:
         what was built; each ``--with`` product's wheels the same, in its own folder, named and
         listed as NVIDIA lays a product out (per CUDA variant: ``_cuda13`` archives, ``cuda13`` keys)."""
         from cudaredist.profiles import parse_product_requests
+        from cudaredist.sources.mirroring import BuiltManifest, MirrorContent, ProductMirror, unique_builds
 
         requests = parse_product_requests(products)
         preset = 6 if xz_preset is None else xz_preset
