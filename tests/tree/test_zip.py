@@ -231,6 +231,20 @@ def test_warm_install_reads_the_zip_from_the_cache(tmp_path: Path) -> None:
     assert snapshot(tmp_path / "a").keys() == snapshot(tmp_path / "b").keys()
 
 
+def _zips_plan(srv: FaultServer, www: Path, shapes: dict[str, dict[str, bytes]]) -> Plan:
+    """A Windows plan of one stored zip per component (``shapes``: component -> its files), served."""
+    items = []
+    for name, files in shapes.items():
+        top = f"{name}-windows-x86_64-1.0-archive"
+        data = make({f"{top}/{rel}": body for rel, body in files.items()}, method=zipfile.ZIP_STORED)
+        sha = hashlib.sha256(data).hexdigest()
+        (www / sha[:8]).mkdir(parents=True)
+        (www / sha[:8] / f"{top}.zip").write_bytes(data)
+        items.append(PlannedArchive(name, "1.0", Archive(f"{top}.zip", sha, len(data)),
+                                    srv.url(f"/{sha[:8]}/{top}.zip")))
+    return Plan("1.0.0", "", "windows-x86_64", srv.base, "custom", tuple(items))
+
+
 def test_the_biggest_downloaded_zip_is_extracted_first(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """Small zips arrive first; a worker that frees up takes the biggest waiting, not the next to
@@ -238,17 +252,10 @@ def test_the_biggest_downloaded_zip_is_extracted_first(tmp_path: Path,
     from cudaredist.install import build
 
     sizes = {"small": 2_000, "mid": 60_000, "big": 300_000, "huge": 900_000}
-    items = []
     with FaultServer(tmp_path / "www") as srv:
-        for name, n in sizes.items():
-            top = f"{name}-windows-x86_64-1.0-archive"
-            data = make({f"{top}/bin/{name}.dll": random.Random(n).randbytes(n)}, method=zipfile.ZIP_STORED)
-            sha = hashlib.sha256(data).hexdigest()
-            (tmp_path / "www" / sha[:8]).mkdir(parents=True)
-            (tmp_path / "www" / sha[:8] / f"{top}.zip").write_bytes(data)
-            items.append(PlannedArchive(name, "1.0", Archive(f"{top}.zip", sha, len(data)),
-                                        srv.url(f"/{sha[:8]}/{top}.zip")))
-        plan = Plan("1.0.0", "", "windows-x86_64", srv.base, "custom", tuple(items))
+        plan = _zips_plan(srv, tmp_path / "www", {name: {f"bin/{name}.dll": random.Random(n).randbytes(n)}
+                                                  for name, n in sizes.items()})
+        items = plan.items
         order: list[str] = []
         real_place = build.Build.place
 
@@ -279,17 +286,8 @@ def test_a_warm_install_places_the_entry_with_the_most_files_first(tmp_path: Pat
     shapes = {"few": {"bin/few.dll": random.Random(1).randbytes(400_000)},
               "many": {f"include/h{i}.h": f"// {i}\n".encode() for i in range(200)},
               "some": {f"lib/s{i}.lib": random.Random(i).randbytes(5_000) for i in range(20)}}
-    items = []
     with FaultServer(tmp_path / "www") as srv:
-        for name, files in shapes.items():
-            top = f"{name}-windows-x86_64-1.0-archive"
-            data = make({f"{top}/{rel}": body for rel, body in files.items()}, method=zipfile.ZIP_STORED)
-            sha = hashlib.sha256(data).hexdigest()
-            (tmp_path / "www" / sha[:8]).mkdir(parents=True)
-            (tmp_path / "www" / sha[:8] / f"{top}.zip").write_bytes(data)
-            items.append(PlannedArchive(name, "1.0", Archive(f"{top}.zip", sha, len(data)),
-                                        srv.url(f"/{sha[:8]}/{top}.zip")))
-        plan = Plan("1.0.0", "", "windows-x86_64", srv.base, "custom", tuple(items))
+        plan = _zips_plan(srv, tmp_path / "www", shapes)
         with _transport() as t:
             Installer(t, Cache(tmp_path / "cache")).install(plan, tmp_path / "cold")
             order: list[str] = []
