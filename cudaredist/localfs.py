@@ -32,6 +32,11 @@ def _read_umask() -> int:
 UMASK = _read_umask()
 
 
+def umask_keeps(mode: int) -> bool:
+    """Whether a file created with ``mode`` gets exactly it (no chmod after): the umask takes none."""
+    return mode & ~UMASK == mode
+
+
 def mb(n: int) -> str:
     return f"{n / 1e6:.1f} MB"
 

@@ -114,11 +114,14 @@ def _run_wine(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[int 
                                 stderr=subprocess.STDOUT, start_new_session=True)
         ends = time.monotonic() + timeout
         rc: int | str | None = None
-        fd = log.fileno()
+        fd, seen, said = log.fileno(), 0, ""
         while (rc := proc.poll()) is None and time.monotonic() < ends:
             time.sleep(2)
-            # pread: the child writes through the same file offset, which a seek would move
-            said = os.pread(fd, os.fstat(fd).st_size, 0).decode("utf-8", errors="replace")
+            # what was written since the last look (with the end of the one before, which a line may
+            # straddle); pread: the child writes through the same file offset, which a seek would move
+            new = os.pread(fd, os.fstat(fd).st_size - seen, seen)
+            seen += len(new)
+            said = said[-1000:] + new.decode("utf-8", errors="replace")
             if WINESERVER_DIED.search(said):
                 rc = "wineserver died"
                 break

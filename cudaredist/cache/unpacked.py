@@ -97,7 +97,7 @@ class UnpackedCache:
             os.utime(entry.path / RECORD)  # last used, for prune
         return entry
 
-    def present(self, item: PlannedArchive, platform: str) -> int:
+    def record_size(self, item: PlannedArchive, platform: str) -> int:
         """The size of ``item``'s finished entry's record (0: none), without checking its files: a
         hint, taken without the entry's lock (:meth:`lookup` under the lock decides), and a measure
         of the work of placing it, which grows with its files, not its bytes."""

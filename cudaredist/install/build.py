@@ -67,7 +67,7 @@ class Build:
         self.items = list(plan.items)
         # a hint, read without locks: which entries to place rather than fetch (checked under the lock,
         # where a changed or vanished entry is made again)
-        placing = {it: self.unpacked.present(it, plan.archive_platform(it)) for it in self.items}
+        placing = {it: self.unpacked.record_size(it, plan.archive_platform(it)) for it in self.items}
         self.ready = {it for it in self.items if placing[it]}
         # the entries with the most files first (cccl's 1,708 headers in 3 MB; each file costs the
         # same to place), then the archives biggest first: the longest work starts earliest

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from cudaredist import fsops
 from cudaredist.errors import UsageError
-from cudaredist.localfs import UMASK
+from cudaredist.localfs import umask_keeps
 
 ENV_LINK_MODE = "CUDAREDIST_LINK_MODE"
 LINK_MODES = ("clone", "hardlink", "copy")
@@ -64,7 +64,7 @@ def place(src: str | Path, dest: str | Path, mode: str, perm: int, size: int | N
     fd_in = os.open(src_os, os.O_RDONLY | _BINARY)
     try:
         # created with its mode where the umask leaves it whole (no fchmod then); else 0600 and set
-        exact = perm & ~UMASK == perm
+        exact = umask_keeps(perm)
         fd_out = os.open(dest_os, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _BINARY, perm if exact else 0o600)
         try:
             how = "clone" if mode == "clone" and _clone_fd(fd_in, fd_out) else "copy"

@@ -20,7 +20,7 @@ from typing import IO
 from cudaredist import fsops
 from cudaredist.errors import ConflictError, CudaRedistError, LocalDiskError, UnsafeArchiveError
 from cudaredist.fsops import WINDOWS
-from cudaredist.localfs import UMASK, disk_error, fold
+from cudaredist.localfs import disk_error, fold, umask_keeps
 from cudaredist.tree.paths import link_target_inside
 
 CHUNK = 1 << 20
@@ -151,7 +151,7 @@ class Tree:
                 if claim is not None:
                     parts[i - 1] = claim.path.rpartition("/")[2]
             spelled = "/".join(parts)
-            if parent and self._key(parent) in self._dir_chains:  # every level claimed: final
+            if self._key(parent) in self._dir_chains:  # every level claimed: final
                 self._spelled_dirs[parent] = spelled
         return f"{spelled}/{name}"
 
@@ -205,6 +205,10 @@ class Tree:
         """An OSError in the block is this machine's disk failing at ``path``: a LocalDiskError."""
         return _Disk(self, path)
 
+    def _path(self, rel: str) -> str:
+        """Where the tree path ``rel`` is on this OS (a string: a Path costs ~8 us a file)."""
+        return self._top + rel.replace("/", os.sep)
+
     @contextlib.contextmanager
     def _writing(self, rel: str, archive: str) -> Iterator[tuple[str, str]]:
         """A claimed path as the tree spells it and where it goes, its parents made; the claim is
@@ -212,7 +216,7 @@ class Tree:
         rel = self._spelled(rel)
         try:
             self._ensure_dir(rel.rpartition("/")[0], archive)
-            yield rel, self._top + rel.replace("/", os.sep)  # a string: a Path costs ~8 us a file
+            yield rel, self._path(rel)
         except BaseException:
             self._abandon(rel)
             raise
@@ -232,7 +236,7 @@ class Tree:
                 return
         parent = rel_dir.rpartition("/")[0]
         self._ensure_dir(parent, archive)  # resolves inside: so what mkdir creates below does too
-        path = os.path.join(self.root, *rel_dir.split("/"))
+        path = self._path(rel_dir)
         try:
             os.mkdir(fsops.long_path(path))
             made = True  # a new real directory in a parent that resolves inside: so does it
@@ -293,7 +297,7 @@ class Tree:
                     size += len(chunk)
                     with self._cond:
                         self._written += len(chunk)
-                if not WINDOWS and mode & ~UMASK != mode:  # created with mode minus the umask's bits
+                if not WINDOWS and not umask_keeps(mode):  # created with mode minus the umask's bits
                     with self._disk(dest):
                         os.fchmod(fd, mode)  # umask-independent
             except BaseException:

@@ -99,12 +99,12 @@ def test_modes_do_not_depend_on_the_umask(tmp_path: Path, tree: Tree, monkeypatc
                                           umask: int, fchmods: int) -> None:
     """A file is created with its mode where the umask leaves it whole (no fchmod, one system call
     fewer for each of a tree's files), and set after creation where the umask takes bits away."""
-    from cudaredist.tree import staging
+    from cudaredist import localfs
 
     skip_on_windows("modes and the umask")
     calls: list[int] = []
     real = os.fchmod
-    monkeypatch.setattr(staging, "UMASK", umask)
+    monkeypatch.setattr(localfs, "UMASK", umask)
     monkeypatch.setattr(os, "fchmod", lambda fd, mode: (calls.append(mode), real(fd, mode))[1])
     old = os.umask(umask)
     try:
