@@ -293,6 +293,40 @@ def create_seconds(work: Path, n: int = 1000) -> float:
         shutil.rmtree(d)
 
 
+def work_filesystem(work: Path) -> dict[str, Any]:
+    """The filesystem under ``work`` (Linux ``/proc/self/mountinfo``): its type, device, and for ext4
+    whether it keeps a journal. Without one (``mkfs.ext4 -O ^has_journal``, some VM images) ext4
+    skips every inode deleted in the last ``dirty_expire_centisecs`` (30 s) when it creates a file, and
+    each skip reads the inode table: right after a benchmark case deletes its tree, creating one
+    file costs 0.6-0.9 ms of system CPU instead of 0.02 ms, and every case that creates files
+    measures the disk, not the installer (stop 40)."""
+    real = os.path.realpath(work)
+    best: dict[str, Any] = {"type": "?", "device": "?", "mount": "/", "journal": None}
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            left, _, right = line.partition(" - ")
+            mount, (fstype, device, *_rest) = left.split()[4], right.split()
+            inside = real == mount or real.startswith(mount.rstrip("/") + "/")
+            if inside and len(mount) >= len(best["mount"]):
+                best = {"type": fstype, "device": device, "mount": mount, "journal": None}
+    if best["type"] == "ext4":
+        with contextlib.suppress(OSError):
+            task = Path(f"/sys/fs/ext4/{os.path.basename(best['device'])}/journal_task").read_text().strip()
+            best["journal"] = task != "<none>"
+    return best
+
+
+def describe_filesystem(fs: dict[str, Any]) -> str:
+    journal = {True: ", with a journal", False: ", WITHOUT a journal", None: ""}[fs["journal"]]
+    line = f"work dir: {fs['type']} on {fs['device']} (mounted at {fs['mount']}){journal}"
+    if fs["journal"] is False:
+        line += ("\nWARNING: ext4 without a journal skips recently deleted inodes on every create "
+                 "(0.6-0.9 ms a file after a case deletes its tree): the cases that create files "
+                 "time the disk. Runners' ext4 has a journal; see benchmarks/README.md, "
+                 "\"File creation on this machine\"")
+    return line
+
+
 def makespan(times: list[float], cores: int) -> float:
     """Longest-first greedy schedule of independent jobs on ``cores`` workers: the finishing time."""
     if not times:
@@ -710,6 +744,9 @@ def main(argv: list[str] | None = None) -> int:
     cfg.deadline = time.monotonic() + a.budget * cfg.reps * len(cfg.platforms) * len(cfg.links) / 12
     work = a.work_dir / f"run-{os.getpid()}"
     work.mkdir()
+    fs = work_filesystem(work)
+    if fs["journal"] is False:
+        log(describe_filesystem(fs))
     try:
         index = (pypiindex.build_index(a.work_dir, cfg.platforms, with_nvrtc=cfg.with_nvrtc,
                                        wheels_dir=a.wheels, log=log) if cfg.pypi else None)
@@ -731,8 +768,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{' + cuda_nvrtc' if cfg.with_nvrtc else ''}; {kind}\n"
               f"{cfg.reps} rep(s), medians; {cfg.cores} cores; cdn link: {cfg.conn_rate / MB:g} MB/s per "
               f"connection, {cfg.agg_rate / MB:g} MB/s aggregate, {cfg.ttfb * 1000:g} ms to first byte; "
-              f"loopback: unthrottled; {uv_version or 'uv: not found (left out)'}"
-              + (f"\n{changed}" if changed else ""))
+              f"loopback: unthrottled; {uv_version or 'uv: not found (left out)'}\n"
+              f"{describe_filesystem(fs)}" + (f"\n{changed}" if changed else ""))
     text = render(cfg, summary, header)
     print(text)
     if a.chart is not None:
@@ -746,7 +783,8 @@ def main(argv: list[str] | None = None) -> int:
         a.json_out.write_text(json.dumps({
             "config": {k: v for k, v in asdict(cfg).items() if k != "deadline"},
             "mirror": {"root": str(mirror.root), "kind": mirror.kind, "label": mirror.label},
-            "host": {"python": sys.version, "machine": pyplatform.platform(), "cores": cfg.cores},
+            "host": {"python": sys.version, "machine": pyplatform.platform(), "cores": cfg.cores,
+                     "work_filesystem": fs},
             "git": _git(), "package_source": {"before": before, "after": after},
             "seconds": time.monotonic() - t0, "samples": [asdict(s) for s in samples],
             "references": refs, "summary": summary, "table": text}, indent=1) + "\n")
