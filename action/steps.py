@@ -338,6 +338,18 @@ def cudaredist(*args: str, title: str) -> str:
     return out
 
 
+def _unpacked() -> list[str]:
+    """``--no-cache-unpacked`` where the unpacked entries would die with the job: a GitHub-hosted
+    runner, unless the Actions cache keeps them (cache/action.yml's ``cache-unpacked: true``). Each
+    file is then written once, straight into the prefix. A CUDAREDIST_CACHE_UNPACKED of the job's
+    decides instead; a self-hosted runner keeps its cache between jobs, and the entries with it."""
+    if "CUDAREDIST_CACHE_UNPACKED" in os.environ or os.environ.get("RUNNER_ENVIRONMENT") != "github-hosted":
+        return []
+    if inp("cache") == "true" and inp("cache-unpacked") == "true":
+        return []
+    return ["--no-cache-unpacked"]
+
+
 def _common() -> list[str]:
     args = ["--profile", inp("profile")]
     if inp("platform"):
@@ -406,15 +418,15 @@ def install() -> None:
         temp = os.environ.get("RUNNER_TEMP") or os.getcwd()
         platform = f"-{inp('platform')}" if inp("platform") else ""
         prefix = inp("prefix") or os.path.join(temp, f"cuda-{trains[0]}{platform}")
-        done = json.loads(cudaredist("install", trains[0], "--prefix", prefix, *_common(), "--json",
-                                     title=title))
+        done = json.loads(cudaredist("install", trains[0], "--prefix", prefix, *_common(), *_unpacked(),
+                                     "--json", title=title))
         prefixes = [str(done["prefix"])]
         print(done.get("message", ""), flush=True)
     else:
         install_dir = os.environ.get("CUDAREDIST_INSTALL_DIR") or os.path.join(
             os.environ.get("RUNNER_TEMP") or os.getcwd(), "cudaredist-toolkits")
         export("CUDAREDIST_INSTALL_DIR", install_dir)
-        done = json.loads(cudaredist("install", *trains, *_common(), "--json", title=title))
+        done = json.loads(cudaredist("install", *trains, *_common(), *_unpacked(), "--json", title=title))
         rows = done["toolkits"]
         for row in rows:
             print(row.get("message", ""), flush=True)

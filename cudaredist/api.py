@@ -47,6 +47,7 @@ class InstallRequest:
     refresh: bool = False              # look for a newer release even if satisfied
     host_fixes: bool = True            # apply the known host fixes (False: --no-host-fixes)
     link_mode: str | None = None
+    cache_unpacked: bool = True        # keep new archives unpacked in the cache (False: --no-cache-unpacked)
     lock_timeout: float | None = None
     jobs: int = 8
     cache_dir: Path | None = None
@@ -283,7 +284,7 @@ def _run(request: InstallRequest, wanted: list[str], fixed: Path | None, outcome
                   for train in (wanted if lock_plan is None else [])]
         installer = Installer(transport, cache, reporter=reporter, jobs=request.jobs,
                               offline=request.where.offline, lock_timeout=request.lock_timeout,
-                              link_mode=request.link_mode)
+                              link_mode=request.link_mode, cache_unpacked=request.cache_unpacked)
         if len(plans) > 1:
             plans = _prefetch(installer, plans, outcome)
         for train, plan in plans:

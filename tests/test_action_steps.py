@@ -130,6 +130,30 @@ def test_install_exports_the_host_compiler_named_or_none(mirror: Path, tmp_path:
         assert outputs(files)["host-compiler"] == ""
 
 
+@pytest.mark.parametrize(("runner", "given", "kept"), [
+    pytest.param("github-hosted", {}, False, id="hosted"),
+    pytest.param("github-hosted", {"CR_CACHE": "true", "CR_CACHE_UNPACKED": "false"}, False,
+                 id="hosted-actions-cache-of-archives"),
+    pytest.param("github-hosted", {"CR_CACHE": "true", "CR_CACHE_UNPACKED": "true"}, True,
+                 id="hosted-actions-cache-of-unpacked"),
+    pytest.param("github-hosted", {"CUDAREDIST_CACHE_UNPACKED": "true"}, True, id="hosted-job-says-keep"),
+    pytest.param("self-hosted", {}, True, id="self-hosted"),
+    pytest.param(None, {"CUDAREDIST_CACHE_UNPACKED": "0"}, False, id="job-says-no"),
+])
+def test_install_keeps_unpacked_entries_only_where_they_outlive_the_job(
+        mirror: Path, tmp_path: Path, runner: str | None, given: dict[str, str], kept: bool) -> None:
+    """A GitHub-hosted runner's cache dies with the job (unless the Actions cache keeps the unpacked
+    entries): the archives are extracted straight into the prefix, each file written once."""
+    cache = tmp_path / "cache"
+    env = install_env(tmp_path, mirror, CR_TRAIN="13.0", CUDAREDIST_CACHE_DIR=str(cache))
+    env |= {"RUNNER_ENVIRONMENT": runner, "CUDAREDIST_CACHE_UNPACKED": None} | given  # None: not set
+    r, files = step("install", tmp_path, **env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    entries = [p for p in (cache / "unpacked").glob("*") if not p.name.startswith(".")]
+    assert bool(entries) == kept and any((cache / "archives").iterdir())
+    assert (Path(outputs(files)["cuda-path"]) / "bin").is_dir()
+
+
 def test_install_with_a_product(mirror: Path, tmp_path: Path) -> None:
     """`with: cudnn` is passed as --with: cuDNN lands in the tree the action exports."""
     from tests.test_products_install import LINUX_CUDNN, WINDOWS_CUDNN, cublas, product_mirror

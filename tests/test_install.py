@@ -71,9 +71,10 @@ def plan_for(transport: Transport, cache: Cache, mirror: Path, train: str, *, pl
 
 def install(transport: Transport, cache: Cache, mirror: Path, train: str, prefix: Path, *,
             reinstall: bool = False, replace_foreign: bool = False, lock_timeout: float = 10,
-            link_mode: str | None = None, **kw: object) -> InstallResult:
+            link_mode: str | None = None, cache_unpacked: bool = True, **kw: object) -> InstallResult:
     plan = plan_for(transport, cache, mirror, train, **kw)  # type: ignore[arg-type]
-    return Installer(transport, cache, lock_timeout=lock_timeout, jobs=4, link_mode=link_mode).install(
+    return Installer(transport, cache, lock_timeout=lock_timeout, jobs=4, link_mode=link_mode,
+                     cache_unpacked=cache_unpacked).install(
         plan, prefix, reinstall=reinstall, replace_foreign=replace_foreign)
 
 
@@ -333,6 +334,48 @@ def test_warm_installs_come_from_the_unpacked_cache_in_every_link_mode(
     assert len(cached) == 1 and (nvcc.stat().st_ino == cached[0].stat().st_ino) == (mode == "hardlink")
 
 
+def _entries(cache: Cache) -> list[Path]:
+    return [p for p in (cache.root / "unpacked").glob("*") if not p.name.startswith(".")]
+
+
+@pytest.mark.parametrize("platform", [LINUX, WINDOWS])
+def test_without_unpacked_copies_the_tree_is_the_same_and_each_file_is_written_once(
+        mirror: Path, transport: Transport, tmp_path: Path, platform: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """--no-cache-unpacked: the archives are extracted straight into the staging tree (no entry
+    built, nothing copied from one), and the tree and its record are those of an install through
+    the unpacked cache; the archives are cached as always."""
+    import cudaredist.install.build as inst
+
+    through, direct = Cache(tmp_path / "c1"), Cache(tmp_path / "c2")
+    install(transport, through, mirror, "13.0", tmp_path / "through", platform=platform)
+    monkeypatch.setattr(inst, "materialize", lambda *a, **k: pytest.fail("placed from an unpacked entry"))
+    result = install(transport, direct, mirror, "13.0", tmp_path / "direct", platform=platform,
+                     cache_unpacked=False)
+    assert result.downloaded == len(plan_for(transport, direct, mirror, "13.0", platform=platform).items)
+    trees = [snapshot(p, skip=(record_path(p),)) for p in (tmp_path / "through", tmp_path / "direct")]
+    assert trees[0] == trees[1] and trees[0]
+    records = [read_record(p) or {} for p in (tmp_path / "through", tmp_path / "direct")]
+    assert records[0]["files"] == records[1]["files"] and records[0]["files"]
+    assert_installed(tmp_path / "direct", "13.0.1", direct)
+    assert _entries(through) and not _entries(direct) and any(direct.archives.iterdir())
+    assert not list((direct.root / "unpacked").glob(".tmp-*"))
+
+
+def test_without_unpacked_copies_an_entry_made_before_is_still_used(
+        mirror: Path, transport: Transport, cache: Cache, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import cudaredist.install.build as inst
+
+    install(transport, cache, mirror, "13.0", tmp_path / "cold")
+    entries = _entries(cache)
+    monkeypatch.setattr(inst, "extract", lambda *a, **k: pytest.fail("an archive was extracted"))
+    result = install(transport, cache, mirror, "13.0", tmp_path / "warm", cache_unpacked=False)
+    assert (result.downloaded, result.cached) == (0, 7) and _entries(cache) == entries
+    trees = [snapshot(p, skip=(record_path(p),)) for p in (tmp_path / "cold", tmp_path / "warm")]
+    assert trees[0] == trees[1] and trees[0]
+
+
 def test_partials_of_a_killed_download_are_removed_by_the_next_fetch(mirror: Path, transport: Transport,
                                                                      cache: Cache, prefix: Path) -> None:
     sha = sha_of(transport, cache, mirror, "13.0", "cuda_nvcc")
@@ -423,10 +466,11 @@ def hostile_world(tmp_path: Path, transport: Transport, cache: Cache) -> tuple[P
     return mirror, prefix, world
 
 
+@pytest.mark.parametrize("cache_unpacked", [True, False], ids=["via-entry", "direct"])
 @pytest.mark.parametrize(("platform", "members", "says"), HOSTILE)
 def test_hostile_archive_is_refused_and_nothing_is_written(
         hostile_world: tuple[Path, Path, Path], transport: Transport, cache: Cache, platform: str,
-        members: dict[str, object], says: str) -> None:
+        members: dict[str, object], says: str, cache_unpacked: bool) -> None:
     mirror, prefix, world = hostile_world
     top = WTOP if platform == WINDOWS else TOP
     good: Members = {f"{top}/": Dir(), f"{top}/bin/": Dir(), f"{top}/bin/ok": b"fine",
@@ -435,7 +479,8 @@ def test_hostile_archive_is_refused_and_nothing_is_written(
     before_world = snapshot(world)
     before = snapshot(prefix)
     with pytest.raises(UnsafeArchiveError) as exc:
-        install(transport, cache, mirror, "13.0", prefix, platform=platform, components=("cuda_nvcc",))
+        install(transport, cache, mirror, "13.0", prefix, platform=platform, components=("cuda_nvcc",),
+                cache_unpacked=cache_unpacked)
     assert exc.value.archive == name
     assert says in str(exc.value)
     assert_intact(prefix, before, cache, sha)

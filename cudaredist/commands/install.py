@@ -26,6 +26,7 @@ def install(
     ctx: Ctx = OPTIONS,
     jobs: o.JobsOpt = 8,
     link_mode: o.LinkModeOpt = None,
+    cache_unpacked: o.CacheUnpackedOpt = True,
     reinstall: Annotated[bool, typer.Option(
         "--reinstall", help="Build the tree again even if the prefix already holds it (or its install "
                             "record is unreadable).")] = False,
@@ -57,7 +58,8 @@ def install(
         profile=sel.profile, components=tuple(sel.component or ()), only=sel.only,
         products=tuple(sel.with_ or ()), lock=lock, source=ctx.source,
         reinstall=reinstall or force, replace_foreign=replace_foreign, refresh=refresh,
-        host_fixes=not no_host_fixes, link_mode=link_mode, lock_timeout=lock_timeout, jobs=jobs,
+        host_fixes=not no_host_fixes, link_mode=link_mode, cache_unpacked=cache_unpacked,
+        lock_timeout=lock_timeout, jobs=jobs,
         cache_dir=ctx.cache_dir, where=ctx.where())
 
     def say(text: str) -> None:

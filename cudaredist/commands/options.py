@@ -91,6 +91,12 @@ LinkModeOpt = Annotated[str | None, typer.Option(
     help="How files come from the unpacked cache: clone (copy-on-write where the filesystem can, "
          "else a copy), hardlink (shares the cache's inodes: editing a file in the prefix edits the "
          "cache), copy.  [default: clone]", show_default=False)]
+CacheUnpackedOpt = Annotated[bool, typer.Option(
+    "--cache-unpacked/--no-cache-unpacked", envvar="CUDAREDIST_CACHE_UNPACKED", show_envvar=True,
+    help="Keep each new archive unpacked in the cache, so that a later install places its files "
+         "without decoding (--link-mode). --no-cache-unpacked extracts straight into the prefix, each "
+         "file written once: for a runner whose cache does not outlive the job (the archives are "
+         "cached either way).  [default: --cache-unpacked]", show_default=False)]
 LockTimeoutOpt = Annotated[float | None, typer.Option(
     "--lock-timeout", min=0, show_default=False, metavar="SECONDS",
     help="Seconds to wait for another process holding the prefix or cache.  [env var: "
@@ -110,8 +116,8 @@ PANELS: dict[str, tuple[str, ...]] = {
     "Which toolkit": ("--platform", "--host", "--profile", "--component", "--only", "--with", "--lock"),
     "Where from": ("--source", "--base-url", "--channel", "--mirror", "--no-fallback", "--trusted-host",
                    "--index-url", "--offline", "--refresh", "--cache-dir", "--jobs"),
-    "Install location": ("--prefix", "--install-dir", "--link-mode", "--no-host-fixes", "--reinstall",
-                         "--replace-foreign", "--lock-timeout"),
+    "Install location": ("--prefix", "--install-dir", "--link-mode", "--cache-unpacked", "--no-host-fixes",
+                         "--reinstall", "--replace-foreign", "--lock-timeout"),
     "Output": ("--json", "--quiet", "--verbose", "--version", "--help"),
 }
 COMMAND_PANELS: dict[str, tuple[str, ...]] = {

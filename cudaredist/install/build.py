@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ThreadPoolExecutor, wait
 from concurrent.futures import TimeoutError as FutureTimeout  # not the builtin before 3.11
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar, cast
 
 from cudaredist.cache.store import evict
 from cudaredist.cache.unpacked import UnpackedEntry, entry_key, materialize
@@ -39,6 +39,9 @@ def _root_cause(futures: Sequence[Future[Any]]) -> BaseException | None:
             if err is not None and not isinstance(err, (Aborted, DownloadFailed, WriterFailed)):
                 return err
     return None
+
+
+_T = TypeVar("_T")
 
 
 class _ArchiveGone(Exception):
@@ -94,7 +97,8 @@ class Build:
               follow: GrowingFile | None = None) -> None:
         """Place ``item`` from its unpacked entry. An entry made before (``self.ready``) is looked up
         again under its lock, and made again if it vanished; otherwise the archive (a cached file, or
-        ``follow``: a download still landing) is extracted into a new entry first."""
+        ``follow``: a download still landing) is extracted into a new entry first -- or, where the
+        installer keeps no unpacked copies (``cache_unpacked`` off), straight into the tree."""
         try:
             installer, platform = self.installer, self.plan.archive_platform(item)
             with installer.cache.lock(f"unpacked-{entry_key(item, platform)}",
@@ -106,8 +110,11 @@ class Build:
                         with self._counting:
                             self.cached -= 1
                             self.downloaded += 1
-                materialize(entry or self._unpack(item, path, follow), self.tree, how=installer.link_mode,
-                            component=item.component, archive=item.archive.filename)
+                if entry is None and not installer.cache_unpacked:
+                    self._extract(item, path, follow, into=lambda fill: fill(self.tree))
+                else:
+                    materialize(entry or self._unpack(item, path, follow), self.tree, how=installer.link_mode,
+                                component=item.component, archive=item.archive.filename)
                 self.reporter.extracted(item.archive.filename)
         finally:
             if follow is not None:
@@ -115,10 +122,17 @@ class Build:
 
     def _unpack(self, item: PlannedArchive, path: Path | None, follow: GrowingFile | None) -> UnpackedEntry:
         """Make the unpacked entry of ``item`` (call with its lock held)."""
+        platform = self.plan.archive_platform(item)
+        return self._extract(item, path, follow, into=lambda fill: self.unpacked.build(item, platform, fill))
+
+    def _extract(self, item: PlannedArchive, path: Path | None, follow: GrowingFile | None,
+                 into: Callable[[Callable[[Tree], None]], _T]) -> _T:
+        """``into(fill)``: ``fill`` extracts the archive into the tree it is given (a new unpacked
+        entry's, or the staging tree). The archive is fetched again if it vanished before it was
+        opened; one that hashes right but is hostile or broken is evicted from the cache."""
         for _attempt in range(3):
             try:
-                return self.unpacked.build(item, self.plan.archive_platform(item),
-                                           self._filler(item, path, follow))
+                return into(self._filler(item, path, follow))
             except _ArchiveGone:
                 # removed between its fetch and this read: fetched again (a new download if need be)
                 path, _cached = self.fetcher.fetch(item)

@@ -114,9 +114,13 @@ def interrupted_text(prefix: Path, plan: Plan, *, swapped: bool) -> str:
 class Installer:
     def __init__(self, transport: Transport, cache: Cache, *, reporter: Reporter | None = None,
                  jobs: int = 8, offline: bool = False, lock_timeout: float | None = None,
-                 link_mode: str | None = None) -> None:
+                 link_mode: str | None = None, cache_unpacked: bool = True) -> None:
         self.cache = cache
         self.link_mode = links.link_mode(link_mode)
+        # keep each new archive unpacked in the cache (later installs place it without decoding);
+        # off, it is extracted straight into the tree: each file created once (a runner whose cache
+        # does not outlive the job)
+        self.cache_unpacked = cache_unpacked
         self.reporter = reporter or Reporter()
         self.jobs = max(1, jobs)
         self.lock_timeout = lock_wait(lock_timeout)

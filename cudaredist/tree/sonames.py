@@ -109,7 +109,8 @@ def chain_links(paths: Iterable[str], soname_of: Callable[[str], str | None],
 def add_soname_links(tree: Tree, paths: Iterable[str], *, component: str, archive: str) -> list[str]:
     """Restore the chains of :func:`chain_links` in an extracted tree (the wheels carry no symlinks).
 
-    The SONAME comes from the ELF itself; a link whose name is already taken is left alone.
+    The SONAME comes from the ELF itself; a link whose name the archive already uses is left alone
+    (``tree`` may hold other archives' files: the staging tree, where no unpacked entry is kept).
     """
 
     def soname_of(rel: str) -> str | None:
@@ -120,7 +121,10 @@ def add_soname_links(tree: Tree, paths: Iterable[str], *, component: str, archiv
             return read_soname(fh)
 
     made: list[str] = []
-    for link_rel, target in chain_links(paths, soname_of, lambda rel: os.path.lexists(tree.root / rel)):
+    def taken(rel: str) -> bool:
+        return tree.component_of(rel) == component or os.path.isdir(tree.root / rel)
+
+    for link_rel, target in chain_links(paths, soname_of, taken):
         tree.add_symlink(link_rel, target, component, archive)
         made.append(link_rel)
     return made

@@ -787,13 +787,18 @@ def test_offline_resolution_from_the_cache(fake_index: FakeIndex, tmp_path: Path
 # Installing wheels through the ordinary installer
 
 
-def test_install_linux_tree_from_wheels(fake_index: FakeIndex, tmp_path: Path) -> None:
+@pytest.mark.parametrize("cache_unpacked", [True, False], ids=["via-entry", "direct"])
+def test_install_linux_tree_from_wheels(fake_index: FakeIndex, tmp_path: Path, cache_unpacked: bool) -> None:
+    """The wheels' .so chains come from each library's SONAME, whether the wheel is unpacked into the
+    cache first or straight into the tree (--no-cache-unpacked), beside the other wheels' files."""
     add_release_13_0(fake_index)
     idx = wheel_index(tmp_path)
     plan = pypi.resolve_plan(idx, "13.0", platform="linux-x86_64")
     prefix = tmp_path / "cuda 13.0"
-    result = Installer(idx.transport, Cache(tmp_path / "cache")).install(plan, prefix)
+    result = Installer(idx.transport, Cache(tmp_path / "cache"), cache_unpacked=cache_unpacked).install(
+        plan, prefix)
     assert result.downloaded == len(plan.items)
+    assert bool(list((tmp_path / "cache" / "unpacked").glob("[0-9a-f]*"))) == cache_unpacked
     assert_link(prefix / "lib" / "libcudart.so", "libcudart.so.13")
     assert_link(prefix / "lib" / "libcudart.so.13", "libcudart.so.13.0.96")
     assert (prefix / "lib" / "libcudart.so.13.0.96").read_bytes()[:4] == b"\x7fELF"
