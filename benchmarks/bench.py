@@ -7,6 +7,7 @@ repetition, platform and link it runs, one after another and each as its own pro
 
   baseline       benchmarks/baseline.py: download -> sha256 -> extract -> merge, archive by archive
   cold           cudaredist install, empty cache, new prefix
+  cold-direct    the same with --no-cache-unpacked (a runner's whose cache dies with the job)
   warm-archives  the same, archive cache full but <cache>/unpacked deleted, new prefix
   pypi-cold      cudaredist install --source pypi --index-url <the loopback index>, empty cache
 
@@ -64,11 +65,11 @@ LINKS = ("cdn", "loopback")
 LOCAL = "local"          # the link of the cases that read nothing from a server
 LINK_MODES = ("clone", "hardlink", "copy")
 # timed over each link: they download
-NET_CASES = ("baseline", "cold", "warm-archives", *uvcompare.NET_CASES)
+NET_CASES = ("baseline", "cold", "cold-direct", "warm-archives", *uvcompare.NET_CASES)
 # timed once per platform and repetition (after the first link's cold run filled the cache)
 LOCAL_CASES = (*(f"warm-{m}" for m in LINK_MODES), "cp -a", "no-op", *uvcompare.LOCAL_CASES)
-CASES = ("baseline", "cold", "warm-archives", *(f"warm-{m}" for m in LINK_MODES), "cp -a", "no-op",
-         *uvcompare.CASES)  # the table's order
+CASES = ("baseline", "cold", "cold-direct", "warm-archives", *(f"warm-{m}" for m in LINK_MODES), "cp -a",
+         "no-op", *uvcompare.CASES)  # the table's order
 CUDAREDIST_CASES = tuple(c for c in CASES if c not in ("baseline", "cp -a", "pypi-cp -a")
                          and not c.startswith("uv-"))
 MB = 1e6
@@ -430,6 +431,8 @@ def one_link(cfg: Config, server: Server, pids: list[int], mirror: mirrors.Mirro
         "baseline": [cfg.python, str(HERE / "baseline.py"), "--base-url", redist, "--release",
                      mirror.label, "--platform", plat, "--dest", str(d / "baseline"), *specs],
         "cold": [*redist_install, "--prefix", str(d / "cold")],
+        # a runner's cold install: no unpacked entry kept (the archives are, for warm-archives)
+        "cold-direct": [*redist_install, "--prefix", str(d / "cold-direct"), "--no-cache-unpacked"],
         "warm-archives": [*redist_install, "--prefix", str(d / "warm-archives")],
         **{f"warm-{m}": [*redist_install, "--prefix", str(d / f"warm-{m}"), "--link-mode", m]
            for m in LINK_MODES},
@@ -437,7 +440,7 @@ def one_link(cfg: Config, server: Server, pids: list[int], mirror: mirrors.Mirro
         "no-op": [*redist_install, "--prefix", str(d / "warm-clone"), "--link-mode", "clone"],
         **uvcompare.commands(cfg, server.url + "pypi/simple/", install, plat, d, specs),
     }
-    fresh = {"baseline": ["baseline"], "cold": ["cold", "cache"],
+    fresh = {"baseline": ["baseline"], "cold": ["cold", "cache"], "cold-direct": ["cold-direct", "cache"],
              "warm-archives": ["warm-archives", "cache/unpacked"],  # archives cached, nothing unpacked
              **{f"warm-{m}": [f"warm-{m}"] for m in LINK_MODES}, "cp -a": ["cp-a"], "no-op": [],
              **uvcompare.FRESH}

@@ -144,9 +144,10 @@ def render(cfg: Any, summary: dict[str, Any], local: str) -> list[str]:
         uw = _first(cases, plat, cfg.links, "uv-warm")
         longest, floor = ref.get("decode_longest"), ref.get("decode_floor")
         for link in cfg.links:
-            c = _wall(cases, plat, link, "cold")
-            ratio = f"{_r(c, longest)} longest" if plat.startswith("linux") else f"{_r(c, floor)} floor"
-            lines.append(f"{row}{'redist':7} {link:8} {'cold':34} {'':>8} {_s(c):>21} {ratio:>15}")
+            for name, label in (("cold", "cold"), ("cold-direct", "cold, --no-cache-unpacked")):
+                c = _wall(cases, plat, link, name)
+                ratio = f"{_r(c, longest)} longest" if plat.startswith("linux") else f"{_r(c, floor)} floor"
+                lines.append(f"{row}{'redist':7} {link:8} {label:34} {'':>8} {_s(c):>21} {ratio:>15}")
         wc, wh = _wall(cases, plat, local, "warm-clone"), _wall(cases, plat, local, "warm-hardlink")
         rcp = _wall(cases, plat, local, "cp -a")
         lines.append(f"{row}{'redist':7} {local:8} {'warm: default (/ cp -a)':34} {'':>8} {_s(wc):>21} "
