@@ -286,8 +286,8 @@ GIVE_WAY = 10
 def _give_way() -> None:
     """This thread runs at a lower priority than the one extracting the longest archive: on few
     cores that archive's decode is the install's critical path (libnvvm's: 2.1 s, where everything
-    else fits beside it), and an even share of the CPU would stretch it (stop 40: 2.85 s against
-    2.72 s for the Linux redist tree, 2 cores). Linux, where a thread's nice value is its own; a
+    else fits beside it), and an even share of the CPU would stretch it (stop 40: 2.82 s against
+    2.65 s for the Linux redist tree, 2 cores). Linux, where a thread's nice value is its own; a
     no-op elsewhere, and for a thread already at the lowest priority."""
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError):
