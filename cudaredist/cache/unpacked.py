@@ -37,7 +37,7 @@ from cudaredist.cache.store import evict
 from cudaredist.localfs import disk_error, is_case_insensitive
 from cudaredist.plan import PlannedArchive
 from cudaredist.profiles import is_windows
-from cudaredist.tree.extract import in_threads
+from cudaredist.tree.extract import FILE_THREADS, PARALLEL_FILES, in_threads
 from cudaredist.tree.staging import FileRecord, Tree
 
 UNPACKED_VERSION = 2  # 2: [roots] (visual_studio_integration under extras/)
@@ -200,21 +200,16 @@ def _dirs(tree: Path) -> list[str]:
     return sorted(found)
 
 
-# An entry with this many files is placed by several threads: creating a file is the kernel's
-# work (0.02-0.7 ms on ext4), and it runs in parallel across directories. Hard links are not: a
-# link costs ~9 us, less than the lock hand-offs between threads (the Windows tree's 1,852 files:
-# 37 ms on one thread, 52 ms on four, stop 39).
-PARALLEL_FILES = 256
-PLACE_THREADS = 4
-
-
 def materialize(entry: UnpackedEntry, tree: Tree, *, how: str, component: str, archive: str) -> None:
     """Put every directory, file and link of ``entry`` into ``tree`` (claims and conflicts as usual)."""
     for d in entry.dirs:
         tree.add_dir(d, component, archive)
     records, source = entry.records, entry.source
 
-    threads = min(PLACE_THREADS, os.cpu_count() or 1, len(records) // (PARALLEL_FILES // 2) or 1)
+    # an entry of many files on several threads (extract.PARALLEL_FILES); not hard links: a link
+    # costs ~9 us, less than the lock hand-offs between threads (the Windows tree's 1,852 files:
+    # 37 ms on one thread, 52 ms on four, stop 39)
+    threads = min(FILE_THREADS, os.cpu_count() or 1, len(records) // (PARALLEL_FILES // 2) or 1)
     if threads < 2 or len(records) < PARALLEL_FILES or how == "hardlink":
         for rec in records:
             tree.add_placed(rec, source(rec), how, component, archive)

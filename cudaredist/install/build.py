@@ -261,17 +261,17 @@ class Build:
                     else:
                         self.downloaded += 1
                     self.reporter.archive_done(item.archive.filename, item.archive.size, cached=was_cached)
-                    if item is self.lead and item not in self.streamed:
+                    if item in self.streamed:  # extracted while it downloaded
+                        continue
+                    if item is self.lead:
                         future = leader.submit(self.place, item, path)
-                        extractions.add(future)
-                        pending.add(future)
-                    elif item not in self.streamed:
+                    else:
                         waiting = (-item.archive.size, next(self._arrival), item, path)
                         with self._counting:
                             heapq.heappush(self._downloaded, waiting)
                         future = extractors.submit(self._place_biggest)
-                        extractions.add(future)
-                        pending.add(future)
+                    extractions.add(future)
+                    pending.add(future)
         except BaseException:
             for fut in pending:
                 fut.cancel()

@@ -29,15 +29,15 @@ except ImportError:  # pragma: no cover - a host without its wheel
     import zlib  # type: ignore[no-redef]
 
 READ_SIZE = 1 << 20
-# A complete zip with this much compressed file data is inflated by several threads, member by
-# member, biggest first: a zip's members are independent (unlike a tar's stream), zlib and sha256
-# let go of the GIL, and one archive (libnvvm: cicc and libnvvm.so, 30 MB each) would otherwise
-# hold one core while the other waits.
+# Creating a file is the kernel's work (0.02-0.8 ms on ext4) and runs in parallel across directories:
+# a zip, or an unpacked entry placed into a tree, with this many files is written by up to
+# FILE_THREADS threads (cccl's zip, 1,700 headers in 3 MB: 3.2 s to 2.8 s cold, median of five, stop 39)
+PARALLEL_FILES = 256
+FILE_THREADS = 4
+# ... and a complete zip with this much compressed file data, member by member, biggest first: a zip's
+# members are independent (unlike a tar's stream), zlib and sha256 let go of the GIL, and one archive
+# (libnvvm: cicc and libnvvm.so, 30 MB each) would otherwise hold one core while the other waits.
 PARALLEL_ZIP_BYTES = 8 << 20
-# ... or this many members: creating a file is the kernel's work (0.03-0.8 ms on ext4), and it runs in
-# parallel too (cccl's zip, 1,700 headers in 3 MB: 3.2 s to 2.8 s cold, median of five, stop 39)
-PARALLEL_ZIP_FILES = 256
-ZIP_THREADS = 4
 _LOCAL = struct.Struct("<4sHHHHHIIIHH")  # a zip member's local header
 
 
@@ -243,9 +243,9 @@ def _inflate(zf: zipfile.ZipFile, files: Sequence[tuple[zipfile.ZipInfo, str, in
         with zf.open(info) as src:
             tree.add_file(rel, src, mode, component, archive)
 
-    threads = min(ZIP_THREADS, os.cpu_count() or 1, len(files))
+    threads = min(FILE_THREADS, os.cpu_count() or 1, len(files))
     if threads < 2 or (sum(info.compress_size for info, _r, _m in files) < PARALLEL_ZIP_BYTES
-                       and len(files) < PARALLEL_ZIP_FILES):
+                       and len(files) < PARALLEL_FILES):
         for info, rel, mode in files:
             one(info, rel, mode)
         return

@@ -178,15 +178,10 @@ def marker_env(platform: WheelPlatform, extra: str = "") -> dict[str, str]:
 
 def applies(req: Requirement, env: Mapping[str, str]) -> bool:
     """Whether ``req``'s environment marker holds for ``env`` (see :func:`marker_env`)."""
-    return _applies(req, tuple(sorted(env.items())))
-
-
-def _applies(req: Requirement, env: tuple[tuple[str, str], ...]) -> bool:
-    """Whether ``req``'s environment marker holds for ``env`` (:func:`marker_env`'s items, sorted)."""
     # a plan asks the same few markers of the same environment thousands of times (every extra of
     # the metapackage for every component): packaging's evaluation is the slow part of a resolve
     try:
-        return req.marker is None or _evaluate(req.marker, env)
+        return req.marker is None or _evaluate(req.marker, tuple(sorted(env.items())))
     except (UndefinedComparison, UndefinedEnvironmentName) as exc:
         raise ManifestError(f"cannot evaluate the environment marker of {req}: {exc}") from exc
 
@@ -212,11 +207,11 @@ class Metadata:
 
     def wanted(self, extra: str, env: Mapping[str, str]) -> list[Requirement]:
         """The requirements ``extra`` adds for a target whose markers are ``env``."""
-        key = (canonicalize_name(extra), tuple(sorted({**env, "extra": ""}.items())))
+        name = canonicalize_name(extra)
+        key = (name, tuple(sorted(env.items())))
         if key not in self._wanted:
-            with_extra = tuple(sorted({**env, "extra": key[0]}.items()))
-            self._wanted[key] = [r for r in self.requirements
-                                 if _applies(r, with_extra) and not _applies(r, key[1])]
+            self._wanted[key] = [r for r in self.requirements if applies(r, {**env, "extra": name})
+                                 and not applies(r, {**env, "extra": ""})]
         return list(self._wanted[key])
 
 
