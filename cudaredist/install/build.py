@@ -173,7 +173,7 @@ class Build:
             try:
                 extract(path, entry_tree, component=item.component, archive=item.archive.filename,
                         mapper=recording if after is not None else mapper,
-                        fileobj=cast("BinaryIO | None", follow))
+                        fileobj=cast("BinaryIO | None", follow), digests=how.digests)
             except FileNotFoundError as exc:
                 if path is None or exc.filename != str(path) or path.exists():
                     raise

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from cudaredist.plan import Plan, PlannedArchive
     from cudaredist.profiles import Spec
     from cudaredist.sources.mirroring import MirrorContent
-    from cudaredist.tree.staging import Mapper, Tree
+    from cudaredist.tree.staging import Digests, Mapper, Tree
 
 ENV_SOURCE = "CUDAREDIST_SOURCE"
 SOURCES = ("nvidia", "pypi")
@@ -171,6 +171,8 @@ class Layout:
     mapper: Callable[[PlannedArchive, str], Mapper]
     # given the tree paths the archive wrote (e.g. wheels: restore .so symlink chains)
     after: Callable[[PlannedArchive, str, Tree, list[str]], object] | None = None
+    # a zip's own record of its members' sha256 (wheels: RECORD), believed once the archive verified
+    digests: Digests | None = None
 
 
 def layout(name: str) -> Layout:

@@ -21,7 +21,7 @@ from typing import IO, Any, cast
 
 from cudaredist.errors import ConflictError, UnsafeArchiveError
 from cudaredist.tree.paths import clean_member, strip_top, tree_path, zip_entry_mode
-from cudaredist.tree.staging import Mapper, Tree
+from cudaredist.tree.staging import Digests, Mapper, Tree
 
 try:
     from zlib_ng import zlib_ng as zlib
@@ -62,14 +62,17 @@ def is_streamable(archive: str) -> bool:
 
 
 def extract(path: Path | None, tree: Tree, *, component: str, archive: str, mapper: Mapper,
-            fileobj: IO[bytes] | None = None) -> None:
+            fileobj: IO[bytes] | None = None, digests: Digests | None = None) -> None:
     """Extract one archive (by its file name: .zip or a tar) into ``tree``.
 
     A tar may come as ``fileobj`` instead of ``path``: a download still being written.
+    ``digests``: a zip's members' sha256 as the verified archive itself records them (a wheel's
+    RECORD), so that the tree does not hash them again.
     """
     if not is_streamable(archive):
         assert path is not None
-        return _extract_zip(path, tree, component=component, archive=archive, mapper=mapper)
+        return _extract_zip(path, tree, component=component, archive=archive, mapper=mapper,
+                            digests=digests)
     with contextlib.ExitStack() as stack:
         raw = fileobj if fileobj is not None else stack.enter_context(
             open(path, "rb", buffering=0))  # type: ignore[arg-type]  # buffered by _open_tar
@@ -197,7 +200,8 @@ def _member_data(tf: tarfile.TarFile, m: tarfile.TarInfo) -> IO[bytes]:
     return src
 
 
-def _extract_zip(path: Path, tree: Tree, *, component: str, archive: str, mapper: Mapper) -> None:
+def _extract_zip(path: Path, tree: Tree, *, component: str, archive: str, mapper: Mapper,
+                 digests: Digests | None) -> None:
     try:
         zf = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError) as exc:
@@ -215,7 +219,8 @@ def _extract_zip(path: Path, tree: Tree, *, component: str, archive: str, mapper
                                          archive=archive, member=info.orig_filename)
             entries[clean] = info
         try:
-            files: list[tuple[zipfile.ZipInfo, str, int]] = []
+            known = digests(zf) if digests is not None else {}
+            files: list[tuple[zipfile.ZipInfo, str, int, str]] = []
             for clean, info in entries.items():
                 rel = mapper(clean) if clean else None
                 if rel is None:
@@ -225,29 +230,30 @@ def _extract_zip(path: Path, tree: Tree, *, component: str, archive: str, mapper
                 if info.is_dir():
                     tree.add_dir(rel, component, archive)
                     continue
-                files.append((info, rel, mode))
+                files.append((info, rel, mode, known.get(clean, "")))
             _inflate(zf, files, tree, component=component, archive=archive)
         except (zipfile.BadZipFile, OSError, EOFError) as exc:
             raise UnsafeArchiveError(f"{archive} is corrupt: {exc}", archive=archive) from exc
 
 
-def _inflate(zf: zipfile.ZipFile, files: Sequence[tuple[zipfile.ZipInfo, str, int]], tree: Tree, *,
+def _inflate(zf: zipfile.ZipFile, files: Sequence[tuple[zipfile.ZipInfo, str, int, str]], tree: Tree, *,
              component: str, archive: str) -> None:
     """Every file member into ``tree``: in archive order, or from several threads for a big zip
     (zipfile's handles share the file under a lock; the tree takes claims from any thread)."""
-    def one(info: zipfile.ZipInfo, rel: str, mode: int) -> None:
+    def one(info: zipfile.ZipInfo, rel: str, mode: int, digest: str) -> None:
         if info.compress_type == zipfile.ZIP_DEFLATED and not info.flag_bits & 0x1 and zf.filename:
             with open(zf.filename, "rb") as fh:  # its own handle: no lock shared with the other threads
-                tree.add_file(rel, cast(IO[bytes], DeflatedMember(fh, info)), mode, component, archive)
+                tree.add_file(rel, cast(IO[bytes], DeflatedMember(fh, info)), mode, component, archive,
+                              digest)
             return
         with zf.open(info) as src:
-            tree.add_file(rel, src, mode, component, archive)
+            tree.add_file(rel, src, mode, component, archive, digest)
 
     threads = min(FILE_THREADS, os.cpu_count() or 1, len(files))
-    if threads < 2 or (sum(info.compress_size for info, _r, _m in files) < PARALLEL_ZIP_BYTES
+    if threads < 2 or (sum(f[0].compress_size for f in files) < PARALLEL_ZIP_BYTES
                        and len(files) < PARALLEL_FILES):
-        for info, rel, mode in files:
-            one(info, rel, mode)
+        for f in files:
+            one(*f)
         return
     in_threads(one, [[f] for f in sorted(files, key=lambda f: -f[0].compress_size)], threads, "inflate")
 

@@ -12,10 +12,10 @@ import os
 import posixpath
 import shutil
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from cudaredist import fsops
 from cudaredist.errors import ConflictError, CudaRedistError, LocalDiskError, UnsafeArchiveError
@@ -23,11 +23,16 @@ from cudaredist.fsops import WINDOWS
 from cudaredist.localfs import disk_error, fold, umask_keeps
 from cudaredist.tree.paths import link_target_inside
 
+if TYPE_CHECKING:
+    import zipfile
+
 CHUNK = 1 << 20
 _OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
 
 # (clean member path) -> tree path, or None to skip the member
 Mapper = Callable[[str], "str | None"]
+# an open zip -> its members' sha256 (hex) as the archive itself records them (clean member path)
+Digests = Callable[["zipfile.ZipFile"], "Mapping[str, str]"]
 
 
 @dataclass(frozen=True)
@@ -268,15 +273,20 @@ class Tree:
                                 second=component)
         self._ensure_dir(self._spelled(rel), archive)
 
-    def add_file(self, rel: str, src: IO[bytes], mode: int, component: str, archive: str) -> None:
+    def add_file(self, rel: str, src: IO[bytes], mode: int, component: str, archive: str,
+                 digest: str = "") -> None:
+        """``src``'s bytes as the file ``rel``; ``digest``: their sha256 where a verified archive
+        already says it (a wheel's RECORD), so they are not hashed again."""
         prev = self._claim(rel, "file", component, archive)
-        h = hashlib.sha256()
+        h = None if digest else hashlib.sha256()
         size = 0
         mode = 0o755 if mode & 0o111 else 0o644  # never setuid/setgid/sticky, never world-writable
         if prev is not None:
-            while chunk := src.read(CHUNK):
-                h.update(chunk)
-            self._compare(rel, prev, "file", h.hexdigest(), component)
+            if h is not None:
+                while chunk := src.read(CHUNK):
+                    h.update(chunk)
+                digest = h.hexdigest()
+            self._compare(rel, prev, "file", digest, component)
             return
         with self._writing(rel, archive) as (rel, dest):
             try:
@@ -289,7 +299,8 @@ class Tree:
                 # Reading (the archive's side) and writing (the disk's side) fail for different
                 # reasons: only a failed write is a LocalDiskError.
                 while chunk := src.read(CHUNK):
-                    h.update(chunk)
+                    if h is not None:
+                        h.update(chunk)
                     with self._disk(dest):  # os.write may take part of it
                         view = memoryview(chunk)
                         while view:
@@ -306,7 +317,8 @@ class Tree:
                 raise
             with self._disk(dest):
                 os.close(fd)  # NFS and quotas may report a failed write only here
-        self._settle(FileRecord(rel, size, h.hexdigest(), mode, component=component))
+        self._settle(FileRecord(rel, size, h.hexdigest() if h is not None else digest, mode,
+                                component=component))
 
     def add_symlink(self, rel: str, target: str, component: str, archive: str) -> None:
         link_target_inside(rel, target, archive=archive)

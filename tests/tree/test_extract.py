@@ -397,11 +397,12 @@ class _Threads(Tree):
         super().__init__(root)
         self.writers: dict[str, str] = {}
 
-    def add_file(self, rel: str, src: object, mode: int, component: str, archive: str) -> None:  # type: ignore[override]
+    def add_file(self, rel: str, src: object, mode: int, component: str, archive: str,  # type: ignore[override]
+                 digest: str = "") -> None:
         import threading
 
         self.writers[rel] = threading.current_thread().name
-        super().add_file(rel, src, mode, component, archive)  # type: ignore[arg-type]
+        super().add_file(rel, src, mode, component, archive, digest)  # type: ignore[arg-type]
 
 
 def _big_zip(tmp_path: Path, n: int = 6) -> tuple[Path, dict[str, bytes]]:

@@ -11,7 +11,7 @@ from cudaredist.plan import Plan, PlannedArchive
 from cudaredist.sources import Layout, Where
 from cudaredist.sources.nvidia.manifest import check_relative_path
 from cudaredist.sources.pypi.index import WheelIndex, list_trains, resolve_plan
-from cudaredist.sources.pypi.wheels import member_mapper
+from cudaredist.sources.pypi.wheels import member_mapper, record_digests
 from cudaredist.tree.sonames import add_soname_links
 from cudaredist.trust import Trust
 
@@ -23,6 +23,7 @@ LAYOUT = Layout(
     # wheels carry no symlinks: the .so chains are restored from each library's SONAME
     after=lambda item, platform, tree, paths: add_soname_links(
         tree, paths, component=item.component, archive=item.archive.filename),
+    digests=record_digests,
 )
 
 

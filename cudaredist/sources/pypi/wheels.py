@@ -243,6 +243,37 @@ def wheel_metadata(zf: zipfile.ZipFile, wheel: str) -> Metadata:
         raise PlanError(f"{wheel} does not hold one METADATA file of at most 4 MiB (it holds {len(metas)})")
     return parse_metadata(zf.read(metas[0]).decode("utf-8", "replace"))
 
+def record_digests(zf: zipfile.ZipFile) -> dict[str, str]:
+    """Member -> sha256 (hex) from the wheel's ``NAME.dist-info/RECORD`` (PEP 376, PEP 627): the
+    hashes its builder took of the files, believed because the whole wheel's sha256 was checked
+    against the index before it is extracted (no file is hashed twice). A member the RECORD names
+    without a sha256 (or a broken one) is not in it, and is hashed as it is written; a wheel
+    without one readable RECORD of at most 16 MiB gives {}."""
+    records = [i for i in zf.infolist()
+               if i.filename.count("/") == 1 and i.filename.endswith(".dist-info/RECORD")]
+    if len(records) != 1 or records[0].file_size > 16 << 20:
+        return {}
+    import base64
+    import binascii
+    import csv
+
+    try:
+        rows = list(csv.reader(zf.read(records[0]).decode("utf-8").splitlines()))
+    except (UnicodeDecodeError, csv.Error, zipfile.BadZipFile):
+        return {}  # every file hashed as written; a broken member is the extraction's to refuse
+    found: dict[str, str] = {}
+    for row in rows:
+        if len(row) >= 2 and row[1].startswith("sha256="):
+            b64 = row[1][7:]
+            try:
+                raw = base64.urlsafe_b64decode(b64 + "=" * (-len(b64) % 4))
+            except (binascii.Error, ValueError):
+                continue
+            if len(raw) == 32:
+                found[row[0]] = raw.hex()
+    return found
+
+
 # ------------------------------------------------------------------------------------------------
 # Wheel file names and platforms: which tags fit a platform is pypi.toml's; among those,
 # the oldest manylinux glibc is the widest-compatible build.

@@ -3,6 +3,7 @@ resolution and a whole install, against tiny wheels behind a respx-mocked index.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import json
@@ -49,9 +50,11 @@ from cudaredist.sources.pypi.wheels import (
     parse_wheel_name,
     pick_wheel,
     real_library_name,
+    record_digests,
     release_label,
     wheel_data,
 )
+from cudaredist.tree import staging
 from cudaredist.tree.sonames import chain_links, read_soname, soname_links
 from tests.archives import zip_info
 from tests.hosts import assert_link
@@ -93,14 +96,23 @@ def fake_elf(soname: str, *, is64: bool = True, little: bool = True) -> bytes:
     return out
 
 
-def make_wheel(dist: str, version: str, files: dict[str, bytes], *, metadata: str = "") -> bytes:
+def record_line(name: str, data: bytes) -> str:
+    """A RECORD row as wheel builders write it: the path, sha256=urlsafe-base64 (no padding), size."""
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{name},sha256={digest},{len(data)}"
+
+
+def make_wheel(dist: str, version: str, files: dict[str, bytes], *, metadata: str = "",
+               unrecorded: tuple[str, ...] = ()) -> bytes:
+    """A wheel of ``files`` with its METADATA, a licence and a RECORD of them all (but ``unrecorded``)."""
     info = f"{dist}-{version}.dist-info"
+    members = {**files, f"{info}/licenses/License.txt": b"NVIDIA EULA\n",
+               f"{info}/METADATA": (metadata or f"Metadata-Version: 2.4\nName: {dist}\n"
+                                                 f"Version: {version}\n").encode()}
+    record = "".join(f"{record_line(n, d)}\n" for n, d in members.items() if n not in unrecorded)
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:
-        for name, data in {**files, f"{info}/licenses/License.txt": b"NVIDIA EULA\n",
-                           f"{info}/METADATA": (metadata or f"Metadata-Version: 2.4\nName: {dist}\n"
-                                                             f"Version: {version}\n").encode(),
-                           f"{info}/RECORD": b""}.items():
+        for name, data in {**members, f"{info}/RECORD": f"{record}{info}/RECORD,,\n".encode()}.items():
             zi = zip_info(name, date_time=(2025, 10, 9, 0, 0, 0))  # the name as given, on Windows too
             zi.create_system = 3
             zi.external_attr = (0o100755 if "/bin/" in name and "." not in name.rsplit("/", 1)[-1]
@@ -818,6 +830,67 @@ def test_install_linux_tree_from_wheels(fake_index: FakeIndex, tmp_path: Path, c
     # a second install of the same plan is a no-op; the wheels stay in the cache
     again = Installer(idx.transport, Cache(tmp_path / "cache")).install(plan, prefix)
     assert again.noop
+
+
+def test_record_digests_are_the_wheels_own_hashes() -> None:
+    """RECORD's sha256 of each member, in hex; a row without one, with another algorithm or with a
+    broken one is left to hashing, and a zip without one RECORD gives nothing."""
+    data = {"nvidia/cu13/a,b.h": b"quoted, comma", "nvidia/cu13/lib/x.so": b"\x7fELF"}
+    rows = [record_line(n, d).replace(n, f'"{n}"') for n, d in data.items()]
+    rows += ["nvidia/cu13/c.h,sha512=AAAA,4", "nvidia/cu13/d.h,sha256=!!not base64!!,4",
+             "nvidia/cu13/e.h,sha256=AAAA,4", "x-1.dist-info/RECORD,,"]
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("x-1.dist-info/RECORD", "\n".join(rows))
+    with zipfile.ZipFile(buf) as zf:
+        assert record_digests(zf) == {n: hashlib.sha256(d).hexdigest() for n, d in data.items()}
+    for names in ([], ["x-1.dist-info/RECORD", "y-1.dist-info/RECORD"]):
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w") as zf:
+            for n in names:
+                zf.writestr(n, rows[0])
+        with zipfile.ZipFile(buf) as zf:
+            assert record_digests(zf) == {}
+
+
+@pytest.mark.parametrize("cache_unpacked", [True, False], ids=["via-entry", "direct"])
+def test_wheel_members_are_not_hashed_again(fake_index: FakeIndex, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch, cache_unpacked: bool) -> None:
+    """A verified wheel's files go into the tree with the sha256 its RECORD gives: the tree hashes only
+    a member the RECORD leaves out, and the record holds the right hash of every file either way."""
+    add_release_13_0(fake_index)
+    cu = "nvidia/cu13"
+    fake_index.projects.pop("nvidia-cuda-crt")
+    fake_index.add("nvidia_cuda_crt-13.0.88-" + LINUX_TAG + ".whl", make_wheel(
+        "nvidia_cuda_crt", "13.0.88", {f"{cu}/include/crt/host_config.h": b"// hc",
+                                       f"{cu}/include/crt/unrecorded.h": b"// left out of RECORD"},
+        unrecorded=(f"{cu}/include/crt/unrecorded.h",)))
+    fed: list[bytes] = []
+
+    class Counted:
+        def __init__(self) -> None:
+            self.h, self.data = hashlib.sha256(), b""
+
+        def update(self, chunk: bytes) -> None:
+            self.data += chunk
+            self.h.update(chunk)
+
+        def hexdigest(self) -> str:
+            fed.append(self.data)
+            return self.h.hexdigest()
+
+    monkeypatch.setattr(staging, "hashlib", type("hashlib", (), {"sha256": Counted}))
+    idx = wheel_index(tmp_path)
+    plan = pypi.resolve_plan(idx, "13.0", platform="linux-x86_64")
+    prefix = tmp_path / "cuda"
+    Installer(idx.transport, Cache(tmp_path / "cache"), cache_unpacked=cache_unpacked).install(plan, prefix)
+    assert b"// left out of RECORD" in fed
+    from_wheels = [p.read_bytes() for p in prefix.rglob("*") if p.is_file() and not p.is_symlink()
+                   and p.name not in ("unrecorded.h", "version.json", ".cudaredist.json")]
+    assert len(from_wheels) > 10
+    assert not [d for d in from_wheels if d in fed]
+    report = verify(prefix)  # every file's recorded sha256 is its own
+    assert report.ok, report.to_json()
 
 
 def test_install_windows_tree_from_wheels(fake_index: FakeIndex, tmp_path: Path) -> None:
