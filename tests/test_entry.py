@@ -1,5 +1,6 @@
-"""The console script's end: the exit handlers run, the output is all there, the exit code is the
-command's, and the interpreter is not torn down (the process ends once the command is done)."""
+"""The console script's start and end: start-up's objects frozen for the collector; at the end the
+exit handlers run, the output is all there, the exit code is the command's, and the interpreter is not
+torn down (the process ends once the command is done)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ def _python(code: str) -> subprocess.CompletedProcess[str]:
 
 def test_a_finished_command_ends_the_process_without_teardown() -> None:
     r = _python("""
-        import atexit, sys
+        import atexit, gc, sys
         from cudaredist.entry import main
 
         class Torn:
@@ -26,11 +27,13 @@ def test_a_finished_command_ends_the_process_without_teardown() -> None:
 
         kept = Torn()  # freed only by the interpreter's teardown
         atexit.register(lambda: print("exit handler ran"))
+        # start-up's objects are frozen (the collector no longer looks at them), and it runs again
+        atexit.register(lambda: print(gc.get_freeze_count() > 10_000, gc.isenabled()))
         sys.argv = ["cudaredist", "--version"]
         main()
         """)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines() == [f"cudaredist {__version__}", "exit handler ran"]
+    assert r.stdout.splitlines() == [f"cudaredist {__version__}", "True True", "exit handler ran"]
 
 
 def test_the_exit_code_and_message_are_the_commands() -> None:
