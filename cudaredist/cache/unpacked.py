@@ -204,16 +204,15 @@ def materialize(entry: UnpackedEntry, tree: Tree, *, how: str, component: str, a
     """Put every directory, file and link of ``entry`` into ``tree`` (claims and conflicts as usual)."""
     for d in entry.dirs:
         tree.add_dir(d, component, archive)
-    records, source = entry.records, entry.source
+    records = entry.records
 
     # an entry of many files on several threads (extract.PARALLEL_FILES); not hard links: a link
     # costs ~9 us, less than the lock hand-offs between threads (the Windows tree's 1,852 files:
     # 37 ms on one thread, 52 ms on four, stop 39)
     threads = min(FILE_THREADS, os.cpu_count() or 1, len(records) // (PARALLEL_FILES // 2) or 1)
     if threads < 2 or len(records) < PARALLEL_FILES or how == "hardlink":
-        for rec in records:
-            tree.add_placed(rec, source(rec), how, component, archive)
+        tree.add_placed(records, entry.source, how, component, archive)
         return
     # the directories exist: files and links land in any order, each claimed as usual
-    in_threads(tree.add_placed, [[(rec, source(rec), how, component, archive) for rec in records[k::threads]]
+    in_threads(tree.add_placed, [[(records[k::threads], entry.source, how, component, archive)]
                                  for k in range(threads)], threads, "place")

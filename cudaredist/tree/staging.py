@@ -12,7 +12,7 @@ import os
 import posixpath
 import shutil
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
@@ -355,30 +355,56 @@ class Tree:
         with self._disk(source), open(fsops.long_path(source), "rb") as src:
             self.add_file(rel, src, rec.mode, component, archive)
 
-    def add_placed(self, rec: FileRecord, src: str | Path, how: str, component: str, archive: str) -> None:
-        """A file or link of the unpacked cache (already checked and hashed) into this tree:
-        cloned, hard-linked or copied (:mod:`cudaredist.tree.links`), with the same claims."""
-        if rec.link:
-            self.add_symlink(rec.path, rec.link, component, archive)
-            return
-        prev = self._claim(rec.path, "file", component, archive)
-        if prev is not None:
-            self._compare(rec.path, prev, "file", rec.sha256, component)
-            return
+    def add_placed(self, recs: Sequence[FileRecord], source: Callable[[FileRecord], str], how: str,
+                   component: str, archive: str) -> None:
+        """Files and links of the unpacked cache (already checked and hashed; ``source(rec)``: where
+        each is) into this tree: cloned, hard-linked or copied (:mod:`cudaredist.tree.links`), with the
+        same claims as any member, taken for the whole batch at once.
+
+        The batch's paths are claimed under one lock (so two batches never each hold a part of what
+        both have), the new ones placed, then settled under one lock; a path another archive holds is
+        compared only after that, so that no one waits for this batch while it waits. A failure gives
+        back the claims not placed."""
         from cudaredist.tree.links import place
 
-        with self._writing(rec.path, archive) as (rel, dest):
-            try:
-                # a filesystem (pair) that could not clone one file cannot clone the next: copy
-                used = place(src, dest, "copy" if how == "clone" and not self._clones else how, rec.mode,
-                             rec.size)  # long paths: place() takes care
-                if how == "clone" and used == "copy":
-                    self._clones = False
-            except FileExistsError as exc:
-                raise _taken(archive, rel, component) from exc
-            except OSError as exc:  # both sides are this machine's disks
-                raise self._local(exc, dest) from exc
-        self._settle(FileRecord(rel, rec.size, rec.sha256, rec.mode, component=component), rec.size)
+        for rec in recs:
+            if rec.link:
+                self.add_symlink(rec.path, rec.link, component, archive)
+        fresh: list[FileRecord] = []
+        taken: list[tuple[FileRecord, _Claim]] = []
+        placed: list[FileRecord] = []
+        try:
+            with self._cond:
+                for rec in recs:
+                    if not rec.link:
+                        prev = self._claim(rec.path, "file", component, archive)
+                        if prev is None:
+                            fresh.append(rec)
+                        else:
+                            taken.append((rec, prev))
+            for rec in fresh:
+                rel = self._spelled(rec.path)
+                self._ensure_dir(rel.rpartition("/")[0], archive)
+                dest = self._path(rel)
+                try:
+                    # a filesystem (pair) that could not clone one file cannot clone the next: copy
+                    used = place(source(rec), dest, "copy" if how == "clone" and not self._clones else how,
+                                 rec.mode, rec.size)  # long paths: place() takes care
+                    if how == "clone" and used == "copy":
+                        self._clones = False
+                except FileExistsError as exc:
+                    raise _taken(archive, rel, component) from exc
+                except OSError as exc:  # both sides are this machine's disks
+                    raise self._local(exc, dest) from exc
+                placed.append(FileRecord(rel, rec.size, rec.sha256, rec.mode, component=component))
+        finally:
+            with self._cond:
+                for done in placed:
+                    self._settle(done, done.size)
+                for rec in fresh[len(placed):]:
+                    self._abandon(rec.path)
+        for rec, prev in taken:
+            self._compare(rec.path, prev, "file", rec.sha256, component)
 
     def component_of(self, rel: str) -> str | None:
         """The component that wrote the file ``rel`` (None if none did)."""

@@ -477,7 +477,7 @@ def test_a_tree_tries_one_clone_where_the_filesystem_cannot(tmp_path: Path, monk
         data = f"file {i}".encode() * 100
         (src / f"f{i}").write_bytes(data)
         rec = FileRecord(f"bin/f{i}", len(data), hashlib.sha256(data).hexdigest(), mode)
-        tree.add_placed(rec, src / f"f{i}", "clone", "comp", "a.zip")
+        tree.add_placed([rec], lambda _r, i=i: str(src / f"f{i}"), "clone", "comp", "a.zip")
         assert (tree.root / f"bin/f{i}").read_bytes() == data
         assert_mode(tree.root / f"bin/f{i}", mode)
     assert len(tries) == 1

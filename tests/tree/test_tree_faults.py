@@ -169,9 +169,79 @@ def test_placing_from_the_unpacked_cache_fails_as_a_local_error(tmp_path: Path, 
     tree = Tree(root)
     rec = FileRecord("lib/a.so", 1, hashlib.sha256(b"a").hexdigest(), 0o644)
     with pytest.raises(LocalDiskError, match="no space left"):
-        tree.add_placed(rec, src, "copy", "first", "first.tar.xz")
+        tree.add_placed([rec], lambda _r: str(src), "copy", "first", "first.tar.xz")
     with pytest.raises(WriterFailed):  # the claim was given up: no one waits for it
         tree.add_file("lib/a.so", io.BytesIO(b"a"), 0o644, "second", "second.tar.xz")
+
+
+def test_a_batch_that_fails_midway_keeps_what_it_placed_and_gives_back_the_rest(
+        tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Placed files are the tree's (another archive with the same bytes compares equal); the claims
+    not placed are given up, so that no one waits for them."""
+    import cudaredist.tree.links as links
+    from cudaredist.tree.staging import FileRecord
+
+    real = links.place
+
+    def place(src: Any, dest: Any, *args: Any) -> str:
+        if str(dest).endswith("b.h"):
+            raise OSError(errno.EIO, "Input/output error")
+        return real(src, dest, *args)
+
+    monkeypatch.setattr(links, "place", place)
+    src = tmp_path / "unpacked"
+    src.mkdir()
+    recs = []
+    for name in ("a.h", "b.h", "c.h"):
+        (src / name).write_bytes(name.encode())
+        recs.append(FileRecord(f"include/{name}", 3, hashlib.sha256(name.encode()).hexdigest(), 0o644))
+    tree = Tree(root)
+    with pytest.raises(LocalDiskError, match="b.h"):
+        tree.add_placed(recs, lambda r: str(src / r.path.rpartition("/")[2]), "copy", "first", "first.tar.xz")
+    tree.add_file("include/a.h", io.BytesIO(b"a.h"), 0o644, "second", "second.tar.xz")  # equal: fine
+    for name in ("b.h", "c.h"):
+        with pytest.raises(WriterFailed):
+            tree.add_file(f"include/{name}", io.BytesIO(name.encode()), 0o644, "second", "second.tar.xz")
+    assert [r.path for r in tree.finish()] == ["include/a.h"]
+
+
+@pytest.mark.timeout(60)
+def test_two_batches_that_share_paths_both_finish(tmp_path: Path, root: Path) -> None:
+    """Two batches on two threads with the same paths in opposite orders: each path placed once, by
+    one of them, and compared by the other; neither waits for ever."""
+    from cudaredist.tree.staging import FileRecord
+
+    src = tmp_path / "unpacked"
+    src.mkdir()
+    recs = []
+    for i in range(400):
+        data = f"// {i}\n".encode()
+        (src / f"h{i}.h").write_bytes(data)
+        digest = hashlib.sha256(data).hexdigest()
+        recs.append(FileRecord(f"include/d{i % 7}/h{i}.h", len(data), digest, 0o644))
+    tree = Tree(root)
+    for rel in {r.path.rpartition("/")[0] for r in recs}:
+        tree.add_dir(rel, "first", "first.tar.xz")
+    errors: list[BaseException] = []
+    start = threading.Barrier(2, timeout=20)
+
+    def batch(records: list[Any], component: str) -> None:
+        try:
+            start.wait()
+            tree.add_placed(records, lambda r: str(src / r.path.rpartition("/")[2]), "copy", component,
+                            f"{component}.tar.xz")
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=batch, args=(recs, "first")),
+               threading.Thread(target=batch, args=(recs[::-1], "second"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(40)
+    assert not any(t.is_alive() for t in threads), "a batch waits for the other forever"
+    assert not errors
+    assert sorted(r.path for r in tree.finish()) == sorted(r.path for r in recs)
 
 
 def test_disk_errors_creating_directories_and_links(tmp_path: Path, root: Path,
