@@ -276,11 +276,13 @@ def _requirements_for(spec: Spec, meta: Metadata, release: Release, platform: st
             if reqs:
                 return reqs
             continue
+        # a wheel or component by name: the extras that add it (only its requirements' markers asked)
+        named = [r for r in meta.requirements
+                 if r.name == extra or component_for(r.name, release.label) == alt]
         found: dict[str, Requirement] = {}
-        for e in meta.extras:
-            for r in meta.wanted(e, env):
-                if r.name == extra or component_for(r.name, release.label) == alt:
-                    found.setdefault(r.name, r)
+        for e in meta.extras if named else ():
+            for r in meta.wanted(e, env, among=named):
+                found.setdefault(r.name, r)
         if found:
             return list(found.values())
     offered = [e for e in meta.extras if meta.wanted(e, env)]

@@ -205,14 +205,19 @@ class Metadata:
     _wanted: dict[tuple[str, tuple[tuple[str, str], ...]], list[Requirement]] = field(
         default_factory=dict, compare=False, repr=False)
 
-    def wanted(self, extra: str, env: Mapping[str, str]) -> list[Requirement]:
-        """The requirements ``extra`` adds for a target whose markers are ``env``."""
+    def wanted(self, extra: str, env: Mapping[str, str],
+               among: Sequence[Requirement] | None = None) -> list[Requirement]:
+        """The requirements ``extra`` adds for a target whose markers are ``env`` (of ``among`` only,
+        where given: the markers of the others are not evaluated)."""
         name = canonicalize_name(extra)
         key = (name, tuple(sorted(env.items())))
-        if key not in self._wanted:
-            self._wanted[key] = [r for r in self.requirements if applies(r, {**env, "extra": name})
-                                 and not applies(r, {**env, "extra": ""})]
-        return list(self._wanted[key])
+        if among is None and key in self._wanted:
+            return list(self._wanted[key])
+        found = [r for r in (self.requirements if among is None else among)
+                 if applies(r, {**env, "extra": name}) and not applies(r, {**env, "extra": ""})]
+        if among is None:
+            self._wanted[key] = found
+        return list(found)
 
 
 def _requirement(line: str) -> Requirement:

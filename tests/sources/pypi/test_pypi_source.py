@@ -684,6 +684,29 @@ def test_components_by_extra_component_or_package(fake_index: FakeIndex, tmp_pat
         pypi.resolve_plan(idx, "13.0", platform="linux-x86_64", profile=None)
 
 
+def test_a_component_by_name_asks_only_its_own_markers(fake_index: FakeIndex, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Which extras add a wheel asked by component or package name: the markers of its requirements
+    alone are evaluated, not every requirement under every extra (the slow part of a resolve)."""
+    from cudaredist.sources.pypi import wheels
+
+    add_release_13_0(fake_index)
+    idx = wheel_index(tmp_path)
+    asked: list[str] = []
+    real = wheels.applies
+
+    def applies(req: Requirement, env: Any) -> bool:
+        asked.append(req.name)
+        return real(req, env)
+
+    monkeypatch.setattr(wheels, "applies", applies)
+    for name in ("cuda_cudart", "nvidia-cuda-runtime"):
+        asked.clear()
+        plan = pypi.resolve_plan(idx, "13.0", platform="linux-x86_64", profile=None, components=[name])
+        assert [i.component for i in plan.items] == ["cuda_cudart"]
+        assert asked and set(asked) == {"nvidia-cuda-runtime"}, set(asked)
+
+
 def test_missing_wheel_for_platform(fake_index: FakeIndex, tmp_path: Path) -> None:
     add_release_13_0(fake_index, windows=False)
     with pytest.raises(PlanError) as err:
