@@ -142,8 +142,11 @@ def test_clone_falls_back_to_a_copy_and_a_full_disk_is_an_error(tmp_path: Path,
     assert info.value.errno == errno.ENOSPC
 
 
+@pytest.mark.parametrize("how", ["copy", "hardlink"])
 def test_a_big_entry_is_placed_by_several_threads_and_a_conflict_still_stops_it(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    """Each thread places its share as one batch: hard links too (a batch takes one lock, not one a
+    file, so two threads beat one)."""
     import dataclasses
     import threading
 
@@ -177,13 +180,15 @@ def test_a_big_entry_is_placed_by_several_threads_and_a_conflict_still_stops_it(
     monkeypatch.setattr(Tree, "add_placed", spy)
     (tmp_path / "stage").mkdir()
     tree = Tree(tmp_path / "stage")
-    materialize(entry, tree, how="copy", component="comp", archive=path.name)
+    materialize(entry, tree, how=how, component="comp", archive=path.name)
     recs = {r.path: r for r in tree.finish()}
     # every file and link, with the entry's record
     assert recs == {r.path: dataclasses.replace(r, component="comp") for r in entry.records}
     assert (tmp_path / "stage/include/d3/h13.h").read_bytes() == b"// 13\n"
     assert_link(tmp_path / "stage/lib/liby.so.1", "liby.so.1.0")
     assert len(placers) > 1 and all(n.startswith("place") for n in placers)
+    inodes = {(p / "include/d3/h13.h").stat().st_ino for p in (tmp_path / "stage", entry.tree)}
+    assert len(inodes) == (1 if how == "hardlink" else 2)
 
     # a second entry whose one file differs: the conflict is raised, not lost in a thread
     members[f"{TOP}/include/d3/h13.h"] = b"// other\n"
@@ -191,36 +196,7 @@ def test_a_big_entry_is_placed_by_several_threads_and_a_conflict_still_stops_it(
     item2 = _item(other, "comp2")
     entry2 = UnpackedCache(tmp_path / "cache2").build(item2, "linux-x86_64", _fill(other, item2))
     with pytest.raises(ConflictError, match="h13.h"):
-        materialize(entry2, tree, how="copy", component="comp2", archive=other.name)
-
-
-def test_a_big_entry_is_hard_linked_by_the_calling_thread(tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """A hard link is cheaper than handing it to another thread: no pool, however big the entry."""
-    import threading
-
-    from cudaredist.cache import unpacked
-
-    monkeypatch.setattr(unpacked, "PARALLEL_FILES", 8)
-    monkeypatch.setattr(unpacked.os, "cpu_count", lambda: 4)
-    members: dict[str, object] = {f"{TOP}/include/h{i}.h": f"// {i}\n".encode() for i in range(40)}
-    path = make_tar_xz(tmp_path / f"{TOP}.tar.xz", members)
-    item = _item(path)
-    entry = UnpackedCache(tmp_path / "cache").build(item, "linux-x86_64", _fill(path, item))
-    placers: set[str] = set()
-    real = Tree.add_placed
-
-    def spy(self: Tree, *args: object, **kwargs: object) -> None:
-        placers.add(threading.current_thread().name)
-        real(self, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(Tree, "add_placed", spy)
-    (tmp_path / "stage").mkdir()
-    tree = Tree(tmp_path / "stage")
-    materialize(entry, tree, how="hardlink", component="comp", archive=path.name)
-    assert len(tree.finish()) == 40
-    assert placers == {threading.current_thread().name}
-    assert (tmp_path / "stage/include/h7.h").stat().st_ino == (entry.tree / "include/h7.h").stat().st_ino
+        materialize(entry2, tree, how=how, component="comp2", archive=other.name)
 
 
 def test_a_full_disk_writing_the_entry_record_is_a_local_error(tmp_path: Path, archive: Path,
