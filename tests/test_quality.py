@@ -64,10 +64,12 @@ _OTHER_COMMANDS = ("cudaredist.commands.managed", "cudaredist.commands.cache", "
 def test_install_starts_without_the_other_commands(args: list[str]) -> None:
     """`cudaredist install` (whose no-op is mostly start-up) imports and builds its own command only;
     any other command line has them all."""
-    code = ("import sys; from cudaredist.entry import main\n"
+    # told by an exit handler: the console script ends the process once the command is done
+    code = ("import atexit, sys; from cudaredist.entry import main\n"
             f"sys.argv = ['cudaredist', *{args!r}]\n"
-            "try:\n    main()\nexcept SystemExit:\n    pass\n"
-            f"print('LOADED', *(m for m in {_OTHER_COMMANDS!r} if m in sys.modules))")
+            f"others = {_OTHER_COMMANDS!r}\n"
+            "atexit.register(lambda: print('LOADED', *(m for m in others if m in sys.modules)))\n"
+            "main()")
     r = subprocess.run([sys.executable, "-c", code], text=True, capture_output=True, timeout=60)
     assert r.returncode == 0, r.stderr
     loaded = r.stdout.rsplit("LOADED", 1)[1].split()
