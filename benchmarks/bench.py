@@ -510,7 +510,8 @@ def check(s: Sample, out: Path, case: str, archives: int) -> str:
     except ValueError:
         return "no JSON on stdout"
     warm = (False, 0, archives)
-    want = {"cold": (False, archives, 0), "pypi-cold": (False, archives, 0),
+    cold = (False, archives, 0)  # cold-direct too: its case starts without a cache
+    want = {"cold": cold, "cold-direct": cold, "pypi-cold": cold,
             "no-op": (True, 0, 0), "pypi-no-op": (True, 0, 0)}.get(case, warm)
     got = (bool(res.get("noop")), int(res.get("downloaded", 0)), int(res.get("cached", 0)))
     return "" if got == want else f"noop/downloaded/cached = {got}, expected {want}"
