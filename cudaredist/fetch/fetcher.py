@@ -182,8 +182,7 @@ class Fetcher:
             try:
                 self.transport.download(url, tmp, size=item.archive.size, sha256=item.archive.sha256,
                                         progress=progress, watch=follow.publish if follow else None,
-                                        offset=offset, quick=bool(attempts),
-                                        priority=item.archive.size)  # the biggest first: see Slots
+                                        offset=offset, quick=bool(attempts))
                 self.served[item.archive.sha256] = url
                 return
             except IntegrityError as exc:

@@ -9,12 +9,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import heapq
-import itertools
 import re
 import socket
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
@@ -44,42 +42,6 @@ class Aborted(Exception):
     """The run was cancelled (Ctrl-C, or another download failed): stop, keep nothing."""
 
 
-class Slots:
-    """The connections all downloads share (--jobs): a free one goes to the waiting request of the
-    highest priority, first come first served among equals.
-
-    An archive's priority is its size (:meth:`Fetcher.fetch`): the biggest is the longest to extract,
-    and a zip is extracted only once it is complete, so its ranges go first and its extraction
-    overlaps the other downloads instead of following them (Windows, over a link of 20 MB/s a
-    connection: libnvvm's 54 MB at 0.6 s behind everything else, else at 0.35 s)."""
-
-    def __init__(self, n: int) -> None:
-        self._free = n
-        self._cond = threading.Condition()
-        self._waiting: list[tuple[int, int]] = []  # a heap of (-priority, arrival)
-        self._arrival = itertools.count()
-
-    @contextlib.contextmanager
-    def __call__(self, priority: int = 0) -> Iterator[None]:
-        with self._cond:
-            ticket = (-priority, next(self._arrival))
-            heapq.heappush(self._waiting, ticket)
-            try:
-                while not self._free or self._waiting[0] != ticket:
-                    self._cond.wait()
-            finally:  # taken, or given up (Ctrl-C): the next in line may go
-                self._waiting.remove(ticket)
-                heapq.heapify(self._waiting)
-                self._cond.notify_all()
-            self._free -= 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._free += 1
-                self._cond.notify_all()
-
-
 class Transport:
     """Fetches URLs (http, https, file) with retries; thread-safe."""
 
@@ -96,7 +58,7 @@ class Transport:
         self._sockets: set[socket.socket] = set()
         self._unreachable: set[str] = set()  # hosts that refused or never answered, in this run
         # bounds the open connections of all downloads together (--jobs)
-        self.slots = Slots(max(1, connections))
+        self.slots = threading.BoundedSemaphore(max(1, connections))
         self.connections = max(1, connections)
         # who may supply hashes (the source sets the user's --trusted-host); judged on every hop
         self.trust: Trust | None = None
@@ -250,7 +212,7 @@ class Transport:
     # -- archives --------------------------------------------------------------------------------
     def download(self, url: str, dest: Path, *, size: int, sha256: str,
                  progress: Progress = lambda _n: None, watch: Progress | None = None,
-                 offset: int = 0, quick: bool = False, priority: int = 0) -> None:
+                 offset: int = 0, quick: bool = False) -> None:
         """Fetch ``url`` into ``dest``, checking size and sha256 as the bytes arrive.
 
         ``watch(n)`` is told whenever the first ``n`` bytes of ``dest`` are in place (n only
@@ -258,7 +220,6 @@ class Transport:
         already hold that many bytes of the file (a partial download of an earlier run, see
         :func:`resume_point`); they are hashed and the rest is asked for with Range. ``quick``:
         another URL can serve the file, so one that does not answer is given up within seconds.
-        ``priority``: its requests' place in the queue for a connection (:class:`Slots`).
         On return ``dest`` holds exactly the expected bytes; on error it holds a prefix that
         :func:`resume_point` measures, or anything after an :class:`IntegrityError`.
         """
@@ -280,16 +241,14 @@ class Transport:
         elif offset >= size:
             actual = h.hexdigest()
         elif size - offset >= 2 * self.segment_size and self.connections > 1:
-            actual = self._segmented(url, dest, size, progress, watch, start=offset, seed=h, quick=quick,
-                                     priority=priority)
+            actual = self._segmented(url, dest, size, progress, watch, start=offset, seed=h, quick=quick)
         else:
             with contextlib.suppress(FileNotFoundError):
                 marker_path(dest).unlink()  # a single stream: the file's length is its valid prefix
             with open(dest, "r+b" if offset else "wb") as fh:
                 fh.seek(offset)
                 fh.truncate()
-                self._stream_range(url, fh, offset, size, size, progress, h, on_write=watch, quick=quick,
-                                   priority=priority)
+                self._stream_range(url, fh, offset, size, size, progress, h, on_write=watch, quick=quick)
             actual = h.hexdigest()
         if actual != sha256:
             raise IntegrityError(
@@ -330,7 +289,7 @@ class Transport:
 
     def _segmented(self, url: str, dest: Path, size: int, progress: Progress,
                    watch: Progress | None = None, *, start: int = 0,
-                   seed: hashlib._Hash | None = None, quick: bool = False, priority: int = 0) -> str:
+                   seed: hashlib._Hash | None = None, quick: bool = False) -> str:
         """Fetch bytes [start, size) as concurrent byte ranges (``seed`` has hashed the ones before);
         falls back to one stream without Range. A marker beside ``dest`` keeps the length of the
         prefix in place, for a later run to resume from if this one is killed."""
@@ -350,7 +309,7 @@ class Transport:
                         fh.seek(start)
                         self._stream_range(url, fh, start, end, size, progress, None,
                                            on_write=functools.partial(hasher.advance, idx),
-                                           ranged=True, quick=quick, priority=priority)
+                                           ranged=True, quick=quick)
                 except BaseException as exc:  # re-raised in the caller's thread
                     errors.append(exc)
                 finally:
@@ -379,15 +338,14 @@ class Transport:
             with contextlib.suppress(FileNotFoundError):
                 marker_path(dest).unlink()
             with open(dest, "r+b") as out:
-                self._stream_range(url, out, 0, size, size, progress, h, on_write=watch, quick=quick,
-                                   priority=priority)
+                self._stream_range(url, out, 0, size, size, progress, h, on_write=watch, quick=quick)
             return h.hexdigest()
         return hashing
 
     def _stream_range(self, url: str, fh: BinaryIO, start: int, end: int, total: int,
                       progress: Progress, h: hashlib._Hash | None, *,
                       on_write: Callable[[int], None] | None = None, ranged: bool = False,
-                      quick: bool = False, priority: int = 0) -> None:
+                      quick: bool = False) -> None:
         """Write bytes [start, end) of ``url`` to ``fh`` (positioned at ``start``), resuming with Range.
 
         ``on_write(pos)`` is told where the bytes in place end, first when a response starts.
@@ -407,7 +365,7 @@ class Transport:
             got = skip = 0
             answered = False
             try:
-                with self.slots(priority), self.client.stream("GET", url, headers=headers,
+                with self.slots, self.client.stream("GET", url, headers=headers,
                                                     **self._request_options(url, quick)) as r:
                     answered = True
                     self._check_status(r, url, total)

@@ -11,7 +11,6 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -313,35 +312,6 @@ def test_segmented_short_file_is_a_size_error(segmented: Transport, srv: FaultSe
 
 
 # -- small documents and local files ---------------------------------------------------------------------
-def test_a_free_connection_goes_to_the_biggest_waiting_download(tmp_path: Path) -> None:
-    """Connections are granted by priority (an archive's size), first come first served among equals:
-    the longest extraction's bytes arrive first."""
-    import threading
-
-    root = tmp_path / "www"
-    root.mkdir()
-    files = {f"{name}.zip": random.Random(n).randbytes(1000 * n) for n, name in
-             ((1, "small"), (9, "big"), (5, "mid"), (9, "big2"))}
-    for name, data in files.items():
-        (root / name).write_bytes(data)
-    t = Transport(connections=1)
-    with FaultServer(root) as srv, t:
-        threads = []
-        with t.slots(10**9):  # the only connection, held until all four wait for it
-            for name, data in files.items():
-                kw = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest(), "priority": len(data)}
-                threads.append(threading.Thread(target=t.download, args=(srv.url(name), tmp_path / name),
-                                                kwargs=kw))
-                threads[-1].start()
-                deadline = time.monotonic() + 10
-                while len(t.slots._waiting) < len(threads) and time.monotonic() < deadline:
-                    time.sleep(0.01)
-        for th in threads:
-            th.join(30)
-        assert [r.path.lstrip("/") for r in srv.requests] == ["big.zip", "big2.zip", "mid.zip", "small.zip"]
-    assert all((tmp_path / name).read_bytes() == data for name, data in files.items())
-
-
 def test_get_bytes_retries_and_limits(transport: Transport, srv: FaultServer, blob: Blob) -> None:
     srv.status(BLOB, 502)
     assert transport.get_bytes(srv.url(BLOB)) == blob[1]
@@ -515,29 +485,6 @@ def test_install_through_a_proxy(mirror: Path, proxy: ForwardProxy, tmp_path: Pa
         assert sorted(proxy.seen) == sorted(base + q.path.lstrip("/") for q in origin.requests)
     assert base + "redistrib_13.0.1.json" in proxy.seen
     assert sum(u.endswith(".tar.xz") for u in proxy.seen) == 7
-
-
-def test_an_install_asks_for_each_archive_with_its_size_as_priority(mirror: Path, tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    asked: dict[str, int] = {}
-    real = Transport.download
-
-    def download(self: Transport, url: str, dest: Path, **kw: Any) -> None:
-        asked[url.rsplit("/", 1)[1]] = kw["priority"]
-        real(self, url, dest, **kw)
-
-    monkeypatch.setattr(Transport, "download", download)
-    from typer.testing import CliRunner
-
-    from cudaredist.cli import app
-
-    with FaultServer(mirror) as origin:
-        r = CliRunner().invoke(app, ["install", "13.0", "--prefix", str(tmp_path / "cuda"), "--platform",
-                                     "linux-x86_64", "--base-url", origin.base, "-q",
-                                     "--cache-dir", str(tmp_path / "cache")])
-        assert r.exit_code == 0, r.output
-    assert len(asked) == 7
-    assert asked == {name: next(mirror.rglob(name)).stat().st_size for name in asked}
 
 
 # -- redirects: trust is judged on every URL that answered ---------------------------------------------
