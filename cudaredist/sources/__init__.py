@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from cudaredist.plan import Plan, PlannedArchive
     from cudaredist.profiles import Spec
     from cudaredist.sources.mirroring import MirrorContent
-    from cudaredist.tree.staging import Digests, Mapper, Tree
+    from cudaredist.tree.extract import Digests
+    from cudaredist.tree.staging import Mapper, Tree
 
 ENV_SOURCE = "CUDAREDIST_SOURCE"
 SOURCES = ("nvidia", "pypi")

@@ -14,20 +14,22 @@ import struct
 import tarfile
 import threading
 import zipfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any, cast
 
 from cudaredist.errors import ConflictError, UnsafeArchiveError
 from cudaredist.tree.paths import clean_member, strip_top, tree_path, zip_entry_mode
-from cudaredist.tree.staging import Digests, Mapper, Tree
+from cudaredist.tree.staging import Mapper, Tree
 
 try:
     from zlib_ng import zlib_ng as zlib
 except ImportError:  # pragma: no cover - a host without its wheel
     import zlib  # type: ignore[no-redef]
 
+# an open zip -> its members' sha256 (hex) as the archive itself records them, by clean member path
+Digests = Callable[[zipfile.ZipFile], Mapping[str, str]]
 READ_SIZE = 1 << 20
 # Creating a file is the kernel's work (0.02-0.8 ms on ext4) and runs in parallel across directories:
 # a zip, or an unpacked entry placed into a tree, with this many files is written by up to

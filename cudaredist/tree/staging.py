@@ -12,10 +12,10 @@ import os
 import posixpath
 import shutil
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO
 
 from cudaredist import fsops
 from cudaredist.errors import ConflictError, CudaRedistError, LocalDiskError, UnsafeArchiveError
@@ -23,16 +23,11 @@ from cudaredist.fsops import WINDOWS
 from cudaredist.localfs import disk_error, fold, umask_keeps
 from cudaredist.tree.paths import link_target_inside
 
-if TYPE_CHECKING:
-    import zipfile
-
 CHUNK = 1 << 20
 _OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
 
 # (clean member path) -> tree path, or None to skip the member
 Mapper = Callable[[str], "str | None"]
-# an open zip -> its members' sha256 (hex) as the archive itself records them (clean member path)
-Digests = Callable[["zipfile.ZipFile"], "Mapping[str, str]"]
 
 
 @dataclass(frozen=True)
@@ -367,6 +362,7 @@ class Tree:
         back the claims not placed."""
         from cudaredist.tree.links import place
 
+        files = [rec for rec in recs if not rec.link]
         for rec in recs:
             if rec.link:
                 self.add_symlink(rec.path, rec.link, component, archive)
@@ -375,27 +371,24 @@ class Tree:
         placed: list[FileRecord] = []
         try:
             with self._cond:
-                for rec in recs:
-                    if not rec.link:
-                        prev = self._claim(rec.path, "file", component, archive)
-                        if prev is None:
-                            fresh.append(rec)
-                        else:
-                            taken.append((rec, prev))
+                for rec in files:
+                    prev = self._claim(rec.path, "file", component, archive)
+                    if prev is None:
+                        fresh.append(rec)
+                    else:
+                        taken.append((rec, prev))
             for rec in fresh:
-                rel = self._spelled(rec.path)
-                self._ensure_dir(rel.rpartition("/")[0], archive)
-                dest = self._path(rel)
-                try:
-                    # a filesystem (pair) that could not clone one file cannot clone the next: copy
-                    used = place(source(rec), dest, "copy" if how == "clone" and not self._clones else how,
-                                 rec.mode, rec.size)  # long paths: place() takes care
-                    if how == "clone" and used == "copy":
-                        self._clones = False
-                except FileExistsError as exc:
-                    raise _taken(archive, rel, component) from exc
-                except OSError as exc:  # both sides are this machine's disks
-                    raise self._local(exc, dest) from exc
+                with self._writing(rec.path, archive) as (rel, dest):
+                    try:
+                        # a filesystem (pair) that could not clone one file cannot clone the next: copy
+                        mode = "copy" if how == "clone" and not self._clones else how
+                        used = place(source(rec), dest, mode, rec.mode, rec.size)  # long paths: place()'s
+                        if how == "clone" and used == "copy":
+                            self._clones = False
+                    except FileExistsError as exc:
+                        raise _taken(archive, rel, component) from exc
+                    except OSError as exc:  # both sides are this machine's disks
+                        raise self._local(exc, dest) from exc
                 placed.append(FileRecord(rel, rec.size, rec.sha256, rec.mode, component=component))
         finally:
             with self._cond:

@@ -210,14 +210,16 @@ class Metadata:
         """The requirements ``extra`` adds for a target whose markers are ``env`` (of ``among`` only,
         where given: the markers of the others are not evaluated)."""
         name = canonicalize_name(extra)
+
+        def adds(r: Requirement) -> bool:
+            return applies(r, {**env, "extra": name}) and not applies(r, {**env, "extra": ""})
+
+        if among is not None:
+            return [r for r in among if adds(r)]
         key = (name, tuple(sorted(env.items())))
-        if among is None and key in self._wanted:
-            return list(self._wanted[key])
-        found = [r for r in (self.requirements if among is None else among)
-                 if applies(r, {**env, "extra": name}) and not applies(r, {**env, "extra": ""})]
-        if among is None:
-            self._wanted[key] = found
-        return list(found)
+        if key not in self._wanted:
+            self._wanted[key] = [r for r in self.requirements if adds(r)]
+        return list(self._wanted[key])
 
 
 def _requirement(line: str) -> Requirement:
