@@ -93,9 +93,9 @@ def lock_wait(given: float | None = None) -> float:
 def hold(path: Path, wait: float, busy: str, owner: Path, *, doing: str, where: Path, option: str,
          cls: type[LocalDiskError] = LocalDiskError, waiting: Callable[[], None] | None = None,
          same: Callable[[Any], bool] | None = None) -> Iterator[filelock.BaseFileLock]:
-    """Hold the lock file ``path`` of ``owner`` (the one way cudaredist waits for another process):
-    a :class:`BusyError` saying ``busy`` after ``wait`` seconds, a local error (``doing`` ``where``)
-    when it cannot be made. ``waiting()`` is called while another process holds it (it may raise,
+    """Hold the lock file ``path`` of ``owner`` (the one way cudaredist waits for another process or
+    thread): a :class:`BusyError` saying ``busy`` after ``wait`` seconds, a local error (``doing``
+    ``where``) when it cannot be made. ``waiting()`` is called while another holds it (it may raise,
     e.g. to give up on Ctrl-C in a worker thread); a lock for which ``same(lock)`` is false (its file
     was removed by the previous holder) is taken again."""
     import filelock
