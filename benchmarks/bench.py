@@ -14,7 +14,7 @@ repetition, platform and link it runs, one after another and each as its own pro
 and once per repetition and platform (they read no server; listed under the link "local"):
 
   warm-clone, warm-hardlink, warm-copy   from the unpacked cache, --link-mode MODE, new prefix each
-  cp -a          a plain copy of the cold tree (copy mode's reference)
+  cp -a          a plain copy of the cold tree (copy mode's reference; the faster of two)
   no-op          warm-clone's command again (interpreter start included)
 
 and takes wall time, CPU time and peak RSS of that child (``os.wait4``). In the same run it
@@ -68,9 +68,10 @@ LINK_MODES = ("clone", "hardlink", "copy")
 NET_CASES = ("baseline", "cold", "cold-direct", "warm-archives", *uvcompare.NET_CASES)
 # timed once per platform and repetition (after the first link's cold run filled the cache)
 LOCAL_CASES = (*(f"warm-{m}" for m in LINK_MODES), "cp -a", "no-op", *uvcompare.LOCAL_CASES)
+REFERENCES = ("cp -a", "pypi-cp -a")  # timed twice, the faster kept (one_link)
 CASES = ("baseline", "cold", "cold-direct", "warm-archives", *(f"warm-{m}" for m in LINK_MODES), "cp -a",
          "no-op", *uvcompare.CASES)  # the table's order
-CUDAREDIST_CASES = tuple(c for c in CASES if c not in ("baseline", "cp -a", "pypi-cp -a")
+CUDAREDIST_CASES = tuple(c for c in CASES if c not in ("baseline", *REFERENCES)
                          and not c.startswith("uv-"))
 MB = 1e6
 
@@ -449,7 +450,12 @@ def one_link(cfg: Config, server: Server, pids: list[int], mirror: mirrors.Mirro
     out: list[Sample] = []
     for case in cases:
         best: Sample | None = None
-        for attempt in range(1 + cfg.retries):
+        # a reference (cp -a) at its best: the faster of two quiet copies. One copy in three took
+        # 0.3-0.55 s of system time instead of 0.12 s (the VM reclaiming pages), which would have
+        # passed the warm-default target on a reference three times too slow.
+        reference = case in REFERENCES
+        tries = 1 + max(cfg.retries, 1 if reference else 0)
+        for attempt in range(tries):
             for name in fresh[case]:
                 shutil.rmtree(d / name, ignore_errors=True)
             s = timed(cfg, server, pids, cmds[case], d / case.replace(" ", ""), env, rep, plat, case)
@@ -464,10 +470,15 @@ def one_link(cfg: Config, server: Server, pids: list[int], mirror: mirrors.Mirro
                 f"{'  ' + s.note if s.note else ''}")
             if s.exit_code:
                 log((d / case.replace(" ", "")).with_suffix(".stderr").read_text()[-2000:])
-            if best is None or s.background < best.background:
+            quiet = s.background <= cfg.noise
+            if best is None or (s.background < best.background if not reference
+                                else (quiet, -s.wall) > (best.background <= cfg.noise, -best.wall)):
                 best = s
-            if (s.exit_code or s.background <= cfg.noise or time.monotonic() > cfg.deadline
-                    or attempt == cfg.retries):
+            if s.exit_code or time.monotonic() > cfg.deadline or attempt == tries - 1:
+                break
+            if reference and attempt == 0:
+                continue
+            if quiet or reference:
                 break
             log(f"  {s.background:.2f} cores were busy with other processes: timing {case} again")
         assert best is not None
@@ -503,7 +514,7 @@ def check(s: Sample, out: Path, case: str, archives: int) -> str:
     """A note when the child did not do what the case means (failed, downloaded on a warm run...)."""
     if s.exit_code:
         return f"FAILED (exit {s.exit_code}; see stderr)"
-    if case in ("baseline", "cp -a", "pypi-cp -a") or case.startswith("uv-"):
+    if case in ("baseline", *REFERENCES) or case.startswith("uv-"):
         return ""
     try:
         res = json.loads(out.with_suffix(".stdout").read_text())
