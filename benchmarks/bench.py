@@ -450,10 +450,10 @@ def one_link(cfg: Config, server: Server, pids: list[int], mirror: mirrors.Mirro
     out: list[Sample] = []
     for case in cases:
         best: Sample | None = None
-        # a reference (cp -a) at its best: the faster of two copies, the second reading a tree the
-        # first brought into the page cache (as the unpacked entry a warm install copies from is).
-        # The first copy of the PyPI tree took 0.6-0.75 s of system time against 0.12-0.14 s, which
-        # "met" the warm-default target at 0.29x.
+        # a reference (cp -a) at its best: the faster of two copies. The first copy of the PyPI tree
+        # took 0.6-0.75 s of system time in copy_file_range against 0.12-0.14 s for the second (into
+        # the blocks the first freed; the source's pages were resident both times: the filesystem's
+        # block allocation, not the read), which "met" the warm-default target at 0.29x.
         reference = case in REFERENCES
         tries = 1 + max(cfg.retries, 1 if reference else 0)
         for attempt in range(tries):
