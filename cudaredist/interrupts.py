@@ -11,10 +11,16 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from types import FrameType
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from cudaredist.errors import signal_exit_code
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+
+_T = TypeVar("_T")
 
 
 class Interrupted(KeyboardInterrupt):
@@ -83,3 +89,33 @@ def deferred() -> Iterator[None]:
                 signal.signal(s, handler)
     if came:
         signal.raise_signal(came[0])  # to the handler there was: Ctrl-C's raises KeyboardInterrupt
+
+
+def wait_first(fs: Iterable[Future[Any]], timeout: float = 0.2) -> tuple[set[Future[Any]], set[Future[Any]]]:
+    """``concurrent.futures.wait(fs, timeout, FIRST_COMPLETED)`` for the main thread, with Ctrl-C and
+    SIGTERM held (:func:`deferred`) until it returns, within ``timeout``, and raised then. Raised
+    inside the wait, KeyboardInterrupt can come while the wait takes back a lock that a finishing
+    worker holds: the wait's ``with`` then releases the worker's hold, and the worker's own release
+    fails ("release unlocked lock", a traceback on stderr after Ctrl-C; seen once in CI)."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    with deferred():
+        done, pending = wait(fs, timeout=timeout, return_when=FIRST_COMPLETED)
+    return done, pending
+
+
+def as_done(fs: Iterable[Future[_T]]) -> Iterator[Future[_T]]:
+    """Each of ``fs`` as it completes (``as_completed``), waited for through :func:`wait_first`."""
+    pending: set[Future[Any]] = set(fs)
+    while pending:
+        done, pending = wait_first(pending)
+        yield from done
+
+
+def results(fs: Iterable[Future[_T]]) -> list[_T]:
+    """Every result of ``fs`` in their order (``pool.map``'s), once all are done (waited for through
+    :func:`wait_first`); the first failure in that order is raised."""
+    fs = list(fs)
+    for _ in as_done(fs):
+        pass
+    return [f.result() for f in fs]

@@ -480,3 +480,53 @@ def test_a_real_ctrl_c_during_uninstall_leaves_the_tree_whole_or_gone(tmp_path: 
         assert proc.returncode in (0, 130), err
         assert proc.returncode == 0 or "it was completed first" in err, err
         assert not prefix.exists()
+
+
+def test_ctrl_c_while_the_main_thread_waits_for_workers_is_raised_once_the_wait_is_out() -> None:
+    """Raised inside ``concurrent.futures.wait``, KeyboardInterrupt can come while the wait takes back
+    a lock that a finishing worker holds; the worker's release then fails ("release unlocked lock",
+    a traceback on stderr after Ctrl-C: stalled-read, CI, stop 42). The main thread's waits go
+    through ``interrupts.wait_first``, which holds the signal until the wait has returned."""
+    import traceback
+    from concurrent.futures import ThreadPoolExecutor
+
+    from cudaredist import interrupts
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # xdist's workers ignore it
+    release = threading.Event()
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            busy = pool.submit(release.wait, 10)
+            main = threading.main_thread().ident
+            assert main is not None
+            threading.Timer(0.05, signal.pthread_kill, args=(main, signal.SIGINT)).start()
+            with pytest.raises(KeyboardInterrupt) as info:
+                for _ in range(50):
+                    interrupts.wait_first({busy}, timeout=0.2)
+            release.set()
+            assert busy.result() is True  # the worker finished cleanly
+    finally:
+        release.set()
+        signal.signal(signal.SIGINT, previous)
+    where = traceback.extract_tb(info.tb)[-1]
+    assert where.filename == interrupts.__file__, f"raised inside {where.filename}:{where.lineno}"
+    assert signal.getsignal(signal.SIGINT) is previous
+
+
+def test_results_are_in_order_and_the_first_failure_in_that_order_is_raised() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from cudaredist import interrupts
+
+    def slow_square(n: int) -> int:
+        time.sleep(0.01 * (5 - n))  # finishing in reverse order
+        if n == 3:
+            raise ValueError(n)
+        return n * n
+
+    with ThreadPoolExecutor(4) as pool:
+        assert interrupts.results([pool.submit(slow_square, n) for n in (0, 1, 2, 4)]) == [0, 1, 4, 16]
+        with pytest.raises(ValueError, match="3"):
+            interrupts.results([pool.submit(slow_square, n) for n in range(5)])
+        done = list(interrupts.as_done([pool.submit(slow_square, n) for n in (0, 4)]))
+        assert [f.result() for f in done] == [16, 0]  # as each completes

@@ -10,7 +10,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ThreadPoolExecutor, wait
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout  # not the builtin before 3.11
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar, cast
@@ -20,6 +20,7 @@ from cudaredist.cache.unpacked import UnpackedEntry, entry_key, materialize
 from cudaredist.errors import FetchError, UnsafeArchiveError
 from cudaredist.fetch.fetcher import Aborted, DownloadFailed, GrowingFile
 from cudaredist.fsops import WINDOWS
+from cudaredist.interrupts import wait_first
 from cudaredist.plan import Plan, PlannedArchive, placed
 from cudaredist.sources import layout
 from cudaredist.tree.extract import extract, is_streamable
@@ -248,8 +249,9 @@ class Build:
         pending: set[Future[Any]] = set(self.fetch_of.values()) | extractions
         try:
             while pending:
-                # with a timeout: Ctrl-C reaches a main thread that waits (Windows included)
-                done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                # returns within 0.2 s: Ctrl-C reaches a main thread that waits (Windows included),
+                # raised once the wait has returned (interrupts.wait_first)
+                done, pending = wait_first(pending)
                 for fut in done:
                     item = by_future.get(fut)
                     if item is None:

@@ -138,8 +138,9 @@ class Installer:
         try:
             with ThreadPoolExecutor(min(self.jobs, len(items)) or 1, thread_name_prefix="fetch") as pool:
                 try:
-                    for item, (_path, cached) in zip(items, pool.map(self.fetcher.fetch, items),
-                                                     strict=True):
+                    fetching = {pool.submit(self.fetcher.fetch, item): item for item in items}
+                    for fut in interrupts.as_done(fetching):
+                        item, (_path, cached) = fetching[fut], fut.result()
                         self.reporter.archive_done(item.archive.filename, item.archive.size,
                                                    cached=cached)
                 except BaseException:

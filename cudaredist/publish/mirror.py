@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import unquote
 
+from cudaredist import interrupts
 from cudaredist.cache.store import hold, lock_wait
 from cudaredist.errors import FetchError, ManifestError
 from cudaredist.hashing import sha256_file
@@ -205,7 +206,7 @@ def _copy_archives(out: Path, copies: Sequence[CopiedArchive], fetch: Fetch, rep
 
     try:
         with ThreadPoolExecutor(max(1, min(jobs, len(need))), thread_name_prefix="mirror") as pool:
-            report.archives.extend(pool.map(one, need))
+            report.archives.extend(interrupts.results([pool.submit(one, copy) for copy in need]))
     finally:
         reporter.close()
 

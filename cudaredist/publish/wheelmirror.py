@@ -11,11 +11,12 @@ import json
 import os
 import queue
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cudaredist import interrupts
 from cudaredist.errors import ManifestError
 from cudaredist.localfs import mb
 from cudaredist.plan import PlannedArchive, version_key
@@ -187,15 +188,14 @@ def build_archives(out: Path, builds: Sequence[BuiltArchive], *,
                     ThreadPoolExecutor(packers, thread_name_prefix="pack") as packs:
                 fetched = {pool.submit(fetch, b.wheel): b for b in need}
                 try:
-                    for fut in as_completed(fetched):
+                    for fut in interrupts.as_done(fetched):
                         job = fetched[fut]
                         wheel, cached = fut.result()
                         reporter.archive_done(job.wheel.archive.filename, job.wheel.archive.size,
                                               cached=cached)
                         ready.put((-job.wheel.archive.size, len(packing), job, wheel, cached))
                         packing.append(packs.submit(lambda: build(*ready.get_nowait()[2:])))
-                    for fut in packing:
-                        fut.result()
+                    interrupts.results(packing)
                 except BaseException:
                     for fut in [*fetched, *packing]:
                         fut.cancel()
