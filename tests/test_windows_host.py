@@ -195,7 +195,8 @@ def test_the_msvc_toolset_choice_under_the_windows_cpython(winpy: Path, tmp_path
 
 
 @pytest.mark.parametrize("death", [
-    pytest.param("wineserver64: server/sock.c:1331: sock_poll_event: Assertion \\`x' failed.", id="assertion"),
+    pytest.param("wineserver64: server/sock.c:1331: sock_poll_event: Assertion \\`x' failed.",
+                 id="assertion"),
     pytest.param("wineserver crashed, please enable coredumps (ulimit -c unlimited) and restart.",
                  id="crashed"),
 ])
