@@ -115,7 +115,7 @@ def as_done(fs: Iterable[Future[_T]]) -> Iterator[Future[_T]]:
 def results(fs: Iterable[Future[_T]]) -> list[_T]:
     """Every result of ``fs`` in their order (``pool.map``'s), once all are done (waited for through
     :func:`wait_first`); the first failure in that order is raised."""
-    fs = list(fs)
-    for _ in as_done(fs):
-        pass
+    fs, pending = list(fs), set(fs)
+    while pending:
+        _done, pending = wait_first(pending)
     return [f.result() for f in fs]

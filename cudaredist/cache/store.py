@@ -102,23 +102,21 @@ def hold(path: Path, wait: float, busy: str, owner: Path, *, doing: str, where: 
 
     lock = filelock.FileLock(str(path), timeout=wait)
     deadline = time.monotonic() + wait
-    # the threads of this process queue on a gate per path: filelock would make them poll the file
-    # (50 ms sleeps; five index pages stored at once lost 50 ms of a cold install)
-    gate = _gate(path)
-    while not gate.acquire(timeout=max(0.0, min(0.1, deadline - time.monotonic()))):
-        if waiting is not None:
-            waiting()
-        if time.monotonic() >= deadline:
-            raise BusyError(busy, path=str(owner), lock=str(path))
+    # the threads of this process queue on a gate per path and only its holder asks filelock, which
+    # would make them poll the file (50 ms sleeps; five index pages stored at once lost 50 ms)
+    gate, gated = _gate(path), False
     try:
         try:
             while True:
                 if waiting is not None:
                     waiting()
                 try:
+                    gated = gated or gate.acquire(timeout=max(0.0, min(0.1, deadline - time.monotonic())))
+                    if not gated:
+                        raise filelock.Timeout(str(path))
                     lock.acquire(timeout=max(0.0, min(0.1, deadline - time.monotonic())))
                 except filelock.Timeout:
-                    if not os.path.lexists(path):
+                    if gated and not os.path.lexists(path):
                         # no holder has a lock whose file is not there: filelock takes a file it
                         # cannot create (ENOENT in /proc) for a race and retries; the disk's reason
                         os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o666))
@@ -137,7 +135,8 @@ def hold(path: Path, wait: float, busy: str, owner: Path, *, doing: str, where: 
         finally:
             lock.release()
     finally:
-        gate.release()
+        if gated:
+            gate.release()
 
 
 _GATES: dict[str, threading.Lock] = {}

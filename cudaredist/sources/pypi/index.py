@@ -357,8 +357,8 @@ def resolve_plan(index: WheelIndex, train: str, *, platform: str, profile: str |
         for req in _requirements_for(spec, meta, release, platform, data):
             wanted.setdefault(req.name, {})[str(req.specifier)] = None
     with ThreadPoolExecutor(min(8, len(wanted))) as pool:
-        results = interrupts.results([pool.submit(_plan_item, index, name, list(specs), release, platform)
-                               for name, specs in wanted.items()])
+        results = interrupts.results([pool.submit(_plan_item, index, name, list(specs), release,
+                                                  platform) for name, specs in wanted.items()])
     items = tuple(item for item, _n in results) + tuple(item for _r, item in picked)
     notes.extend(n for _item, item_notes in results for n in item_notes)
     present = {i.component for i in items}
