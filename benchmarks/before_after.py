@@ -5,12 +5,14 @@ hard-linked, warm default and no-op, redist and pypi) for an old checkout (a git
 worktree) and this one, alternating run by run on the same mirror and index from one unthrottled
 loopback server, and reports for each the medians of wall, CPU, and the main thread's phases:
 
-  start-up   process start to the command's call: the interpreter, imports, the command line
+  start-up   process start to the command's call (the interpreter, imports, the command line),
+             and the process's end once its exit handlers ran
   resolve    the source opened and the plan resolved (manifest or index pages, wheel metadata)
   build      downloads, extractions and placement (``Build.run``; the main thread waits there)
   host fix   the host fixes (``Installer._host_fixes``)
   record     the prefix's record built and written
-  rest       everything else: locks, the staging tree's swap, output, exit
+  rest       everything else: the install machinery's imports, the locks, the staging tree and its
+             swap into place, the output
 
 A phase is timed by wrapping the function that owns it in the child process; a checkout without
 that function shows ``-``. Needs the mirror and index that ``bench.py`` builds into its work dir.
@@ -35,10 +37,10 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from bench import Server  # noqa: E402
+from bench import _SCRUB, Server  # noqa: E402
+from mirrors import components  # noqa: E402
 
-COMPONENTS = ("cuda_nvcc", "cuda_cudart", "cccl|cuda_cccl", "cuda_crt", "libnvvm")  # bench.py's five
-ONLY = ["--only", *(a for c in COMPONENTS for a in ("-c", c))]
+ONLY = ["--only", *(a for c in components(with_nvrtc=False) for a in ("-c", c))]  # bench.py's five
 PHASES = {  # phase: [(module, class or "", function)], each timed from its module's load on
     "start-up": [("cudaredist.api", "", "install")],
     "resolve": [("cudaredist.sources", "", "open_source"), ("cudaredist.sources.cross", "", "resolve_tree")],
@@ -127,7 +129,7 @@ def cases(url: str) -> dict[str, tuple[list[str], str, bool, bool]]:
 def one(python: str, checkout: Path, args: list[str], cache: Path, prefix: Path, *, fresh: bool,
         cold: bool, work: Path) -> dict[str, float]:
     out = work / "phases.json"
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "VIRTUAL_ENV")}
+    env = {k: v for k, v in os.environ.items() if k not in _SCRUB and k != "VIRTUAL_ENV"}  # as bench.py's
     # run from the work dir: `python -c` puts the current directory before PYTHONPATH
     env.update(PYTHONPATH=str(checkout), BA_PHASES=json.dumps(PHASES), BA_OUT=str(out))
     command = [python, "-c", DRIVER, *args, "--cache-dir", str(cache), "--prefix", str(prefix)]
@@ -165,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work-dir", type=Path,
                     default=Path(os.environ.get("TMPDIR", "/tmp")) / "cudaredist-bench",
                     help="bench.py's work dir: its mirror (mirrors/) and index (pypi-index-13.0.2/)")
-    ap.add_argument("--only", default="", help="comma list of words: only the cases whose name has one")
+    ap.add_argument("--cases", default="", help="comma list of words: only the cases whose name has one")
     ap.add_argument("--json-out", type=Path)
     opts = ap.parse_args(argv)
     work = opts.work_dir
@@ -178,8 +180,10 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(dir=work) as tmp:
         tmpdir = Path(tmp)
         old = tmpdir / "old"
-        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "-q", "--detach", str(old), opts.old],
-                       check=True)
+        made = subprocess.run(["git", "-C", str(REPO), "worktree", "add", "-q", "--detach", str(old),
+                               opts.old], capture_output=True, text=True, check=False)
+        if made.returncode:
+            raise SystemExit(f"cannot check out --old {opts.old}: {made.stderr.strip()}")
         root = tmpdir / "serve"
         root.mkdir()
         (root / "redist").symlink_to(mirror, target_is_directory=True)
@@ -188,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         results: dict[str, dict[str, list[dict[str, float]]]] = {}
         try:
             todo = {k: v for k, v in cases(server.url).items()
-                    if not opts.only or any(w in k for w in opts.only.split(","))}
+                    if not opts.cases or any(w in k for w in opts.cases.split(","))}
             for rep in range(opts.reps):
                 for name, (args, key, fresh, cold) in todo.items():
                     pair = [("before", old), ("after", REPO)]
