@@ -31,7 +31,6 @@ from cudaredist.plan import Plan
 from cudaredist.profiles import cross_rule, is_windows, platform_rule
 from cudaredist.progress import Reporter
 from cudaredist.tree import hostfixes, links, versionjson
-from cudaredist.tree.implib import add_import_libraries
 from cudaredist.tree.staging import FileRecord, Tree
 from cudaredist.tree.versionjson import version_json
 
@@ -251,6 +250,9 @@ class Installer:
         build.run()
         if is_windows(plan.platform):
             # MinGW's ld cannot link 13.x cudart.lib (MSVC objects): GNU import libraries beside it
+            # (imported here: a Linux tree's install does without its PE reader, 2 ms of start-up)
+            from cudaredist.tree.implib import add_import_libraries
+
             add_import_libraries(tree, warn=self.reporter.message)
         # NVIDIA's version.json at the root: in the record, verified and uninstalled like the rest
         tree.add_file(versionjson.PATH, io.BytesIO(version_json(plan)), 0o644, versionjson.COMPONENT,

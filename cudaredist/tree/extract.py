@@ -11,25 +11,26 @@ import io
 import lzma
 import os
 import struct
-import tarfile
 import threading
-import zipfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import cache
 from pathlib import Path
-from typing import IO, Any, cast
+from types import ModuleType
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from cudaredist.errors import ConflictError, UnsafeArchiveError
 from cudaredist.tree.paths import clean_member, strip_top, tree_path, zip_entry_mode
 from cudaredist.tree.staging import Mapper, Tree
 
-try:
-    from zlib_ng import zlib_ng as zlib
-except ImportError:  # pragma: no cover - a host without its wheel
-    import zlib  # type: ignore[no-redef]
+# tarfile, zipfile and zlib-ng are imported by the functions that read archives: a warm install reads
+# none, and its start-up does without them (2 ms)
+if TYPE_CHECKING:
+    import tarfile
+    import zipfile
 
 # an open zip -> its members' sha256 (hex) as the archive itself records them, by clean member path
-Digests = Callable[[zipfile.ZipFile], Mapping[str, str]]
+Digests = Callable[["zipfile.ZipFile"], Mapping[str, str]]
 READ_SIZE = 1 << 20
 # Creating a file is the kernel's work (0.02-0.8 ms on ext4) and runs in parallel across directories:
 # a zip, or an unpacked entry placed into a tree, with this many files is written by up to
@@ -41,6 +42,18 @@ FILE_THREADS = 4
 # (libnvvm: cicc and libnvvm.so, 30 MB each) would otherwise hold one core while the other waits.
 PARALLEL_ZIP_BYTES = 8 << 20
 _LOCAL = struct.Struct("<4sHHHHHIIIHH")  # a zip member's local header
+
+
+@cache
+def _zlib() -> ModuleType:
+    """zlib-ng's zlib API where its wheel is installed (about twice as fast), else the standard one."""
+    try:
+        from zlib_ng import zlib_ng
+    except ImportError:  # pragma: no cover - a host without its wheel
+        import zlib
+
+        return zlib
+    return zlib_ng
 
 
 def redist_mapper(component: str, archive: str, root: str = "") -> Mapper:
@@ -75,6 +88,8 @@ def extract(path: Path | None, tree: Tree, *, component: str, archive: str, mapp
         assert path is not None
         return _extract_zip(path, tree, component=component, archive=archive, mapper=mapper,
                             digests=digests)
+    import tarfile
+
     with contextlib.ExitStack() as stack:
         raw = fileobj if fileobj is not None else stack.enter_context(
             open(path, "rb", buffering=0))  # type: ignore[arg-type]  # buffered by _open_tar
@@ -119,6 +134,8 @@ def _open_tar(raw: IO[bytes]) -> tarfile.TarFile:
     """A front-to-back tar reader over ``raw`` (a file or a download being written, both
     unbuffered). xz goes through LZMAFile: tarfile's own "r|xz" decompresses in 10 KiB steps and
     re-joins its buffers, a tenth of the time on big archives."""
+    import tarfile
+
     # LZMAFile and tarfile read 8-64 KiB at a time: one 1 MiB read of the source serves many
     # (a followed download takes a lock and a seek for each read).
     buffered = io.BufferedReader(cast(io.RawIOBase, raw), READ_SIZE)
@@ -149,6 +166,8 @@ class _Forward:
         return self.pos
 
     def seek(self, offset: int, whence: int = 0) -> int:
+        import tarfile
+
         if whence != 0 or offset < self.pos:
             raise tarfile.StreamError("seeking backwards is not allowed")
         while self.pos < offset:
@@ -179,6 +198,8 @@ class _MemberData(io.RawIOBase):
         while len(data) < n:  # the decompressor may return less than asked before its end
             more = self._stream.read(n - len(data))
             if not more:
+                import tarfile
+
                 raise tarfile.ReadError("unexpected end of data")
             data += more
         self._left -= n
@@ -204,6 +225,8 @@ def _member_data(tf: tarfile.TarFile, m: tarfile.TarInfo) -> IO[bytes]:
 
 def _extract_zip(path: Path, tree: Tree, *, component: str, archive: str, mapper: Mapper,
                  digests: Digests | None) -> None:
+    import zipfile
+
     try:
         zf = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError) as exc:
@@ -242,6 +265,8 @@ def _inflate(zf: zipfile.ZipFile, files: Sequence[tuple[zipfile.ZipInfo, str, in
              component: str, archive: str) -> None:
     """Every file member into ``tree``: in archive order, or from several threads for a big zip
     (zipfile's handles share the file under a lock; the tree takes claims from any thread)."""
+    import zipfile
+
     def one(info: zipfile.ZipInfo, rel: str, mode: int, digest: str) -> None:
         if info.compress_type == zipfile.ZIP_DEFLATED and not info.flag_bits & 0x1 and zf.filename:
             with open(zf.filename, "rb") as fh:  # its own handle: no lock shared with the other threads
@@ -292,6 +317,8 @@ class DeflatedMember:
     is a :class:`zipfile.BadZipFile`."""
 
     def __init__(self, fh: IO[bytes], info: zipfile.ZipInfo) -> None:
+        import zipfile
+
         fh.seek(info.header_offset)
         head = fh.read(_LOCAL.size)
         if len(head) != _LOCAL.size or head[:4] != b"PK\x03\x04":
@@ -305,7 +332,8 @@ class DeflatedMember:
                                      f"{spelled!r} differ")
         self._fh, self._info, self._left = fh, info, info.compress_size
         self._out = self._crc = 0  # inflated bytes so far, and their CRC-32
-        self._d, self._pending = zlib.decompressobj(-15), b""
+        self._zlib, self._bad = _zlib(), zipfile.BadZipFile
+        self._d, self._pending = self._zlib.decompressobj(-15), b""
 
     def read(self, n: int = -1) -> bytes:
         """``n`` bytes (fewer only at the end), as a file's ``read``."""
@@ -321,6 +349,7 @@ class DeflatedMember:
     def _more(self, want: int) -> bytes:
         """The next inflated bytes (at most ``want``), b"" at the end (after checking it)."""
         while True:
+            out: bytes
             if self._d.unconsumed_tail:
                 out = self._d.decompress(self._d.unconsumed_tail, want)
             elif self._left > 0:
@@ -333,14 +362,14 @@ class DeflatedMember:
                 out = self._d.flush()
                 if not out:  # the end: it must be exactly the recorded size and CRC
                     if not self._d.eof or self._out != self._info.file_size:
-                        raise zipfile.BadZipFile(f"{self._info.orig_filename!r} inflates to {self._out} "
-                                                 f"bytes, not {self._info.file_size}")
+                        raise self._bad(f"{self._info.orig_filename!r} inflates to {self._out} "
+                                        f"bytes, not {self._info.file_size}")
                     if self._crc != self._info.CRC:
-                        raise zipfile.BadZipFile(f"bad CRC-32 for {self._info.orig_filename!r}")
+                        raise self._bad(f"bad CRC-32 for {self._info.orig_filename!r}")
                     return b""
             if out:
-                self._crc = zlib.crc32(out, self._crc)
+                self._crc = self._zlib.crc32(out, self._crc)
                 self._out += len(out)
                 if self._out > self._info.file_size:
-                    raise zipfile.BadZipFile(f"{self._info.orig_filename!r} inflates past its size")
+                    raise self._bad(f"{self._info.orig_filename!r} inflates past its size")
                 return out
