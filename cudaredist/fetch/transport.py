@@ -10,7 +10,6 @@ import contextlib
 import functools
 import hashlib
 import re
-import socket
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -33,6 +32,8 @@ from cudaredist.hashing import CHUNK
 from cudaredist.trust import Trust, redirected
 
 if TYPE_CHECKING:
+    import socket
+
     import httpx
 
 _T = TypeVar("_T")
@@ -85,9 +86,12 @@ class Transport:
         with self._client_lock:
             sockets = list(self._sockets)
             self._sockets.clear()
-        for sock in sockets:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+        if sockets:  # (socket is imported with httpx, by the connection that opened them)
+            import socket
+
+            for sock in sockets:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
 
     def resume(self) -> None:
         """Accept requests again after :meth:`cancel` (cut connections are not reused)."""
@@ -103,6 +107,8 @@ class Transport:
     def _trace(self, event: str, info: dict[str, object]) -> None:
         # httpcore reports each new connection: keep its socket so cancel() can cut a blocked read
         if event == "connection.connect_tcp.complete":
+            import socket
+
             stream = info.get("return_value")
             get = getattr(stream, "get_extra_info", None)
             sock = get("socket") if get is not None else None
