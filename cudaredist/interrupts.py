@@ -115,7 +115,8 @@ def as_done(fs: Iterable[Future[_T]]) -> Iterator[Future[_T]]:
 def results(fs: Iterable[Future[_T]]) -> list[_T]:
     """Every result of ``fs`` in their order (``pool.map``'s), once all are done (waited for through
     :func:`wait_first`); the first failure in that order is raised."""
-    fs, pending = list(fs), set(fs)
+    fs = list(fs)
+    pending: set[Future[Any]] = set(fs)
     while pending:
         _done, pending = wait_first(pending)
     return [f.result() for f in fs]

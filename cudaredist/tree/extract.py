@@ -317,22 +317,19 @@ class DeflatedMember:
     is a :class:`zipfile.BadZipFile`."""
 
     def __init__(self, fh: IO[bytes], info: zipfile.ZipInfo) -> None:
-        import zipfile
-
         fh.seek(info.header_offset)
         head = fh.read(_LOCAL.size)
         if len(head) != _LOCAL.size or head[:4] != b"PK\x03\x04":
-            raise zipfile.BadZipFile(f"bad local header for {info.orig_filename!r}")
+            raise _bad_zip(f"bad local header for {info.orig_filename!r}")
         fields = _LOCAL.unpack(head)
         name = fh.read(fields[9])
         fh.seek(fields[10], 1)  # the extra field
         spelled = name.decode("utf-8" if info.flag_bits & 0x800 else "cp437")
         if spelled != info.orig_filename:
-            raise zipfile.BadZipFile(f"file name in directory {info.orig_filename!r} and header "
-                                     f"{spelled!r} differ")
+            raise _bad_zip(f"file name in directory {info.orig_filename!r} and header {spelled!r} differ")
         self._fh, self._info, self._left = fh, info, info.compress_size
         self._out = self._crc = 0  # inflated bytes so far, and their CRC-32
-        self._zlib, self._bad = _zlib(), zipfile.BadZipFile
+        self._zlib = _zlib()
         self._d, self._pending = self._zlib.decompressobj(-15), b""
 
     def read(self, n: int = -1) -> bytes:
@@ -362,14 +359,21 @@ class DeflatedMember:
                 out = self._d.flush()
                 if not out:  # the end: it must be exactly the recorded size and CRC
                     if not self._d.eof or self._out != self._info.file_size:
-                        raise self._bad(f"{self._info.orig_filename!r} inflates to {self._out} "
-                                        f"bytes, not {self._info.file_size}")
+                        raise _bad_zip(f"{self._info.orig_filename!r} inflates to {self._out} "
+                                       f"bytes, not {self._info.file_size}")
                     if self._crc != self._info.CRC:
-                        raise self._bad(f"bad CRC-32 for {self._info.orig_filename!r}")
+                        raise _bad_zip(f"bad CRC-32 for {self._info.orig_filename!r}")
                     return b""
             if out:
                 self._crc = self._zlib.crc32(out, self._crc)
                 self._out += len(out)
                 if self._out > self._info.file_size:
-                    raise self._bad(f"{self._info.orig_filename!r} inflates past its size")
+                    raise _bad_zip(f"{self._info.orig_filename!r} inflates past its size")
                 return out
+
+
+def _bad_zip(message: str) -> Exception:
+    """zipfile's BadZipFile, as ``ZipFile.open`` raises it (imported by then: a zip is being read)."""
+    import zipfile
+
+    return zipfile.BadZipFile(message)
