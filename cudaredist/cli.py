@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from cudaredist import __version__, commands
+from cudaredist.commands.base import errors
 from cudaredist.commands.install import install
 from cudaredist.commands.options import App
 
@@ -18,7 +19,8 @@ app = App(name="cudaredist", help="Assemble a CUDA toolkit tree from NVIDIA's re
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"cudaredist {__version__}")
+        with errors():  # (parsing, outside any command's boundary)
+            typer.echo(f"cudaredist {__version__}")
         raise typer.Exit()
 
 
@@ -45,10 +47,9 @@ if not commands.install_only:
 
 
 def main() -> None:
-    from cudaredist import interrupts, streams
+    from cudaredist import streams
 
     streams.configure()  # a redirected stdout on Windows: the code page its reader decodes with
-    interrupts.handle_sigterm()  # a cancelled CI job unwinds as Ctrl-C does: no staging tree left
     app(prog_name="cudaredist")
 
 

@@ -37,6 +37,7 @@ exactly one word; what no quoting of a shell can carry is refused with an error.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import ntpath
 import posixpath
@@ -48,6 +49,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cudaredist.errors import PrefixError, UsageError
+from cudaredist.localfs import local_error
 from cudaredist.plan import version_key
 from cudaredist.profiles import CrossRule, cross_rule, is_windows, platform_rule
 
@@ -307,10 +309,26 @@ def append_github(env: Environment, environ: Mapping[str, str]) -> None:
     if not env_file or not path_file:
         raise UsageError("--github: $GITHUB_ENV or $GITHUB_PATH is not set; run it in a GitHub Actions step")
     env_text, path_text = github_files(env, environ)
-    # text mode: the runner's own line ending (os.EOL, as @actions/core writes)
-    for name, text in ((env_file, env_text), (path_file, path_text)):
-        with open(name, "a", encoding="utf-8") as fh:
-            fh.write(text)
+    # both or neither: both are opened before either is written, and a failed write takes both back.
+    # Text mode: the runner's own line ending (os.EOL, as @actions/core writes)
+    name = env_file  # the file being written (an OSError of a write names none)
+    try:
+        with open(env_file, "a", encoding="utf-8") as env_fh, \
+                open(path_file, "a", encoding="utf-8") as path_fh:
+            ends = [(fh, fh.tell()) for fh in (env_fh, path_fh)]
+            try:
+                for fh, text in ((env_fh, env_text), (path_fh, path_text)):
+                    name = fh.name
+                    fh.write(text)
+                    fh.flush()
+            except OSError:
+                for fh, end in ends:
+                    with contextlib.suppress(OSError):
+                        fh.truncate(end)
+                raise
+    except OSError as exc:
+        raise local_error(exc, doing="append to", path=exc.filename or name,
+                          kept="neither $GITHUB_ENV nor $GITHUB_PATH was changed") from exc
 
 
 def applied(env: Environment, environ: Mapping[str, str]) -> dict[str, str]:

@@ -35,14 +35,28 @@ class Interrupted(KeyboardInterrupt):
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM as an exception (:func:`handle_sigterm`): unwound like Ctrl-C, exit status 143."""
+    """SIGTERM as an exception (:func:`unwinding`): unwound like Ctrl-C, exit status 143."""
 
 
-def handle_sigterm() -> None:
-    """Make SIGTERM (a CI job cancelled, ``kill``) unwind like Ctrl-C: staging trees are removed and
-    an interrupted swap or uninstall is finished or undone. Main thread only."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _raise_terminated)
+@contextlib.contextmanager
+def unwinding() -> Iterator[None]:
+    """While a command runs, Ctrl-C raises KeyboardInterrupt and SIGTERM (a CI job cancelled, ``kill``)
+    :class:`Terminated`, so they unwind alike: staging trees are removed and an interrupted swap or
+    uninstall is finished or undone. Before and after, the handlers there were (entry.py's end the
+    process at once). Main thread only; an ignored signal stays ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s, handler in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, _raise_terminated)):
+        if previous[s] is not signal.SIG_IGN:
+            signal.signal(s, handler)
+    try:
+        yield
+    finally:
+        for s, was in previous.items():
+            if was is not None:
+                signal.signal(s, was)
 
 
 def _raise_terminated(_signum: int, _frame: FrameType | None) -> None:
@@ -66,7 +80,7 @@ def with_done(exc: KeyboardInterrupt, plain: str, what: str, done: list[str]) ->
 @contextlib.contextmanager
 def deferred() -> Iterator[None]:
     """Hold SIGINT and SIGTERM until the block is done, then deliver the first that came to the
-    handler there was (Ctrl-C's raises KeyboardInterrupt, :func:`handle_sigterm`'s Terminated, an
+    handler there was (Ctrl-C's raises KeyboardInterrupt, :func:`unwinding`'s Terminated, an
     unhandled SIGTERM ends the process). Outside the main thread (where Python delivers signals) it
     does nothing."""
     if threading.current_thread() is not threading.main_thread():

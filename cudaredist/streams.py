@@ -30,7 +30,9 @@ def console_output_cp() -> int:  # pragma: no cover - Windows only (tests replac
 
 
 def configure(stdout: Any = None, stderr: Any = None) -> None:
-    """Set the encodings of a Windows process's redirected std streams (see the module doc)."""
+    """Set the encodings of a Windows process's redirected std streams (see the module doc); a std
+    stream the process was started without (``>&-``, ``2>&-``) becomes the null device first."""
+    _closed_as_null()
     if not WINDOWS or os.environ.get("PYTHONIOENCODING") or sys.flags.utf8_mode:
         return
     encoding: str | None = None
@@ -49,6 +51,20 @@ def configure(stdout: Any = None, stderr: Any = None) -> None:
             except LookupError:
                 encoding = "utf-8"
         stream.reconfigure(encoding=encoding, errors=errors)
+
+
+def _closed_as_null() -> None:
+    """Its descriptor taken, no file opened later lands on it (where a child or a stray write reaches
+    it); stderr's text is dropped, so a command that succeeds still exits 0; stdout is opened read-only,
+    so each write fails (EBADF) and a command whose output is its point says so (commands.base)."""
+    for fd, name in enumerate(("stdin", "stdout", "stderr")):
+        if getattr(sys, name) is None:
+            null = os.open(os.devnull, os.O_WRONLY if fd == 2 else os.O_RDONLY)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            setattr(sys, name, open(fd, "w" if fd else "r", errors="backslashreplace",  # noqa: SIM115 - the stream itself
+                                    closefd=False))
 
 
 def is_stdout_failure(exc: UnicodeEncodeError) -> bool:

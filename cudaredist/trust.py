@@ -6,7 +6,8 @@ sign its manifests: their authenticity is TLS to NVIDIA's server. A document is 
 
 - an ``https://`` URL (its certificate checked against the OS trust store or ``SSL_CERT_FILE``),
 - a local file or directory (``file://`` or a path),
-- a loopback address (``localhost``, 127.0.0.0/8, ``::1``): nothing crosses a network,
+- a loopback address (``localhost`` and ``*.localhost``, connected to loopback whatever they
+  resolve to; 127.0.0.0/8, ``::1``): nothing crosses a network,
 - a host the user names: ``--trusted-host HOST[:PORT]`` (repeatable) or ``CUDAREDIST_TRUSTED_HOST``
   (space-separated), as pip does; a HOST without a port trusts every port of it.
 
@@ -37,15 +38,22 @@ def _host_port(netloc: str) -> tuple[str, int | None]:
     return (parts.hostname or "").lower().rstrip("."), port
 
 
+def loopback_name(host: str) -> bool:
+    """``localhost`` or a name under it: this machine (RFC 6761) by its spelling alone, because the HTTP
+    client connects such a name to loopback itself, as curl does (fetch/client.py), never asking DNS
+    or a hosts file, which could send it to another machine."""
+    host = host.lower().rstrip(".")
+    return host == "localhost" or host.endswith(".localhost")
+
+
 def is_loopback(host: str) -> bool:
     """The one loopback predicate: what the trust rule calls "a loopback address" and what the HTTP
     client (fetch/client.py) sends past any proxy. ``host`` as a URL carries it, any case, a trailing
     dot or IPv6 brackets allowed."""
-    host = host.lower().rstrip(".").removeprefix("[").removesuffix("]")
-    if host == "localhost" or host.endswith(".localhost"):
+    if loopback_name(host):
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        return ipaddress.ip_address(host.lower().removeprefix("[").removesuffix("]")).is_loopback
     except ValueError:
         return False
 

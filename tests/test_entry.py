@@ -4,11 +4,18 @@ torn down (the process ends once the command is done)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
 
 from cudaredist import __version__
+from tests.archives import build_mirror, toolkit
 
 
 def _python(code: str) -> subprocess.CompletedProcess[str]:
@@ -80,3 +87,68 @@ def test_a_thread_still_running_gets_the_ordinary_exit() -> None:
         """)
     assert r.returncode == 3
     assert r.stdout == "thread done\n"
+
+
+# -- the exit path when stdout or stderr cannot be written, and a signal before the command runs ------
+posix = pytest.mark.skipif(os.name == "nt", reason="POSIX descriptors and signals")
+
+
+def _cudaredist(*args: str, close: int | None = None, **kw: Any) -> subprocess.CompletedProcess[str]:
+    """``python -m cudaredist ARGS``, with descriptor ``close`` closed (``>&-``, ``2>&-``)."""
+    kw.setdefault("stdout", subprocess.PIPE)
+    kw.setdefault("stderr", subprocess.PIPE)
+    return subprocess.run([sys.executable, "-m", "cudaredist", *args], text=True, timeout=120, check=False,
+                          preexec_fn=None if close is None else lambda: os.close(close), **kw)
+
+
+@posix
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full (a disk that is always full)")
+def test_a_full_stdout_is_one_paragraph_and_exit_1() -> None:
+    with open("/dev/full", "w") as full:
+        r = _cudaredist("--version", stdout=full)
+    assert r.returncode == 1
+    assert r.stderr.startswith("error: cannot write to stdout: No space left on device")
+    assert len(r.stderr.splitlines()) == 1
+
+
+@posix
+def test_a_closed_stdout_fails_a_command_whose_output_is_its_point_and_a_closed_stderr_fails_none(
+        tmp_path: Path) -> None:
+    build_mirror(tmp_path / "mirror", "13.0.1", toolkit("linux-x86_64"))
+    install = ("install", "13.0", "--platform", "linux-x86_64", "--prefix", str(tmp_path / "cuda"),
+               "--base-url", str(tmp_path / "mirror"), "--cache-dir", str(tmp_path / "cache"))
+    for _ in range(2):  # an install, then a no-op, with nowhere to say how it went
+        r = _cudaredist(*install, close=2)
+        assert r.returncode == 0, r.stdout
+    assert (tmp_path / "cuda" / "bin").is_dir()
+    r = _cudaredist("env", "--prefix", str(tmp_path / "cuda"), close=1)
+    assert r.returncode == 1
+    assert r.stderr.startswith("error: cannot write to stdout: Bad file descriptor")
+    assert len(r.stderr.splitlines()) == 1
+
+
+@posix
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+@pytest.mark.parametrize("moment", ["importing the command line", "after parsing, before the command"])
+def test_a_signal_before_the_command_runs_ends_it_with_128_plus_n(signum: int, moment: str) -> None:
+    """The signal is raised at that moment (deterministically, not after a delay)."""
+    r = _python(f"""
+        import builtins, signal, sys
+        from cudaredist.entry import main
+
+        real = builtins.__import__
+        def hook(name, *args, **kw):
+            if name == "cudaredist.cli" and {moment == "importing the command line"}:
+                signal.raise_signal({int(signum)})
+            return real(name, *args, **kw)
+
+        builtins.__import__ = hook
+        import cudaredist.commands.base as base
+        if {moment != "importing the command line"}:
+            base.set_verbose = lambda v: signal.raise_signal({int(signum)})
+        sys.argv = ["cudaredist", "list"]
+        main()
+        """)
+    assert r.returncode == 128 + signum, r.stderr
+    said = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted (Ctrl-C)"
+    assert r.stderr == f"error: {said}\n"

@@ -400,3 +400,22 @@ def test_github_command_appends(mirror: Path, tmp_path: Path, monkeypatch: pytes
         "EARLIER": "1", "CUDA_PATH": str(prefix), "CUDA_HOME": str(prefix),
         "CUDA_PATH_V13_0": str(prefix), "LD_LIBRARY_PATH": f"{prefix}/lib:{prefix}/nvvm/lib64"}
     assert path_file.read_text() == f"/earlier\n{prefix}/bin\n"
+
+
+@posix_host
+@pytest.mark.parametrize("broken", ["a missing folder", "a full disk"])
+def test_github_writes_both_files_or_neither(mirror: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             broken: str) -> None:
+    if broken == "a full disk" and not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full (a disk that is always full)")
+    prefix = tmp_path / "cuda"
+    _install(mirror, prefix)
+    env_file = tmp_path / "github_env"
+    env_file.write_text("EARLIER=1\n")
+    monkeypatch.setenv("GITHUB_ENV", str(env_file))
+    monkeypatch.setenv("GITHUB_PATH", str(tmp_path / "no" / "github_path") if broken == "a missing folder"
+                       else "/dev/full")
+    r = cli("env", "--prefix", str(prefix), "--github")
+    assert r.exit_code == 1
+    assert r.stderr.startswith("error: ") and "neither $GITHUB_ENV nor $GITHUB_PATH was changed" in r.stderr
+    assert env_file.read_text() == "EARLIER=1\n"

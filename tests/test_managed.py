@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -124,6 +125,9 @@ def test_env_and_run_by_train(two_trains: Path, tk_dir: Path) -> None:
                         'test "$CUDA_PATH" = "$1" && exit 7', "sh", str(tk_dir / "cuda-13.2.0-linux-x86_64")],
                        env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 7, r.stderr
+    # a command a signal killed: the shell's 128 + N (139 for a segfault), not 256 - N
+    code, _, _ = cli("run", "13.2", "--", "sh", "-c", "kill -SEGV $$")
+    assert code == 128 + signal.SIGSEGV
 
 
 def test_prefix_takes_one_train(two_trains: Path, tmp_path: Path) -> None:

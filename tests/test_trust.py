@@ -32,9 +32,11 @@ from typer.testing import CliRunner
 
 from cudaredist.cli import app
 from cudaredist.errors import UsageError
+from cudaredist.fetch.client import make_client
 from cudaredist.trust import Trust
 from tests.archives import MirrorArchive, build_mirror, toolkit
 from tests.hosts import need_cryptography
+from tests.loopback import directory_handler, serving
 from tests.sources.pypi.test_pypi_source import LINUX_TAG, FakeIndex, add_release_13_0, make_wheel
 
 NAME = "cuda-cache.test"
@@ -601,3 +603,25 @@ def test_an_https_document_redirected_to_plain_http_is_refused() -> None:
         with pytest.raises(TrustError, match=r"it redirects to http://redist\.test/a/, which may not supply"):
             t.get_bytes("https://redist.test/a/")
         assert t.get_bytes("https://redist.test/b/") == listing  # https to https is fine
+
+
+def test_a_localhost_name_is_connected_to_loopback_whatever_it_resolves_to(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``*.localhost`` is this machine (RFC 6761), as curl takes it: a name that DNS or a hosts file
+    sends elsewhere (127.0.0.2 stands in for a LAN box) is connected to loopback all the same, so "a
+    loopback address" in the record is what answered."""
+    for name in ("here", "lan"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "who").write_text(name)
+    real = socket.getaddrinfo
+    with serving(directory_handler(tmp_path / "here")) as here, \
+            serving(directory_handler(tmp_path / "lan"), host="127.0.0.2") as lan:
+        def resolve(host: str, port: object, *args: object, **kw: object) -> object:
+            if host == "mirror.localhost":  # a hosts entry pointing it at the LAN box
+                host, port = "127.0.0.2", urlsplit(lan).port
+            return real(host, port, *args, **kw)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(socket, "getaddrinfo", resolve)
+        with make_client() as client:
+            assert client.get(f"http://mirror.localhost:{urlsplit(here).port}/who").text == "here"
+    assert Trust().reason(f"http://mirror.localhost:{urlsplit(here).port}/") == "a loopback address"

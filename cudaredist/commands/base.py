@@ -7,7 +7,6 @@ import dataclasses
 import functools
 import inspect
 import json
-import signal
 import subprocess
 import traceback
 import typing
@@ -18,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import typer
 
 from cudaredist.commands import options as o
-from cudaredist.errors import CudaRedistError, ToolError, signal_exit_code
+from cudaredist.errors import CudaRedistError, ToolError, signal_exit_code, stopped_by
 from cudaredist.localfs import mb
 from cudaredist.profiles import effective_profile, product_title
 
@@ -42,9 +41,13 @@ def fail(message: str, code: int = 1) -> NoReturn:
 @contextlib.contextmanager
 def errors() -> Iterator[None]:
     """The one error boundary: a :class:`CudaRedistError` becomes its paragraph and exit code; what
-    escaped translation where it happened is translated here as a last resort."""
+    escaped translation where it happened is translated here as a last resort. Inside it, Ctrl-C and
+    SIGTERM unwind the command (:func:`cudaredist.interrupts.unwinding`)."""
+    from cudaredist.interrupts import unwinding
+
     try:
-        yield
+        with unwinding():
+            yield
     except (typer.Exit, typer.Abort):  # an exit code already decided
         raise
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated)
@@ -54,28 +57,42 @@ def errors() -> Iterator[None]:
             fail(str(exc), exc.exit_code)
         # a step that changes a prefix, a cache or the train links says what it left (Interrupted);
         # here no such step was running, and nothing is claimed about what the command had done
-        signum = signum_of(exc)
-        fail("terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted (Ctrl-C)",
-             signal_exit_code(signum))
+        fail(stopped_by(signum_of(exc)), signal_exit_code(signum_of(exc)))
     except Exception as exc:  # noqa: BLE001 - the boundary: every failure is one paragraph
-        if isinstance(exc, BrokenPipeError) and exc.filename is None:  # not a pipe the command opened
-            _stdout_closed()
+        if isinstance(exc, OSError) and exc.filename is None and (
+                isinstance(exc, BrokenPipeError) or _writing_stdout(exc)):
+            _stdout_failed(exc)
         if _VERBOSE:
             traceback.print_exc()
         err = translate(exc)
         fail(str(err), err.exit_code)
 
 
-def _stdout_closed() -> NoReturn:
-    """The reader of stdout went away (``cudaredist list | head -1``): stop quietly with the status a
-    process killed by SIGPIPE has, as git and coreutils do; nothing left to print, nothing to report."""
+def _writing_stdout(exc: BaseException) -> bool:
+    """Whether ``exc`` came from writing stdout: the innermost frame is ``typer.echo``'s, to stdout."""
+    import sys
+
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_locals.get("file") is sys.stdout
+
+
+def _stdout_failed(exc: OSError) -> NoReturn:
+    """stdout cannot be written. Its reader went away (``cudaredist list | head -1``): stop quietly with
+    the status a process killed by SIGPIPE has, as git and coreutils do. Else (a full disk, a closed
+    stdout: streams.py) one paragraph on stderr and exit 1. Either way stdout becomes the null device,
+    so Python's flush at exit does not fail again."""
     import os
     import sys
 
     devnull = os.open(os.devnull, os.O_WRONLY)
     with contextlib.suppress(OSError, ValueError):
-        os.dup2(devnull, sys.stdout.fileno())  # Python's flush at exit must not fail again
-    raise typer.Exit(141)
+        os.dup2(devnull, sys.stdout.fileno())
+    if isinstance(exc, BrokenPipeError):
+        raise typer.Exit(141)
+    fail(f"cannot write to stdout: {exc.strerror or exc}. Nothing more was printed; give it a terminal, "
+         "a file or a pipe that takes the output", 1)
 
 
 def translate(exc: Exception) -> CudaRedistError:

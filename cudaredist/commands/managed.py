@@ -12,6 +12,7 @@ import typer
 
 from cudaredist.commands.base import command, emit_json, fail, set_verbose
 from cudaredist.commands.options import HostCompilerOpt, InstallDirOpt, JsonOpt, PlatformOpt, Train
+from cudaredist.errors import signal_exit_code
 from cudaredist.fsops import WINDOWS
 from cudaredist.localfs import mb
 from cudaredist.managed import host
@@ -107,7 +108,7 @@ def run_cmd(
         code = subprocess.call([str(resolved), *command[1:]], env=env)
     except OSError as exc:
         fail(f"cannot run {program}: {exc.strerror}", 126)
-    raise typer.Exit(code)
+    raise typer.Exit(signal_exit_code(-code) if code < 0 else code)  # killed by signal N: the shell's 128 + N
 
 
 _RUN_OPTIONS = {"--install-dir": "--install-dir", "--platform": "--platform", "-p": "--platform",

@@ -9,7 +9,7 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from cudaredist import __version__
@@ -56,10 +56,11 @@ def make_client(*, timeout: float = 30.0, connections: int = 16) -> httpx.Client
     """A pooled client: HTTP keep-alive, proxies from the environment, OS trust store."""
     import ssl
 
+    import httpcore
     import httpx
     import truststore
 
-    from cudaredist.trust import is_loopback
+    from cudaredist.trust import is_loopback, loopback_name
 
     ctx = truststore.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     cafile = os.environ.get("SSL_CERT_FILE")
@@ -83,7 +84,19 @@ def make_client(*, timeout: float = 30.0, connections: int = 16) -> httpx.Client
             return self._transport if is_loopback(url.host) else \
                 super()._transport_for_url(url)
 
-    return Client(
+    class Loopback(httpcore.SyncBackend):
+        """``localhost`` and ``*.localhost`` connect to 127.0.0.1 (else ::1), whatever DNS or a hosts
+        file says (glibc asks DNS for ``*.localhost``): loopback is what was connected to."""
+
+        def connect_tcp(self, host: str, port: int, *args: Any, **kw: Any) -> httpcore.NetworkStream:
+            if not loopback_name(host):
+                return super().connect_tcp(host, port, *args, **kw)
+            try:
+                return super().connect_tcp("127.0.0.1", port, *args, **kw)
+            except httpcore.ConnectError:
+                return super().connect_tcp("::1", port, *args, **kw)
+
+    client = Client(
         verify=ctx,
         trust_env=True,  # HTTPS_PROXY, HTTP_PROXY, ALL_PROXY, NO_PROXY
         follow_redirects=True,
@@ -91,6 +104,9 @@ def make_client(*, timeout: float = 30.0, connections: int = 16) -> httpx.Client
         limits=limits,
         headers={"User-Agent": f"cudaredist/{__version__}", "Accept-Encoding": "identity"},
     )
+    # the direct transport (every loopback URL takes it); httpx names no public way to its connections
+    client._transport._pool._network_backend = Loopback()  # type: ignore[attr-defined]
+    return client
 
 
 def retry_after_seconds(value: str | None) -> float | None:
