@@ -39,17 +39,15 @@ class Terminated(KeyboardInterrupt):
 
 
 @contextlib.contextmanager
-def unwinding() -> Iterator[None]:
-    """While a command runs, Ctrl-C raises KeyboardInterrupt and SIGTERM (a CI job cancelled, ``kill``)
-    :class:`Terminated`, so they unwind alike: staging trees are removed and an interrupted swap or
-    uninstall is finished or undone. Before and after, the handlers there were (entry.py's end the
-    process at once). Main thread only; an ignored signal stays ignored."""
+def _handling(handlers: dict[int, Any]) -> Iterator[None]:
+    """The block with ``handlers`` (an ignored signal stays ignored), the ones there were after it.
+    Outside the main thread (where Python delivers signals) nothing changes."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    for s, handler in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, _raise_terminated)):
-        if previous[s] is not signal.SIG_IGN:
+    previous = {s: signal.getsignal(s) for s in handlers}
+    for s, handler in handlers.items():
+        if previous[s] not in (signal.SIG_IGN, None):
             signal.signal(s, handler)
     try:
         yield
@@ -57,6 +55,16 @@ def unwinding() -> Iterator[None]:
         for s, was in previous.items():
             if was is not None:
                 signal.signal(s, was)
+
+
+@contextlib.contextmanager
+def unwinding() -> Iterator[None]:
+    """While a command runs, Ctrl-C raises KeyboardInterrupt and SIGTERM (a CI job cancelled, ``kill``)
+    :class:`Terminated`, so they unwind alike: staging trees are removed and an interrupted swap or
+    uninstall is finished or undone. Before and after, the handlers there were (entry.py's end the
+    process at once)."""
+    with _handling({signal.SIGINT: signal.default_int_handler, signal.SIGTERM: _raise_terminated}):
+        yield
 
 
 def _raise_terminated(_signum: int, _frame: FrameType | None) -> None:
@@ -83,24 +91,13 @@ def deferred() -> Iterator[None]:
     handler there was (Ctrl-C's raises KeyboardInterrupt, :func:`unwinding`'s Terminated, an
     unhandled SIGTERM ends the process). Outside the main thread (where Python delivers signals) it
     does nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
     came: list[int] = []
 
     def hold(signum: int, _frame: FrameType | None) -> None:
         came.append(signum)
 
-    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    for s, handler in previous.items():
-        if handler not in (signal.SIG_IGN, None):  # an ignored signal stays ignored
-            signal.signal(s, hold)
-    try:
+    with _handling(dict.fromkeys((signal.SIGINT, signal.SIGTERM), hold)):
         yield
-    finally:
-        for s, handler in previous.items():
-            if handler is not None:
-                signal.signal(s, handler)
     if came:
         signal.raise_signal(came[0])  # to the handler there was: Ctrl-C's raises KeyboardInterrupt
 
