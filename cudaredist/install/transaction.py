@@ -266,7 +266,7 @@ class Installer:
         fixed bytes' hashes and the record's ``host_fixes``."""
         if not enabled:
             return files, []
-        files, outcomes = hostfixes.apply(staging, files, plan.release, plan.platform)
+        files, outcomes = hostfixes.apply(staging, files, plan)
         for o in outcomes:
             (warnings.append if o.skipped else self.reporter.message)(o.line())
         return files, hostfixes.applied_json(outcomes)

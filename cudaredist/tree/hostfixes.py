@@ -1,18 +1,22 @@
 """Known host fixes (``manifests/hostfixes.toml``): where NVIDIA's headers clash with a newer host
 and a later CUDA release fixed it, the install carries that release's change to older trees.
 
-Each fix is an exact find/replace on a staged file's bytes. It is applied whole or not at all: a
-file that does not hold each text exactly as often as the fix expects keeps NVIDIA's bytes, and the
-install says so. A fixed file is written anew (never in place: a staged file may be a hard link
-into the unpacked cache), and its record entry carries the fixed bytes' hash, so ``verify`` checks
-them; the record lists each fix applied (:func:`applied_json`).
+Each fix is an exact find/replace on a staged file's bytes. A fix names its files by their path in
+the archive (``include/crt/math_functions.h``); where that lands in the tree is the placement's
+decision (:func:`cudaredist.plan.placed`: a cross tree's crt headers are under ``targets/<dir>/``),
+so :func:`apply` and :func:`pending` both look a file up through :func:`locate`. A fix is applied
+whole or not at all: a file that does not hold each text exactly as often as the fix expects keeps
+NVIDIA's bytes, and the install says so. A fixed file is written anew (never in place: a staged
+file may be a hard link into the unpacked cache), and its record entry carries the fixed bytes'
+hash, so ``verify`` checks them; the record lists each fix applied (:func:`applied_json`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
@@ -20,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from cudaredist import fsops
 from cudaredist.errors import ManifestError
-from cudaredist.plan import version_key
+from cudaredist.plan import Plan, placed, version_key
 from cudaredist.profiles import data_dir, load_toml
 
 if TYPE_CHECKING:  # the no-op path asks pending() without loading the archive modules
@@ -156,34 +160,57 @@ def plan_fix(fix: Fix, read: Callable[[str], bytes | None]) -> tuple[dict[str, b
     return news, ""
 
 
-def apply(root: Path, files: Sequence[FileRecord], release: str,
-          platform: str) -> tuple[list[FileRecord], list[Outcome]]:
-    """Apply to the staged tree ``root`` every fix for ``release`` on ``platform``; returns the file
-    records with the fixed files' new size and hash, and what each fix did."""
+Places = Mapping[str, Sequence[tuple[str, str]]]  # component -> its (folder, destination) pairs
+
+
+def locate(fix: Fix, owners: Iterable[tuple[str, str]], places: Places) -> tuple[dict[str, str], str]:
+    """Where each of ``fix``'s files (archive paths) is in a tree whose files are ``owners`` (tree
+    path, component), as the placement put them: the file some component's ``places`` (none: as the
+    archive lays it out) puts there. Returns (archive path -> tree path, ""), or ({}, why) when the
+    tree holds a file under a path no placement gives it (it is said, never skipped silently)."""
+    owner = dict(owners)
+    found: dict[str, str] = {}
+    comps = sorted(set(owner.values()))
+    for rel in fix.files:
+        for comp in comps:
+            at = placed(rel, places[comp]) if places.get(comp) else rel
+            if at is not None and owner.get(at) == comp:
+                found[rel] = at
+                break
+        else:
+            if stray := next((p for p in sorted(owner) if p.endswith(f"/{rel}")), None):
+                return {}, f"the tree holds {rel} at {stray}, where no component's placement puts it"
+    return found, ""
+
+
+def _reader(root: Path, where: Mapping[str, str]) -> Callable[[str], bytes | None]:
+    """A fix's file's bytes, by archive path, where :func:`locate` found it under ``root``."""
+    return lambda rel: (root / where[rel]).read_bytes() if rel in where else None
+
+
+def apply(root: Path, files: Sequence[FileRecord], plan: Plan) -> tuple[list[FileRecord], list[Outcome]]:
+    """Apply to the staged tree ``root`` every fix for ``plan``'s release and platform, each file
+    where ``plan`` placed it; returns the file records with the fixed files' new size and hash, and
+    what each fix did."""
     by_path = {r.path: r for r in files}
-
-    def read(rel: str) -> bytes | None:
-        rec = by_path.get(rel)
-        if rec is None or rec.link:
-            return None
-        return (root / rel).read_bytes()
-
+    owners = [(r.path, r.component) for r in files if not r.link]
+    places = {i.component: i.place for i in plan.items}
     outcomes: list[Outcome] = []
-    for fix in for_release(release, platform):
-        news, why = plan_fix(fix, read)
+    for fix in for_release(plan.release, plan.platform):
+        where, why = locate(fix, owners, places)
+        news, why = plan_fix(fix, _reader(root, where)) if not why else ({}, why)
         if why:
             outcomes.append(Outcome(fix, skipped=why))
             continue
         changed = []
         for rel, data in news.items():
-            rec = by_path[rel]
-            before = rec.sha256
-            target = root / rel
+            rec = by_path[where[rel]]
+            target = root / rec.path
             fsops.write_atomic(target, data)  # a new file: a hard-linked cache entry stays as it is
             if not fsops.WINDOWS:
                 os.chmod(target, rec.mode)
-            by_path[rel] = replace(rec, size=len(data), sha256=_sha(data))
-            changed.append((rel, before, by_path[rel].sha256))
+            by_path[rec.path] = replace(rec, size=len(data), sha256=_sha(data))
+            changed.append((rec.path, rec.sha256, by_path[rec.path].sha256))
         if changed:
             outcomes.append(Outcome(fix, tuple(changed)))
     return sorted(by_path.values(), key=lambda r: r.path), outcomes
@@ -208,18 +235,16 @@ def pending(prefix: Path, record: dict[str, Any], enabled: bool) -> list[str]:
         wanted = for_release(str(plan.get("release", "")), str(plan.get("platform", "")))
     except (ValueError, ManifestError):
         return []
-    recorded = {f["path"] for f in record.get("files", []) if isinstance(f, dict) and not f.get("link")}
-
-    def read(rel: str) -> bytes | None:
-        if rel not in recorded:
-            return None
-        try:
-            return (prefix / rel).read_bytes()
-        except OSError:
-            return None
-
-    return [f"host fix {fix.id} is not applied to it" for fix in wanted
-            if fix.id not in had and plan_fix(fix, read)[0]]
+    owners = [(str(f["path"]), str(f.get("component", ""))) for f in record.get("files", [])
+              if isinstance(f, dict) and not f.get("link")]
+    places = {str(c.get("name")): tuple(tuple(p) for p in c.get("place", ()))
+              for c in plan.get("components", []) if isinstance(c, dict)}
+    unfixed = []
+    for fix in (f for f in wanted if f.id not in had):
+        with contextlib.suppress(OSError):  # a file gone or unreadable: verify's to say
+            if plan_fix(fix, _reader(prefix, locate(fix, owners, places)[0]))[0]:
+                unfixed.append(f"host fix {fix.id} is not applied to it")
+    return unfixed
 
 
 def describe(record: dict[str, Any]) -> list[str]:

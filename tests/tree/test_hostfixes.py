@@ -168,6 +168,48 @@ def test_no_host_fixes_keeps_nvidias_bytes_and_either_way_round_reinstalls(tmp_p
     assert (prefix / H).read_bytes() == MATH_H and "host_fixes" not in _record(prefix)
 
 
+def test_a_cross_tree_gets_the_fix_where_its_placement_put_the_headers(tmp_path: Path) -> None:
+    """`--platform linux-sbsa --host linux-x86_64`: the tools' crt headers land under
+    targets/sbsa-linux/include/crt/ (plan.placed); the fix finds them there, at install and in
+    info, verify and the no-op check."""
+    archives = []
+    for platform in (LINUX, "linux-sbsa"):
+        archives += [a for a in toolkit(platform) if a.component != "cuda_crt"]
+        archives.append(MirrorArchive("cuda_crt", platform, "13.0.88", {
+            "include/crt/host_config.h": b"// hc", H: MATH_H, HPP: MATH_HPP}))
+    mirror, prefix = tmp_path / "m", tmp_path / "cross"
+    build_mirror(mirror, "13.0.1", archives)
+    cross = ("--platform", "linux-sbsa", "--host", LINUX)
+    th, thpp = f"targets/sbsa-linux/{H}", f"targets/sbsa-linux/{HPP}"
+    r = _run("install", "13.0", "--prefix", str(prefix), "--base-url", str(mirror), *cross, "--no-host-fixes")
+    assert r.exit_code == 0, r.output
+    assert (prefix / th).read_bytes() == MATH_H
+    # the tree lacks the fix: info and verify say so, and the same request without the option updates it
+    info = _run("info", "--prefix", str(prefix)).output
+    assert "note: host fix glibc-2.42-rsqrt is not applied" in info, info
+    r = _run("install", "13.0", "--prefix", str(prefix), "--base-url", str(mirror), *cross)
+    assert r.exit_code == 0, r.output
+    assert "host fix glibc-2.42-rsqrt is not applied to it; updating" in r.stderr
+    assert f"host fix glibc-2.42-rsqrt: {th}, {thpp} changed" in r.stderr, r.stderr
+    assert b"rsqrt(double x) _NV_RSQRT_SPECIFIER;" in (prefix / th).read_bytes()
+    entries = _record(prefix)["host_fixes"]
+    assert isinstance(entries, list) and [e["path"] for e in entries] == [th, thpp]
+    assert "is not applied" not in _run("info", "--prefix", str(prefix)).output
+    assert _run("verify", "--prefix", str(prefix)).exit_code == 0
+    again = _run("install", "13.0", "--prefix", str(prefix), "--base-url", str(mirror), *cross)
+    assert "nothing to do" in again.stderr, again.output
+
+
+def test_a_fix_whose_file_no_placement_reaches_is_said() -> None:
+    fix = hostfixes.fixes()[0]
+    owners = [(f"opt/x/{H}", "cuda_crt"), (f"opt/x/{HPP}", "cuda_crt")]
+    assert hostfixes.locate(fix, owners, {}) == (
+        {}, f"the tree holds {H} at opt/x/{H}, where no component's placement puts it")
+    placed = {"cuda_crt": (("include", "opt/x/include"),)}
+    assert hostfixes.locate(fix, owners, placed) == ({H: f"opt/x/{H}", HPP: f"opt/x/{HPP}"}, "")
+    assert hostfixes.locate(fix, [("bin/nvcc", "cuda_nvcc")], {}) == ({}, "")
+
+
 def test_a_file_that_is_not_what_the_fix_expects_is_left_alone_and_said(tmp_path: Path) -> None:
     odd = MATH_H.replace(b"rsqrtf(float x);", b"rsqrtf(float x) noexcept;")
     prefix = tmp_path / "cuda"
