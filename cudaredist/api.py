@@ -178,9 +178,7 @@ def _check_options(request: InstallRequest) -> None:
 
     link_mode(request.link_mode)
     if _host(request):
-        if request.prefix is None:
-            raise UsageError("a cross tree (--host) goes into --prefix DIR: the install dir names its "
-                             "toolkits by one platform")
+        _cross_gate(_host(request), request)
         if request.lock is not None:
             raise UsageError("--host builds a cross tree from the train; --lock installs what the lock "
                              "file pins (a cross tree's lock pins its host already): give one of them")
@@ -195,6 +193,14 @@ def _check_options(request: InstallRequest) -> None:
         parse_product_requests(request.products)
         if (profile := _profile(request)) is not None:
             get_profile(profile)
+
+
+def _cross_gate(host: str, request: InstallRequest) -> None:
+    """The one rule for a cross tree, from ``--host`` or a lock file that pins a host: it goes into
+    ``--prefix DIR``, never the install dir (which names, lists and runs its toolkits by one platform)."""
+    if host and request.prefix is None:
+        raise UsageError(f"a cross tree (tools for {host}: --host, or a lock file that pins one) goes into "
+                         "--prefix DIR: the install dir names its toolkits by one platform")
 
 
 def _lock_timeout(request: InstallRequest) -> float:
@@ -263,6 +269,7 @@ def _run(request: InstallRequest, wanted: list[str], fixed: Path | None, outcome
     lock_plan: Plan | None = None
     if request.lock is not None:
         locked, lock_plan = _read_lock(request, wanted)
+        _cross_gate(lock_plan.host, request)
         components, products = list(locked.components), list(lock_plan.requested_products)
         source = lock_plan.source
     # a warm install asks no server: index pages and manifests fetched within the TTL answer

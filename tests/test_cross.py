@@ -276,6 +276,13 @@ def test_a_lock_pins_both_platforms_and_installs_the_same_tree(cross_site: Path,
                       for p in (a, b))
     assert plan_a.content_key() == plan_b.content_key() == locked.content_key()
     assert (b / "targets/sbsa-linux/lib/libcudart.so.13.0.96").read_bytes().endswith(b"linux-sbsa")
+    # the lock's host obeys --host's rule: a cross tree goes into --prefix, never the install dir
+    home = tmp_path / "toolkits"
+    r = _run("install", "--lock", str(lock), "--platform", "linux-sbsa", "--install-dir", str(home),
+             "--base-url", str(cross_site))
+    assert r.exit_code == 2 and "a cross tree (tools for linux-x86_64: --host, or a lock file" in r.output, \
+        r.output
+    assert not home.exists() or not any(home.iterdir())
     # --host and --lock together: the lock pins the host already
     both = _run("install", "--lock", str(lock), "--host", "linux-x86_64", "--platform", "linux-sbsa",
                 "--prefix", str(tmp_path / "c"))
