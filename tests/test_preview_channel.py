@@ -118,25 +118,25 @@ def test_preview_release_installs_locks_and_mirrors(preview, platform: str, tmp_
 
 
 @pytest.mark.parametrize("served", [False, True], ids=["directory", "http"])
-def test_the_top_of_a_preview_mirror_names_the_folder_of_its_manifests(  # type: ignore[no-untyped-def]
+def test_the_top_of_a_preview_mirror_is_accepted_as_the_base(  # type: ignore[no-untyped-def]
         preview, serve: Callable[[Path], str], tmp_path: Path, served: bool) -> None:
-    """`mirror --out DIR` keeps a preview release's manifests in DIR/release/cuda/redist/: an install
-    given DIR says exactly which folder to pass (not just "published trains: none"), and that one works."""
+    """`mirror --out DIR` keeps a preview release's manifests in DIR/release/cuda/redist/ (as deep as
+    their archive paths climb): an install given DIR, the folder the user made, reads them there and
+    fetches the archives from the mirror's pool; the record names the folder that served them."""
     preview("linux-x86_64")
     out = tmp_path / "m"
     r = cli("mirror", "13.4", "--channel", "preview", "-p", "linux-x86_64", "--out", str(out))
     assert r.exit_code == 0, r.output
     top = serve(out) if served else str(out)
     shown = top if served else out.as_uri() + "/"
-    r = cli("install", "13.4", "-p", "linux-x86_64", "--prefix", str(tmp_path / "cuda"), "--base-url", top)
-    assert r.exit_code == 1, r.output
-    assert r.stderr == (f"error: CUDA train 13.4 has no release at {shown}; published trains: none. "
-                        f"{shown} is the top of a cudaredist mirror that keeps its manifests in "
-                        "release/cuda/redist/ (as deep as their archive paths climb): pass "
-                        f"{shown}release/cuda/redist/ to --base-url or --mirror\n")
-    r = cli("install", "13.4", "-p", "linux-x86_64", "--prefix", str(tmp_path / "cuda"), "--base-url",
-            f"{shown}release/cuda/redist/", "-q")
-    assert r.exit_code == 0, r.output
+    prefix = tmp_path / "cuda"
+    for option in ("--base-url", "--mirror"):
+        r = cli("install", "13.4", "-p", "linux-x86_64", "--prefix", str(prefix), option, top, "--reinstall",
+                *(["--no-fallback"] if option == "--mirror" else []), "--cache-dir", str(tmp_path / option))
+        assert r.exit_code == 0, r.output
+        plan = json.loads((prefix / ".cudaredist" / "record.json").read_text())["plan"]
+        assert plan["release"] == LABEL and plan["base_url"].startswith(f"{shown}release/cuda/redist/"), plan
+        assert all(c["url"].startswith(f"{shown}pool/") for c in plan["components"]), plan["components"]
 
 
 def test_preview_release_is_never_picked_unless_asked(preview, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -136,19 +136,15 @@ class Index:
                           lambda: self.transport.get_bytes(base, quick=quick), offline=False)
         return labels_from_listing(data.decode("utf-8", "replace"))
 
-    def _pick(self, train: str, base: str, quick: bool) -> str:
-        """The release ``train`` means at ``base``; at the top of a mirror whose manifests sit deeper
-        (a channel whose archives climb: ``release/cuda/redist/``), an error naming that folder."""
+    def _pick(self, train: str, base: str, quick: bool) -> tuple[str, str]:
+        """(the release ``train`` means at ``base``, the base that has it): at the top of a cudaredist
+        mirror whose manifests sit deeper (a channel whose archives climb: ``release/cuda/redist/``),
+        the folder its top page names, as ``mirror --out DIR`` made it (one level, never a chain)."""
         labels = self.labels(base, quick=quick)
-        try:
-            return pick_release(check_train(train), labels, base)
-        except ResolveError as exc:
-            if labels or not (inner := manifests_link(self._top_page(base))):
-                raise
-            raise ResolveError(
-                f"{exc} {base} is the top of a cudaredist mirror that keeps its manifests in {inner} (as "
-                f"deep as their archive paths climb): pass {join_url(base, inner)} to --base-url or "
-                "--mirror", requested=exc.requested, where=exc.where) from None
+        if not labels and (inner := manifests_link(self._top_page(base))):
+            base = join_url(base, inner)
+            labels = self.labels(base, quick=quick)
+        return pick_release(check_train(train), labels, base), base
 
     def _top_page(self, base: str) -> str:
         """``base``'s directory page as read (a local base: its index.html), or ""."""
@@ -180,16 +176,15 @@ class Index:
         for i, base in enumerate(readers):
             quick = i < len(readers) - 1
             try:
-                label = self._pick(train, base, quick)
-                data = self.manifest_bytes(base, label, quick=quick)
+                label, at = self._pick(train, base, quick)
+                data = self.manifest_bytes(at, label, quick=quick)
             except (FetchError, ResolveError) as exc:
                 if isinstance(exc, OfflineError) and len(readers) == 1 and not bases.untrusted:
                     raise
                 errors.append(exc)
                 continue
-            manifest = read_manifest(base, label, data)
-            failed = set(readers[:i])
-            return Release(label, base, tuple(b for b in bases.archives if b not in failed), manifest, data)
+            archives = tuple(at if b == base else b for b in bases.archives if b not in set(readers[:i]))
+            return Release(label, at, archives, read_manifest(at, label, data), data)
         fetches = [e for e in errors if isinstance(e, FetchError)]
         if bases.untrusted and fetches and not all(isinstance(e, OfflineError) for e in fetches):
             # no authenticated answer, and the place left is plain HTTP: say how to get out
