@@ -115,7 +115,7 @@ def install(request: InstallRequest, *, reporter: Reporter | None = None,
     is raised before anything is installed. Into a ``--prefix`` a failed install is raised too;
     into the install dir it is the train's: listed in the outcome, while the other trains are
     installed and linked."""
-    from cudaredist.managed import install_dir as managed_dir
+    from cudaredist.installdir import install_dir as managed_dir
     from cudaredist.prefixes import canonical_prefix
 
     wanted = list(dict.fromkeys(request.trains))
@@ -260,7 +260,7 @@ def _run(request: InstallRequest, wanted: list[str], fixed: Path | None, outcome
     from cudaredist.cache.store import index_ttl_default
     from cudaredist.fetch.transport import Transport
     from cudaredist.install import Installer
-    from cudaredist.managed import toolkit_name
+    from cudaredist.installdir import toolkit_name
     from cudaredist.progress import Reporter
     from cudaredist.sources import open_source
 

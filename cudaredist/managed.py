@@ -28,27 +28,14 @@ from cudaredist.cache.store import hold
 from cudaredist.errors import PrefixError, RecordError, ResolveError
 from cudaredist.fsops import WINDOWS
 from cudaredist.plan import matches, version_key
+from cudaredist.prefixes import cut_short
 from cudaredist.prefixes import tidy as tidy_prefix
 from cudaredist.record import read_record, satisfying_record
+from cudaredist.redo import shell_line, train_argv
 
-ENV_INSTALL_DIR = "CUDAREDIST_INSTALL_DIR"
 _NAME = re.compile(r"^cuda-(?P<release>\d+\.\d+\.\d+)-(?P<platform>[a-z0-9]+-[a-z0-9_]+)$")
 # what a killed run leaves beside a toolkit (cudaredist.record.leftovers): .NAME.cudaredist-KIND-ID
 _LEFTOVER = re.compile(r"^\.(?P<name>.+)\.cudaredist-[a-z]+-")
-
-
-def install_dir(given: Path | str | None = None) -> Path:
-    """``--install-dir`` > ``CUDAREDIST_INSTALL_DIR`` > the user data dir (platformdirs)."""
-    chosen = given or os.environ.get(ENV_INSTALL_DIR)
-    if chosen:
-        return Path(os.path.abspath(os.path.expanduser(str(chosen))))
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("cudaredist", appauthor=False)) / "toolkits"
-
-
-def toolkit_name(release: str, platform: str) -> str:
-    return f"cuda-{release}-{platform}"
 
 
 @dataclass(frozen=True)
@@ -159,25 +146,15 @@ def find_one(root: Path, train: str, platform: str | None) -> Toolkit:
         damaged = scan(root).damaged_of(train, platform)
         if damaged is not None:
             raise damaged
-        from cudaredist.prefixes import cut_short
-
         for name, n in _with_leftovers(root):
             if matches(train, n["release"]) and platform in (None, n["platform"]) and \
                     (swap := cut_short(root / name)):  # its previous tree moved aside: that is the answer
                 raise ResolveError(swap, requested=train, where=str(root))
-        from cudaredist.record import shell_line, train_argv
-
         on = f" for {platform}" if platform else ""
         raise ResolveError(f"no managed CUDA {train} toolkit{on} is installed in {root}; install one with "
                            f"`{shell_line(train_argv(train, root, platform))}`", requested=train,
                            where=str(root))
     return best_match
-
-
-def install_dir_argv(root: Path) -> list[str]:
-    """``--install-dir ROOT``, or nothing when ``root`` is the one a plain command uses."""
-    return [] if os.path.normcase(str(install_dir(None))) == os.path.normcase(str(root)) else \
-        ["--install-dir", str(root)]
 
 
 def _make_junction(target: Path, link: Path) -> None:  # pragma: no cover - Windows only

@@ -1,6 +1,8 @@
-"""A prefix as a place: its lock, what a killed run left beside (or in) it, and the uninstall.
+"""A prefix as a place: its lock, what a killed run left beside (or in) it, its record required
+(or why it is missing), ``verify`` of the tree against it, and the uninstall.
 
-The install record itself (what the tree holds, and the checks on it) is :mod:`cudaredist.record`.
+The install record itself (what the tree holds, and whether it is what a request means today) is
+:mod:`cudaredist.record`.
 """
 
 from __future__ import annotations
@@ -8,8 +10,10 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
+import stat
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +21,10 @@ from cudaredist import fsops, interrupts
 from cudaredist.cache.store import ENV_LOCK_TIMEOUT, hold
 from cudaredist.errors import PrefixError
 from cudaredist.fsops import WINDOWS
+from cudaredist.hashing import sha256_file
 from cudaredist.interrupts import Interrupted
-from cudaredist.record import RECORD_DIR, record_path, require_record
+from cudaredist.record import RECORD_DIR, RECORD_FILE, outdated, read_record, record_path
+from cudaredist.redo import request_argv, shell_line
 
 
 def canonical_prefix(prefix: Path | str) -> Path:
@@ -112,8 +118,6 @@ def cut_short(prefix: Path) -> str:
     old = next((p for p in leftovers(prefix) if p.name.startswith(f".{prefix.name}.cudaredist-old-")), None)
     if old is None:
         return ""
-    from cudaredist.record import read_record, request_argv, shell_line
-
     try:
         rec = read_record(old)
     except PrefixError:
@@ -122,6 +126,23 @@ def cut_short(prefix: Path) -> str:
         "the next `cudaredist install` on this prefix"
     return (f"{prefix} does not exist: an install was cut short while it swapped trees, and the previous "
             f"tree is still at {old}; {redo} puts it back (or move it back yourself)")
+
+
+def require_record(prefix: Path) -> dict[str, Any]:
+    rec = read_record(prefix)
+    if rec is None:
+        if swap := cut_short(prefix):
+            raise PrefixError(swap, prefix=str(prefix))
+        raise PrefixError(f"{prefix} holds no cudaredist install (no {RECORD_DIR}/{RECORD_FILE})",
+                          prefix=str(prefix))
+    return rec
+
+
+def drift_note(prefix: Path, record: dict[str, Any]) -> str:
+    """What ``info`` and ``verify`` say of a tree that needs updating (:func:`outdated`), or ""."""
+    why = outdated(record)
+    return f"needs updating: {'; '.join(why)}: `{shell_line(request_argv(record, prefix))}` brings it " \
+        "up to date" if why else ""
 
 
 def refuse_foreign(prefix: Path) -> None:
@@ -275,3 +296,123 @@ def _finish(prefix: Path, trash: Path) -> None:
     with contextlib.suppress(OSError):  # moved out of the tree already; a scanner's late open
         fsops.rmtree(trash)
     _remove_empty(prefix)
+
+
+EXEC_BIT_REMOVED = "the exec bit was removed"  # a verify reason doctor looks for
+
+
+@dataclass
+class VerifyReport:
+    prefix: str
+    missing: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    extra: list[str] = field(default_factory=list)  # added since (torch's lib/x64/libcudart.a): no damage
+    checked: int = 0
+    reasons: dict[str, str] = field(default_factory=dict)  # changed path -> what changed
+    drift: str = ""  # what its profile means today that the tree lacks (:func:`drift_note`)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.missing or self.changed)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"prefix": self.prefix, "ok": self.ok, "checked": self.checked,
+                "missing": self.missing, "changed": self.changed, "extra": self.extra,
+                "reasons": {p: self.reasons[p] for p in self.changed if p in self.reasons}} | (
+                    {"drift": self.drift} if self.drift else {})
+
+
+def _walk(prefix: Path, skip: set[str]) -> set[str]:
+    """Every file and symlink under ``prefix`` (POSIX, relative), not descending into ``skip``."""
+    found: set[str] = set()
+    for dirpath, dirnames, filenames in os.walk(prefix):
+        rel_dir = os.path.relpath(dirpath, prefix).replace(os.sep, "/")
+        base = "" if rel_dir == "." else f"{rel_dir}/"
+        found.update(base + n for n in filenames)
+        # a link or a junction is one entry, never walked into (its target is not the tree's)
+        ends = {d for d in dirnames if fsops.is_link(os.path.join(dirpath, d)) or base + d in skip}
+        found.update(base + d for d in ends)
+        dirnames[:] = [d for d in dirnames if d not in ends and (base or d != RECORD_DIR)]
+    return found
+
+
+def _link_change(p: Path, target: str) -> str | None:
+    """Why the link ``p`` -> ``target`` no longer is as recorded ("" when it is, None when it is missing)."""
+    try:
+        actual = os.readlink(p)
+    except FileNotFoundError:
+        return None
+    except OSError:  # not a link: a copy where symlinks could not be made (Windows), else a change
+        if not os.path.lexists(p):
+            return None
+        if WINDOWS:
+            return ""
+        return f"a symlink to {target} was replaced by a {'directory' if p.is_dir() else 'file'}"
+    return "" if actual == target else f"the symlink points to {actual}, not {target}"
+
+
+def _keeps_exec_bits(prefix: Path) -> bool:
+    """Does the filesystem under ``prefix`` store exec bits? (Windows, exFAT and FAT do not: every
+    file reads back with the same mode whatever was set.)"""
+    if WINDOWS:
+        return False
+    probe = prefix / RECORD_DIR / f".mode-probe-{os.getpid()}"
+    try:
+        probe.write_bytes(b"")
+        os.chmod(probe, 0o644)
+        off = os.stat(probe).st_mode & 0o111
+        os.chmod(probe, 0o755)
+        on = os.stat(probe).st_mode & 0o111
+        return not off and bool(on)
+    except OSError:
+        return True  # cannot probe (a read-only tree): compare, as on any POSIX filesystem
+    finally:
+        with contextlib.suppress(OSError):
+            probe.unlink()
+
+
+def _file_change(p: Path, st: os.stat_result, f: dict[str, Any], fast: bool, modes: bool = True) -> str:
+    """Why the regular file ``p`` no longer matches its record entry ``f`` ("" when it does)."""
+    if stat.S_ISLNK(st.st_mode):
+        return f"a file was replaced by a symlink to {os.readlink(p)}"
+    if not stat.S_ISREG(st.st_mode):
+        return "a file was replaced by a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+    if st.st_size != f["size"]:
+        return f"size {st.st_size}, recorded {f['size']}"
+    if modes and "mode" in f:  # Windows, exFAT and FAT have no exec bits to compare
+        want = int(str(f["mode"]), 8) & 0o111
+        if bool(st.st_mode & 0o111) != bool(want):
+            return EXEC_BIT_REMOVED if want else "an exec bit was added"
+    if not fast and sha256_file(p) != f["sha256"]:
+        return "content differs (sha256)"
+    return ""
+
+
+def verify(prefix: Path, *, fast: bool = False) -> VerifyReport:
+    """Re-hash every recorded file and compare its exec bits, link targets and kind; ``fast``
+    compares sizes, modes and link targets only."""
+    rec = require_record(prefix)
+    report = VerifyReport(str(prefix), drift=drift_note(prefix, rec))
+    modes = _keeps_exec_bits(prefix)
+    fixups = rec.get("links", [])  # platform fix-ups such as lib64 -> lib
+    for f in rec["files"] + fixups:
+        rel, p = f["path"], prefix / f["path"]
+        why: str | None = None  # None: missing
+        if "link" in f:
+            why = _link_change(p, f["link"])
+            if why and f in fixups and p.is_dir() and not p.is_symlink():
+                why = ""  # a fix-up materialised as a directory copy when the link could not be made
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                why = _file_change(p, p.lstat(), f, fast, modes)
+        if why is None:
+            report.missing.append(rel)
+        elif why:
+            report.changed.append(rel)
+            report.reasons[rel] = why
+    report.checked = len(rec["files"]) + len(fixups)
+    report.missing.sort()
+    report.changed.sort()
+    links = {x["path"] for x in fixups}
+    report.extra = sorted(_walk(prefix, links) - {f["path"] for f in rec["files"]} - links)
+    return report

@@ -1,24 +1,19 @@
 """The install record in ``<prefix>/.cudaredist/record.json``: what was installed, and checks on it.
 
-The prefix around it (its lock, leftovers of a killed run, the uninstall) is :mod:`cudaredist.prefixes`.
+The prefix around it (its lock, leftovers of a killed run, verify, the uninstall) is
+:mod:`cudaredist.prefixes`; the command that redoes its request is :mod:`cudaredist.redo`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import json
-import os
-import stat
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cudaredist import __version__, fsops
-from cudaredist.errors import PrefixError, RecordError
-from cudaredist.fsops import WINDOWS
-from cudaredist.hashing import sha256_file
+from cudaredist.errors import RecordError
 from cudaredist.plan import Plan, matches
 
 if TYPE_CHECKING:  # the no-op path reads records without loading the archive modules
@@ -32,7 +27,6 @@ SCHEMA = 1
 # Visual Studio integration under extras/): a record of an older (or no) layout "needs updating",
 # and install and --refresh build the tree again rather than keep it.
 LAYOUT = 1
-EXEC_BIT_REMOVED = "the exec bit was removed"  # a verify reason doctor looks for
 
 
 def satisfies(record: dict[str, Any], *, train: str, platform: str, profile: str | None,
@@ -120,72 +114,6 @@ def holds(record: dict[str, Any], plan: Plan) -> bool:
     except (KeyError, TypeError, ValueError):
         return False
     return same and not outdated(record)
-
-
-def drift_note(prefix: Path, record: dict[str, Any]) -> str:
-    """What ``info`` and ``verify`` say of a tree that needs updating (:func:`outdated`), or ""."""
-    why = outdated(record)
-    return f"needs updating: {'; '.join(why)}: `{shell_line(request_argv(record, prefix))}` brings it " \
-        "up to date" if why else ""
-
-
-def request_argv(record: Mapping[str, Any] | None, prefix: Path, *, reinstall: bool = False,
-                 source: str | None = None) -> list[str]:
-    """The one spelling of "redo this tree's request": the ``cudaredist install`` command line that
-    makes the tree ``record`` describes again in ``prefix`` (its release, platform, source and where
-    it came from, profile or ``--only``, ``--component`` and ``--with``); a managed toolkit by its
-    install dir. ``source``: the same request from another source; no record: a TRAIN to fill in."""
-    from cudaredist.sources import location_argv
-
-    if record is None:
-        return ["cudaredist", "install", "TRAIN", "--prefix", str(prefix)] + ["--reinstall"] * reinstall
-    plan, request = record["plan"], record.get("request", {})
-    release, platform, had = str(plan["release"]), str(plan["platform"]), str(plan.get("source", "nvidia"))
-    argv = ["cudaredist", "install", release, *_target_argv(prefix, release, platform),
-            "--platform", platform]
-    if plan.get("host"):  # a cross tree: the tools' platform too
-        argv += ["--host", str(plan["host"])]
-    source = source or had
-    if source != "nvidia" or source != had:  # another source than the tree's: said, even the default
-        argv += ["--source", source]
-    if source == had:
-        argv += location_argv(source, str(plan.get("base_url", "")), str(plan.get("channel", "")))
-    profile = str(plan.get("profile", "custom"))
-    argv += ["--only"] if profile == "custom" else ["--profile", profile]
-    for c in request.get("components", []):
-        argv += ["--component", str(c)]
-    for p in plan.get("products", []):
-        argv += ["--with", str(p.get("requested", p.get("name", "")))]
-    return argv + (["--reinstall"] if reinstall else [])
-
-
-def train_argv(train: str, root: Path | None = None, platform: str | None = None) -> list[str]:
-    """The command that installs ``train`` as a managed toolkit of ``root`` (None: the default install
-    dir), for ``platform`` when given."""
-    from cudaredist.managed import install_dir_argv
-
-    argv = ["cudaredist", "install", train, *(install_dir_argv(root) if root is not None else [])]
-    return argv + (["--platform", platform] if platform else [])
-
-
-def _target_argv(prefix: Path, release: str, platform: str) -> list[str]:
-    """``--prefix P``, or for a managed toolkit (named by its release and platform) its install dir."""
-    from cudaredist.managed import install_dir_argv, toolkit_name
-
-    if prefix.name != toolkit_name(release, platform):
-        return ["--prefix", str(prefix)]
-    return install_dir_argv(prefix.parent)
-
-
-def shell_line(argv: Sequence[str]) -> str:
-    """``argv`` as a line for this host's shell (quoted where a word needs it)."""
-    if WINDOWS:
-        import subprocess
-
-        return subprocess.list2cmdline(list(argv))
-    import shlex
-
-    return shlex.join(argv)
 
 
 def satisfying_record(prefix: Path, *, train: str, platform: str, profile: str | None,
@@ -348,132 +276,3 @@ def read_record(prefix: Path) -> dict[str, Any] | None:
     if problem := _problem(data, _RECORD, ""):
         raise bad(f"is damaged ({problem})")
     return data
-
-
-def require_record(prefix: Path) -> dict[str, Any]:
-    rec = read_record(prefix)
-    if rec is None:
-        from cudaredist.prefixes import cut_short
-
-        if swap := cut_short(prefix):
-            raise PrefixError(swap, prefix=str(prefix))
-        raise PrefixError(f"{prefix} holds no cudaredist install (no {RECORD_DIR}/{RECORD_FILE})",
-                          prefix=str(prefix))
-    return rec
-
-
-@dataclass
-class VerifyReport:
-    prefix: str
-    missing: list[str] = field(default_factory=list)
-    changed: list[str] = field(default_factory=list)
-    extra: list[str] = field(default_factory=list)  # added since (torch's lib/x64/libcudart.a): no damage
-    checked: int = 0
-    reasons: dict[str, str] = field(default_factory=dict)  # changed path -> what changed
-    drift: str = ""  # what its profile means today that the tree lacks (:func:`drift_note`)
-
-    @property
-    def ok(self) -> bool:
-        return not (self.missing or self.changed)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"prefix": self.prefix, "ok": self.ok, "checked": self.checked,
-                "missing": self.missing, "changed": self.changed, "extra": self.extra,
-                "reasons": {p: self.reasons[p] for p in self.changed if p in self.reasons}} | (
-                    {"drift": self.drift} if self.drift else {})
-
-
-def _walk(prefix: Path, skip: set[str]) -> set[str]:
-    """Every file and symlink under ``prefix`` (POSIX, relative), not descending into ``skip``."""
-    found: set[str] = set()
-    for dirpath, dirnames, filenames in os.walk(prefix):
-        rel_dir = os.path.relpath(dirpath, prefix).replace(os.sep, "/")
-        base = "" if rel_dir == "." else f"{rel_dir}/"
-        found.update(base + n for n in filenames)
-        # a link or a junction is one entry, never walked into (its target is not the tree's)
-        ends = {d for d in dirnames if fsops.is_link(os.path.join(dirpath, d)) or base + d in skip}
-        found.update(base + d for d in ends)
-        dirnames[:] = [d for d in dirnames if d not in ends and (base or d != RECORD_DIR)]
-    return found
-
-
-def _link_change(p: Path, target: str) -> str | None:
-    """Why the link ``p`` -> ``target`` no longer is as recorded ("" when it is, None when it is missing)."""
-    try:
-        actual = os.readlink(p)
-    except FileNotFoundError:
-        return None
-    except OSError:  # not a link: a copy where symlinks could not be made (Windows), else a change
-        if not os.path.lexists(p):
-            return None
-        if WINDOWS:
-            return ""
-        return f"a symlink to {target} was replaced by a {'directory' if p.is_dir() else 'file'}"
-    return "" if actual == target else f"the symlink points to {actual}, not {target}"
-
-
-def _keeps_exec_bits(prefix: Path) -> bool:
-    """Does the filesystem under ``prefix`` store exec bits? (Windows, exFAT and FAT do not: every
-    file reads back with the same mode whatever was set.)"""
-    if WINDOWS:
-        return False
-    probe = prefix / RECORD_DIR / f".mode-probe-{os.getpid()}"
-    try:
-        probe.write_bytes(b"")
-        os.chmod(probe, 0o644)
-        off = os.stat(probe).st_mode & 0o111
-        os.chmod(probe, 0o755)
-        on = os.stat(probe).st_mode & 0o111
-        return not off and bool(on)
-    except OSError:
-        return True  # cannot probe (a read-only tree): compare, as on any POSIX filesystem
-    finally:
-        with contextlib.suppress(OSError):
-            probe.unlink()
-
-
-def _file_change(p: Path, st: os.stat_result, f: dict[str, Any], fast: bool, modes: bool = True) -> str:
-    """Why the regular file ``p`` no longer matches its record entry ``f`` ("" when it does)."""
-    if stat.S_ISLNK(st.st_mode):
-        return f"a file was replaced by a symlink to {os.readlink(p)}"
-    if not stat.S_ISREG(st.st_mode):
-        return "a file was replaced by a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-    if st.st_size != f["size"]:
-        return f"size {st.st_size}, recorded {f['size']}"
-    if modes and "mode" in f:  # Windows, exFAT and FAT have no exec bits to compare
-        want = int(str(f["mode"]), 8) & 0o111
-        if bool(st.st_mode & 0o111) != bool(want):
-            return EXEC_BIT_REMOVED if want else "an exec bit was added"
-    if not fast and sha256_file(p) != f["sha256"]:
-        return "content differs (sha256)"
-    return ""
-
-
-def verify(prefix: Path, *, fast: bool = False) -> VerifyReport:
-    """Re-hash every recorded file and compare its exec bits, link targets and kind; ``fast``
-    compares sizes, modes and link targets only."""
-    rec = require_record(prefix)
-    report = VerifyReport(str(prefix), drift=drift_note(prefix, rec))
-    modes = _keeps_exec_bits(prefix)
-    fixups = rec.get("links", [])  # platform fix-ups such as lib64 -> lib
-    for f in rec["files"] + fixups:
-        rel, p = f["path"], prefix / f["path"]
-        why: str | None = None  # None: missing
-        if "link" in f:
-            why = _link_change(p, f["link"])
-            if why and f in fixups and p.is_dir() and not p.is_symlink():
-                why = ""  # a fix-up materialised as a directory copy when the link could not be made
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                why = _file_change(p, p.lstat(), f, fast, modes)
-        if why is None:
-            report.missing.append(rel)
-        elif why:
-            report.changed.append(rel)
-            report.reasons[rel] = why
-    report.checked = len(rec["files"]) + len(fixups)
-    report.missing.sort()
-    report.changed.sort()
-    links = {x["path"] for x in fixups}
-    report.extra = sorted(_walk(prefix, links) - {f["path"] for f in rec["files"]} - links)
-    return report

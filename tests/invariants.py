@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from cudaredist.cache import Cache
-from cudaredist.record import read_record, verify
+from cudaredist.prefixes import verify
+from cudaredist.record import read_record
 
 
 def snapshot(root: Path, *, skip: tuple[Path, ...] = ()) -> dict[str, str]:

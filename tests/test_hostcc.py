@@ -174,7 +174,7 @@ def test_a_failed_probe_is_explained_with_a_concrete_fix(tmp_path: Path, output:
     (tmp_path / "out.txt").write_text(output)
     nvcc.write_text(f"#!/bin/sh\n/bin/cat {tmp_path / 'out.txt'} >&2\nexit 2\n")
     nvcc.chmod(0o755)
-    # the tree's record: the reinstall line redoes its request (record.request_argv), profile and all
+    # the tree's record: the reinstall line redoes its request (redo.request_argv), profile and all
     record = {"plan": {"release": "13.0.2", "platform": "linux-x86_64", "profile": "build",
                        "source": "nvidia", "base_url": "https://mirror.example/redist/"}, "request": {}}
     check = check_probe(dataclasses.replace(tk_of(include), record=record), linux_env(bindir))

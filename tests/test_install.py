@@ -553,8 +553,7 @@ def test_version_json_is_nvidias_format_and_an_installed_file(mirror: Path, tran
                     "cuda_cudart": {"name": "CUDA Runtime (cudart)", "version": "13.0.96"}}
     assert text == json.dumps(body, indent=3) + "\n"  # NVIDIA's installer: 3-space indent
     assert_installed(prefix, "13.0.1", cache)
-    from cudaredist.prefixes import uninstall
-    from cudaredist.record import verify
+    from cudaredist.prefixes import uninstall, verify
 
     (prefix / "version.json").write_text(text.replace("13.0.1", "13.9.9"))
     report = verify(prefix)

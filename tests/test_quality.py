@@ -86,7 +86,7 @@ _FLOORS = [
     ("cudaredist.__main__", 7), ("cudaredist.entry", 7), ("cudaredist.cli", 7), ("cudaredist.commands", 7),
     ("cudaredist.api", 6),
     ("cudaredist.publish", 5),
-    ("cudaredist.install", 4), ("cudaredist.record", 4), ("cudaredist.prefixes", 4),
+    ("cudaredist.install", 4), ("cudaredist.record", 4), ("cudaredist.redo", 4), ("cudaredist.prefixes", 4),
     ("cudaredist.managed", 4),
     ("cudaredist.envexport", 4), ("cudaredist.discover", 4), ("cudaredist.doctor", 4),
     ("cudaredist.hostcc", 4),
@@ -95,7 +95,7 @@ _FLOORS = [
     ("cudaredist.cache", 1), ("cudaredist.tree", 1),
     ("cudaredist.fetch", 0),
     *((f"cudaredist.{core}", 0) for core in ("plan", "profiles", "errors", "localfs", "fsops", "hashing",
-                                              "progress", "streams", "trust", "interrupts")),
+                                              "progress", "streams", "trust", "interrupts", "installdir")),
 ]
 
 
@@ -162,7 +162,7 @@ _ONE_HOME = [
     pytest.param(r"\bexit_code = \d", "errors.py", id="exit-codes"),
     # an install line (redo a tree, or install a train): spelled whole, or put together in an f-string,
     # one line or two ("...cudaredist install "\n f"{release} ...")
-    pytest.param(r'"cudaredist", "install"|cudaredist install (\{|"\s+f?"\{)', "record.py",
+    pytest.param(r'"cudaredist", "install"|cudaredist install (\{|"\s+f?"\{)', "redo.py",
                  id="install-line"),
     pytest.param(r"\bsignal\.signal\(", "interrupts.py", id="signal-handlers"),
 ]

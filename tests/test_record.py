@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cudaredist.cli import app
-from cudaredist.prefixes import uninstall
-from cudaredist.record import read_record, record_path, verify
+from cudaredist.prefixes import uninstall, verify
+from cudaredist.record import read_record, record_path
 from tests.hosts import needs_symlinks, symlinks_work
 from tests.invariants import snapshot
 

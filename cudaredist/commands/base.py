@@ -250,7 +250,8 @@ class Toolkit:
     install_dir: o.InstallDirOpt = None
 
     def target(self) -> Path:
-        from cudaredist.managed import find_one, install_dir
+        from cudaredist.installdir import install_dir
+        from cudaredist.managed import find_one
         from cudaredist.prefixes import canonical_prefix
 
         if self.prefix is not None and self.train is not None:

@@ -27,7 +27,7 @@ def list_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """List managed toolkits (release, platform, profile, size, path), newest first."""
-    from cudaredist.managed import install_dir as managed_dir
+    from cudaredist.installdir import install_dir as managed_dir
     from cudaredist.managed import scan
 
     root = managed_dir(install_dir)
@@ -57,8 +57,8 @@ def list_cmd(
 @command
 def find_cmd(train: Train, platform: PlatformOpt = None, install_dir: InstallDirOpt = None) -> None:
     """Print the path of the newest installed managed toolkit of TRAIN (exit 1 when there is none)."""
+    from cudaredist.installdir import install_dir as managed_dir
     from cudaredist.managed import find_one, scan
-    from cudaredist.managed import install_dir as managed_dir
 
     root = managed_dir(install_dir)
     found = find_one(root, train, platform or host())  # none: a damaged one's error, else how to install
@@ -81,9 +81,9 @@ def run_cmd(
     The exit code is the command's."""
     from cudaredist.envexport import applied, environment
     from cudaredist.hostcc import for_tree
+    from cudaredist.installdir import install_dir as managed_dir
     from cudaredist.managed import find_one
-    from cudaredist.managed import install_dir as managed_dir
-    from cudaredist.record import require_record
+    from cudaredist.prefixes import require_record
 
     # options stop at TRAIN (so the command keeps its own): ours between TRAIN and -- are read here
     given, command = _own_options(command)

@@ -22,7 +22,7 @@ def verify(
 ) -> None:
     """Re-hash the tree against its install record: missing and changed files (content, exec bits,
     link targets) fail it; extra files, added since the install, are listed."""
-    from cudaredist.record import verify as do_verify
+    from cudaredist.prefixes import verify as do_verify
 
     report = do_verify(tk.target(), fast=fast)
     if as_json:
@@ -46,7 +46,7 @@ def verify(
 @command
 def info(tk: Toolkit = TOOLKIT, as_json: JsonOpt = False) -> None:
     """Show the install record of a prefix."""
-    from cudaredist.record import drift_note, require_record
+    from cudaredist.prefixes import drift_note, require_record
 
     target = tk.target()
     rec = require_record(target)
@@ -94,7 +94,8 @@ def info(tk: Toolkit = TOOLKIT, as_json: JsonOpt = False) -> None:
 def _unfixed(target: Path, rec: dict[str, Any] | None = None) -> list[str]:
     """The notes for the known host fixes that apply to the tree and that it lacks (laid out by an
     older cudaredist, or with --no-host-fixes), with the command that applies them."""
-    from cudaredist.record import request_argv, require_record, shell_line
+    from cudaredist.prefixes import require_record
+    from cudaredist.redo import request_argv, shell_line
     from cudaredist.tree.hostfixes import pending
 
     rec = rec if rec is not None else require_record(target)
@@ -113,8 +114,8 @@ def uninstall(
     toolkits of a TRAIN."""
     from cudaredist.cache.store import lock_wait
     from cudaredist.install import prefix_lock
+    from cudaredist.installdir import install_dir as managed_dir
     from cudaredist.managed import find, link_trains
-    from cudaredist.managed import install_dir as managed_dir
     from cudaredist.prefixes import uninstall as do_uninstall
 
     if tk.prefix is None and tk.train is not None:
@@ -159,7 +160,7 @@ def env_cmd(
     """Print the environment for a tree: eval "$(cudaredist env --prefix DIR)" or "$(cudaredist env 13.4)"."""
     from cudaredist.envexport import SHELLS, append_github, default_shell, environment, render
     from cudaredist.hostcc import for_tree
-    from cudaredist.record import require_record
+    from cudaredist.prefixes import require_record
 
     if shell is not None and shell not in SHELLS:
         fail(f"unknown --shell {shell!r}; choose one of {', '.join(SHELLS)}", 2)

@@ -32,14 +32,15 @@ from cudaredist.doctor.checks import Check, Loader, Report, Toolkit, Which, _whi
 from cudaredist.doctor.compiler import check_host_compiler, check_probe
 from cudaredist.doctor.cross import cross_checks
 from cudaredist.fsops import WINDOWS
-from cudaredist.record import shell_line, train_argv
+from cudaredist.redo import shell_line, train_argv
 
 
 # -- the whole run ------------------------------------------------------------------------------
 def find_toolkit(train: str, platform: str | None = None, root: Path | str | None = None) -> Path | None:
     """The newest managed toolkit of ``train`` in ``root`` (this host's platform first), else one
     of the train whose record is damaged (the toolkit check says so), or None."""
-    from cudaredist.managed import best, install_dir, scan
+    from cudaredist.installdir import install_dir
+    from cudaredist.managed import best, scan
 
     root = install_dir(root)
     if (found := best(root, train, platform)) is not None:

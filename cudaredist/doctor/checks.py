@@ -56,7 +56,7 @@ class Toolkit:
     native: bool  # runs on this host (not a windows tree on Linux, say)
     windows: bool  # a Windows tree
     host: str = ""  # a cross tree: the platform its tools are for (``install --host``)
-    # the install record (None: none), for what redoes its request (:func:`cudaredist.record.request_argv`)
+    # the install record (None: none), for what redoes its request (:func:`cudaredist.redo.request_argv`)
     record: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
     def include(self) -> Path:
@@ -71,7 +71,7 @@ class Toolkit:
 
     def redo(self, *, reinstall: bool = False, source: str | None = None) -> str:
         """The command that makes this tree again (``TRAIN`` to fill in without a record)."""
-        from cudaredist.record import request_argv, shell_line
+        from cudaredist.redo import request_argv, shell_line
 
         return shell_line(request_argv(self.record, self.prefix, reinstall=reinstall, source=source))
 

@@ -16,8 +16,9 @@ from cudaredist.profiles import is_windows
 # -- toolkit ------------------------------------------------------------------------------------
 def check_toolkit(prefix: Path, *, host_windows: bool = WINDOWS) -> tuple[Check, Toolkit | None]:
     """The tree in ``prefix``: its install record, and a quick verify (sizes, links, exec bits)."""
-    from cudaredist.prefixes import cut_short
-    from cudaredist.record import EXEC_BIT_REMOVED, read_record, request_argv, shell_line, verify
+    from cudaredist.prefixes import EXEC_BIT_REMOVED, cut_short, verify
+    from cudaredist.record import read_record
+    from cudaredist.redo import request_argv, shell_line
 
     install = shell_line(request_argv(None, prefix))
     if not prefix.is_dir():

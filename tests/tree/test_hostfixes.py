@@ -147,7 +147,7 @@ def test_no_host_fixes_keeps_nvidias_bytes_and_either_way_round_reinstalls(tmp_p
     assert "host_fixes" not in _record(prefix)
     info = _run("info", "--prefix", str(prefix)).output
     assert "host fixes" not in info
-    # the command that applies it redoes this tree's request (record.request_argv): its platform and
+    # the command that applies it redoes this tree's request (redo.request_argv): its platform and
     # where it came from, not a plain `install 13.0.1 --prefix P` that would ask NVIDIA's server
     notes = [ln for ln in info.splitlines()
              if ln.startswith("note: host fix glibc-2.42-rsqrt is not applied")]

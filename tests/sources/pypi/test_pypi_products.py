@@ -9,7 +9,8 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from cudaredist.cli import app
-from cudaredist.record import read_record, verify
+from cudaredist.prefixes import verify
+from cudaredist.record import read_record
 from cudaredist.tree.implib import import_library, read_exports
 from tests.hosts import assert_link
 from tests.pe import make_dll

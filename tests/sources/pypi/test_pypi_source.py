@@ -35,7 +35,7 @@ from cudaredist.errors import (
 from cudaredist.fetch.client import RetryPolicy
 from cudaredist.fetch.transport import Transport
 from cudaredist.install import Installer
-from cudaredist.record import verify
+from cudaredist.prefixes import verify
 from cudaredist.sources.pypi import index as pypi
 from cudaredist.sources.pypi.simple import IndexFile, parse_simple_html, parse_simple_json
 from cudaredist.sources.pypi.wheels import (
