@@ -16,14 +16,10 @@ YOUNG = 100_000
 
 def main() -> None:
     import gc
-    import signal
 
-    # until the command's error boundary runs (and again once it is done), Ctrl-C and SIGTERM end the
-    # process at once: nothing has been changed yet (start-up, parsing) or everything is done
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        if signal.getsignal(signum) is not signal.SIG_IGN:  # an ignored signal stays ignored
-            signal.signal(signum, stop)
+    from cudaredist.interrupts import stop_at_once
 
+    stop_at_once()  # until the command's error boundary runs
     # what start-up imports lives as long as the process: the collector neither runs while it is
     # made (tens of passes over a growing heap) nor looks at it again (~6 ms of a warm install)
     gc.disable()
@@ -44,18 +40,6 @@ def main() -> None:
     except SystemExit as done:
         leave(done.code)
     leave(0)
-
-
-def stop(signum: int, _frame: object = None) -> NoReturn:
-    """End the process as the command's boundary would for ``signum``: its paragraph and 128 + N."""
-    import contextlib
-    import os
-
-    from cudaredist.errors import signal_exit_code, stopped_by
-
-    with contextlib.suppress(OSError):  # (no stderr: the status alone says it)
-        os.write(2, f"error: {stopped_by(signum)}\n".encode())
-    os._exit(signal_exit_code(signum))
 
 
 def leave(code: str | int | None) -> NoReturn:

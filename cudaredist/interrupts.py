@@ -9,13 +9,14 @@ afterwards, which the command line prints (``interrupted; ... was left as it was
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from collections.abc import Iterable, Iterator
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from cudaredist.errors import signal_exit_code
+from cudaredist.errors import signal_exit_code, stopped_by
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -65,6 +66,21 @@ def unwinding() -> Iterator[None]:
     process at once)."""
     with _handling({signal.SIGINT: signal.default_int_handler, signal.SIGTERM: _raise_terminated}):
         yield
+
+
+def stop_at_once() -> None:
+    """Until a command's error boundary runs (:func:`unwinding`), and again once it is done, Ctrl-C and
+    SIGTERM end the process at once, with the boundary's paragraph and 128 + N: nothing has been
+    changed yet (start-up, parsing) or everything is done. An ignored signal stays ignored."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, _stop)
+
+
+def _stop(signum: int, _frame: FrameType | None) -> None:
+    with contextlib.suppress(OSError):  # (no stderr: the status alone says it)
+        os.write(2, f"error: {stopped_by(signum)}\n".encode())
+    os._exit(signal_exit_code(signum))
 
 
 def _raise_terminated(_signum: int, _frame: FrameType | None) -> None:

@@ -38,6 +38,9 @@ def _host_port(netloc: str) -> tuple[str, int | None]:
     return (parts.hostname or "").lower().rstrip("."), port
 
 
+LOOPBACK = ("127.0.0.1", "::1")  # what a loopback name is connected to, in this order
+
+
 def loopback_name(host: str) -> bool:
     """``localhost`` or a name under it: this machine (RFC 6761) by its spelling alone, because the HTTP
     client connects such a name to loopback itself, as curl does (fetch/client.py), never asking DNS

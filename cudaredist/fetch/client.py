@@ -60,7 +60,7 @@ def make_client(*, timeout: float = 30.0, connections: int = 16) -> httpx.Client
     import httpx
     import truststore
 
-    from cudaredist.trust import is_loopback, loopback_name
+    from cudaredist.trust import LOOPBACK, is_loopback, loopback_name
 
     ctx = truststore.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     cafile = os.environ.get("SSL_CERT_FILE")
@@ -92,9 +92,9 @@ def make_client(*, timeout: float = 30.0, connections: int = 16) -> httpx.Client
             if not loopback_name(host):
                 return super().connect_tcp(host, port, *args, **kw)
             try:
-                return super().connect_tcp("127.0.0.1", port, *args, **kw)
+                return super().connect_tcp(LOOPBACK[0], port, *args, **kw)
             except httpcore.ConnectError:
-                return super().connect_tcp("::1", port, *args, **kw)
+                return super().connect_tcp(LOOPBACK[1], port, *args, **kw)
 
     client = Client(
         verify=ctx,
