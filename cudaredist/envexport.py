@@ -1,35 +1,13 @@
 """The environment a toolkit tree needs, and how each shell (or GitHub Actions) is told it (pure).
 
-What is set, for a tree of release X.Y installed in PREFIX:
-
-    native tree (Linux tree on a POSIX host, Windows tree on Windows):
-        CUDA_PATH, CUDA_HOME, CUDA_PATH_VX_Y = PREFIX
-        PATH            += PREFIX/bin  (Windows 13.x: also PREFIX\\bin\\x64, where the DLLs moved;
-                        windows-arm64: PREFIX\\bin\\arm64)
-        LD_LIBRARY_PATH += PREFIX/lib, PREFIX/nvvm/lib64  (Linux trees: libNVVM lives apart, and
-                        cuda-pathfinder, numba-cuda's locator, asks the loader before CUDA_HOME)
-    Windows tree on a non-Windows host (WSL / Linux cross-compiling for Windows):
-        WINDOWS_CUDA_HOME = PREFIX     (what torch's cross-compile paths read); PATH is left alone,
-                                       and CUDA_HOME stays free for a native toolkit
-
-The host compiler hostcc chose for the tree (``host_compiler``) adds NVCC_CCBIN and CUDAHOSTCXX, and
-for an MSVC toolset what ``vcvars64.bat -vcvars_ver=X`` sets (its bin first on PATH after the tree's,
-INCLUDE, LIB, LIBPATH, VCToolsInstallDir, ...). A Windows tree gives the CMake arguments for the Visual
-Studio generator, ``-T version=X,cuda=PREFIX`` (``version=``: the chosen toolset; ``cuda=``: a tree
-with NVIDIA's MSBuild files), in ``cmake_args``: printed as a note, in --json, an output of the action.
-
-A cross tree (``install --host``; ``[cross.<target>]`` in profiles.toml) is used from its host:
-    Linux (tools of linux-x86_64, libraries in PREFIX/targets/<dir>):
-        CUDA_PATH, CUDA_HOME, CUDA_PATH_VX_Y = PREFIX; PATH += PREFIX/bin
-        NVCC_APPEND_FLAGS = -target-dir <dir>      nvcc reads targets/<dir>/{include,lib}
-        NVCC_CCBIN        = the cross compiler     (aarch64-linux-gnu-g++; -ccbin overrides it)
-        LD_LIBRARY_PATH  += PREFIX/nvvm/lib64      (the tools' libNVVM; the target's libraries are
-                                                    for the target's loader, not this host's)
-        cmake_args: CMake's cross mode (CMAKE_SYSTEM_NAME/PROCESSOR, the compilers, CUDAToolkit_ROOT,
-                    CUDAToolkit_TARGET_DIR, CMAKE_CUDA_FLAGS with the -target-dir)
-    Windows (tools of windows-x86_64, libraries in PREFIX\\lib\\arm64): as a native tree, with
-        PATH += PREFIX\\bin only (the arm64 DLLs do not load here); cmake_args for the Visual
-        Studio generator (-A ARM64, CMAKE_VS_GLOBALS CudaToolkitLibDir) or Ninja (CMAKE_CUDA_COMPILER)
+Two steps. The tree's shape on this host (``_SHAPES``, a table: native Linux or Windows, a Linux
+or Windows cross tree, a Windows tree elsewhere, which gets only WINDOWS_CUDA_HOME, what torch's
+cross-compile paths read) gives CUDA_PATH, CUDA_HOME, CUDA_PATH_VX_Y, PATH and LD_LIBRARY_PATH (Linux:
+nvvm/lib64 too, where cuda-pathfinder asks the loader first) and CMake's arguments (``cmake_args``: a
+cross tree's cross mode; a Windows tree's ``-T version=X,cuda=PREFIX``). Then hostcc's decision for
+the compiler (``host_compiler``) adds its variables: NVCC_CCBIN, CUDAHOSTCXX, a cross tree's
+``-target-dir`` in NVCC_APPEND_FLAGS, and an MSVC toolset's environment (what ``vcvars64.bat
+-vcvars_ver=X`` sets: its bin on PATH after the tree's, INCLUDE, LIB, LIBPATH, ...).
 
 Every renderer quotes so that any path (spaces, quotes, ``$``, backslashes) comes out as
 exactly one word; what no quoting of a shell can carry is refused with an error.
@@ -46,15 +24,12 @@ import shlex
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from cudaredist.errors import PrefixError, UsageError
+from cudaredist.hostcc import Choice, cross_exports
 from cudaredist.localfs import local_error
 from cudaredist.plan import version_key
 from cudaredist.profiles import CrossRule, cross_rule, is_windows, platform_rule
-
-if TYPE_CHECKING:
-    from cudaredist.hostcc import Choice
 
 SHELLS = ("sh", "bash", "zsh", "fish", "pwsh", "cmd")
 # PowerShell also closes a single-quoted string on the typographic single quotes
@@ -80,98 +55,108 @@ class Environment:
                 "notes": list(self.notes), "cmake_args": list(self.cmake_args)}
 
 
+# The shapes of a tree on a host, as data: (variables set to the prefix, PATH entries, LD_LIBRARY_PATH
+# entries, under the prefix; {arch}: the tree's, on CUDA 13 only). The compiler is a step of its own.
+_HOMES = ("CUDA_PATH", "CUDA_HOME", "CUDA_PATH_V{major}_{minor}")
+_SHAPES: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
+    # libnvvm.so sits in nvvm/lib64, off lib/: without it here, a loader that finds another toolkit's
+    # libNVVM first (ld.so.conf, an older LD_LIBRARY_PATH) mixes two toolkits. On Windows PATH stays as
+    # NVIDIA's installer sets it (bin): cuda-pathfinder finds nvvm\bin\x64 through CUDA_PATH.
+    "linux": (_HOMES, ("bin",), ("lib", "nvvm/lib64")),
+    "windows": (_HOMES, ("bin", "bin/{arch}"), ()),  # CUDA 13 moved the runtime DLLs to bin\<arch>
+    # the target's libraries are for the target's loader, not this host's; the arm64 DLLs do not load on x64
+    "linux-cross": (_HOMES, ("bin",), ("nvvm/lib64",)),
+    "windows-cross": (_HOMES, ("bin",), ()),
+    "windows-elsewhere": (("WINDOWS_CUDA_HOME",), (), ()),  # what torch's cross-compile paths read
+}
+
+
+def shape(platform: str, *, host: str, host_windows: bool) -> str:
+    """Which of the shapes a ``platform`` tree (a cross tree's tools for ``host``) is on this host."""
+    tree_windows = is_windows(platform)
+    if tree_windows and not host_windows:
+        return "windows-elsewhere"
+    if not tree_windows and host_windows:
+        raise PrefixError(
+            f"a {platform} tree cannot run on this Windows host; use it from Linux or WSL (`cudaredist env` "
+            "there), or install --platform windows-x86_64 here", prefix=platform)
+    return ("windows" if tree_windows else "linux") + ("-cross" if host else "")
+
+
 def environment(prefix: str, *, platform: str, release: str, host_windows: bool,
                 msbuild: bool = False, host: str = "",
                 host_compiler: Choice | None = None) -> Environment:
     """The environment for a tree of ``platform``/``release`` at ``prefix`` (a path of this host);
     ``msbuild``: the tree has NVIDIA's MSBuild files (the visual_studio_integration component);
-    ``host``: a cross tree's, the platform its tools are for (its cross compiler is the host
-    compiler); ``host_compiler``: what hostcc.choose chose for a native tree (its variables, and an
-    MSVC toolset's directories after the tree's)."""
-    tree_windows = is_windows(platform)
-    if host and tree_windows == host_windows:
-        return cross_environment(prefix, cross_rule(platform, host), release=release,
-                                 host_windows=host_windows, msbuild=msbuild)
+    ``host``: a cross tree's, the platform its tools are for; ``host_compiler``: hostcc's decision
+    for the tree (its variables, and an MSVC toolset's directories after the tree's; a Linux cross
+    tree without one gets its cross compiler and -target-dir)."""
+    try:
+        kind = shape(platform, host=host, host_windows=host_windows)
+    except PrefixError as exc:
+        raise PrefixError(f"{prefix} holds {exc}", prefix=prefix) from None
     join = ntpath.join if host_windows else posixpath.join
-    if tree_windows and not host_windows:
-        return Environment(
-            variables=(("WINDOWS_CUDA_HOME", prefix),), prepend=(), host_windows=False,
-            notes=(f"a {platform} tree on a non-Windows host: only WINDOWS_CUDA_HOME is set "
-                   "(for cross-compiling); PATH and CUDA_HOME are left alone",))
-    if not tree_windows and host_windows:
-        raise PrefixError(
-            f"{prefix} holds a {platform} tree, which cannot run on this Windows host; use it from "
-            "Linux or WSL (`cudaredist env` there), or install --platform windows-x86_64 here",
-            prefix=prefix)
-    major_minor = release.split(".")[:2]
-    variables: tuple[tuple[str, str], ...] = (("CUDA_PATH", prefix), ("CUDA_HOME", prefix),
-                                              (f"CUDA_PATH_V{'_'.join(major_minor)}", prefix))
-    bins = [join(prefix, "bin")]
+    major, minor = (release.split(".") + ["0"])[:2]
     arch = platform_rule(platform).arch
-    if tree_windows and arch and version_key(release) >= (13,):
-        bins.append(join(prefix, "bin", arch))  # CUDA 13 moved the runtime DLLs here
-    prepend: list[tuple[str, tuple[str, ...]]] = [("PATH", tuple(bins))]
-    if not tree_windows:
-        # libnvvm.so sits in nvvm/lib64, off lib/: without it here, a loader that finds another
-        # toolkit's libNVVM first (ld.so.conf, an older LD_LIBRARY_PATH) mixes two toolkits. On
-        # Windows PATH stays as NVIDIA's installer sets it (bin): cuda-pathfinder finds
-        # nvvm\bin\x64 through CUDA_PATH, after PATH, where no NVIDIA installer puts an nvvm\bin.
-        prepend.append(("LD_LIBRARY_PATH", (join(prefix, "lib"), join(prefix, "nvvm", "lib64"))))
-    toolset = host_compiler.toolset if host_compiler and tree_windows else None
+    homes, bins, libs = _SHAPES[kind]
+    variables = tuple((v.format(major=major, minor=minor), prefix) for v in homes)
+    bins = tuple(b for b in bins if "{arch}" not in b or (arch and version_key(release) >= (13,)))
+    prepend = [(var, tuple(join(prefix, *d.format(arch=arch).split("/")) for d in dirs))
+               for var, dirs in (("PATH", bins), ("LD_LIBRARY_PATH", libs)) if dirs]
+    rule = cross_rule(platform, host) if host else None
+    if host_compiler is None and rule is not None:
+        host_compiler = Choice(None, "", cross_exports(rule, {}))
+    cmake, notes = _cmake(kind, prefix, rule, msbuild, host_compiler, join)
+    # the compiler step: its variables after the tree's, its directories after the tree's own entries
     variables += host_compiler.variables if host_compiler else ()
-    for var, dirs in host_compiler.prepend if host_compiler else ():  # the tree's PATH entries stay first
+    for var, dirs in host_compiler.prepend if host_compiler else ():
         at = next((i for i, (v, _d) in enumerate(prepend) if v == var), None)
         if at is None:
             prepend.append((var, dirs))
         else:
             prepend[at] = (var, prepend[at][1] + dirs)
-    # CMake's Visual Studio generator: -T version=<the chosen MSVC toolset>,cuda=<the tree's MSBuild files>
-    toolset_args = [*([f"version={toolset.short}"] if toolset else []),
-                    *([f"cuda={prefix}"] if tree_windows and msbuild else [])]
-    cmake = ("-T", ",".join(toolset_args)) if toolset_args else ()
-    generator = toolset.generator if toolset else "Visual Studio 17 2022"
-    notes = tuple(n for n in (
-        host_compiler.reason if host_compiler and not host_compiler.quiet else "",
-        f"CMake's Visual Studio generator: cmake -G \"{generator}\" {cmake_line(cmake)}" if cmake else "",
-        f"the same toolset from Visual Studio's own script: {toolset.vcvars}" if toolset else "") if n)
+    if host_compiler and not host_compiler.quiet and host_compiler.reason:
+        notes = (host_compiler.reason, *notes)
     return Environment(variables, tuple(prepend), host_windows, notes, cmake)
 
 
-def cross_environment(prefix: str, rule: CrossRule, *, release: str, host_windows: bool,
-                      msbuild: bool) -> Environment:
-    """A cross tree's environment on its host: the tools on PATH, nvcc pointed at the target."""
-    join = ntpath.join if host_windows else posixpath.join
-    major_minor = release.split(".")[:2]
-    variables = [("CUDA_PATH", prefix), ("CUDA_HOME", prefix),
-                 (f"CUDA_PATH_V{'_'.join(major_minor)}", prefix)]
-    prepend: list[tuple[str, tuple[str, ...]]] = [("PATH", (join(prefix, "bin"),))]
-    nvcc = join(prefix, "bin", "nvcc.exe" if host_windows else "nvcc")
-    system = [f"-DCMAKE_SYSTEM_NAME={rule.system[0]}", f"-DCMAKE_SYSTEM_PROCESSOR={rule.system[1]}"]
+def _cmake(kind: str, prefix: str, rule: CrossRule | None, msbuild: bool, choice: Choice | None,
+           join: Callable[..., str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the CMake arguments, the notes) for a tree of the shape ``kind``."""
+    nvcc = join(prefix, "bin", "nvcc.exe" if kind.startswith("windows") else "nvcc")
+    if kind == "windows-elsewhere":
+        return (), ("a Windows tree on a non-Windows host: only WINDOWS_CUDA_HOME is set (for "
+                    "cross-compiling); PATH and CUDA_HOME are left alone",)
+    if rule is None:  # CMake's Visual Studio generator: -T version=<MSVC toolset>,cuda=<the MSBuild files>
+        toolset = choice.toolset if choice and kind == "windows" else None
+        toolset_args = [*([f"version={toolset.short}"] if toolset else []),
+                        *([f"cuda={prefix}"] if kind == "windows" and msbuild else [])]
+        cmake: tuple[str, ...] = ("-T", ",".join(toolset_args)) if toolset_args else ()
+        generator = toolset.generator if toolset else "Visual Studio 17 2022"
+        return cmake, tuple(n for n in (
+            f"CMake's Visual Studio generator: cmake -G \"{generator}\" {cmake_line(cmake)}" if cmake else "",
+            f"the same toolset from Visual Studio's own script: {toolset.vcvars}" if toolset else "") if n)
+    system = (f"-DCMAKE_SYSTEM_NAME={rule.system[0]}", f"-DCMAKE_SYSTEM_PROCESSOR={rule.system[1]}")
     if rule.target_dir:
         flag = f"-target-dir {rule.target_dir}"
-        variables += [("NVCC_APPEND_FLAGS", flag), ("NVCC_CCBIN", rule.compiler)]
-        prepend.append(("LD_LIBRARY_PATH", (join(prefix, "nvvm", "lib64"),)))
+        ccbin = dict(choice.variables if choice else ()).get("NVCC_CCBIN", rule.compiler)
         cmake = (*system, *([f"-DCMAKE_C_COMPILER={rule.c_compiler}"] if rule.c_compiler else []),
-                 f"-DCMAKE_CXX_COMPILER={rule.compiler}", f"-DCMAKE_CUDA_HOST_COMPILER={rule.compiler}",
+                 f"-DCMAKE_CXX_COMPILER={ccbin}", f"-DCMAKE_CUDA_HOST_COMPILER={ccbin}",
                  f"-DCMAKE_CUDA_COMPILER={nvcc}", f"-DCMAKE_CUDA_FLAGS={flag}",
                  f"-DCUDAToolkit_ROOT={prefix}",
                  f"-DCUDAToolkit_TARGET_DIR={join(prefix, 'targets', rule.target_dir)}")
-        notes: tuple[str, ...] = (
-                 f"a {rule.host} -> {rule.target} cross tree: nvcc builds for {rule.target} with "
-                 f"{rule.compiler} (NVCC_CCBIN; -ccbin overrides it) and {flag} (NVCC_APPEND_FLAGS)",
-                 f"CMake: cmake -G Ninja {cmake_line(cmake)}")
-        return Environment(tuple(variables), tuple(prepend), host_windows, notes, cmake)
+        return cmake, (f"a {rule.host} -> {rule.target} cross tree: nvcc builds for {rule.target} with "
+                       f"{ccbin} (NVCC_CCBIN; -ccbin overrides it) and {flag} (NVCC_APPEND_FLAGS)",
+                       f"CMake: cmake -G Ninja {cmake_line(cmake)}")
     lib_dir = join(prefix, "lib", platform_rule(rule.target).arch)
     # CudaToolkitLibDir: where NVIDIA's MSBuild files link from (as Conan's CUDA recipes set it)
     cmake = (*system, f"-DCMAKE_CUDA_COMPILER={nvcc}", f"-DCUDAToolkit_ROOT={prefix}",
              f"-DCMAKE_VS_GLOBALS=CudaToolkitLibDir={lib_dir}")
     vs = ("-A", "ARM64", *(("-T", f"cuda={prefix}") if msbuild else ()))
-    notes = (f"a {rule.host} -> {rule.target} cross tree: build in a shell of {rule.compiler}; "
-             f"the import libraries are in {lib_dir}",
-             f"CMake: cmake -G Ninja {cmake_line(cmake)}",
-             "CMake's Visual Studio generator: cmake -G \"Visual Studio 17 2022\" "
-             + cmake_line((*vs, *cmake)))
-    return Environment(tuple(variables), tuple(prepend), host_windows, notes, cmake)
+    return cmake, (f"a {rule.host} -> {rule.target} cross tree: build in a shell of {rule.compiler}; "
+                   f"the import libraries are in {lib_dir}", f"CMake: cmake -G Ninja {cmake_line(cmake)}",
+                   "CMake's Visual Studio generator: cmake -G \"Visual Studio 17 2022\" "
+                   + cmake_line((*vs, *cmake)))
 
 
 def cmake_line(args: tuple[str, ...]) -> str:

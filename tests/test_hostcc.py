@@ -19,7 +19,7 @@ import pytest
 
 from cudaredist import hostcc
 from cudaredist.doctor.checks import Toolkit
-from cudaredist.doctor.compiler import check_host_compiler, check_probe, compiler_fix
+from cudaredist.doctor.compiler import check_host_compiler, check_probe
 from cudaredist.envexport import environment
 from cudaredist.errors import UsageError
 from tests.fakevs import build_layout, need_tool
@@ -100,13 +100,31 @@ def test_none_accepted_sets_nothing_and_says_so(tmp_path: Path) -> None:
     assert "none of the" in choice.reason and "cudaredist doctor" in choice.reason
 
 
-def test_what_the_user_named_is_kept_and_off_turns_it_off(tmp_path: Path) -> None:
+def test_what_the_user_named_is_kept_unless_refused_and_off_turns_it_off(tmp_path: Path) -> None:
+    """Finding 3: NVCC_CCBIN or -ccbin that the tree accepts is kept; one it refuses is replaced by one
+    it accepts, said in one line with the way to keep it; CUDAHOSTCXX alone is CMake's, not nvcc's."""
     bindir = fake_gcc(tmp_path / "bin", 15, 16, default=16)
     include = tree(tmp_path, 15)
-    g16 = str(bindir / "g++-16")
-    for named in ({"NVCC_CCBIN": g16}, {"NVCC_APPEND_FLAGS": f"-ccbin {g16}"}, {"CUDAHOSTCXX": g16}):
+    g15, g16 = str(bindir / "g++-15"), str(bindir / "g++-16")
+    kept = hostcc.choose(include, {**linux_env(bindir), "NVCC_CCBIN": g15}, windows=False)
+    assert kept.compiler is None and kept.quiet and kept.accepted and kept.variables == ()
+    assert kept.reason == f"host compiler: {g15} (NVCC_CCBIN) passes the tree's host_config.h; kept"
+    for named, extra in (({"NVCC_CCBIN": g16}, {}),
+                         ({"NVCC_APPEND_FLAGS": f"-O2 -ccbin {g16} --sysroot=/sr"},
+                          {"NVCC_APPEND_FLAGS": "-O2 --sysroot=/sr"}),
+                         ({"CUDAHOSTCXX": g16}, {})):  # nvcc never reads CUDAHOSTCXX: gcc 16 still runs
         choice = hostcc.choose(include, {**linux_env(bindir), **named}, windows=False)
-        assert choice.compiler is None and choice.quiet and "is kept, as set" in choice.reason, named
+        assert dict(choice.variables) == {"NVCC_CCBIN": g15, "CUDAHOSTCXX": g15, **extra}, named
+        assert not choice.quiet and choice.accepted and "is refused by the tree's host_config.h" in choice.reason
+        assert ("keeps yours" in choice.reason) == ("CUDAHOSTCXX" not in named), choice.reason
+    # CMake's CUDAHOSTCXX, accepted, is kept while nvcc's refused default is replaced
+    cmake = hostcc.choose(include, {**linux_env(bindir), "CUDAHOSTCXX": g15}, windows=False)
+    assert dict(cmake.variables) == {"NVCC_CCBIN": g15}
+    # -allow-unsupported-compiler: the user's refused compiler is kept, and said
+    allowed = hostcc.choose(include, {**linux_env(bindir), "NVCC_CCBIN": g16,
+                                      "NVCC_APPEND_FLAGS": "-allow-unsupported-compiler"}, windows=False)
+    assert allowed.variables == () and "kept: -allow-unsupported-compiler is set in NVCC_APPEND_FLAGS" in \
+        allowed.reason
     assert hostcc.choose(include, linux_env(bindir), windows=False, mode="off") == hostcc.Choice(None, "")
     # a compiler named by --host-compiler is used as it is, and the header's verdict said
     named = hostcc.choose(include, linux_env(bindir), windows=False, mode="g++-16")
@@ -151,9 +169,35 @@ def test_doctor_advises_an_installed_compiler_never_one_that_is_not(tmp_path: Pa
     assert f"export NVCC_CCBIN={bindir / 'g++-15'}" in check.fix and "g++-13" not in check.fix
     # nothing installed passes: the package that installs one the header accepts
     only16 = fake_gcc(tmp_path / "only16", 16, default=16)
-    fix = compiler_fix(tk, linux_env(only16), msvc=False, skip=str(only16 / "gcc"))
+    fix = check_host_compiler(tk, linux_env(only16), windows=False).fix
     assert "apt-get install g++-15" in fix and "NVCC_CCBIN=/usr/bin/g++-15" in fix
     assert hostcc.gcc_limit(tk.prefix / "include") == 15
+
+
+def test_doctor_judges_the_shell_against_the_decision(tmp_path: Path) -> None:
+    """Finding 3: a refused NVCC_CCBIN or CUDAHOSTCXX-only shell gets a fix that `cudaredist env`
+    carries out; CUDAREDIST_HOST_COMPILER is the decision's too (finding 10: a bad one is the variable's
+    error); a shell that lacks what env sets is told."""
+    bindir = fake_gcc(tmp_path / "bin", 14, 15, 16, default=16)
+    tk = tk_of(tree(tmp_path, 15))
+    g15, g16 = bindir / "g++-15", str(bindir / "g++-16")
+    for named in ({"NVCC_CCBIN": g16}, {"CUDAHOSTCXX": g16}):
+        chosen = hostcc.choose(tk.prefix / "include", {**linux_env(bindir), **named}, windows=False)
+        assert dict(chosen.variables).get("NVCC_CCBIN") == str(g15), chosen.reason  # env exports it ...
+        check = check_host_compiler(tk, {**linux_env(bindir), **named}, windows=False)
+        assert check.status == "fail" and "`cudaredist env` exports it as NVCC_CCBIN" in check.fix, check
+    check = check_host_compiler(tk, {**linux_env(bindir), "CUDAREDIST_HOST_COMPILER": "g++-14"}, windows=False)
+    assert "use g++-14" in check.fix, check.fix
+    check = check_host_compiler(tk, {**linux_env(bindir), "NVCC_CCBIN": str(g15),
+                                     "CUDAREDIST_HOST_COMPILER": "g++-14"}, windows=False)
+    assert check.status == "ok" and f"`cudaredist env` sets NVCC_CCBIN={bindir / 'g++-14'}" in check.detail
+    check = check_host_compiler(tk, {**linux_env(bindir), "CUDAREDIST_HOST_COMPILER": "junk"}, windows=False)
+    assert check.status == "fail" and check.detail.startswith("CUDAREDIST_HOST_COMPILER=junk: no such")
+    assert "--host-compiler junk" not in check.detail
+    for keyword, chosen in (("OFF", None), ("Auto", str(g15))):  # keywords in any case, not compiler names
+        choice = hostcc.for_tree(tk.prefix, platform="linux-x86_64", release="13.0.2", host_windows=False,
+                                 env={**linux_env(bindir), "CUDAREDIST_HOST_COMPILER": keyword})
+        assert choice is not None and dict(choice.variables).get("NVCC_CCBIN") == chosen, keyword
 
 
 @pytest.mark.parametrize(("output", "detail", "fix"), [

@@ -91,12 +91,13 @@ def run_cmd(
     platform = given.get("--platform", platform)
     toolkit = find_one(managed_dir(install_dir), train, platform or host())
     plan = require_record(toolkit.path)["plan"]
+    tools = str(plan.get("host", ""))  # a cross tree's
     chosen = for_tree(toolkit.path, platform=plan["platform"], release=plan["release"], env=os.environ,
-                      host_windows=WINDOWS, given=given.get("--host-compiler", host_compiler))
-    if chosen is not None and chosen.compiler is not None:
+                      host_windows=WINDOWS, given=given.get("--host-compiler", host_compiler), host=tools)
+    if chosen is not None and not chosen.quiet and chosen.reason:
         typer.echo(f"note: {chosen.reason}", err=True)
     env = applied(environment(str(toolkit.path), platform=plan["platform"], release=plan["release"],
-                              host_windows=WINDOWS, host_compiler=chosen), os.environ)
+                              host_windows=WINDOWS, host=tools, host_compiler=chosen), os.environ)
     if not command:
         fail("give the command to run after --, e.g. cudaredist run 13.4 -- nvcc --version", 2)
     program = command[0]

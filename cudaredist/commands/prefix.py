@@ -166,10 +166,8 @@ def env_cmd(
         fail(f"unknown --shell {shell!r}; choose one of {', '.join(SHELLS)}", 2)
     target = tk.target()
     plan = require_record(target)["plan"]
-    # a cross tree's compiler is its cross compiler (envexport.cross_environment), not one chosen here
-    chosen = None if plan.get("host") else for_tree(
-        target, platform=plan["platform"], release=plan["release"], env=os.environ,
-        host_windows=WINDOWS, given=host_compiler)
+    chosen = for_tree(target, platform=plan["platform"], release=plan["release"], env=os.environ,
+                      host_windows=WINDOWS, given=host_compiler, host=str(plan.get("host", "")))
     found = environment(str(target), platform=plan["platform"], release=plan["release"], host_windows=WINDOWS,
                         msbuild=any(c["name"] == "visual_studio_integration" for c in plan["components"]),
                         host=str(plan.get("host", "")), host_compiler=chosen)
@@ -183,7 +181,8 @@ def env_cmd(
             typer.echo(f"prepended to {var}: {os.pathsep.join(dirs)}", err=True)
     elif as_json:
         emit_json({"prefix": str(target), "release": plan["release"], "platform": plan["platform"]}
-                   | found.to_json())
+                  | found.to_json() | ({"host_compiler": {"reason": chosen.reason, "candidates": [
+                      {"name": n, "verdict": said} for n, said in chosen.candidates]}} if chosen else {}))
     else:
         typer.echo(render(found, shell or default_shell(WINDOWS)), nl=False)
 

@@ -7,11 +7,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from cudaredist import hostcc
+from cudaredist import msvc
 
-# the programs run on this host: one owner, hostcc (which judges compilers with them)
-Which = hostcc.Which
-_which, _run, _first_line = hostcc.which_on, hostcc.run_program, hostcc.first_line
+# the programs run on this host: one owner, cudaredist.msvc (hostcc judges compilers with them)
+Which = msvc.Which
+_which, _run, _first_line = msvc.which_on, msvc.run_program, msvc.first_line
 
 Status = Literal["ok", "warn", "fail"]
 _RANK = {"ok": 0, "warn": 1, "fail": 2}

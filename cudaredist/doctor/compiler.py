@@ -11,16 +11,20 @@ from typing import Literal
 
 from cudaredist.doctor.checks import _RANK, Check, Toolkit, Which, _first_line, _run, _which
 from cudaredist.envexport import load_hint
+from cudaredist.errors import UsageError
 from cudaredist.hostcc import (
+    ENV_HOST_COMPILER,
+    Choice,
     HostCompiler,
     HostConfigVerdict,
+    choose,
     gcc_limit,
     installed,
     judge_host_config,
+    request,
     select_host_compiler,
-    walk,
 )
-from cudaredist.profiles import platform_rule
+from cudaredist.profiles import cross_rule, platform_rule
 
 __all__ = ["HostCompiler", "HostConfigVerdict", "judge_host_config", "select_host_compiler"]
 
@@ -87,18 +91,32 @@ _LAST_RESORT = (" Last resort: -allow-unsupported-compiler (NVCC_APPEND_FLAGS=-a
                 "or build code that computes wrong results")
 
 
-def compiler_fix(tk: Toolkit, env: Mapping[str, str], *, msvc: bool, skip: str | None = None,
-                 which: Which = _which) -> str:
-    """The compiler to use instead, one that works here: an installed one the tree's host_config.h
-    accepts (hostcc judges them, newest first), else what to install."""
+def decision(tk: Toolkit, env: Mapping[str, str], *, windows: bool, which: Which = _which
+             ) -> tuple[Choice | None, str]:
+    """hostcc's decision for the tree in this shell (what `cudaredist env` and `run` export), or why
+    there is none (a CUDAREDIST_HOST_COMPILER that names no compiler)."""
+    rule = cross_rule(tk.platform, tk.host) if tk.host and tk.platform else None
+    mode, origin = request(env)
+    try:
+        return choose(tk.include(), env, windows=windows, release=tk.release, mode=mode, origin=origin,
+                      target=_target(tk), cross=rule, which=which), ""
+    except UsageError as exc:
+        return None, str(exc)
+
+
+def compiler_fix(tk: Toolkit, env: Mapping[str, str], *, msvc: bool, choice: Choice | None) -> str:
+    """The compiler to use instead, from hostcc's decision: the one `cudaredist env` exports, which
+    the tree's host_config.h accepts, else what to install."""
     include = tk.include()
     header = f"{f'CUDA {tk.release}' if tk.release else 'the tree'}'s host_config.h"
     if not (include / "crt" / "host_config.h").is_file():  # nothing to judge a compiler by
         return (f"run the build from Visual Studio's {_msvc_prompt(tk)}), or set NVCC_CCBIN to the "
                 "directory that holds cl.exe") if msvc else (
                 "install a C++ compiler (Debian/Ubuntu: apt-get install g++), or set NVCC_CCBIN to one")
-    found = walk(installed(env, windows=msvc, target=_target(tk), which=which), include, env, skip=skip)[0]
+    found = choice.compiler if choice is not None and choice.accepted else None
     load = load_hint(str(tk.prefix), host_windows=msvc)
+    named = (f"{choice.reason.removeprefix('host compiler: ')}: unset CUDAREDIST_HOST_COMPILER or name "
+             "another. " if choice is not None and choice.compiler and not choice.accepted else "")
     if found is not None and found.toolset is not None:
         ts = found.toolset
         return (f"use {found.name}, installed here, which {header} accepts: `cudaredist env` exports its "
@@ -107,18 +125,19 @@ def compiler_fix(tk: Toolkit, env: Mapping[str, str], *, msvc: bool, skip: str |
                 f"`toolset: {ts.short}`); CMake's Visual Studio generator: -G \"{ts.generator}\" "
                 f"-T version={ts.short}")
     if found is not None:
-        return (f"use {found.name}, installed here, which {header} accepts: export NVCC_CCBIN={found.path} "
-                f"(CMake: -DCMAKE_CUDA_HOST_COMPILER={found.path}), or let cudaredist set both: {load}")
+        return (f"use {found.name}, installed here, which {header} accepts: `cudaredist env` exports it as "
+                f"NVCC_CCBIN ({load}); or export NVCC_CCBIN={found.path} (CMake: "
+                f"-DCMAKE_CUDA_HOST_COMPILER={found.path})")
     if msvc:
-        return (f"no MSVC toolset installed here passes {header}: install a Visual Studio version "
+        return (f"{named}no MSVC toolset installed here passes {header}: install a Visual Studio version "
                 "its #error accepts (or that version's toolset beside yours, in the Visual Studio Installer) "
                 f"and open its {_msvc_prompt(tk)} and `toolset:`), or point NVCC_CCBIN at that cl.exe's "
                 "directory." + _LAST_RESORT)
     limit = gcc_limit(include)
     if limit is None:
-        return (f"no compiler installed here passes {header}: install a gcc version its #error accepts "
-                "and export NVCC_CCBIN=/usr/bin/g++-N." + _LAST_RESORT)
-    return (f"no compiler installed here passes {header}, which takes gcc up to {limit}: install one "
+        return (f"{named}no compiler installed here passes {header}: install a gcc version its #error "
+                "accepts and export NVCC_CCBIN=/usr/bin/g++-N." + _LAST_RESORT)
+    return (f"{named}no compiler installed here passes {header}, which takes gcc up to {limit}: install one "
             f"(Debian/Ubuntu: apt-get install g++-{limit}), then export NVCC_CCBIN=/usr/bin/g++-{limit} "
             f"(CMake: -DCMAKE_CUDA_HOST_COMPILER=/usr/bin/g++-{limit}), or `cudaredist env` sets it."
             + _LAST_RESORT)
@@ -126,31 +145,39 @@ def compiler_fix(tk: Toolkit, env: Mapping[str, str], *, msvc: bool, skip: str |
 
 def check_host_compiler(tk: Toolkit, env: Mapping[str, str], *, windows: bool | None = None,
                         which: Which = _which) -> Check:
-    """The compiler nvcc will use, judged by the tree's own ``include/crt/host_config.h``."""
+    """The compiler nvcc will run in this shell, judged by the tree's own ``include/crt/host_config.h``,
+    against hostcc's decision (what `cudaredist env` exports): the difference, and the fix from it."""
     if skip := tk.not_run():
         return Check("host-compiler", "ok", skip)
     windows = tk.windows if windows is None else windows
+    choice, bad = decision(tk, env, windows=windows, which=which)
+    if bad:
+        return Check("host-compiler", "fail", bad, f"unset {ENV_HOST_COMPILER}, or set it to auto, off or a "
+                     "compiler installed here (`cudaredist env --host-compiler` takes the same)")
     hc = select_host_compiler(env, windows=windows, which=which)
+    fix = compiler_fix(tk, env, msvc=hc.msvc or windows, choice=choice)
     if hc.path is None:
         if windows:
             return Check("host-compiler", "fail",
                          f"nvcc needs MSVC's cl.exe and finds none ({hc.source}: {hc.spec} not found)",
-                         compiler_fix(tk, env, msvc=True, which=which) if installed(
-                             env, windows=True, target=_target(tk), which=which) else
+                         fix if installed(env, windows=True, target=_target(tk), which=which) else
                          f"run the build from Visual Studio's {_msvc_prompt(tk)}), or set NVCC_CCBIN "
                          "to the directory that holds cl.exe")
-        return Check("host-compiler", "fail",
-                     f"nvcc will run {hc.spec} ({hc.source}), which is not found",
-                     "install a C++ compiler (Debian/Ubuntu: apt-get install g++), or set NVCC_CCBIN "
-                     "to one this toolkit supports")
+        return Check("host-compiler", "fail", f"nvcc will run {hc.spec} ({hc.source}), which is not found",
+                     fix if choice is not None and choice.accepted else "install a C++ compiler "
+                     "(Debian/Ubuntu: apt-get install g++), or set NVCC_CCBIN to one this toolkit supports")
     # the compiler's own banner line ("gcc (Debian 12.2.0-14) 12.2.0", "Microsoft (R) C/C++ ...")
     version = _first_line(_run([hc.path] if hc.msvc else [hc.path, "--version"], env, timeout=30)[1])
     who = f"{version or hc.spec} ({hc.path}, {hc.source})"
     include = tk.include()
     verdict = judge_host_config(hc, include, env)
     header = f"{f'CUDA {tk.release}' if tk.release else 'the tree'}'s include/crt/host_config.h"
+    # what `cudaredist env` sets for nvcc that this shell has otherwise
+    differ = [f"{k}={v}" for k, v in (choice.variables if choice else ())
+              if k.startswith("NVCC_") and env.get(k) != v]
     if verdict.accepted:
-        checks = [Check("host-compiler", "ok", f"{who} passes {header}")]
+        checks = [Check("host-compiler", "ok", f"{who} passes {header}" + (
+            f"; `cudaredist env` sets {', '.join(differ)}, which this shell lacks" if differ else ""))]
     elif not verdict.judged:
         checks = [Check("host-compiler", "warn", f"could not judge {who} against {header}: {verdict.error}",
                         "run the probe's build by hand to see nvcc's own error")]
@@ -158,11 +185,9 @@ def check_host_compiler(tk: Toolkit, env: Mapping[str, str], *, windows: bool | 
         checks = [Check("host-compiler", "warn",
                         f"{who} is refused by {header} (\"{verdict.error}\"); nvcc accepts it only because "
                         f"-allow-unsupported-compiler is set in {hc.flags_source}, which may fail to compile "
-                        "or build wrong code",
-                        compiler_fix(tk, env, msvc=hc.msvc, skip=hc.path, which=which))]
+                        "or build wrong code", fix)]
     else:
-        checks = [Check("host-compiler", "fail", f"{who} is refused by {header}: \"{verdict.error}\"",
-                        compiler_fix(tk, env, msvc=hc.msvc, skip=hc.path, which=which))]
+        checks = [Check("host-compiler", "fail", f"{who} is refused by {header}: \"{verdict.error}\"", fix)]
     if hc.linker == "":
         checks.append(Check("host-compiler", "fail", "nvcc links with g++, which is not on PATH",
                             "install g++ (Debian/Ubuntu: apt-get install g++), or set NVCC_CCBIN to a C++ "
@@ -255,7 +280,8 @@ def probe_fix(template: str, tk: Toolkit, env: Mapping[str, str], which: Which) 
             return (f"{hc.path} ({hc.source}) passes the tree's host_config.h, so nvcc failed running it for "
                     f"another reason: run `{tk.nvcc()} -v probe.cu -o probe` by hand to see the command "
                     "nvcc ran and its own error")
-        return compiler_fix(tk, env, msvc=tk.windows, skip=hc.path, which=which)
+        choice = decision(tk, env, windows=tk.windows, which=which)[0]
+        return compiler_fix(tk, env, msvc=tk.windows, choice=choice)
     release = tk.release or "<release>"
     return template.format(
         release=release, prefix=tk.prefix, nvcc=tk.nvcc(),

@@ -20,26 +20,15 @@ from cudaredist.doctor.compiler import (
     PROBE_SOURCE,
     check_host_compiler,
     check_probe,
+    decision,
     explain_probe_failure,
     probe_fix,
     select_host_compiler,
 )
-from cudaredist.profiles import CrossRule, cross_rule
+from cudaredist.profiles import cross_rule
 
 # where Debian and Ubuntu have each cross compiler profiles.toml names
 _PACKAGES = {"aarch64-linux-gnu-g++": "g++-aarch64-linux-gnu"}
-
-
-def cross_env(rule: CrossRule, env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` as ``cudaredist env`` leaves it for the tree: NVCC_CCBIN the cross compiler (unless
-    one is named already) and nvcc's -target-dir in NVCC_APPEND_FLAGS."""
-    out = dict(env)
-    if rule.target_dir:
-        out.setdefault("NVCC_CCBIN", rule.compiler)
-        flags = out.get("NVCC_APPEND_FLAGS", "")
-        if "-target-dir" not in flags and "--target-directory" not in flags:
-            out["NVCC_APPEND_FLAGS"] = f"{flags} -target-dir {rule.target_dir}".strip()
-    return out
 
 
 def cross_checks(tk: Toolkit, env: Mapping[str, str], *, which: Which = _which) -> list[Check]:
@@ -50,7 +39,8 @@ def cross_checks(tk: Toolkit, env: Mapping[str, str], *, which: Which = _which) 
         return [Check("host-compiler", "ok", skip), Check("probe", "ok", skip)]
     if not rule.target_dir:  # Windows: MSVC's ARM64 cross tools come from the developer prompt
         return [check_host_compiler(tk, env, windows=tk.windows, which=which), check_probe(tk, env)]
-    ready = cross_env(rule, env)
+    choice = decision(tk, env, windows=False, which=which)[0]  # the environment `cudaredist env` gives
+    ready = {**env, **dict(choice.variables if choice else ())}
     hc = select_host_compiler(ready, windows=False, which=which)
     if hc.path is not None:
         probe = check_probe(tk, ready)
