@@ -308,6 +308,27 @@ def test_env_of_a_linux_cross_tree_points_nvcc_and_cmake_at_the_target() -> None
     assert any("aarch64-linux-gnu-g++" in n and "-target-dir sbsa-linux" in n for n in env.notes)
 
 
+@posix_only("a shell script stands in for the user's cross compiler")
+def test_env_of_a_cross_tree_keeps_the_users_compiler_and_flags(cross_site: Path, tmp_path: Path) -> None:
+    """Finding 2: the user's NVCC_CCBIN and NVCC_APPEND_FLAGS (a --sysroot) stay; -target-dir is added."""
+    prefix = tmp_path / "sbsa"
+    assert _install(cross_site, prefix, "linux-sbsa", "linux-x86_64").exit_code == 0
+    mine = tmp_path / "my-aarch64-g++"
+    mine.write_text("#!/bin/sh\nexit 0\n")  # preprocesses the tree's host_config.h without an #error
+    mine.chmod(0o755)
+    user = {"NVCC_CCBIN": str(mine), "NVCC_APPEND_FLAGS": "--sysroot=/opt/sysroot-arm64",
+            "CUDAREDIST_HOST_COMPILER": None}
+    r = CliRunner().invoke(app, ["env", "--prefix", str(prefix), "--json"], env=user)
+    assert r.exit_code == 0, r.output
+    sets = json.loads(r.stdout)["set"]
+    assert sets.get("NVCC_CCBIN", str(mine)) == str(mine), sets
+    assert sets["NVCC_APPEND_FLAGS"] == "--sysroot=/opt/sysroot-arm64 -target-dir sbsa-linux"
+    # -target-dir given already: the user's flags are left as they are
+    r = CliRunner().invoke(app, ["env", "--prefix", str(prefix), "--json"],
+                           env={**user, "NVCC_APPEND_FLAGS": "-target-dir sbsa-linux --sysroot=/s"})
+    assert "NVCC_APPEND_FLAGS" not in json.loads(r.stdout)["set"], r.output
+
+
 def test_env_of_a_windows_cross_tree_on_windows_gives_the_arm64_library_folder() -> None:
     from cudaredist.envexport import environment
 

@@ -145,6 +145,24 @@ def test_discovery_order_and_links(tmp_path: Path) -> None:
     assert [c.version for c in found] == [(15,), (14,), (19,)]
 
 
+def test_ccache_masquerade_wrappers_are_judged_by_their_names(tmp_path: Path) -> None:
+    """Finding 6: every g++-N in ccache's folder links to ccache; each is still its own compiler, so
+    the accepted g++-15 behind ccache is chosen, by its ccache path."""
+    real = fake_gcc(tmp_path / "real", 14, 15, 16, default=16)
+    masq = tmp_path / "ccache"
+    masq.mkdir()
+    (tmp_path / "ccache-bin").write_text(f'#!/bin/sh\nexec "{real}/${{0##*/}}" "$@"\n')
+    (tmp_path / "ccache-bin").chmod(0o755)
+    for name in ("gcc", "g++", "g++-14", "g++-15", "g++-16"):
+        (masq / name).symlink_to(tmp_path / "ccache-bin")
+    env = {"PATH": f"{masq}:{real}"}
+    found = hostcc.linux_compilers(env)
+    assert {str(masq / n) for n in ("g++", "g++-14", "g++-15", "g++-16")} <= {c.path for c in found}
+    choice = hostcc.choose(tree(tmp_path, 15), env, windows=False)
+    assert choice.compiler is not None and choice.compiler.path == str(masq / "g++-15"), choice.reason
+    assert dict(choice.candidates)["g++-16"].startswith("refused: unsupported GNU version")
+
+
 def test_env_exports_the_choice(tmp_path: Path) -> None:
     """envexport: the choice's variables after the tree's; a Linux tree gets no CMake -T."""
     bindir = fake_gcc(tmp_path / "bin", 15, 16, default=16)
