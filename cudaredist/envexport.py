@@ -123,7 +123,7 @@ def environment(prefix: str, *, platform: str, release: str, host_windows: bool,
 def _cmake(kind: str, prefix: str, rule: CrossRule | None, msbuild: bool, choice: Choice | None,
            join: Callable[..., str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(the CMake arguments, the notes) for a tree of the shape ``kind``."""
-    nvcc = join(prefix, "bin", "nvcc.exe" if kind.startswith("windows") else "nvcc")
+    nvcc = join(prefix, "bin", "nvcc.exe" if join is ntpath.join else "nvcc")
     if kind == "windows-elsewhere":
         return (), ("a Windows tree on a non-Windows host: only WINDOWS_CUDA_HOME is set (for "
                     "cross-compiling); PATH and CUDA_HOME are left alone",)

@@ -115,7 +115,8 @@ def test_what_the_user_named_is_kept_unless_refused_and_off_turns_it_off(tmp_pat
                          ({"CUDAHOSTCXX": g16}, {})):  # nvcc never reads CUDAHOSTCXX: gcc 16 still runs
         choice = hostcc.choose(include, {**linux_env(bindir), **named}, windows=False)
         assert dict(choice.variables) == {"NVCC_CCBIN": g15, "CUDAHOSTCXX": g15, **extra}, named
-        assert not choice.quiet and choice.accepted and "is refused by the tree's host_config.h" in choice.reason
+        assert not choice.quiet and choice.accepted
+        assert "is refused by the tree's host_config.h" in choice.reason
         assert ("keeps yours" in choice.reason) == ("CUDAHOSTCXX" not in named), choice.reason
     # CMake's CUDAHOSTCXX, accepted, is kept while nvcc's refused default is replaced
     cmake = hostcc.choose(include, {**linux_env(bindir), "CUDAHOSTCXX": g15}, windows=False)
@@ -204,7 +205,7 @@ def test_doctor_judges_the_shell_against_the_decision(tmp_path: Path) -> None:
         assert dict(chosen.variables).get("NVCC_CCBIN") == str(g15), chosen.reason  # env exports it ...
         check = check_host_compiler(tk, {**linux_env(bindir), **named}, windows=False)
         assert check.status == "fail" and "`cudaredist env` exports it as NVCC_CCBIN" in check.fix, check
-    check = check_host_compiler(tk, {**linux_env(bindir), "CUDAREDIST_HOST_COMPILER": "g++-14"}, windows=False)
+    check = check_host_compiler(tk, linux_env(bindir) | {"CUDAREDIST_HOST_COMPILER": "g++-14"}, windows=False)
     assert "use g++-14" in check.fix, check.fix
     check = check_host_compiler(tk, {**linux_env(bindir), "NVCC_CCBIN": str(g15),
                                      "CUDAREDIST_HOST_COMPILER": "g++-14"}, windows=False)
@@ -363,7 +364,7 @@ def real_headers(tmp_path_factory: pytest.TempPathFactory,
     """Each train's windows-x86_64 cuda_crt (its include/crt/host_config.h), installed from the wheels."""
     with scratch(tmp_path_factory, "crt") as tmp:
         out = {}
-        for train in ("13.0", "13.2", "13.4"):
+        for train in ("13.0", "13.2", "13.4", "13.5"):
             prefix = tmp / train
             r = run_cudaredist("install", train, "--source", "pypi", "--platform", "windows-x86_64", "--only",
                                "--component", "cuda_crt", "--prefix", str(prefix), "-q",
@@ -378,7 +379,8 @@ def real_headers(tmp_path_factory: pytest.TempPathFactory,
 @pytest.mark.skipif(sys.platform != "linux", reason="clang in cl mode on a Linux host")
 @pytest.mark.parametrize(("train", "short"), [pytest.param("13.0", "14.44", id="13.0"),
                                               pytest.param("13.2", "14.50", id="13.2"),
-                                              pytest.param("13.4", "14.50", id="13.4")])
+                                              pytest.param("13.4", "14.50", id="13.4"),
+                                              pytest.param("13.5", "14.50", id="13.5")])
 def test_real_headers_choose_the_toolset(real_headers: dict[str, Path], layout: dict[str, str], train: str,
                                          short: str) -> None:
     choice = hostcc.choose(real_headers[train], {**layout, "PATH": "/usr/bin:/bin"}, windows=True,
@@ -387,6 +389,24 @@ def test_real_headers_choose_the_toolset(real_headers: dict[str, Path], layout: 
     refused = [c.toolset.short for c in hostcc.installed(layout, windows=True)
                if c.toolset and not hostcc.judge(c, real_headers[train], layout).accepted]
     assert refused == (["14.50"] if train == "13.0" else [])
+
+
+@pytest.mark.e2e
+@pytest.mark.pypi
+def test_real_135_header_takes_gcc_16(tmp_path: Path, real_wheel_cache: Path) -> None:  # noqa: F811
+    """CUDA 13.5's host_config.h (13.5.37's crt): gcc up to 16 (13.0-13.4: 15), clang below 23, MSVC
+    below 1960; hostcc reads none of it, it asks the header."""
+    prefix = tmp_path / "crt135"
+    r = run_cudaredist("install", "13.5", "--source", "pypi", "--platform", "linux-x86_64", "--only",
+                       "--component", "cuda_crt", "--prefix", str(prefix), "-q",
+                       env=host_free_env(real_wheel_cache))
+    assert r.returncode == 0, r.stderr
+    assert hostcc.gcc_limit(prefix / "include") == 16
+    bindir = fake_gcc(tmp_path / "bin", 15, 16, 17, default=17)
+    choice = hostcc.choose(prefix / "include", linux_env(bindir), windows=False, release="13.5.0")
+    assert choice.compiler is not None and choice.compiler.name == "g++-16", choice.reason
+    verdicts = dict(choice.candidates)
+    assert "later than 16 are not supported" in verdicts[f"nvcc's default, gcc 17 ({bindir}/gcc)"]
 
 
 # -- the commands: env and run -------------------------------------------------------------------
