@@ -437,4 +437,11 @@ def test_env_and_run_export_the_choice(mirror: Path, tmp_path: Path) -> None:
     assert r.stdout.strip() == "[]", r.stderr
     r = run_cudaredist("env", "13.0", "--host-compiler", "g++-99", env=env)
     assert r.returncode == 2 and "--host-compiler g++-99: no such compiler" in r.stderr
+    # finding 10: the variable is reported as itself; OFF and Auto are keywords in any case
+    r = run_cudaredist("env", "13.0", env=env | {"CUDAREDIST_HOST_COMPILER": "junk"})
+    assert r.returncode == 2 and "CUDAREDIST_HOST_COMPILER=junk: no such compiler" in r.stderr, r.stderr
+    assert "--host-compiler" not in r.stderr.split(":")[0]
+    for keyword in ("OFF", "Auto"):
+        r = run_cudaredist("env", "13.0", env=env | {"CUDAREDIST_HOST_COMPILER": keyword})
+        assert r.returncode == 0 and ("NVCC_CCBIN" in r.stdout) == (keyword == "Auto"), (keyword, r.stderr)
     assert "Traceback" not in r.stderr

@@ -103,11 +103,11 @@ LockTimeoutOpt = Annotated[float | None, typer.Option(
          "CUDAREDIST_LOCK_TIMEOUT; default: 600]")]
 
 HostCompilerOpt = Annotated[str | None, typer.Option(
-    "--host-compiler", envvar="CUDAREDIST_HOST_COMPILER", show_envvar=True, metavar="auto|off|COMPILER",
-    help="The host compiler nvcc runs with the tree: auto (nvcc's own when the tree's host_config.h "
-         "accepts it, else the newest installed that it accepts, exported as NVCC_CCBIN, CUDAHOSTCXX and, "
-         "for MSVC, the toolset's environment), off, or one to use (a path or command; on Windows also an "
-         "MSVC toolset version, 14.44).  [default: auto]", show_default=False)]
+    "--host-compiler", metavar="auto|off|COMPILER",  # else hostcc.request reads CUDAREDIST_HOST_COMPILER
+    help="The host compiler nvcc runs with the tree (else $CUDAREDIST_HOST_COMPILER): auto (nvcc's own "
+         "when the tree's host_config.h accepts it, else the newest installed that it accepts, exported as "
+         "NVCC_CCBIN, CUDAHOSTCXX and, for MSVC, the toolset's environment), off, or one to use (a path or "
+         "command; on Windows also an MSVC toolset version, 14.44).  [default: auto]", show_default=False)]
 
 
 # -- --help: options and commands grouped by purpose, as uv's help is ----------------------------------
