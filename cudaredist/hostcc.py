@@ -1,7 +1,7 @@
-"""The host compiler nvcc runs for a tree, decided once: ``choose`` searches the candidates (what
-the user named, nvcc's default, the compilers installed here), judges each by the tree's own
-``include/crt/host_config.h``, and returns the compiler, what to export, each candidate's verdict
-and the reason. ``env`` and ``run`` render it, the action exports it, doctor judges the shell by it.
+"""The host compiler nvcc runs for a tree, decided once: ``choose`` judges the candidates (what the
+user named, nvcc's default, those installed here) by the tree's own ``include/crt/host_config.h``
+and returns the compiler, what to export, each candidate's verdict and the reason: ``env``, ``run``
+and the action export it, doctor judges the shell by it.
 
     what nvcc would run     ``select_host_compiler``: -ccbin in NVCC_PREPEND_FLAGS/NVCC_APPEND_FLAGS,
                             NVCC_CCBIN, else its default (``gcc`` on Linux, ``cl.exe`` on Windows;
@@ -9,15 +9,13 @@ and the reason. ``env`` and ``run`` render it, the action exports it, doctor jud
     installed here          Linux: g++, g++-N, clang++, clang++-N on PATH (a launcher's wrappers,
                             ccache's g++-14, by their names); Windows: the MSVC toolsets (cudaredist.msvc)
     the verdict             ``judge_host_config``: host_config.h preprocessed by that compiler
-    the choice              what the user named for nvcc (NVCC_CCBIN, -ccbin) or nvcc's default, kept
-                            when the tree accepts it; else the newest installed that it accepts
-                            (NVCC_CCBIN, CUDAHOSTCXX, and on Windows the toolset's environment)
+    the choice              the user's (NVCC_CCBIN, -ccbin) or nvcc's default, kept when the tree takes
+                            it; else the newest installed it takes (NVCC_CCBIN, CUDAHOSTCXX, MSVC's env)
     a cross tree            the same, with its cross compiler as the default and nvcc's -target-dir
                             added to the user's NVCC_APPEND_FLAGS (``--sysroot`` and all kept)
 
 CUDAHOSTCXX alone is CMake's: nvcc never reads it. ``--host-compiler`` / ``CUDAREDIST_HOST_COMPILER``
-is ``auto``, ``off`` (any case) or names one (a path, a name on PATH, an MSVC version).
-"""
+is ``auto``, ``off`` (any case) or names one (a path, a name on PATH, an MSVC version)."""
 
 from __future__ import annotations
 
@@ -46,7 +44,6 @@ from cudaredist.msvc import (
 )
 from cudaredist.profiles import CrossRule, cross_rule, is_windows, platform_rule
 
-__all__ = ["Pairs", "Prepends", "Toolset", "first_line", "run_program", "which_on"]
 ENV_HOST_COMPILER = "CUDAREDIST_HOST_COMPILER"
 _LINUX_NAMES = re.compile(r"(g\+\+|clang\+\+)(?:-(\d+(?:\.\d+)*))?")
 

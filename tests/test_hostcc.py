@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from cudaredist import hostcc
+from cudaredist import hostcc, msvc
 from cudaredist.doctor.checks import Toolkit
 from cudaredist.doctor.compiler import check_host_compiler, check_probe
 from cudaredist.envexport import environment
@@ -328,7 +328,7 @@ def prompt_env(layout: dict[str, str]) -> dict[str, str]:
     """VS 2026's developer prompt: its newest toolset's cl.exe on PATH, its INCLUDE set."""
     newest = hostcc.installed(layout, windows=True)[0]
     assert newest.toolset is not None
-    prepend = dict(hostcc.toolset_environment(newest.toolset, layout)[1])
+    prepend = dict(msvc.toolset_environment(newest.toolset, layout)[1])
     return {**layout, "PATH": f"{os.path.dirname(newest.path)}:/usr/bin:/bin",
             "INCLUDE": os.pathsep.join(prepend["INCLUDE"])}
 
