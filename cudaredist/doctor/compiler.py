@@ -19,7 +19,6 @@ from cudaredist.hostcc import (
     HostConfigVerdict,
     choose,
     gcc_limit,
-    installed,
     judge_host_config,
     request,
     select_host_compiler,
@@ -104,15 +103,20 @@ def decision(tk: Toolkit, env: Mapping[str, str], *, windows: bool, which: Which
         return None, str(exc)
 
 
+def _none_here(tk: Toolkit, msvc: bool) -> str:
+    """The fix where no compiler is found, and none installed can be judged."""
+    return (f"run the build from Visual Studio's {_msvc_prompt(tk)}), or set NVCC_CCBIN to the directory "
+            "that holds cl.exe") if msvc else ("install a C++ compiler (Debian/Ubuntu: apt-get install g++), "
+                                               "or set NVCC_CCBIN to one this toolkit supports")
+
+
 def compiler_fix(tk: Toolkit, env: Mapping[str, str], *, msvc: bool, choice: Choice | None) -> str:
     """The compiler to use instead, from hostcc's decision: the one `cudaredist env` exports, which
     the tree's host_config.h accepts, else what to install."""
     include = tk.include()
     header = f"{f'CUDA {tk.release}' if tk.release else 'the tree'}'s host_config.h"
     if not (include / "crt" / "host_config.h").is_file():  # nothing to judge a compiler by
-        return (f"run the build from Visual Studio's {_msvc_prompt(tk)}), or set NVCC_CCBIN to the "
-                "directory that holds cl.exe") if msvc else (
-                "install a C++ compiler (Debian/Ubuntu: apt-get install g++), or set NVCC_CCBIN to one")
+        return _none_here(tk, msvc)
     found = choice.compiler if choice is not None and choice.accepted else None
     load = load_hint(str(tk.prefix), host_windows=msvc)
     named = (f"{choice.reason.removeprefix('host compiler: ')}: unset CUDAREDIST_HOST_COMPILER or name "
@@ -156,16 +160,11 @@ def check_host_compiler(tk: Toolkit, env: Mapping[str, str], *, windows: bool | 
                      "compiler installed here (`cudaredist env --host-compiler` takes the same)")
     hc = select_host_compiler(env, windows=windows, which=which)
     fix = compiler_fix(tk, env, msvc=hc.msvc or windows, choice=choice)
-    if hc.path is None:
-        if windows:
-            return Check("host-compiler", "fail",
-                         f"nvcc needs MSVC's cl.exe and finds none ({hc.source}: {hc.spec} not found)",
-                         fix if installed(env, windows=True, target=_target(tk), which=which) else
-                         f"run the build from Visual Studio's {_msvc_prompt(tk)}), or set NVCC_CCBIN "
-                         "to the directory that holds cl.exe")
-        return Check("host-compiler", "fail", f"nvcc will run {hc.spec} ({hc.source}), which is not found",
-                     fix if choice is not None and choice.accepted else "install a C++ compiler "
-                     "(Debian/Ubuntu: apt-get install g++), or set NVCC_CCBIN to one this toolkit supports")
+    if hc.path is None:  # the decision's fix where it found one, or where MSVC toolsets are installed
+        found = choice is not None and (choice.accepted or (windows and len(choice.candidates) > 1))
+        return Check("host-compiler", "fail", f"nvcc needs MSVC's cl.exe and finds none ({hc.source}: "
+                     f"{hc.spec} not found)" if windows else f"nvcc will run {hc.spec} ({hc.source}), which "
+                     "is not found", fix if found else _none_here(tk, windows))
     # the compiler's own banner line ("gcc (Debian 12.2.0-14) 12.2.0", "Microsoft (R) C/C++ ...")
     version = _first_line(_run([hc.path] if hc.msvc else [hc.path, "--version"], env, timeout=30)[1])
     who = f"{version or hc.spec} ({hc.path}, {hc.source})"
