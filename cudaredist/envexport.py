@@ -71,15 +71,15 @@ _SHAPES: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
 }
 
 
-def shape(platform: str, *, host: str, host_windows: bool) -> str:
+def shape(prefix: str, platform: str, *, host: str, host_windows: bool) -> str:
     """Which of the shapes a ``platform`` tree (a cross tree's tools for ``host``) is on this host."""
     tree_windows = is_windows(platform)
     if tree_windows and not host_windows:
         return "windows-elsewhere"
     if not tree_windows and host_windows:
         raise PrefixError(
-            f"a {platform} tree cannot run on this Windows host; use it from Linux or WSL (`cudaredist env` "
-            "there), or install --platform windows-x86_64 here", prefix=platform)
+            f"{prefix} holds a {platform} tree, which cannot run on this Windows host; use it from Linux or "
+            "WSL (`cudaredist env` there), or install --platform windows-x86_64 here", prefix=prefix)
     return ("windows" if tree_windows else "linux") + ("-cross" if host else "")
 
 
@@ -91,10 +91,7 @@ def environment(prefix: str, *, platform: str, release: str, host_windows: bool,
     ``host``: a cross tree's, the platform its tools are for; ``host_compiler``: hostcc's decision
     for the tree (its variables, and an MSVC toolset's directories after the tree's; a Linux cross
     tree without one gets its cross compiler and -target-dir)."""
-    try:
-        kind = shape(platform, host=host, host_windows=host_windows)
-    except PrefixError as exc:
-        raise PrefixError(f"{prefix} holds {exc}", prefix=prefix) from None
+    kind = shape(prefix, platform, host=host, host_windows=host_windows)
     join = ntpath.join if host_windows else posixpath.join
     major, minor = (release.split(".") + ["0"])[:2]
     arch = platform_rule(platform).arch
