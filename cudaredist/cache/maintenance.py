@@ -13,7 +13,7 @@ from pathlib import Path
 
 from cudaredist import fsops
 from cudaredist.cache.store import ARCHIVE_NAME, INDEX_KEY, OURS, PARTIAL_DAYS, PARTIAL_NAME, Cache, evict
-from cudaredist.cache.unpacked import UnpackedEntry
+from cudaredist.cache.unpacked import UnpackedCache, UnpackedEntry
 from cudaredist.errors import CacheError, UsageError
 from cudaredist.localfs import CACHE_OPTION, local_error
 
@@ -26,7 +26,7 @@ def parse_size(text: str) -> int:
     return int(float(m.group(1)) * 1000 ** " KMGT".index((m.group(2) or " ").upper()))
 
 
-@dataclass(frozen=True)
+@dataclass
 class Cleaned:
     """What a ``clear`` or ``prune`` did: files and bytes removed, entries skipped as in use by a
     running cudaredist, and top-level names left alone because cudaredist did not write them."""
@@ -36,10 +36,13 @@ class Cleaned:
     busy: int = 0
     foreign: tuple[str, ...] = ()
 
+    def removed(self, size: int = 0) -> None:
+        self.files, self.freed = self.files + 1, self.freed + size
+
 
 def unpacked_entries(cache: Cache) -> list[UnpackedEntry]:
     """Complete entries of the unpacked bucket, oldest use first."""
-    return sorted(cache.unpacked.entries(), key=lambda e: e.last_used)
+    return sorted(UnpackedCache(cache.root).entries(), key=lambda e: e.last_used)
 
 
 def prune(cache: Cache, *, older_than_days: float = 30.0, max_size: int | None = None) -> Cleaned:
@@ -78,61 +81,86 @@ def _drop_lock_files(cache: Cache) -> None:
 
 def _clean(cache: Cache, doing: str, *, archive_cutoff: float, partial_cutoff: float, index: bool,
            max_size: int | None = None) -> Cleaned:
+    done = Cleaned()  # each sweep adds to it
     if not cache.maintainable(doing):
-        return Cleaned()
-    files = freed = busy = 0
+        return done
     try:
-        # archives and unpacked entries, least recently used first: those unused since the cutoff
-        # go, then more until both kinds together fit in ``max_size``
-        drops = sorted([(e.last_used, e.size, e.sha256, e.path) for e in cache.entries()] + [
-            (u.last_used, u.size, f"unpacked-{u.key}", u.path) for u in cache.unpacked.entries()])
-        total = sum(size for _t, size, _l, _p in drops)
-        for used, size, lock, entry in drops:
-            if used >= archive_cutoff and (max_size is None or total <= max_size):
-                break
-            if _drop(cache, lock, entry):
-                total, files, freed = total - size, files + 1, freed + size
-            else:
-                busy += 1
-        for d in cache.unpacked.leftovers():
-            # what a killed build or removal left (a running build is younger than an hour, and may
-            # rename its folder into place between the listing and this look: then it is not ours)
-            with contextlib.suppress(FileNotFoundError):
-                if d.stat().st_mtime < time.time() - 3600:
-                    fsops.rmtree(d)
-                    files += 1
-        for n in os.listdir(cache.archives) if cache.archives.is_dir() else []:  # a .json without its archive
-            if n.endswith(".json") and ARCHIVE_NAME.fullmatch(n) and not (cache.archives / n[:64]).exists():
-                _drop(cache, n[:64], cache.archives / n[:64])
-        for p in sorted(cache.tmp.iterdir()) if cache.tmp.is_dir() else []:
-            m = PARTIAL_NAME.fullmatch(p.name)
-            if m is None or not p.is_file() or p.is_symlink():
-                continue
-            # the lock of the entry this partial belongs to: held while its download runs
-            owners = [q.name[:-5] for q in (cache.root / "locks").glob(f"{m.group(1)}*.lock")]
-            with cache.try_lock(*owners) as got, contextlib.suppress(FileNotFoundError):
-                if not got:
-                    busy += 1
-                    continue
-                st = p.stat()
-                # a resumable download (<sha256>.part) is kept for the next run to resume
-                resumable = len(m.group(1)) == 64 and partial_cutoff != float("inf")
-                if st.st_mtime < (time.time() - PARTIAL_DAYS * 86400 if resumable else partial_cutoff):
-                    p.unlink()
-                    files, freed = files + 1, freed + st.st_size
-        index_root = cache.root / "index"
-        for d in sorted(index_root.iterdir()) if index and index_root.is_dir() else []:
-            if not (INDEX_KEY.fullmatch(d.name) and d.is_dir() and not d.is_symlink()):
-                continue
-            with cache.try_lock(f"index-{d.name}") as got:
-                if not got:
-                    busy += 1
-                    continue
-                files += sum(1 for q in d.iterdir())
-                shutil.rmtree(d)
+        _least_used(cache, done, archive_cutoff, max_size)
+        _leftovers(cache, done)
+        _sidecars(cache)
+        _partials(cache, done, partial_cutoff)
+        if index:
+            _index_pages(cache, done)
         _drop_lock_files(cache)  # bookkeeping, not counted as what was freed
-        foreign = tuple(sorted(n for n in os.listdir(cache.root) if n not in OURS))
+        done.foreign = tuple(sorted(n for n in os.listdir(cache.root) if n not in OURS))
     except OSError as exc:
         raise local_error(exc, doing=f"{doing} the cache in", path=exc.filename or cache.root,
                           option=CACHE_OPTION, cls=CacheError) from exc
-    return Cleaned(files, freed, busy, foreign)
+    return done
+
+
+def _least_used(cache: Cache, done: Cleaned, cutoff: float, max_size: int | None) -> None:
+    """Archives and unpacked entries, least recently used first: those unused since ``cutoff`` go,
+    then more until both kinds together fit in ``max_size``."""
+    drops = sorted([(e.last_used, e.size, e.sha256, e.path) for e in cache.entries()] + [
+        (u.last_used, u.size, f"unpacked-{u.key}", u.path) for u in UnpackedCache(cache.root).entries()])
+    total = sum(size for _t, size, _l, _p in drops)
+    for used, size, lock, entry in drops:
+        if used >= cutoff and (max_size is None or total <= max_size):
+            break
+        if _drop(cache, lock, entry):
+            total -= size
+            done.removed(size)
+        else:
+            done.busy += 1
+
+
+def _leftovers(cache: Cache, done: Cleaned) -> None:
+    """What a killed build or removal left (a running build is younger than an hour, and may rename
+    its folder into place between the listing and this look: then it is not ours)."""
+    for d in UnpackedCache(cache.root).leftovers():
+        with contextlib.suppress(FileNotFoundError):
+            if d.stat().st_mtime < time.time() - 3600:
+                fsops.rmtree(d)
+                done.removed()
+
+
+def _sidecars(cache: Cache) -> None:
+    """A .json without its archive (a kill between the two renames of a commit; not counted)."""
+    for n in os.listdir(cache.archives) if cache.archives.is_dir() else []:
+        if n.endswith(".json") and ARCHIVE_NAME.fullmatch(n) and not (cache.archives / n[:64]).exists():
+            _drop(cache, n[:64], cache.archives / n[:64])
+
+
+def _partials(cache: Cache, done: Cleaned, cutoff: float) -> None:
+    """Partial downloads no running download holds, older than ``cutoff``; a resumable one
+    (<sha256>.part) is kept PARTIAL_DAYS for the next run to resume."""
+    for p in sorted(cache.tmp.iterdir()) if cache.tmp.is_dir() else []:
+        m = PARTIAL_NAME.fullmatch(p.name)
+        if m is None or not p.is_file() or p.is_symlink():
+            continue
+        # the lock of the entry this partial belongs to: held while its download runs
+        owners = [q.name[:-5] for q in (cache.root / "locks").glob(f"{m.group(1)}*.lock")]
+        with cache.try_lock(*owners) as got, contextlib.suppress(FileNotFoundError):
+            if not got:
+                done.busy += 1
+                continue
+            st = p.stat()
+            resumable = len(m.group(1)) == 64 and cutoff != float("inf")
+            if st.st_mtime < (time.time() - PARTIAL_DAYS * 86400 if resumable else cutoff):
+                p.unlink()
+                done.removed(st.st_size)
+
+
+def _index_pages(cache: Cache, done: Cleaned) -> None:
+    """Every folder of stored index pages that no run is writing (each of its files counted)."""
+    index_root = cache.root / "index"
+    for d in sorted(index_root.iterdir()) if index_root.is_dir() else []:
+        if not (INDEX_KEY.fullmatch(d.name) and d.is_dir() and not d.is_symlink()):
+            continue
+        with cache.try_lock(f"index-{d.name}") as got:
+            if not got:
+                done.busy += 1
+                continue
+            done.files += sum(1 for q in d.iterdir())
+            shutil.rmtree(d)

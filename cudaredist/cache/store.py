@@ -24,8 +24,6 @@ from cudaredist.localfs import local_error, read_only
 if TYPE_CHECKING:
     import filelock
 
-    from cudaredist.cache.unpacked import UnpackedCache
-
 ENV_CACHE_DIR = "CUDAREDIST_CACHE_DIR"
 ENV_LOCK_TIMEOUT = "CUDAREDIST_LOCK_TIMEOUT"
 DEFAULT_LOCK_TIMEOUT = 600.0
@@ -104,39 +102,48 @@ def hold(path: Path, wait: float, busy: str, owner: Path, *, doing: str, where: 
     deadline = time.monotonic() + wait
     # the threads of this process queue on a gate per path and only its holder asks filelock, which
     # would make them poll the file (50 ms sleeps; five index pages stored at once lost 50 ms)
-    gate, gated = _gate(path), False
-    try:
+    gate = _gate(path)
+    with contextlib.ExitStack() as held:
         try:
-            while True:
-                if waiting is not None:
-                    waiting()
-                try:
-                    gated = gated or gate.acquire(timeout=max(0.0, min(0.1, deadline - time.monotonic())))
-                    if not gated:
-                        raise filelock.Timeout(str(path))
-                    lock.acquire(timeout=max(0.0, min(0.1, deadline - time.monotonic())))
-                except filelock.Timeout:
-                    if gated and not os.path.lexists(path):
-                        # no holder has a lock whose file is not there: filelock takes a file it
-                        # cannot create (ENOENT in /proc) for a race and retries; the disk's reason
-                        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o666))
-                    if time.monotonic() >= deadline:
-                        raise
-                    continue
-                if same is None or same(lock):
-                    break
-                lock.release()
-        except filelock.Timeout as exc:
-            raise BusyError(busy, path=str(owner), lock=lock.lock_file) from exc
+            for take, release in ((lambda s: gate.acquire(timeout=s), gate.release),
+                                  (lambda s: _take_file(lock, s, same), lock.release)):
+                if not _until(deadline, take, waiting):
+                    raise BusyError(busy, path=str(owner), lock=lock.lock_file)
+                held.callback(release)
         except OSError as exc:
             raise local_error(exc, doing=doing, path=where, option=option, cls=cls) from exc
+        yield lock
+
+
+def _until(deadline: float, take: Callable[[float], bool], waiting: Callable[[], None] | None) -> bool:
+    """Try ``take(seconds)`` in slices of at most 0.1 s, ``waiting()`` before each, until it is true
+    (True) or the ``deadline`` (monotonic) has passed (False)."""
+    while True:
+        if waiting is not None:
+            waiting()
+        if take(max(0.0, min(0.1, deadline - time.monotonic()))):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+
+
+def _take_file(lock: filelock.BaseFileLock, seconds: float, same: Callable[[Any], bool] | None) -> bool:
+    """One try at the file lock, for up to ``seconds``; a file removed by its previous holder
+    (``same(lock)`` false) is let go and taken again."""
+    import filelock
+
+    while True:
         try:
-            yield lock
-        finally:
-            lock.release()
-    finally:
-        if gated:
-            gate.release()
+            lock.acquire(timeout=seconds)
+        except filelock.Timeout:
+            if not os.path.lexists(lock.lock_file):
+                # no holder has a lock whose file is not there: filelock takes a file it cannot
+                # create (ENOENT in /proc) for a race and retries; the disk's reason
+                os.close(os.open(lock.lock_file, os.O_WRONLY | os.O_CREAT, 0o666))
+            return False
+        if same is None or same(lock):
+            return True
+        lock.release()
 
 
 _GATES: dict[str, threading.Lock] = {}
@@ -168,13 +175,6 @@ class Cache:
     @property
     def tmp(self) -> Path:
         return self.root / "tmp"
-
-    @property
-    def unpacked(self) -> UnpackedCache:
-        """The bucket of archives unpacked once (``unpacked/``)."""
-        from cudaredist.cache.unpacked import UnpackedCache  # loads the tree: not for the no-op path
-
-        return UnpackedCache(self.root)
 
     def archive_path(self, sha256: str) -> Path:
         return self.archives / sha256.lower()

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar, cast
 
 from cudaredist.cache.store import evict
-from cudaredist.cache.unpacked import UnpackedEntry, entry_key, materialize
+from cudaredist.cache.unpacked import UnpackedCache, UnpackedEntry, entry_key, materialize
 from cudaredist.errors import FetchError, UnsafeArchiveError
 from cudaredist.fetch.fetcher import Aborted, DownloadFailed, GrowingFile
 from cudaredist.fsops import WINDOWS
@@ -69,7 +69,7 @@ class Build:
         self.reporter = installer.reporter
         self.plan = plan
         self.tree = tree
-        self.unpacked = installer.cache.unpacked
+        self.unpacked = UnpackedCache(installer.cache.root)
         self.items = list(plan.items)
         # a hint, read without locks: which entries to place rather than fetch (checked under the lock,
         # where a changed or vanished entry is made again)

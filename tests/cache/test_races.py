@@ -14,6 +14,7 @@ import filelock
 import pytest
 
 from cudaredist.cache import Cache, maintenance
+from cudaredist.cache.unpacked import UnpackedCache
 from cudaredist.fetch.fetcher import Fetcher
 from cudaredist.fetch.transport import Transport
 from cudaredist.install import Installer
@@ -174,7 +175,7 @@ def test_a_build_folder_renamed_away_while_the_cache_is_cleaned(
     the clean goes on (it was never a leftover), not 'cannot clear the cache: No such file'."""
     cache = Cache(tmp_path / "c")
     cache.prepare()
-    gone = cache.unpacked.root / ".tmp-renamed-into-place"
-    monkeypatch.setattr(type(cache.unpacked), "leftovers", lambda self: iter([gone]))
+    gone = UnpackedCache(cache.root).root / ".tmp-renamed-into-place"
+    monkeypatch.setattr(UnpackedCache, "leftovers", lambda self: iter([gone]))
     clean(cache)
     assert not gone.exists()
