@@ -9,8 +9,6 @@ import contextlib
 import errno
 import hashlib
 import os
-import posixpath
-import shutil
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -21,6 +19,7 @@ from cudaredist import fsops
 from cudaredist.errors import ConflictError, CudaRedistError, LocalDiskError, UnsafeArchiveError
 from cudaredist.fsops import WINDOWS
 from cudaredist.localfs import disk_error, fold, umask_keeps
+from cudaredist.tree import links
 from cudaredist.tree.paths import link_target_inside
 
 CHUNK = 1 << 20
@@ -360,8 +359,6 @@ class Tree:
         both have), the new ones placed, then settled under one lock; a path another archive holds is
         compared only after that, so that no one waits for this batch while it waits. A failure gives
         back the claims not placed."""
-        from cudaredist.tree.links import place
-
         files = [rec for rec in recs if not rec.link]
         for rec in recs:
             if rec.link:
@@ -382,7 +379,7 @@ class Tree:
                     try:
                         # a filesystem (pair) that could not clone one file cannot clone the next: copy
                         mode = "copy" if how == "clone" and not self._clones else how
-                        used = place(source(rec), dest, mode, rec.mode, rec.size)  # long paths: place()'s
+                        used = links.place(source(rec), dest, mode, rec.mode, rec.size)  # long paths: its own
                         if how == "clone" and used == "copy":
                             self._clones = False
                     except FileExistsError as exc:
@@ -407,35 +404,8 @@ class Tree:
         return rec.component if rec is not None else None
 
     def finish(self) -> list[FileRecord]:
-        self._copy_deferred_links()
+        links.copy_for_links(self.root, self._deferred_links, self._key, self._disk)
         return sorted(self._records.values(), key=lambda r: r.path)
-
-    def _copy_deferred_links(self) -> None:
-        """Links that could not be made (Windows without symlink rights) become copies of their
-        targets, each after the deferred links it points at or through: ``libx.so -> libx.so.13
-        -> libx.so.13.0.1`` arrives in any order and every name ends up with the bytes."""
-        pending = {self._key(rel): (rel, target) for rel, target in self._deferred_links}
-        done: set[str] = set()
-
-        def copy(key: str, seen: tuple[str, ...] = ()) -> None:
-            if key in done or key in seen:  # a loop of links: nothing to copy, as POSIX would fail
-                return
-            rel, target = pending[key]
-            aim = self._key(posixpath.normpath(posixpath.join(posixpath.dirname(rel), target)))
-            for other in pending:  # the target, or a directory on its way, is a deferred link
-                if aim == other or aim.startswith(other + "/"):
-                    copy(other, (*seen, key))
-            done.add(key)
-            src = fsops.long_path((self.root / rel).parent / target)
-            dest = self.root / rel
-            with self._disk(dest):
-                if os.path.isdir(src):
-                    shutil.copytree(src, fsops.long_path(dest))
-                elif os.path.exists(src):
-                    shutil.copy2(src, fsops.long_path(dest))
-
-        for key in sorted(pending):
-            copy(key)
 
 
 class _Disk:
