@@ -212,7 +212,7 @@ def test_real_enospc_while_downloading_into_the_cache(tmp_path: Path, transport:
 # -- 11. no process-wide state from threads ----------------------------------------------------------------
 def test_no_umask_calls_while_installing_or_mirroring(tmp_path: Path, transport: Transport,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    from cudaredist.publish.mirror import world_readable
+    from cudaredist.publish.mirrorfiles import world_readable
 
     calls: list[str] = []
     real: Callable[[int], int] = os.umask

@@ -32,6 +32,7 @@ from typing import Any
 from cudaredist.errors import LockFileError, ManifestError
 from cudaredist.localfs import directory_as_file
 from cudaredist.plan import Plan, PlannedArchive, archive_url, matches, plan_from_json
+from cudaredist.publish.mirrorfiles import place
 from cudaredist.sources.nvidia.manifest import check_relative_path
 
 LOCK_VERSION = 1
@@ -109,8 +110,6 @@ def dumps(lock: dict[str, Any]) -> str:
 
 
 def write_lock(path: Path, lock: dict[str, Any]) -> None:
-    from cudaredist.publish.mirror import place
-
     place(path.absolute(), lambda tmp: tmp.write_bytes(dumps(lock).encode()))  # "\n" line ends everywhere
 
 

@@ -22,94 +22,24 @@ from __future__ import annotations
 import contextlib
 import html
 import os
-import shutil
-import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
-from urllib.parse import unquote
+from typing import Any
 
 from cudaredist import interrupts
 from cudaredist.cache.store import hold, lock_wait
-from cudaredist.errors import FetchError, ManifestError
-from cudaredist.hashing import sha256_file
-from cudaredist.localfs import UMASK
+from cudaredist.errors import FetchError
 from cudaredist.plan import PlannedArchive
 from cudaredist.progress import Reporter
+from cudaredist.publish import wheelmirror
+from cudaredist.publish.mirrorfiles import MirrorReport, dest_path, place, verifies, write_if_changed
 from cudaredist.sources.mirroring import BuiltManifest, CopiedArchive, Document, MirrorContent
 from cudaredist.sources.nvidia.products import product_dir
 from cudaredist.sources.nvidia.releases import labels_from_names, sort_labels
+from cudaredist.tree import links
 
-T = TypeVar("T")
 Fetch = Callable[[PlannedArchive], tuple[Path, bool]]  # an archive -> (its verified cache path, cached?)
-
-
-@dataclass
-class MirrorReport:
-    out: str
-    base: str   # the folder holding the manifests, to install from (``out`` or a folder in it)
-    releases: list[str] = field(default_factory=list)
-    archives: list[dict[str, Any]] = field(default_factory=list)
-    licenses: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    # --with products: {name, title, releases, out} each (their archives are in ``archives``, with
-    # "product" set and relative paths under that product's ``out``)
-    products: list[dict[str, Any]] = field(default_factory=list)
-
-    def count(self, status: str) -> int:
-        return sum(1 for a in self.archives if a["status"] == status)
-
-    def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v or k != "products"}
-
-
-def dest_path(out: Path, relative_path: str) -> Path:
-    """``relative_path`` inside the mirror ``out``, each segment percent-decoded as a server maps a URL
-    path to a file (``a%20b`` is the file ``a b``); one that could name a file elsewhere is refused."""
-    parts = [unquote(p) for p in relative_path.split("/")]
-    if any(p in ("", ".", "..") or "\\" in p or "/" in p or ":" in p for p in parts):
-        raise ManifestError(f"{relative_path!r} would not name a file inside the mirror {out}; "
-                            "nothing was written there", source=str(out), entry=relative_path)
-    return out.joinpath(*parts)
-
-
-def world_readable(path: Path) -> None:
-    # a web server's worker must read what the cache kept 0600; the umask was read at start-up
-    # (mirror workers call this from threads, where os.umask() would race other threads' files)
-    os.chmod(path, 0o644 & ~UMASK)
-
-
-def place(dest: Path, fill: Callable[[Path], T]) -> T:
-    """``fill`` writes a file beside ``dest``, which is then made world-readable and renamed into
-    place; returns what ``fill`` returned."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.parent / f".{dest.name}.{uuid.uuid4().hex[:8]}.part"
-    try:
-        made = fill(tmp)
-        world_readable(tmp)
-        os.replace(tmp, dest)
-        return made
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def link_or_copy(src: Path, tmp: Path) -> None:
-    """Fills ``tmp`` with a verified cache file: a hard link when possible, else a copy."""
-    try:
-        os.link(src, tmp)
-    except OSError:  # another filesystem, or links not supported
-        shutil.copyfile(src, tmp)
-
-
-def verifies(dest: Path, size: int, sha256: str) -> bool:
-    """``dest`` holds ``size`` bytes whose sha256 is ``sha256`` (size first: no hashing of a wrong file)."""
-    try:
-        right_size = dest.stat().st_size == size
-    except OSError:
-        return False
-    return right_size and sha256_file(dest) == sha256
 
 
 def index_page(labels: Sequence[str], dirs: Sequence[str], manifests: str = "") -> str:
@@ -138,8 +68,6 @@ def write_mirror(out: Path, content: MirrorContent, *, fetch: Fetch, get_bytes: 
     (:meth:`cudaredist.fetch.fetcher.Fetcher.fetch`); ``get_bytes`` fetches small documents
     (licence files).
     """
-    from cudaredist.publish import wheelmirror
-
     reporter = reporter or Reporter()
     out = out.absolute()
     top = dest_path(out, content.folder) if content.folder else out  # where the manifests go
@@ -179,14 +107,6 @@ def write_mirror(out: Path, content: MirrorContent, *, fetch: Fetch, get_bytes: 
     return report
 
 
-def write_if_changed(dest: Path, data: bytes) -> bool:
-    """Write ``dest`` unless it already holds ``data`` (a re-run leaves unchanged files alone)."""
-    if dest.is_file() and dest.read_bytes() == data:
-        return False
-    place(dest, lambda tmp: tmp.write_bytes(data))
-    return True
-
-
 def _copy_archives(out: Path, copies: Sequence[CopiedArchive], fetch: Fetch, reporter: Reporter, jobs: int,
                    report: MirrorReport) -> None:
     """Each archive as served: those that verify in place are kept, the rest fetched and placed."""
@@ -200,7 +120,7 @@ def _copy_archives(out: Path, copies: Sequence[CopiedArchive], fetch: Fetch, rep
     def one(copy: CopiedArchive) -> dict[str, Any]:
         item = copy.item
         path, cached = fetch(item)
-        place(dest_path(out, copy.relative_path), lambda tmp: link_or_copy(path, tmp))
+        place(dest_path(out, copy.relative_path), lambda tmp: links.place(path, tmp, "hardlink", 0o644))
         reporter.archive_done(item.archive.filename, item.archive.size, cached=cached)
         return _row(item, "cached" if cached else "downloaded")
 

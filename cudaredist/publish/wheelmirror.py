@@ -21,13 +21,7 @@ from cudaredist.errors import ManifestError
 from cudaredist.localfs import mb
 from cudaredist.plan import PlannedArchive, version_key
 from cudaredist.progress import Reporter
-from cudaredist.publish.mirror import (
-    MirrorReport,
-    dest_path,
-    place,
-    verifies,
-    write_if_changed,
-)
+from cudaredist.publish.mirrorfiles import MirrorReport, dest_path, place, verifies, write_if_changed
 from cudaredist.sources.mirroring import BuiltArchive, BuiltManifest
 from cudaredist.sources.nvidia.manifest import parse_manifest
 from cudaredist.sources.nvidia.releases import labels_from_names
