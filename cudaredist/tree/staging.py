@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import IO
 
 from cudaredist import fsops
-from cudaredist.errors import ConflictError, CudaRedistError, LocalDiskError, UnsafeArchiveError
+from cudaredist.errors import ConflictError, LocalDiskError, UnsafeArchiveError
 from cudaredist.fsops import WINDOWS
 from cudaredist.localfs import disk_error, fold, umask_keeps
 from cudaredist.tree import links
@@ -49,12 +49,8 @@ class _Claim:
     path: str = ""     # the name as the claiming archive spells it
 
 
-class WriterFailed(CudaRedistError):
+class WriterFailed(ConflictError):
     """Another archive was writing a path this one also has, and failed: its error is the real one."""
-
-    path: str = ""
-    first: str = ""
-    second: str = ""
 
 
 def _taken(archive: str, rel: str, component: str) -> ConflictError:
