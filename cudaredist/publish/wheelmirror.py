@@ -25,6 +25,8 @@ from cudaredist.publish.mirrorfiles import MirrorReport, dest_path, place, verif
 from cudaredist.sources.mirroring import BuiltArchive, BuiltManifest
 from cudaredist.sources.nvidia.manifest import parse_manifest
 from cudaredist.sources.nvidia.releases import labels_from_names
+from cudaredist.sources.pypi.repack import repack
+from cudaredist.sources.pypi.wheels import pep440, wheel_data
 
 RELEASE_KEYS = ("release_date", "release_label", "release_product")
 COMPONENT_KEYS = ("name", "license", "license_path", "version")
@@ -53,8 +55,6 @@ def merge_manifest(existing: dict[str, Any] | None, *, label: str, release_date:
     keys come in NVIDIA's order (release keys, then components by name, each with its fields, then
     its platforms), so the bytes do not depend on which run added what.
     """
-    from cudaredist.sources.pypi.wheels import pep440, wheel_data
-
     old = existing or {}
     components: dict[str, dict[str, Any]] = {k: dict(v) for k, v in old.items() if isinstance(v, dict)}
     for i, (component, platform, version, entry, fields) in enumerate(archives):
@@ -133,8 +133,6 @@ def build_archives(out: Path, builds: Sequence[BuiltArchive], *,
     builds only what is missing or damaged, and writes nothing when nothing changed. Returns what
     each relative path holds now, for the manifests.
     """
-    from cudaredist.sources.pypi.repack import repack
-
     if not builds:
         return {}
     known = _known_archives(out)
