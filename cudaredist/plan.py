@@ -71,10 +71,11 @@ class ProductRelease:
     requested: str
     release_date: str = ""
     base_url: str = ""
-    cuda_variant: str = ""   # the variant its archives were built for ("cuda13")
+    cuda_variant: str = ""   # the variant its archives were built for ("cuda13"; "13.5": a compat driver's)
+    note: str = ""           # what it did to the toolkit ("replaces the toolkit's libcublas 13.4.1.3")
 
     def to_json(self) -> dict[str, str]:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if v or k != "note"}
 
 
 @dataclass(frozen=True)
@@ -190,7 +191,7 @@ def plan_from_json(obj: dict[str, Any]) -> Plan:
     products = tuple(
         ProductRelease(str(p["name"]), str(p["release"]), str(p.get("requested", p["name"])),
                        str(p.get("release_date", "")), str(p.get("base_url", "")),
-                       str(p.get("cuda_variant", "")))
+                       str(p.get("cuda_variant", "")), str(p.get("note", "")))
         for p in obj.get("products", ()))
     return Plan(obj["release"], obj.get("release_date", ""), obj["platform"], obj["base_url"],
                 obj.get("profile", "custom"), items, obj.get("source", "nvidia"),

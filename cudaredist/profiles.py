@@ -6,12 +6,12 @@ import platform as _platform
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from cudaredist.errors import ManifestError, PlanError, UsageError
+from cudaredist.errors import ManifestError, PlanError, ResolveError, UsageError
 from cudaredist.plan import matches, version_key
 
 if sys.version_info >= (3, 11):
@@ -20,6 +20,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 DEFAULT_PROFILE = "nvcc"
+T = TypeVar("T")
 
 
 def effective_profile(profile: str | None, only: bool) -> str | None:
@@ -267,11 +268,24 @@ class Product:
     name: str
     title: str
     specs: tuple[Spec, ...]   # what ``--with NAME`` installs
-    wheel: str                # the wheel's name for --source pypi, ``{major}`` = the CUDA major
+    wheel: str                # the wheel's name for --source pypi, ``{major}`` = the CUDA major; "": none
     needs: tuple[str, ...] = ()   # toolkit components its libraries load (added with it)
     # toolkit components its headers include only before a release of it: (component, first release
     # that no longer needs it)
     needs_before: tuple[tuple[str, str], ...] = ()
+    folder: str = ""              # its redist folder beside cuda/ (``nvidia-driver``), "": the name
+    platforms: tuple[str, ...] = ()   # the only platforms NVIDIA publishes it for (empty: any)
+    unsupported: str = ""         # why it is not published for other platforms (the refusal says)
+    replaces: str = ""            # the toolkit component its newer release takes the place of
+    per_minor: bool = False       # its builds serve one CUDA major.minor only (``cuda13.5``)
+    no_wheel: str = ""            # why --source pypi cannot install it
+
+    def check_platform(self, platform: str) -> None:
+        """A :class:`UsageError` (before any network) for a platform NVIDIA publishes it not for."""
+        if self.platforms and platform not in self.platforms:
+            raise UsageError(f"--with {self.name}: {self.unsupported or self.title + ' is not published'} "
+                             f"({self.title} exists for {', '.join(self.platforms)}, not for {platform}); "
+                             f"leave out --with {self.name} for a {platform} tree")
 
     def needs_for(self, release: str) -> tuple[str, ...]:
         """The toolkit components ``release`` of this product needs (``""``: the product's newest)."""
@@ -279,6 +293,9 @@ class Product:
                                if release and version_key(release) < version_key(until)))
 
     def wheel_name(self, cuda_major: str) -> str:
+        if not self.wheel:
+            raise UsageError(f"--source pypi --with {self.name}: {self.no_wheel}; install it with --source "
+                             f"nvidia --with {self.name} (NVIDIA's redist folder or a mirror of it)")
         return self.wheel.format(major=cuda_major)
 
 
@@ -320,7 +337,10 @@ def get_product(name: str) -> Product:
     needs = [n for n in body.get("needs", []) if isinstance(n, str)]
     before = [(str(n["name"]), str(n["before"])) for n in body.get("needs", []) if isinstance(n, dict)]
     return Product(name, str(body.get("title", name)), specs, str(body.get("wheel", "")),
-                   tuple(needs), tuple(before))
+                   tuple(needs), tuple(before), str(body.get("folder", name)),
+                   tuple(str(p) for p in body.get("platforms", ())), str(body.get("unsupported", "")),
+                   str(body.get("replaces", "")), bool(body.get("per_minor", False)),
+                   str(body.get("no_wheel", "")))
 
 
 def parse_product_request(text: str) -> ProductRequest:
@@ -345,6 +365,32 @@ def needed_components(requests: Sequence[ProductRequest], components: Sequence[s
     product releases picked, by product name), each once."""
     return list(dict.fromkeys([*components, *(n for r in requests
                                               for n in r.product.needs_for(releases.get(r.name, "")))]))
+
+
+def pick_patch(request: ProductRequest, shipped: str, platform: str,
+               find: Callable[[ProductRequest], tuple[T, str, str]]) -> tuple[T | None, str]:
+    """For a product that ``replaces`` a toolkit component of version ``shipped``: what ``find`` gives
+    (with the release's label and version) for the newest release of ``request``'s spec, else of the
+    shipped major.minor, when it is newer (else None: the toolkit's own stays); and the note saying so."""
+    title = request.product.title
+    asked = replace(request, spec=request.spec or ".".join(shipped.split(".")[:2]))
+    try:
+        found, label, version = find(asked)
+    except ResolveError:
+        if request.spec:
+            raise
+        return None, f"the toolkit's own: NVIDIA publishes no {title} {asked.spec} patch for {platform}"
+    if version_key(version) > version_key(shipped):
+        return found, f"replaces the toolkit's {request.product.replaces} {shipped}"
+    return None, (f"the toolkit's own: no {title} {asked.spec} patch is newer (the newest, {label}, "
+                  f"is {version})")
+
+
+def swaps(requests: Sequence[ProductRequest], patched: Sequence[bool]) -> tuple[list[str], set[str]]:
+    """The toolkit components that products which ``replaces`` one keep (no newer patch: the
+    toolkit's own, planned with it) and those they take the place of (``patched``: per request)."""
+    pairs = [(r.product.replaces, p) for r, p in zip(requests, patched, strict=True) if r.product.replaces]
+    return [c for c, p in pairs if not p], {c for c, p in pairs if p}
 
 
 def needs_notes(requests: Sequence[ProductRequest], components: Sequence[str],

@@ -192,7 +192,7 @@ _RECORD: dict[str, Any] = {
              "components": [{"name": str, "version": str, "sha256": str, "url?": str, "relative_path?": str,
                              "size?": int, "layout?": str, "product?": str}],
              "products?": [{"name": str, "release": str, "requested?": str, "release_date?": str,
-                            "base_url?": str, "cuda_variant?": str}]},
+                            "base_url?": str, "cuda_variant?": str, "note?": str}]},
     "files": [{"path": str, "size": int, "sha256": str, "mode?": str, "link?": str, "component?": str}],
     "links?": [{"path": str, "link": str, "copy?": str}],
     "request?": {"components?": list, "profile?": list},

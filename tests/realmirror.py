@@ -141,7 +141,15 @@ def real_mirror_1302_sbsa(tmp_path_factory: pytest.TempPathFactory, real_wheel_c
         d, real_wheel_cache, platforms=("linux-x86_64", "linux-sbsa"), preset="store"))
 
 
+@pytest.fixture(scope="session")
+def real_mirror_135(tmp_path_factory: pytest.TempPathFactory, real_wheel_cache: Path) -> Path:
+    """CUDA 13.5.0's nvcc profile for linux-x86_64 (nvcc 13.5.37 beside NVTX 13.5.25), stored."""
+    return _once(tmp_path_factory, "real-mirror-135", lambda d: _build_mirror(
+        d, real_wheel_cache, LABEL_135, ("linux-x86_64",), preset="store"))
+
+
 LABEL_134 = "13.4.3"
+LABEL_135 = "13.5.0"
 # What ATen/cuda/CUDAContext.h includes beyond the nvcc profile (cusparse.h, cublas_v2.h, cublasLt.h,
 # cusolverDn.h): the part of the torch profile tests/e2e/test_torch_headers.py installs.
 TORCH_HEADER_LIBS = ("libcublas", "libcusparse", "libcusolver")

@@ -58,13 +58,21 @@ def info(tk: Toolkit = TOOLKIT, as_json: JsonOpt = False) -> None:
     plan = rec["plan"]
     typer.echo(f"prefix:    {target}")
     typer.echo(f"release:   CUDA {plan['release']} ({plan.get('release_date') or 'date unknown'})")
+    # one release's components differ in version (13.5.0: nvcc 13.5.37, CUPTI 13.5.25): named apart
+    same: dict[str, list[str]] = {}
+    for c in plan["components"]:
+        if not c.get("product") and c["version"].split(".")[:2] == plan["release"].split(".")[:2]:
+            same.setdefault(".".join(c["version"].split(".")[:3]), []).append(c["name"])
+    if len(same) > 1:
+        groups = "; ".join(f"{v} ({', '.join(names)})" for v, names in same.items())
+        typer.echo(f"versions:  {groups} (one release, named by its label)")
     host = f" (tools for {plan['host']})" if plan.get("host") else ""
     typer.echo(f"platform:  {plan['platform']}{host}")
     typer.echo(f"profile:   {plan['profile']}")
     for p in plan.get("products", []):
         typer.echo(f"with:      {p.get('name')} {p.get('release')} "
                    f"({p.get('cuda_variant') or 'any CUDA'} build, --with {p.get('requested')}) "
-                   f"from {p.get('base_url')}")
+                   f"from {p.get('base_url')}" + (f": {p['note']}" if p.get("note") else ""))
     channel = f", {plan['channel']} channel" if plan.get("channel") else ""
     typer.echo(f"source:    {plan.get('source', 'nvidia')} {plan['base_url']}{channel}")
     typer.echo(f"installed: {rec['installed_at']} by {rec['tool']}")

@@ -114,6 +114,7 @@ def test_a_warm_install_asks_no_server_and_refresh_asks(mirror: Path, tmp_path: 
 
 def test_the_package_index_pages_are_fresh_for_the_ttl(tmp_path: Path) -> None:
     from cudaredist.sources.pypi import index as pypi
+    from cudaredist.sources.pypi import planner
     from tests.sources.pypi.test_pypi_source import INDEX, FakeIndex, add_release_13_0, transport
 
     fake = FakeIndex()
@@ -123,7 +124,7 @@ def test_the_package_index_pages_are_fresh_for_the_ttl(tmp_path: Path) -> None:
 
         def plan(ttl: float) -> object:
             idx = pypi.WheelIndex(transport(), Cache(tmp_path / "c", index_ttl=ttl), index_url=INDEX)
-            return pypi.resolve_plan(idx, "13.0", platform="linux-x86_64")
+            return planner.resolve_plan(idx, "13.0", platform="linux-x86_64")
 
         first = plan(600)
         pages = [u for u in fake.requests if "/simple/" in u]

@@ -2,17 +2,22 @@
 product whose library links alone: one 237 MB .so with no CUDA library among its DT_NEEDED; its
 wheel is 170 MB) installed from both sources, and a program calling it compiled and linked with the
 tree's own nvcc (tests/gpu/products/product_check.cu, which tests/gpu/products/product_check.sh also
-runs on a GPU)."""
+runs on a GPU). CUDA 13.5.0 on day one, on both routes (its components differ in version: nvcc
+13.5.37, NVTX 13.5.25), with the forward-compatibility package beside it (../shared/tools/mkcompat.py's
+stand-in in NVIDIA's layout, inside the mirror where `mirror --with compat` puts it)."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.realmirror import (  # noqa: F401  (fixtures)
     host_free_env,
+    real_mirror_135,
     real_mirror_1302_cusparselt,
     real_wheel_cache,
     run_cudaredist,
@@ -69,3 +74,35 @@ def test_redist_source_with_cusparselt(real_mirror_1302_cusparselt: Path, real_w
                        str(wheels), "--platform", "linux-x86_64", env=host_free_env(real_wheel_cache))
     assert r.returncode == 0, r.stderr
     assert tree_of(prefix) == tree_of(wheels)
+
+
+MKCOMPAT = Path(__file__).resolve().parents[3] / "shared" / "tools" / "mkcompat.py"
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None or not MKCOMPAT.is_file(),
+                    reason="mkcompat.py (../shared/tools) needs gcc to make its ELF stand-ins")
+def test_cuda_135_on_both_routes_with_compat(real_mirror_135: Path, real_wheel_cache: Path,  # noqa: F811
+                                             serve, tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    shutil.copytree(real_mirror_135, site, copy_function=shutil.copy)
+    subprocess.run([sys.executable, str(MKCOMPAT), str(site), "620.70.10", "13.5"], check=True,
+                   capture_output=True)
+    base, prefix = serve(site), tmp_path / "cuda"
+    env = host_free_env(tmp_path / "cache")
+    r = run_cudaredist("install", "13.5", "--with", "compat", "--base-url", base, "--prefix", str(prefix),
+                       "--platform", "linux-x86_64", env=env)
+    assert r.returncode == 0, r.stderr
+    assert "CUDA 13.5.0 with CUDA forward compatibility 620.70.10" in r.stderr
+    assert (prefix / "compat" / "libcuda.so.1").resolve().name == "libcuda.so.620.70.10"
+    info = run_cudaredist("info", "--prefix", str(prefix), env=env).stdout
+    assert "release:   CUDA 13.5.0" in info and "13.5.37 (cuda_nvcc" in info and "13.5.25 (" in info
+    nvcc = subprocess.run([str(prefix / "bin" / "nvcc"), "--version"], text=True, capture_output=True,
+                          env=env)
+    assert "V13.5.37" in nvcc.stdout, nvcc.stdout + nvcc.stderr
+    wheels = tmp_path / "from-wheels"
+    r = run_cudaredist("install", "13.5.0", "--source", "pypi", "--prefix", str(wheels), "--platform",
+                       "linux-x86_64", env=host_free_env(real_wheel_cache))
+    assert r.returncode == 0, r.stderr
+    # the same tree but for compat/ and version.json (which names it)
+    redist = {k: v for k, v in tree_of(prefix).items() if k.split("/")[0] not in ("compat", "version.json")}
+    assert redist == {k: v for k, v in tree_of(wheels).items() if k != "version.json"}

@@ -14,17 +14,18 @@ from __future__ import annotations
 
 import functools
 import os
+import posixpath
 import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from cudaredist.errors import CudaRedistError, FetchError, PlanError, ResolveError
+from cudaredist.errors import CudaRedistError, FetchError, ManifestError, PlanError, ResolveError
 from cudaredist.plan import Archive, PlannedArchive, ProductRelease, archive_url, join_url, version_key
-from cudaredist.profiles import ProductRequest, parse_spec
-from cudaredist.sources.nvidia.index import Bases, Index, normalize_base
+from cudaredist.profiles import ProductRequest, get_product, parse_spec, pick_patch
+from cudaredist.sources.nvidia.index import Bases, Index, Release, normalize_base
 from cudaredist.sources.nvidia.manifest import Component, Manifest
 from cudaredist.sources.nvidia.releases import sort_labels
 from cudaredist.trust import Trust, refuse
@@ -35,8 +36,9 @@ _SUBKEY = re.compile(r"cuda([0-9]{1,4}(?:\.[0-9]{1,4})?)", re.A)
 
 
 def env_base(product: str) -> str:
-    """The variable that overrides one product's base URL: ``CUDAREDIST_CUDNN_BASE_URL``."""
-    return f"CUDAREDIST_{product.upper()}_BASE_URL"
+    """The variable that overrides one product's base URL, named after its folder:
+    ``CUDAREDIST_CUDNN_BASE_URL``, ``CUDAREDIST_NVIDIA_DRIVER_BASE_URL`` (a shell name)."""
+    return f"CUDAREDIST_{re.sub(r'[^A-Z0-9]', '_', get_product(product).folder.upper())}_BASE_URL"
 
 
 def product_base(base: str, product: str, *, override: bool = False) -> str:
@@ -47,33 +49,35 @@ def product_base(base: str, product: str, *, override: bool = False) -> str:
     replaces."""
     if override and (given := os.environ.get(env_base(product), "").strip()):
         return normalize_base(given)
-    parts = urlsplit(base)
+    parts, folder = urlsplit(base), get_product(product).folder
     segs = parts.path.rstrip("/").split("/")
     if len(segs) >= 2 and segs[-2:] == ["cuda", "redist"]:
-        path = "/".join([*segs[:-2], product, "redist"]) + "/"
+        path = "/".join([*segs[:-2], folder, "redist"]) + "/"
         return urlunsplit((parts.scheme, parts.netloc, path, parts.query, parts.fragment))
-    return join_url(base, f"{product}/redist/")
+    return join_url(base, f"{folder}/redist/")
 
 
 def product_dir(out: Path, product: str) -> Path:
     """Where a mirror directory ``out`` keeps ``product`` so that :func:`product_base` finds it:
-    beside ``.../cuda/redist`` as NVIDIA lays it out, else inside, ``out/<product>/redist``."""
+    beside ``.../cuda/redist`` as NVIDIA lays it out, else inside, ``out/<folder>/redist``."""
+    folder = get_product(product).folder
     if out.parts[-2:] == ("cuda", "redist"):
-        return out.parent.parent / product / "redist"
-    return out / product / "redist"
+        return out.parent.parent / folder / "redist"
+    return out / folder / "redist"
 
 
-def pick_archive(comp: Component, platform: str, cuda_release: str, *,
-                 explicit: bool = False) -> tuple[Archive, str] | None:
+def pick_archive(comp: Component, platform: str, cuda_release: str, *, explicit: bool = False,
+                 per_minor: bool = False) -> tuple[Archive, str] | None:
     """The archive of ``comp`` for ``platform`` built for the toolkit's CUDA, and its variant
     (``cuda13``, ``cuda13.4``; "" for a build that names none), or None. Preferred: a build for
     the toolkit's exact major.minor, the major's ``cudaNN`` subkey, a build for an older minor of the
-    major, then an untagged flat entry; ``explicit`` (asked for by --component) also takes a
-    ``source`` archive (samples)."""
+    major, then an untagged flat entry (``per_minor``: only the first); ``explicit`` (asked for by
+    --component) also takes a ``source`` archive (samples)."""
     have = version_key(cuda_release)
     major, minor = have[0], (have[1] if len(have) > 1 else 0)
-    ranks = {(major, minor): (0, 0), (major,): (1, 0), (): (3, 0)}  # an older minor: 2, the newest first
-    ranks |= {(major, m): (2, -m) for m in range(minor)}
+    ranks: dict[tuple[int, ...], tuple[int, int]] = {(major, minor): (0, 0)}
+    if not per_minor:  # an older minor: 2, the newest first
+        ranks |= {(major,): (1, 0), (): (3, 0)} | {(major, m): (2, -m) for m in range(minor)}
     ranked = [(ranks[tag], archive, name) for tag, archive, name in _builds(comp, platform) if tag in ranks]
     if ranked:
         _rank, archive, name = min(ranked, key=lambda r: r[0])
@@ -93,9 +97,11 @@ def _builds(comp: Component, platform: str) -> list[tuple[tuple[int, ...], Archi
     return out
 
 
-def cuda_majors(comp: Component, platform: str) -> list[str]:
-    """The CUDA majors ``comp`` has builds of for ``platform`` (what a message lists)."""
-    return sorted({str(tag[0]) for tag, _a, _n in _builds(comp, platform) if tag}, key=int)
+def cuda_majors(comp: Component, platform: str, depth: int = 1) -> list[str]:
+    """The CUDA majors (``depth`` 2: major.minors) ``comp`` has builds of for ``platform`` (what a
+    message lists)."""
+    return sorted({".".join(map(str, tag[:depth])) for tag, _a, _n in _builds(comp, platform) if tag},
+                  key=version_key)
 
 
 @dataclass(frozen=True)
@@ -121,8 +127,9 @@ def plan_product(manifest: Manifest, request: ProductRequest, *, platform: str, 
     bases = tuple(archive_bases) or (base_url,)
     for spec in specs:
         explicit = spec in routed
-        chosen = manifest.first(spec.names, functools.partial(pick_archive, platform=platform,
-                                                              cuda_release=cuda_release, explicit=explicit))
+        chosen = manifest.first(spec.names, functools.partial(
+            pick_archive, platform=platform, cuda_release=cuda_release, explicit=explicit,
+            per_minor=request.product.per_minor))
         if chosen is None:
             if not explicit:
                 return None
@@ -141,20 +148,25 @@ def plan_product(manifest: Manifest, request: ProductRequest, *, platform: str, 
             product=request.name))
     release = ProductRelease(request.name, manifest.label, str(request), manifest.release_date, base_url,
                              variant)
+    if request.product.per_minor and items:  # named by what it is (a driver), for the CUDA it serves
+        release = replace(release, release=items[0].version, cuda_variant=variant.removeprefix("cuda"))
     return ProductPlan(release, tuple(items), tuple(str(s) for s in routed))
 
 
 def _coverage(manifests: Sequence[Manifest], request: ProductRequest, platform: str, major: str) -> str:
-    """What the product publishes for ``platform`` and for CUDA ``major`` (for the error)."""
+    """What the product publishes for ``platform`` and for CUDA ``major`` (a major.minor for a
+    ``per_minor`` product; for the error)."""
     names = [n for s in request.product.specs for n in s.names]
+    depth = major.count(".") + 1
     for_platform, for_major = [], []
     for m in manifests:
         if (comp := next((m.components[n] for n in names if n in m.components), None)) is None:
             continue
-        majors = cuda_majors(comp, platform)
+        majors = cuda_majors(comp, platform, depth)
         if majors or platform in comp.platforms:
-            for_platform.append(f"{m.label} (CUDA {', '.join(majors) or 'any'})")
-        if plats := [p for p in comp.platforms if major in cuda_majors(comp, p)]:
+            shown = comp.version if depth > 1 else m.label  # a driver's version; a product's label
+            for_platform.append(f"{shown} (CUDA {', '.join(majors) or 'any'})")
+        if plats := [p for p in comp.platforms if major in cuda_majors(comp, p, depth)]:
             for_major.append(f"{m.label} ({', '.join(plats)})")
     return (f"releases for {platform}: {', '.join(for_platform[:8]) or 'none'}; "
             f"releases for CUDA {major}: {', '.join(for_major[:8]) or 'none'}")
@@ -166,7 +178,8 @@ def choose_release(request: ProductRequest, labels: Sequence[str], load: Callabl
     """The newest release of ``labels`` (that ``request``'s spec allows) whose default components have
     builds for the toolkit's CUDA major on ``platform``; else a :class:`ResolveError` that lists what
     the product publishes for that platform and that major. Nothing is downloaded but manifests."""
-    title, major = request.product.title, cuda_release.split(".")[0]
+    title = request.product.title
+    major = ".".join(cuda_release.split(".")[:2 if request.product.per_minor else 1])
     ordered = [lbl for lbl in sort_labels(labels) if request.matches(lbl)]
     if not ordered:
         shown = ", ".join(sort_labels(labels)[:12]) or "none"
@@ -183,8 +196,15 @@ def choose_release(request: ProductRequest, labels: Sequence[str], load: Callabl
 
     def attempt(manifest: Manifest) -> ProductPlan | None:
         seen.append(manifest)
-        return plan_product(manifest, request, platform=platform, cuda_release=cuda_release,
-                            base_url=base_url, archive_bases=archive_bases, components=components)
+        found = plan_product(manifest, request, platform=platform, cuda_release=cuda_release,
+                             base_url=base_url, archive_bases=archive_bases, components=components)
+        for item in found.items if found else ():  # NVIDIA keeps a product's archives in its folder
+            if posixpath.normpath(item.archive.relative_path).startswith("../"):
+                raise ManifestError(
+                    f"{title} {manifest.label}: {item.component}.{platform}: relative_path "
+                    f"{item.archive.relative_path!r} climbs out of the {title} folder {base_url}; a "
+                    "product's archives are under its own folder", source=base_url, entry=item.component)
+        return found
 
     found = attempt(load(ordered[0]))
     if found is None and ordered[1:]:
@@ -200,6 +220,55 @@ def choose_release(request: ProductRequest, labels: Sequence[str], load: Callabl
         f"{title}{asked} has no release with archives for CUDA {major} on {platform} at {base_url} "
         f"({_coverage(seen, request, platform, major)}); pick another --with {request.name}=VERSION, "
         "another CUDA train or another --platform", requested=str(request), where=base_url)
+
+
+def resolve_with(index: Index, request: ProductRequest, bases: Bases, release: Release, *, platform: str,
+                 components: Sequence[str]) -> ProductPlan:
+    """One ``--with`` request against the toolkit ``release``: a product that ``replaces`` a toolkit
+    component picks among the releases of the major.minor the toolkit ships (and keeps the toolkit's
+    own where none is newer); a ``per_minor`` one also takes the CUDA manifest's own entry."""
+    product = request.product
+    product.check_platform(platform)
+    if product.per_minor:
+        return _per_minor(index, request, bases, release, platform=platform, components=components)
+    shipped = release.manifest.components.get(product.replaces) if product.replaces else None
+    if shipped is None:
+        return resolve_product(index, request, bases, platform=platform, cuda_release=release.label,
+                               components=components)
+    found, note = pick_patch(request, shipped.version, platform, lambda asked: (
+        p := resolve_product(index, asked, bases, platform=platform, cuda_release=release.label,
+                             components=components), p.release.release, p.items[0].version))
+    if found is not None:
+        return replace(found, release=replace(found.release, requested=str(request), note=note))
+    kept = ProductRelease(request.name, shipped.version, str(request), release.manifest.release_date,
+                          release.base, note=note)
+    return ProductPlan(kept, (), ())
+
+
+def _per_minor(index: Index, request: ProductRequest, bases: Bases, release: Release, *, platform: str,
+               components: Sequence[str]) -> ProductPlan:
+    """The newest release for the train's major.minor, from the CUDA manifest's own entry (13.1-13.3:
+    the toolkit's archive, mirrored and locked with it) or the product's folder (13.4 on)."""
+    own = plan_product(release.manifest, request, platform=platform, cuda_release=release.label,
+                       base_url=release.base, archive_bases=release.archive_bases)
+    if own is not None and not request.matches(own.release.release):
+        own = None
+    if own is not None:  # a toolkit archive: mirrored and locked with the toolkit's
+        own = replace(own, items=tuple(replace(i, product="") for i in own.items))
+    try:
+        found = resolve_product(index, request, bases, platform=platform, cuda_release=release.label,
+                                components=components)
+    except (ResolveError, FetchError) as exc:  # none in the folder, or no folder: the manifest's own
+        if own is not None:
+            return own
+        if not isinstance(exc, ResolveError):
+            raise
+        mm = ".".join(release.label.split(".")[:2])
+        raise ResolveError(f"NVIDIA publishes no {request.product.title} package for CUDA {mm}: the CUDA "
+                           f"{release.label} manifest has none, and {exc}", requested=str(request)) from exc
+    if own is not None and version_key(own.release.release) >= version_key(found.release.release):
+        return own
+    return found
 
 
 def product_bases(bases: Bases, product: str, *, base_url: str, trust: Trust) -> Bases:
@@ -231,10 +300,10 @@ def resolve_product(index: Index, request: ProductRequest, bases: Bases, *, plat
         return choose_release(request, labels, functools.partial(index.manifest, base),
                               platform=platform, cuda_release=cuda_release, base_url=base,
                               archive_bases=archive_bases, components=components)
-    title, tried = request.product.title, "; ".join(map(str, failures))
+    title, tried, folder = request.product.title, "; ".join(map(str, failures)), request.product.folder
     raise FetchError(
         f"cannot list the {title} releases ({tried}). NVIDIA publishes {title} beside "
-        f"the toolkit's redist folder (.../compute/{request.name}/redist/ next to .../compute/cuda/redist/; "
+        f"the toolkit's redist folder (.../compute/{folder}/redist/ next to .../compute/cuda/redist/; "
         f"a mirror written by `cudaredist mirror --with {request.name}` holds it there too); point "
         f"{env_base(request.name)} at its folder if yours is elsewhere",
         url=failures[-1].url if failures else "", status=failures[-1].status if failures else None)

@@ -18,6 +18,7 @@ from cudaredist.profiles import (
     needed_components,
     needs_notes,
     parse_product_requests,
+    swaps,
 )
 from cudaredist.sources import Layout, Where, check_where
 from cudaredist.sources.nvidia.index import (
@@ -32,7 +33,7 @@ from cudaredist.sources.nvidia.index import (
     trusted_bases,
 )
 from cudaredist.sources.nvidia.manifest import check_relative_path
-from cudaredist.sources.nvidia.products import env_base, product_base, product_bases, resolve_product
+from cudaredist.sources.nvidia.products import env_base, product_base, product_bases, resolve_with
 from cudaredist.sources.nvidia.releases import train_rows
 from cudaredist.tree.extract import redist_mapper
 from cudaredist.trust import Trust
@@ -109,12 +110,13 @@ class NvidiaSource:
         own = [n for s in get_profile(profile).specs for n in s.names] if profile is not None else []
         plans = []
         for platform in platforms:
-            picked = [resolve_product(self.index, r, mapped[r.name], platform=platform,
-                                      cuda_release=release.label, components=components)
-                      for r in requests]
+            picked = [resolve_with(self.index, r, mapped[r.name], release, platform=platform,
+                                   components=components) for r in requests]
             claimed = {c for p in picked for c in p.claimed}
             releases = {p.release.name: p.release.release for p in picked}
-            toolkit = needed_components(requests, [c for c in components if c not in claimed], releases)
+            kept, replaced = swaps(requests, [bool(p.items) for p in picked])
+            toolkit = needed_components(requests, [*(c for c in components if c not in claimed), *kept],
+                                        releases)
             try:
                 plan = plan_release(release, [platform], profile=profile, components=toolkit)[0]
             except PlanError as exc:
@@ -126,7 +128,8 @@ class NvidiaSource:
                                 "load it)", component=exc.component, release=exc.release,
                                 platform=exc.platform) from exc
             notes = needs_notes(requests, [*components, *own], plan.components, releases)
-            plans.append(replace(plan, items=plan.items + tuple(i for p in picked for i in p.items),
+            items = tuple(i for i in plan.items if i.component not in replaced)
+            plans.append(replace(plan, items=items + tuple(i for p in picked for i in p.items),
                                  products=tuple(p.release for p in picked), notes=(*plan.notes, *notes)))
         return plans
 
@@ -186,7 +189,9 @@ class NvidiaSource:
         found: dict[str, Release] = {}
         for plan in plans:
             for p in plan.products:
-                if p.name == request.name and p.release not in found:
+                # a product from the CUDA manifest's own entry (compat of 13.1-13.3) is the toolkit's
+                if p.name == request.name and p.release not in found and any(
+                        i.product == p.name for i in plan.items):
                     data = self.index.manifest_bytes(p.base_url, p.release)
                     manifest = read_manifest(p.base_url, p.release, data)
                     found[p.release] = Release(p.release, p.base_url, mapped.archives, manifest, data)

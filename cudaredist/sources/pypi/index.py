@@ -11,39 +11,27 @@ from __future__ import annotations
 import contextlib
 import os
 import zipfile
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from cudaredist import interrupts
 from cudaredist.cache import Cache
 from cudaredist.errors import FetchError, IntegrityError, ManifestError, OfflineError, PlanError, ResolveError
 from cudaredist.fetch.client import UNREACHABLE_HINT, is_local, local_path
 from cudaredist.fetch.transport import Transport
-from cudaredist.plan import Archive, Plan, PlannedArchive
-from cudaredist.profiles import Spec, needed_components, parse_product_requests, wanted_specs
+from cudaredist.plan import Archive, PlannedArchive
 from cudaredist.sources.nvidia.index import index_file, normalize_base
 from cudaredist.sources.nvidia.releases import check_train, pick_release, train_rows
 from cudaredist.sources.pypi.simple import IndexFile, parse_simple_page
 from cudaredist.sources.pypi.wheels import (
     Metadata,
-    WheelData,
     by_version,
-    choose_version,
-    component_for,
-    marker_env,
     parse_version,
-    pep440,
-    pick_wheel,
     release_label,
     wheel_data,
     wheel_metadata,
-    wheel_platforms,
 )
 from cudaredist.trust import Trust, refuse, unreachable
 
@@ -261,116 +249,6 @@ class WheelIndex:
                 return wheel_metadata(zf, release.file.filename)
         except zipfile.BadZipFile as exc:
             raise PlanError(f"{release.file.filename} is not a readable wheel: {exc}") from exc
-
-
-# ------------------------------------------------------------------------------------------------
-# Planning
-
-def _requirements_for(spec: Spec, meta: Metadata, release: Release, platform: str,
-                      data: WheelData) -> list[Requirement]:
-    """The wheels one profile entry or ``--component`` asks for: an extra, a component or a package."""
-    env = marker_env(data.platform(platform))
-    for alt in spec.names:
-        extra = canonicalize_name(alt)
-        if extra in meta.extras:
-            reqs = meta.wanted(extra, env)
-            if reqs:
-                return reqs
-            continue
-        # a wheel or component by name: the extras that add it (only its requirements' markers asked)
-        named = [r for r in meta.requirements
-                 if r.name == extra or component_for(r.name, release.label) == alt]
-        found: dict[str, Requirement] = {}
-        for e in meta.extras if named else ():
-            for r in meta.wanted(e, env, among=named):
-                found.setdefault(r.name, r)
-        if found:
-            return list(found.values())
-    offered = [e for e in meta.extras if meta.wanted(e, env)]
-    if not offered:
-        msg = (f"{data.metapackage} {release.label} lists no wheels for {platform} at all (its "
-               "Requires-Dist markers leave that platform out); try a newer release")
-    elif any(canonicalize_name(a) in meta.extras for a in spec.names):
-        msg = (f"the extra {spec} of {data.metapackage} {release.label} names no wheel for {platform}; "
-               f"extras with wheels for {platform}: {', '.join(offered)}")
-    else:
-        msg = (f"{data.metapackage} {release.label} has no extra, component or wheel {spec} for {platform}; "
-               f"its extras: {', '.join(offered)}")
-    raise spec.unplannable(msg, release.label, platform)
-
-
-def _plan_item(index: WheelIndex, name: str, specs: list[str], release: Release,
-               platform: str) -> tuple[PlannedArchive, list[str]]:
-    data = index.data
-    plat = data.platform(platform)
-    versions = {str(v): fs for v, fs in by_version(index.files(name), name).items()}
-    version = choose_version(specs, versions)
-    shown = " and ".join(s for s in specs if s) or "any version"
-    if version is None:
-        raise PlanError(f"no wheel of {name} on {index.index_url} matches {shown} (needed by "
-                        f"{data.metapackage} {release.label})", component=name, release=release.label,
-                        platform=platform)
-    candidates = versions[version]
-    notes: list[str] = []
-    chosen = pick_wheel([f for f in candidates if not f.yanked], plat)
-    if chosen is None and (chosen := pick_wheel(candidates, plat)) is not None:
-        notes.append(f"{chosen.filename} is yanked on the index; no other wheel of {name} {version} fits")
-    if chosen is None:
-        fits = wheel_platforms(candidates, data.platforms.values())
-        raise PlanError(
-            f"{name} {version} has no wheel for {platform} on {index.index_url} (its wheels are for: "
-            f"{fits or 'no known platform'})", component=name, release=release.label,
-            platform=platform)
-    item = index.planned(name, chosen, component_for(name, release.label), version,
-                         f"{data.metapackage} {release.label}", release=release.label, platform=platform)
-    return item, notes
-
-
-def resolve_plan(index: WheelIndex, train: str, *, platform: str, profile: str | None = "nvcc",
-                 components: Sequence[str] = (), products: Sequence[str] = ()) -> Plan:
-    """Resolve ``train`` on the index; select the wheels of ``profile`` (+ ``components``) for ``platform``.
-
-    ``profile=None`` installs exactly ``components`` (extras, component names or wheel
-    names). Every failure happens here, before any wheel is downloaded.
-    """
-    from cudaredist.sources.pypi.products import plan_product
-
-    data = index.data
-    data.platform(platform)
-    requests = parse_product_requests(products)
-    release = index.resolve(train)
-    label = release.label
-    picked = [plan_product(index, r, platform=platform, cuda_release=label) for r in requests]
-    components = needed_components(requests, components, {r.name: r.release for r, _item in picked})
-    notes: list[str] = []
-    prof = data.profile(profile) if profile is not None else None
-    if prof is not None and prof.since and pep440(label) < pep440(prof.since):
-        raise PlanError(f"profile {profile} cannot be built from CUDA {label}'s wheels: {prof.before}. "
-                        f"Use --source nvidia, or a release from {prof.since} on", release=label,
-                        platform=platform)
-    own = prof.specs if prof is not None else ()
-    notes.extend(s.missing for s in own if s.missing and not s.applies_to(label))
-    specs = wanted_specs([s for s in own if s.applies_to(label)], components)
-    meta = index.metadata(release)
-    wanted: dict[str, dict[str, None]] = {}  # wheel -> its specifiers, each once, in order
-    for spec in specs:
-        for req in _requirements_for(spec, meta, release, platform, data):
-            wanted.setdefault(req.name, {})[str(req.specifier)] = None
-    with ThreadPoolExecutor(min(8, len(wanted))) as pool:
-        results = interrupts.results([pool.submit(_plan_item, index, name, list(specs), release,
-                                                  platform) for name, specs in wanted.items()])
-    items = tuple(item for item, _n in results) + tuple(item for _r, item in picked)
-    notes.extend(n for _item, item_notes in results for n in item_notes)
-    present = {i.component for i in items}
-    notes.extend(n.text for n in data.notes if n.component in present and platform in n.platforms)
-    notes.extend(dict.fromkeys(index.notes))
-    served = index.served.get(canonicalize_name(data.metapackage), index.index_url)
-    # the URL that answered for the metapackage's page, when it was redirected (fetched or cached)
-    came = index.transport.moved.get(f"{served}{canonicalize_name(data.metapackage)}/", (served,))[-1]
-    return Plan(release=label, release_date=release.date, platform=platform, base_url=served,
-                profile=profile or "custom", items=items, source="pypi", notes=tuple(notes),
-                hashes_from=f"{came} ({index.trust.reason(came) or 'trusted by the caller'})",
-                products=tuple(r for r, _item in picked))
 
 
 def list_trains(index: WheelIndex) -> list[dict[str, Any]]:

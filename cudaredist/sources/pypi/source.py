@@ -10,7 +10,8 @@ from cudaredist.fetch.transport import Transport
 from cudaredist.plan import Plan, PlannedArchive
 from cudaredist.sources import Layout, Where
 from cudaredist.sources.nvidia.manifest import check_relative_path
-from cudaredist.sources.pypi.index import WheelIndex, list_trains, resolve_plan
+from cudaredist.sources.pypi.index import WheelIndex, list_trains
+from cudaredist.sources.pypi.planner import resolve_plan
 from cudaredist.sources.pypi.wheels import member_mapper, record_digests
 from cudaredist.tree.sonames import add_soname_links
 from cudaredist.trust import Trust

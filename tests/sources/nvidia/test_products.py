@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner, Result
@@ -25,7 +26,8 @@ from cudaredist.sources.nvidia.products import (
 )
 from tests.conftest import SHARED_MANIFESTS
 
-PRODUCTS = ("cudnn", "cutensor", "cusparselt", "cudss")
+PRODUCTS = ("cudnn", "cutensor", "cusparselt", "cudss", "cublas", "nvidia-driver")  # their folders
+NAMES = {"nvidia-driver": "compat"}  # a folder's product, where the two differ
 
 
 @pytest.fixture(autouse=True)
@@ -82,14 +84,15 @@ def test_every_cuda_manifest_parses_and_resolves(shared_manifests: Path, path: P
 def test_every_product_manifest_parses_and_resolves(shared_manifests: Path, path: Path) -> None:
     """Each platform and CUDA major a product manifest lists resolves to that platform's build for it."""
     manifest = _load(path)
-    request = parse_product_request(path.parent.name)
+    request = parse_product_request(NAMES.get(path.parent.name, path.parent.name))
     assert manifest.label == path.stem.removeprefix("redistrib_")
     resolved = 0
     for comp in manifest.components.values():
         for platform in comp.platforms:
-            majors = {v.removeprefix("cuda").split(".")[0] for v in comp.variants.get(platform, {})}
+            # a major's build (cuda13), or a major.minor's (compat: cuda13.5)
+            majors = {v.removeprefix("cuda") for v in comp.variants.get(platform, {})}
             for major in majors:
-                picked = pick_archive(comp, platform, f"{major}.0")
+                picked = pick_archive(comp, platform, major if "." in major else f"{major}.0")
                 assert picked is not None, (comp.key, platform, major)
                 archive, variant = picked
                 assert f"/{platform}/" in archive.relative_path and variant.startswith(f"cuda{major}")
@@ -172,11 +175,11 @@ def test_a_spec_no_release_matches(shared_manifests: Path) -> None:
 # -- data, requests, where a product's folder is ---------------------------------------------------
 
 def test_products_are_data() -> None:
-    assert product_names() == sorted(PRODUCTS)
+    assert product_names() == sorted(NAMES.get(p, p) for p in PRODUCTS)
     assert parse_product_request("cudnn").product.specs[0].names == ("cudnn",)
     assert str(parse_product_request(" CuDNN = 9.20 ")) == "cudnn=9.20"
     assert parse_product_request("cudss").product.wheel_name("12") == "nvidia-cudss-cu12"
-    with pytest.raises(UsageError, match="unknown product 'cudart' for --with; products: cudnn, cudss"):
+    with pytest.raises(UsageError, match="unknown product 'cudart' for --with; products: compat, cublas"):
         parse_product_request("cudart")
     with pytest.raises(UsageError, match=r"'9\.x' is not a release of cuDNN"):
         parse_product_request("cudnn=9.x")
@@ -284,3 +287,30 @@ def test_product_folder_missing(nvbase: Path, tmp_path: Path) -> None:
     shutil.rmtree(nvbase.parent.parent / "cudss")
     msg = _error(_run("resolve", "13.0", "--with", "cudss", "--base-url", str(nvbase)))
     assert "cannot list the cuDSS releases" in msg and "CUDAREDIST_CUDSS_BASE_URL" in msg
+
+
+def _resolve(nvbase: Path, tmp_path: Path, train: str, product: str) -> dict[str, Any]:
+    result = CliRunner().invoke(app, ["resolve", train, "--with", product, "--base-url", str(nvbase),
+                                      "--json", "--cache-dir", str(tmp_path / "c")])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)  # type: ignore[no-any-return]
+
+
+def test_real_cublas_patches_and_compat_packages(nvbase: Path, tmp_path: Path) -> None:
+    """NVIDIA's manifests: 13.0.2 ships libcublas 13.1.0.3, patched by 13.1.1 (13.1.1.2); 13.2.0 ships
+    13.3.0.5 and no 13.3 patch exists; compat of 13.2 and 13.3 is in their own manifests, none for 13.4."""
+    plan = _resolve(nvbase, tmp_path, "13.0", "cublas")
+    assert [(c["name"], c["version"]) for c in plan["components"] if c["name"] == "libcublas"] == [
+        ("libcublas", "13.1.1.2")]
+    assert plan["products"][0]["note"] == "replaces the toolkit's libcublas 13.1.0.3"
+    kept = _resolve(nvbase, tmp_path, "13.2", "cublas")
+    assert [c["version"] for c in kept["components"] if c["name"] == "libcublas"] == ["13.3.0.5"]
+    assert kept["products"][0]["note"] == ("the toolkit's own: NVIDIA publishes no cuBLAS 13.3 patch for "
+                                           "linux-x86_64")
+    for train, driver in (("13.2", "595.45.04"), ("13.3", "610.43.02")):
+        product = _resolve(nvbase, tmp_path, train, "compat")["products"][0]
+        assert (product["release"], product["cuda_variant"]) == (driver, train)
+    result = CliRunner().invoke(app, ["resolve", "13.4", "--with", "compat", "--base-url", str(nvbase),
+                                      "--cache-dir", str(tmp_path / "c")])
+    assert result.exit_code == 1 and "NVIDIA publishes no CUDA forward compatibility package for CUDA 13.4" \
+        in result.stderr and "620.70.06 (CUDA 13.5)" in result.stderr

@@ -235,3 +235,28 @@ def test_no_fallback_refuses_a_product_wheel_the_mirror_does_not_list(fake_index
     assert (prefix / "include" / "cudss.h").read_bytes() == b"// cudss 1.0.0.35"
     # from the index: cuDSS's wheel alone (cuda-toolkit's metadata wheel too comes from the mirror)
     assert [u.rsplit("/", 1)[1] for u in fake_index.requests if "/packages/" in u] == [cudss]
+
+
+def test_cublas_patch_wheel_takes_the_toolkits_place(fake_index: FakeIndex, tmp_path: Path) -> None:
+    """The index holds cuBLAS patches as later versions of the toolkit's own nvidia-cublas: 13.0.3 pins
+    13.1.0.3, so the newest 13.1.x (13.1.1.2, not 13.4.2.4) replaces it; compat has no wheel."""
+    add_release_13_0(fake_index)
+    for version in ("13.1.1.2", "13.4.2.4"):
+        lib = fake_elf("libcublas.so.13") + f"cublas {version}".encode()
+        fake_index.add_wheel("nvidia_cublas", version, LINUX_TAG, {f"{CU}/lib/libcublas.so.13": lib})
+    plan = json.loads(_run("resolve", "13.0", "--with", "cublas", "--platform", "linux-x86_64",
+                           "--json").stdout)
+    assert [c["relative_path"].split("-")[1] for c in plan["components"] if c["name"] == "libcublas"] == [
+        "13.1.1.2"]
+    assert plan["products"][0]["note"] == "replaces the toolkit's libcublas 13.1.0.3"
+    prefix = tmp_path / "cuda"
+    r = _run("install", "13.0", "--with", "cublas", "--prefix", str(prefix), "--platform", "linux-x86_64",
+             "--cache-dir", str(tmp_path / "cache"))
+    assert r.exit_code == 0, r.output
+    assert b"cublas 13.1.1.2" in (prefix / "lib" / "libcublas.so.13").read_bytes()
+    assert verify(prefix).ok
+    kept = json.loads(_run("resolve", "13.0", "--with", "cublas=13.1.0", "--json").stdout)["products"][0]
+    assert kept["note"] == ("the toolkit's own: no cuBLAS 13.1.0 patch is newer (the newest, 13.1.0, is "
+                            "13.1.0.3)")
+    r = _run("resolve", "13.0", "--with", "compat")
+    assert r.exit_code == 2 and "never as a wheel; install it with --source nvidia --with compat" in r.stderr

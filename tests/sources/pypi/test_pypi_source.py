@@ -37,6 +37,7 @@ from cudaredist.fetch.transport import Transport
 from cudaredist.install import Installer
 from cudaredist.prefixes import verify
 from cudaredist.sources.pypi import index as pypi
+from cudaredist.sources.pypi import planner
 from cudaredist.sources.pypi.simple import IndexFile, parse_simple_html, parse_simple_json
 from cudaredist.sources.pypi.wheels import (
     Metadata,
@@ -634,7 +635,7 @@ def test_resolve_train_newest_final_release(fake_index: FakeIndex, tmp_path: Pat
 
 def test_plan_linux_nvcc(fake_index: FakeIndex, tmp_path: Path) -> None:
     add_release_13_0(fake_index)
-    plan = pypi.resolve_plan(wheel_index(tmp_path), "13.0", platform="linux-x86_64", profile="nvcc")
+    plan = planner.resolve_plan(wheel_index(tmp_path), "13.0", platform="linux-x86_64", profile="nvcc")
     assert (plan.release, plan.release_date, plan.source, plan.base_url) == (
         "13.0.2", "2025-12-19", "pypi", INDEX)
     by = {i.component: i for i in plan.items}
@@ -654,7 +655,7 @@ def test_plan_linux_nvcc(fake_index: FakeIndex, tmp_path: Path) -> None:
 def test_plan_windows_notes_and_extras_by_marker(fake_index: FakeIndex, tmp_path: Path) -> None:
     add_release_13_0(fake_index)
     idx = wheel_index(tmp_path)
-    plan = pypi.resolve_plan(idx, "13.0", platform="windows-x86_64", profile="nvcc")
+    plan = planner.resolve_plan(idx, "13.0", platform="windows-x86_64", profile="nvcc")
     assert all(i.archive.filename.endswith("win_amd64.whl") for i in plan.items)
     # the Linux gaps are not Windows', and nvvm.lib is no gap: the tree builds it from the DLL
     assert not any("libcuda.so" in n or "nvvm.lib" in n for n in plan.notes), plan.notes
@@ -662,26 +663,26 @@ def test_plan_windows_notes_and_extras_by_marker(fake_index: FakeIndex, tmp_path
     msbuild = [n for n in plan.notes if "visual_studio_integration" in n]
     assert len(msbuild) == 1 and "-T cuda=<tree>" in msbuild[0] and "--source nvidia" in msbuild[0]
     assert not any("visual_studio_integration" in n for n in
-                   pypi.resolve_plan(idx, "13.0", platform="linux-x86_64", profile="nvcc").notes)
+                   planner.resolve_plan(idx, "13.0", platform="linux-x86_64", profile="nvcc").notes)
     # culibos is marked linux-only in the metadata
-    linux = pypi.resolve_plan(idx, "13.0", platform="linux-x86_64", profile=None, components=["culibos"])
+    linux = planner.resolve_plan(idx, "13.0", platform="linux-x86_64", profile=None, components=["culibos"])
     assert [i.component for i in linux.items] == ["cuda_culibos"]
     with pytest.raises(PlanError, match="extra culibos of cuda-toolkit 13.0.2 names no wheel for "
                                         "windows-x86_64"):
-        pypi.resolve_plan(idx, "13.0", platform="windows-x86_64", profile=None, components=["culibos"])
+        planner.resolve_plan(idx, "13.0", platform="windows-x86_64", profile=None, components=["culibos"])
 
 
 def test_components_by_extra_component_or_package(fake_index: FakeIndex, tmp_path: Path) -> None:
     add_release_13_0(fake_index)
     idx = wheel_index(tmp_path)
     for name in ("cudart", "cuda_cudart", "nvidia-cuda-runtime", "nosuch|cudart"):
-        plan = pypi.resolve_plan(idx, "13.0", platform="linux-x86_64", profile=None, components=[name])
+        plan = planner.resolve_plan(idx, "13.0", platform="linux-x86_64", profile=None, components=[name])
         assert [i.component for i in plan.items] == ["cuda_cudart"], name
     with pytest.raises(PlanError, match="has no extra, component or wheel libcublas") as err:
-        pypi.resolve_plan(idx, "13.0", platform="linux-x86_64", profile=None, components=["libcublas"])
+        planner.resolve_plan(idx, "13.0", platform="linux-x86_64", profile=None, components=["libcublas"])
     assert err.value.component == "libcublas"
     with pytest.raises(PlanError, match="nothing to install"):
-        pypi.resolve_plan(idx, "13.0", platform="linux-x86_64", profile=None)
+        planner.resolve_plan(idx, "13.0", platform="linux-x86_64", profile=None)
 
 
 def test_a_component_by_name_asks_only_its_own_markers(fake_index: FakeIndex, tmp_path: Path,
@@ -702,7 +703,7 @@ def test_a_component_by_name_asks_only_its_own_markers(fake_index: FakeIndex, tm
     monkeypatch.setattr(wheels, "applies", applies)
     for name in ("cuda_cudart", "nvidia-cuda-runtime"):
         asked.clear()
-        plan = pypi.resolve_plan(idx, "13.0", platform="linux-x86_64", profile=None, components=[name])
+        plan = planner.resolve_plan(idx, "13.0", platform="linux-x86_64", profile=None, components=[name])
         assert [i.component for i in plan.items] == ["cuda_cudart"]
         assert asked and set(asked) == {"nvidia-cuda-runtime"}, set(asked)
 
@@ -710,7 +711,7 @@ def test_a_component_by_name_asks_only_its_own_markers(fake_index: FakeIndex, tm
 def test_missing_wheel_for_platform(fake_index: FakeIndex, tmp_path: Path) -> None:
     add_release_13_0(fake_index, windows=False)
     with pytest.raises(PlanError) as err:
-        pypi.resolve_plan(wheel_index(tmp_path), "13.0", platform="windows-x86_64", profile="runtime")
+        planner.resolve_plan(wheel_index(tmp_path), "13.0", platform="windows-x86_64", profile="runtime")
     msg = str(err.value)
     assert "nvidia-cuda-runtime 13.0.96 has no wheel for windows-x86_64" in msg
     assert "its wheels are for: linux-x86_64" in msg
@@ -721,7 +722,7 @@ def test_no_wheel_matches_the_pin(fake_index: FakeIndex, tmp_path: Path) -> None
     add_release_13_0(fake_index)
     fake_index.projects["nvidia-cuda-crt"] = []
     with pytest.raises(PlanError, match=r"no wheel of nvidia-cuda-crt .* matches ==13\.0\.88\.\*"):
-        pypi.resolve_plan(wheel_index(tmp_path), "13.0", platform="linux-x86_64")
+        planner.resolve_plan(wheel_index(tmp_path), "13.0", platform="linux-x86_64")
 
 
 def test_profile_before_its_first_release(fake_index: FakeIndex, tmp_path: Path) -> None:
@@ -733,8 +734,8 @@ def test_profile_before_its_first_release(fake_index: FakeIndex, tmp_path: Path)
                          {"nvidia/__init__.py": b"", "nvidia/cuda_runtime/lib/libcudart.so.12": b"x"})
     idx = wheel_index(tmp_path)
     with pytest.raises(PlanError, match="no nvcc driver"):
-        pypi.resolve_plan(idx, "12.9", platform="linux-x86_64", profile="nvcc")
-    plan = pypi.resolve_plan(idx, "12.9", platform="linux-x86_64", profile="runtime")
+        planner.resolve_plan(idx, "12.9", platform="linux-x86_64", profile="nvcc")
+    plan = planner.resolve_plan(idx, "12.9", platform="linux-x86_64", profile="runtime")
     assert [(i.component, i.version) for i in plan.items] == [("cuda_cudart", "12.9.79")]
 
 
@@ -742,7 +743,7 @@ def test_index_without_digest_is_refused(fake_index: FakeIndex, tmp_path: Path) 
     add_release_13_0(fake_index)
     fake_index.projects["nvidia-cuda-crt"][0]["hashes"] = {}
     with pytest.raises(IntegrityError, match="lists no sha256 for nvidia_cuda_crt"):
-        pypi.resolve_plan(wheel_index(tmp_path), "13.0", platform="linux-x86_64")
+        planner.resolve_plan(wheel_index(tmp_path), "13.0", platform="linux-x86_64")
 
 
 def test_metapackage_digest_is_verified(fake_index: FakeIndex, tmp_path: Path) -> None:
@@ -750,7 +751,7 @@ def test_metapackage_digest_is_verified(fake_index: FakeIndex, tmp_path: Path) -
     f = fake_index.projects["cuda-toolkit"][1]
     fake_index.blobs[f["filename"]] = b"X" * f["size"]  # same size, other bytes
     with pytest.raises(IntegrityError, match="sha256 mismatch"):
-        pypi.resolve_plan(wheel_index(tmp_path), "13.0", platform="linux-x86_64")
+        planner.resolve_plan(wheel_index(tmp_path), "13.0", platform="linux-x86_64")
 
 
 def test_unknown_project_is_a_fetch_error(fake_index: FakeIndex, tmp_path: Path) -> None:
@@ -788,7 +789,7 @@ def test_html_index_sizes_by_head(tmp_path: Path) -> None:
     add_release_13_0(idx)
     with respx.mock(assert_all_called=False) as router:
         idx.mount(router)
-        plan = pypi.resolve_plan(wheel_index(tmp_path), "13.0", platform="linux-x86_64")
+        plan = planner.resolve_plan(wheel_index(tmp_path), "13.0", platform="linux-x86_64")
     rt = next(i for i in plan.items if i.component == "cuda_cudart")
     assert rt.archive.size == len(idx.blobs[rt.archive.filename])
     assert rt.url == f"https://pypi.test/packages/{rt.archive.filename}"
@@ -809,9 +810,9 @@ def test_size_by_head_is_retried_and_needs_a_length(tmp_path: Path) -> None:
 
 def test_offline_resolution_from_the_cache(fake_index: FakeIndex, tmp_path: Path) -> None:
     add_release_13_0(fake_index)
-    online = pypi.resolve_plan(wheel_index(tmp_path), "13.0", platform="linux-x86_64")
+    online = planner.resolve_plan(wheel_index(tmp_path), "13.0", platform="linux-x86_64")
     seen = len(fake_index.requests)
-    offline = pypi.resolve_plan(wheel_index(tmp_path, offline=True), "13.0", platform="linux-x86_64")
+    offline = planner.resolve_plan(wheel_index(tmp_path, offline=True), "13.0", platform="linux-x86_64")
     assert offline == online
     assert len(fake_index.requests) == seen  # no network at all
     with pytest.raises(OfflineError, match="nvidia-cuda-cupti"):
@@ -828,7 +829,7 @@ def test_install_linux_tree_from_wheels(fake_index: FakeIndex, tmp_path: Path, c
     cache first or straight into the tree (--no-cache-unpacked), beside the other wheels' files."""
     add_release_13_0(fake_index)
     idx = wheel_index(tmp_path)
-    plan = pypi.resolve_plan(idx, "13.0", platform="linux-x86_64")
+    plan = planner.resolve_plan(idx, "13.0", platform="linux-x86_64")
     prefix = tmp_path / "cuda 13.0"
     result = Installer(idx.transport, Cache(tmp_path / "cache"), cache_unpacked=cache_unpacked).install(
         plan, prefix)
@@ -904,7 +905,7 @@ def test_wheel_members_are_not_hashed_again(fake_index: FakeIndex, tmp_path: Pat
 
     monkeypatch.setattr(staging, "hashlib", type("hashlib", (), {"sha256": Counted}))
     idx = wheel_index(tmp_path)
-    plan = pypi.resolve_plan(idx, "13.0", platform="linux-x86_64")
+    plan = planner.resolve_plan(idx, "13.0", platform="linux-x86_64")
     prefix = tmp_path / "cuda"
     Installer(idx.transport, Cache(tmp_path / "cache"), cache_unpacked=cache_unpacked).install(plan, prefix)
     assert b"// left out of RECORD" in fed
@@ -919,7 +920,7 @@ def test_wheel_members_are_not_hashed_again(fake_index: FakeIndex, tmp_path: Pat
 def test_install_windows_tree_from_wheels(fake_index: FakeIndex, tmp_path: Path) -> None:
     add_release_13_0(fake_index)
     idx = wheel_index(tmp_path)
-    plan = pypi.resolve_plan(idx, "13.0", platform="windows-x86_64")
+    plan = planner.resolve_plan(idx, "13.0", platform="windows-x86_64")
     prefix = tmp_path / "win"
     Installer(idx.transport, Cache(tmp_path / "cache")).install(plan, prefix)
     for rel in ("bin/nvcc.exe", "bin/x64/cudart64_13.dll", "lib/x64/cudart.lib", "include/cuda_runtime.h",
@@ -933,7 +934,7 @@ def test_install_windows_tree_from_wheels(fake_index: FakeIndex, tmp_path: Path)
 def test_wheel_with_wrong_bytes_leaves_prefix_untouched(fake_index: FakeIndex, tmp_path: Path) -> None:
     add_release_13_0(fake_index)
     idx = wheel_index(tmp_path)
-    plan = pypi.resolve_plan(idx, "13.0", platform="linux-x86_64")
+    plan = planner.resolve_plan(idx, "13.0", platform="linux-x86_64")
     rt = next(i for i in plan.items if i.component == "cuda_cudart")
     good = fake_index.blobs[rt.archive.filename]
     fake_index.blobs[rt.archive.filename] = bytes(reversed(good))  # right size, wrong sha256
@@ -1008,7 +1009,7 @@ def test_local_directory_index(tmp_path: Path) -> None:
     for fn, data in idx.blobs.items():
         (tmp_path / "files" / fn).write_bytes(data)
     wi = pypi.WheelIndex(transport(), Cache(tmp_path / "cache"), index_url=str(root))
-    plan = pypi.resolve_plan(wi, "13.0", platform="linux-x86_64")
+    plan = planner.resolve_plan(wi, "13.0", platform="linux-x86_64")
     assert plan.base_url == root.as_uri() + "/"
     assert all(i.url.startswith((tmp_path / "files").as_uri()) for i in plan.items)
     prefix = tmp_path / "cuda"
