@@ -134,7 +134,6 @@ def test_imports_go_down_the_floors() -> None:
 # circle fixed is taken off it, and no new one may appear.
 _CIRCLES_LEFT = {
     frozenset({"install.build", "install.transaction"}),
-    frozenset({"sources.pypi.index", "sources.pypi.products"}),
     # the package's face opens each source (open_source), and each source takes Layout and Where from it
     frozenset({"sources", "sources.nvidia.source", "sources.pypi.source"}),
 }
