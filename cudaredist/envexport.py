@@ -85,12 +85,13 @@ def shape(prefix: str, platform: str, *, host: str, host_windows: bool) -> str:
 
 def environment(prefix: str, *, platform: str, release: str, host_windows: bool,
                 msbuild: bool = False, host: str = "",
-                host_compiler: Choice | None = None) -> Environment:
+                host_compiler: Choice | None = None, compat: str = "") -> Environment:
     """The environment for a tree of ``platform``/``release`` at ``prefix`` (a path of this host);
     ``msbuild``: the tree has NVIDIA's MSBuild files (the visual_studio_integration component);
     ``host``: a cross tree's, the platform its tools are for; ``host_compiler``: hostcc's decision
     for the tree (its variables, and an MSVC toolset's directories after the tree's; a Linux cross
-    tree without one gets its cross compiler and -target-dir)."""
+    tree without one gets its cross compiler and -target-dir); ``compat``: the tree's compat/, first on
+    LD_LIBRARY_PATH (what cudaredist.compat.decide decided; "" for none)."""
     kind = shape(prefix, platform, host=host, host_windows=host_windows)
     join = ntpath.join if host_windows else posixpath.join
     major, minor = (release.split(".") + ["0"])[:2]
@@ -103,6 +104,8 @@ def environment(prefix: str, *, platform: str, release: str, host_windows: bool,
     rule = cross_rule(platform, host) if host else None
     if host_compiler is None and rule is not None:
         host_compiler = Choice(None, "", cross_exports(rule, {}))
+    if compat:  # NVIDIA's forward-compatibility libcuda ahead of the tree's own libraries
+        prepend = [(v, (compat, *d) if v == "LD_LIBRARY_PATH" else d) for v, d in prepend]
     cmake, notes = _cmake(kind, prefix, rule, msbuild, host_compiler, join)
     # the compiler step: its variables after the tree's, its directories after the tree's own entries
     variables += host_compiler.variables if host_compiler else ()

@@ -5,11 +5,11 @@ from __future__ import annotations
 import typer
 
 from cudaredist.commands.base import TOOLKIT, Toolkit, command, emit_json
-from cudaredist.commands.options import JsonOpt
+from cudaredist.commands.options import CompatOpt, JsonOpt
 
 
 @command
-def doctor(tk: Toolkit = TOOLKIT, as_json: JsonOpt = False) -> None:
+def doctor(tk: Toolkit = TOOLKIT, compat: CompatOpt = None, as_json: JsonOpt = False) -> None:
     """Why CUDA does not work here: the tree, nvcc, the host compiler, a probe build, the driver,
     the GPUs and the environment, each ok, warn or fail with the fix. Exit 1 if any fails.
     Without --prefix or TRAIN: driver, gpu and environment only."""
@@ -18,6 +18,7 @@ def doctor(tk: Toolkit = TOOLKIT, as_json: JsonOpt = False) -> None:
 
     # target(): --prefix, checked (and refused with a TRAIN); a TRAIN alone is the doctor's to find
     report = doc.run(tk.target() if tk.prefix is not None else None, train=tk.train,
+                     inputs=doc.Inputs(compat=compat),
                      find=lambda t: doc.find_toolkit(t, tk.platform, tk.install_dir))
     if as_json:
         emit_json(report.to_json())

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from cudaredist.commands.base import command, emit_json, fail, set_verbose
-from cudaredist.commands.options import HostCompilerOpt, InstallDirOpt, JsonOpt, PlatformOpt, Train
+from cudaredist.commands.options import CompatOpt, HostCompilerOpt, InstallDirOpt, JsonOpt, PlatformOpt, Train
 from cudaredist.errors import signal_exit_code
 from cudaredist.fsops import WINDOWS
 from cudaredist.localfs import mb
@@ -75,10 +75,12 @@ def run_cmd(
     platform: PlatformOpt = None,
     install_dir: InstallDirOpt = None,
     host_compiler: HostCompilerOpt = None,
+    compat: CompatOpt = None,
 ) -> None:
     """Run COMMAND with the environment of TRAIN's managed toolkit: cudaredist run 13.4 -- nvcc ...
 
     The exit code is the command's."""
+    from cudaredist.compat import for_tree as compat_for
     from cudaredist.envexport import applied, environment
     from cudaredist.hostcc import for_tree
     from cudaredist.installdir import install_dir as managed_dir
@@ -96,8 +98,12 @@ def run_cmd(
                       host_windows=WINDOWS, given=given.get("--host-compiler", host_compiler), host=tools)
     if chosen is not None and not chosen.quiet and chosen.reason:
         typer.echo(f"note: {chosen.reason}", err=True)
+    decided = compat_for(toolkit.path, plan, given.get("--compat", compat))
+    if decided.directory:
+        typer.echo(f"note: compat: {decided.reason}", err=True)
     env = applied(environment(str(toolkit.path), platform=plan["platform"], release=plan["release"],
-                              host_windows=WINDOWS, host=tools, host_compiler=chosen), os.environ)
+                              host_windows=WINDOWS, host=tools, host_compiler=chosen,
+                              compat=decided.directory if decided.first else ""), os.environ)
     if not command:
         fail("give the command to run after --, e.g. cudaredist run 13.4 -- nvcc --version", 2)
     program = command[0]
@@ -113,7 +119,7 @@ def run_cmd(
 
 
 _RUN_OPTIONS = {"--install-dir": "--install-dir", "--platform": "--platform", "-p": "--platform",
-                "--host-compiler": "--host-compiler"}
+                "--host-compiler": "--host-compiler", "--compat": "--compat"}
 
 
 def _own_options(args: list[str]) -> tuple[dict[str, str], list[str]]:

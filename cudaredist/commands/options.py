@@ -109,6 +109,12 @@ HostCompilerOpt = Annotated[str | None, typer.Option(
          "NVCC_CCBIN, CUDAHOSTCXX and, for MSVC, the toolset's environment), off, or one to use (a path or "
          "command; on Windows also an MSVC toolset version, 14.44).  [default: auto]", show_default=False)]
 
+CompatOpt = Annotated[str | None, typer.Option(
+    "--compat", envvar="CUDAREDIST_COMPAT", show_envvar=True, metavar="auto|on|off",
+    help="The tree's forward-compatibility package (compat/, `install --with compat`) first on "
+         "LD_LIBRARY_PATH: auto (only where this host's driver is too old for the train and NVIDIA "
+         "supports compat on its branch and GPUs), on, or off.  [default: auto]", show_default=False)]
+
 
 # -- --help: options and commands grouped by purpose, as uv's help is ----------------------------------
 # Every shared option's panel; an option named nowhere here is the command's own ("Options", first).

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from cudaredist.commands.base import TOOLKIT, Toolkit, command, emit_json, fail
-from cudaredist.commands.options import HostCompilerOpt, JsonOpt, LockTimeoutOpt
+from cudaredist.commands.options import CompatOpt, HostCompilerOpt, JsonOpt, LockTimeoutOpt
 from cudaredist.fsops import WINDOWS
 
 
@@ -163,9 +163,11 @@ def env_cmd(
         "--github", help="Append to $GITHUB_ENV and $GITHUB_PATH (a GitHub Actions step) instead "
                          "of printing.")] = False,
     host_compiler: HostCompilerOpt = None,
+    compat: CompatOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Print the environment for a tree: eval "$(cudaredist env --prefix DIR)" or "$(cudaredist env 13.4)"."""
+    from cudaredist.compat import for_tree as compat_for
     from cudaredist.envexport import SHELLS, append_github, default_shell, environment, render
     from cudaredist.hostcc import for_tree
     from cudaredist.prefixes import require_record
@@ -176,10 +178,13 @@ def env_cmd(
     plan = require_record(target)["plan"]
     chosen = for_tree(target, platform=plan["platform"], release=plan["release"], env=os.environ,
                       host_windows=WINDOWS, given=host_compiler, host=str(plan.get("host", "")))
+    decided = compat_for(target, plan, compat)
     found = environment(str(target), platform=plan["platform"], release=plan["release"], host_windows=WINDOWS,
                         msbuild=any(c["name"] == "visual_studio_integration" for c in plan["components"]),
-                        host=str(plan.get("host", "")), host_compiler=chosen)
-    for note in [] if as_json else found.notes:
+                        host=str(plan.get("host", "")), host_compiler=chosen,
+                        compat=decided.directory if decided.first else "")
+    notes = [f"compat: {decided.reason}"] * bool(decided.directory) + list(found.notes)
+    for note in [] if as_json else notes:
         typer.echo(f"note: {note}", err=True)
     if github:
         append_github(found, os.environ)
@@ -190,7 +195,8 @@ def env_cmd(
     elif as_json:
         emit_json({"prefix": str(target), "release": plan["release"], "platform": plan["platform"]}
                   | found.to_json() | ({"host_compiler": {"reason": chosen.reason, "candidates": [
-                      {"name": n, "verdict": said} for n, said in chosen.candidates]}} if chosen else {}))
+                      {"name": n, "verdict": said} for n, said in chosen.candidates]}} if chosen else {})
+                  | {"compat": {"first": decided.first, "reason": decided.reason}})
     else:
         typer.echo(render(found, shell or default_shell(WINDOWS)), nl=False)
 

@@ -15,6 +15,8 @@ together in the order a build meets them:
     msbuild        a Windows tree: NVIDIA's MSBuild files where CMake's Visual Studio generator
                    (-T cuda=<tree>) looks for them
     driver         libcuda.so.1 / nvcuda.dll through ctypes: absent, the stub, too old, minor compat
+    compat         how the tree's programs run here: natively, with its forward-compatibility package
+                   (compat/; the decision env and run take), or not at all (803, 804 explained)
     gpu            devices and compute capabilities, and the -arch / CMAKE_CUDA_ARCHITECTURES value
     environment    CUDA_PATH / CUDA_HOME / PATH naming another toolkit; what a plain `nvcc` runs
 """
@@ -27,8 +29,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cudaredist import compat
+from cudaredist.compat import Loader
 from cudaredist.doctor import driver, toolkit
-from cudaredist.doctor.checks import Check, Loader, Report, Toolkit, Which, _which
+from cudaredist.doctor.checks import Check, Report, Toolkit, Which, _which
 from cudaredist.doctor.compiler import check_host_compiler, check_probe
 from cudaredist.doctor.cross import cross_checks
 from cudaredist.fsops import WINDOWS
@@ -58,6 +62,8 @@ class Inputs:
     driver_library: str | None = None
     loader: Loader = ctypes.CDLL
     host_windows: bool = WINDOWS
+    proc_file: str = "/proc/driver/nvidia/version"
+    compat: str | None = None  # --compat: auto (None), on, off
 
 
 def run(prefix: Path | None = None, *, train: str | None = None, inputs: Inputs | None = None,
@@ -87,9 +93,12 @@ def run(prefix: Path | None = None, *, train: str | None = None, inputs: Inputs 
                 checks.append(check_host_compiler(tk, env, windows=tk.windows, which=inputs.which))
                 checks.append(check_probe(tk, env, which=inputs.which, host_windows=inputs.host_windows))
             checks.append(toolkit.check_msbuild(tk))
-    info = driver.probe_driver(inputs.driver_library or driver.default_driver_library(inputs.host_windows),
-                               loader=inputs.loader)
+    info = compat.probe_driver(inputs.driver_library or compat.default_driver_library(inputs.host_windows),
+                               loader=inputs.loader, proc_file=inputs.proc_file)
     checks.append(driver.check_driver(info, release, windows=inputs.host_windows))
+    if tk is not None and tk.record and release and tk.native and not tk.windows and not tk.host:
+        decided = compat.decide(tk.prefix, tk.record["plan"], info, inputs.compat)
+        checks.append(driver.check_compat(decided, release))
     checks.append(driver.check_gpu(info, driver.nvcc_gpu_codes(tk, env)))
     checks.append(toolkit.check_environment(env, tk, which=inputs.which, host_windows=inputs.host_windows))
     return Report(str(prefix) if prefix is not None else None, release, tuple(checks))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -15,9 +15,8 @@ _which, _run, _first_line = msvc.which_on, msvc.run_program, msvc.first_line
 
 Status = Literal["ok", "warn", "fail"]
 _RANK = {"ok": 0, "warn": 1, "fail": 2}
-ORDER = ("toolkit", "nvcc", "host-compiler", "probe", "msbuild", "driver", "gpu", "environment")
+ORDER = ("toolkit", "nvcc", "host-compiler", "probe", "msbuild", "driver", "compat", "gpu", "environment")
 
-Loader = Callable[[str], Any]  # ctypes.CDLL
 
 
 @dataclass(frozen=True)

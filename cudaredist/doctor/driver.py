@@ -2,176 +2,24 @@
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
-from cudaredist.doctor.checks import Check, Loader, Toolkit, _run, _short
-from cudaredist.errors import ManifestError
+from cudaredist.compat import (
+    CUDA_ERROR_NO_DEVICE,
+    CUDA_ERROR_STUB_LIBRARY,
+    CUDA_SUCCESS,
+    Decision,
+    Device,
+    DriverBranch,
+    DriverInfo,
+    cu_error_name,
+    driver_branches,
+)
+from cudaredist.doctor.checks import Check, Status, Toolkit, _run, _short
 from cudaredist.fsops import WINDOWS
 from cudaredist.plan import version_key
-
-# CUresult values the driver check names (cuda.h)
-CUDA_SUCCESS = 0
-CUDA_ERROR_NO_DEVICE = 100
-CUDA_ERROR_STUB_LIBRARY = 34
-_CU_ERRORS = {code: f"CUDA_ERROR_{name}" for code, name in {
-    1: "INVALID_VALUE", 2: "OUT_OF_MEMORY", 3: "NOT_INITIALIZED", 4: "DEINITIALIZED", 34: "STUB_LIBRARY",
-    35: "INSUFFICIENT_DRIVER", 46: "DEVICE_UNAVAILABLE", 100: "NO_DEVICE", 101: "INVALID_DEVICE",
-    304: "OPERATING_SYSTEM", 803: "SYSTEM_DRIVER_MISMATCH", 804: "COMPAT_NOT_SUPPORTED_ON_DEVICE",
-    999: "UNKNOWN"}.items()}
-_ATTR_CC_MAJOR = 75  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
-_ATTR_CC_MINOR = 76
-
-
-# -- driver -------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Device:
-    index: int
-    name: str
-    major: int
-    minor: int
-
-    @property
-    def sm(self) -> str:
-        return f"{self.major}{self.minor}"
-
-
-@dataclass(frozen=True)
-class DriverInfo:
-    """What loading the driver library and asking it said."""
-
-    library: str
-    loaded: bool
-    path: str = ""  # the file that was loaded ("" when unknown)
-    load_error: str = ""
-    version: int | None = None  # cuDriverGetVersion: 1000 * major + 10 * minor
-    version_result: int | None = None
-    init_result: int | None = None
-    devices: tuple[Device, ...] = ()
-    device_error: str = ""
-    kernel_module: str = ""  # the driver's own version (580.95.05), where the OS says
-
-    @property
-    def cuda(self) -> str:
-        return "" if self.version is None else f"{self.version // 1000}.{self.version % 1000 // 10}"
-
-
-def default_driver_library(windows: bool = WINDOWS) -> str:
-    return "nvcuda.dll" if windows else "libcuda.so.1"
-
-
-def _loaded_path(lib: Any, symbol: str) -> str:
-    """The file a loaded library came from (dladdr / GetModuleFileNameW); "" if unknown."""
-    with contextlib.suppress(Exception):
-        if WINDOWS:
-            buf = ctypes.create_unicode_buffer(32768)
-            if ctypes.windll.kernel32.GetModuleFileNameW(ctypes.c_void_p(lib._handle), buf, 32768):  # type: ignore[attr-defined]
-                return str(buf.value)
-            return ""
-
-        class DlInfo(ctypes.Structure):
-            _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
-                        ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
-
-        info = DlInfo()
-        for libc in (None, "libdl.so.2"):
-            dladdr = getattr(ctypes.CDLL(libc), "dladdr", None)
-            if dladdr is not None:
-                dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(DlInfo)]
-                if dladdr(ctypes.cast(getattr(lib, symbol), ctypes.c_void_p), ctypes.byref(info)) and \
-                        info.dli_fname:
-                    return os.path.realpath(bytes(info.dli_fname).decode(errors="replace"))
-                break
-    return ""
-
-
-def _kernel_module_version(proc_file: str = "/proc/driver/nvidia/version") -> str:
-    with contextlib.suppress(OSError):
-        m = re.search(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)", Path(proc_file).read_text())
-        if m:
-            return m.group(1)
-    return ""
-
-
-def probe_driver(library: str | None = None, *, loader: Loader = ctypes.CDLL,
-                 proc_file: str = "/proc/driver/nvidia/version") -> DriverInfo:
-    """Load the driver library and ask it: cuDriverGetVersion, cuInit, then the devices."""
-    library = library or default_driver_library()
-    try:
-        lib = loader(library)
-    except OSError as exc:
-        return DriverInfo(library, loaded=False, load_error=str(exc))
-    path = _loaded_path(lib, "cuInit")
-    kernel = _kernel_module_version(proc_file)
-    try:
-        get_version, init = lib.cuDriverGetVersion, lib.cuInit
-    except AttributeError as exc:
-        return DriverInfo(library, True, path, load_error=f"not a CUDA driver library: {exc}",
-                          kernel_module=kernel)
-    version = ctypes.c_int(0)
-    version_result = int(get_version(ctypes.byref(version)))
-    init_result = int(init(ctypes.c_uint(0)))
-    devices: list[Device] = []
-    device_error = ""
-    if init_result == CUDA_SUCCESS:
-        try:
-            devices = _devices(lib)
-        except (AttributeError, RuntimeError) as exc:
-            device_error = str(exc)
-    return DriverInfo(library, True, path, "", version.value if version_result == 0 else None,
-                      version_result, init_result, tuple(devices), device_error, kernel)
-
-
-def _devices(lib: Any) -> list[Device]:
-    def call(fn: Any, *args: Any) -> None:
-        result = int(fn(*args))
-        if result != CUDA_SUCCESS:
-            raise RuntimeError(f"{fn.__name__} returned {result} ({cu_error_name(result)})")
-
-    count = ctypes.c_int(0)
-    call(lib.cuDeviceGetCount, ctypes.byref(count))
-    out = []
-    for i in range(count.value):
-        dev = ctypes.c_int(0)
-        call(lib.cuDeviceGet, ctypes.byref(dev), ctypes.c_int(i))
-        name = ctypes.create_string_buffer(256)
-        call(lib.cuDeviceGetName, name, ctypes.c_int(len(name)), dev)
-        major, minor = ctypes.c_int(0), ctypes.c_int(0)
-        call(lib.cuDeviceGetAttribute, ctypes.byref(major), ctypes.c_int(_ATTR_CC_MAJOR), dev)
-        call(lib.cuDeviceGetAttribute, ctypes.byref(minor), ctypes.c_int(_ATTR_CC_MINOR), dev)
-        out.append(Device(i, name.value.decode(errors="replace"), major.value, minor.value))
-    return out
-
-
-def cu_error_name(code: int) -> str:
-    return _CU_ERRORS.get(code, f"CUresult {code}")
-
-
-@dataclass(frozen=True)
-class DriverBranch:
-    major: int
-    branch: int
-    linux: str = ""
-    windows: str = ""
-
-
-def driver_branches(path: Path | None = None) -> dict[int, DriverBranch]:
-    """manifests/drivers.toml: the driver branch each CUDA major version needs."""
-    from cudaredist.profiles import data_dir, load_toml
-
-    path = path or data_dir() / "drivers.toml"
-    try:
-        return {int(k): DriverBranch(int(k), int(v["branch"]), str(v.get("linux", "")),
-                                     str(v.get("windows", "")))
-                for k, v in load_toml(str(path)).get("cuda", {}).items()}
-    except (AttributeError, KeyError, TypeError, ValueError) as exc:
-        raise ManifestError(f"cannot read {path}: {exc}", source=str(path)) from exc
 
 
 def _branch_advice(major: int, branches: Mapping[int, DriverBranch], windows: bool) -> str:
@@ -185,7 +33,7 @@ def _branch_advice(major: int, branches: Mapping[int, DriverBranch], windows: bo
 
 def check_driver(info: DriverInfo, release: str | None, *, windows: bool = WINDOWS,
                  branches: Mapping[int, DriverBranch] | None = None) -> Check:
-    branches = driver_branches() if branches is None else branches
+    branches = driver_branches().cuda if branches is None else branches
     wanted = (version_key(release) + (0, 0))[:2] if release else None
     install = _branch_advice(wanted[0], branches, windows) if wanted else "an NVIDIA driver"
     where = f" from {info.path}" if info.path else ""
@@ -230,6 +78,21 @@ def check_driver(info: DriverInfo, release: str | None, *, windows: bool = WINDO
                      "SASS for the GPU (-arch=sm_XY): this driver cannot JIT PTX from a newer toolkit, "
                      "and APIs new in the newer minor release are unavailable")
     return Check("driver", "ok", said + ("; cuInit ok" if info.init_result == CUDA_SUCCESS else ""))
+
+
+def check_compat(d: Decision, release: str) -> Check:
+    """How the train's programs run here: natively, with the tree's compat package, or not at all
+    (:func:`cudaredist.compat.decide`, the decision env, run and the action take)."""
+    said = {"native": f"CUDA {release} programs run natively on this driver",
+            "compat": f"CUDA {release} programs run with the tree's compat package (env and run put "
+                      "it first on LD_LIBRARY_PATH)",
+            "sass": f"CUDA {release} programs run only where they carry SASS for this GPU "
+                    "(minor-version compatibility); PTX-only ones fail with cudaErrorUnsupportedPtxVersion "
+                    "(222): this driver cannot JIT a newer toolkit's PTX",
+            "none": f"CUDA {release} programs cannot run here",
+            "unknown": f"whether CUDA {release} programs run here is unknown"}[d.runs]
+    status: Status = "ok" if d.runs in ("native", "compat") else "fail" if d.runs == "none" else "warn"
+    return Check("compat", status, f"{said}: {d.reason}", d.fix if status != "ok" else "")
 
 
 # -- gpu ----------------------------------------------------------------------------------------
