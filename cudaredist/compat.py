@@ -246,7 +246,7 @@ def decide(prefix: Path | str, plan: Mapping[str, Any], info: DriverInfo, mode: 
                         "compat")
     if mode == "off" and directory:
         return Decision(False, "--compat off: the tree's compat package stays off LD_LIBRARY_PATH", directory,
-                        runs)
+                        runs, "drop --compat off to let auto decide")
     cuda = f"CUDA {train[0]}.{train[1]}"
     why, fix = _refusal(info, compat, cuda, kernel, runs, plan,
                         branches if branches is not None else driver_branches())
@@ -266,7 +266,7 @@ def _refusal(info: DriverInfo, compat: str, cuda: str, kernel: str, runs: str,
     upgrade = f"upgrade the host driver to one that runs {cuda}" + (f" (R{compat.split('.')[0]} or newer)"
                                                                     if compat else "")
     if not info.loaded:
-        return "no NVIDIA driver here: nothing for a compat package to run on", ""
+        return "no NVIDIA driver here: nothing for a compat package to run on", "see the driver check"
     if runs == "native":
         return f"the host driver {kernel or info.cuda} runs {cuda} natively: compat not needed", ""
     if not kernel:

@@ -32,15 +32,9 @@ from cudaredist.doctor.compiler import (
     select_host_compiler,
     zc_preprocessor_given,
 )
-from cudaredist.doctor.driver import (
-    Device,
-    DriverBranch,
-    DriverInfo,
-    arch_flags,
-    check_driver,
-    check_gpu,
-    probe_driver,
-)
+from cudaredist import compat as host_driver
+from cudaredist.compat import Device, DriverBranch, DriverInfo, probe_driver
+from cudaredist.doctor.driver import arch_flags, check_driver, check_gpu
 from cudaredist.doctor.toolkit import check_environment, check_msbuild, check_nvcc, check_toolkit
 from tests.archives import build_mirror, toolkit
 from tests.hosts import posix_only, skip_on_windows
@@ -496,18 +490,18 @@ def test_driver_absent_is_a_warning(tmp_path: Path) -> None:
         raise OSError(f"{name}: cannot open shared object file: No such file or directory")
 
     info = probe_driver(None, loader=loader)
-    assert asked == [doctor_driver.default_driver_library()] and not info.loaded
+    assert asked == [host_driver.default_driver_library()] and not info.loaded
     check = check_driver(info, "13.0.2", windows=False, branches=BRANCHES)
     assert check.status == "warn" and "compile-only" in check.detail and "R580" in check.fix
     assert check_gpu(info).status == "warn"
     real = probe_driver(str(tmp_path / "libcuda.so.1"))  # the real loader, a file that is not there
     assert not real.loaded and check_driver(real, None, windows=False, branches=BRANCHES).status == "warn"
-    assert doctor_driver.default_driver_library(windows=True) == "nvcuda.dll"
-    assert doctor_driver.default_driver_library(windows=False) == "libcuda.so.1"
+    assert host_driver.default_driver_library(windows=True) == "nvcuda.dll"
+    assert host_driver.default_driver_library(windows=False) == "libcuda.so.1"
 
 
 def test_driver_branches_are_data() -> None:
-    branches = doctor_driver.driver_branches()
+    branches = host_driver.driver_branches().cuda
     assert branches[13].branch == 580 and branches[12].branch == 525 and branches[12].windows == "527.41"
 
 
@@ -808,8 +802,8 @@ def test_kernel_module_version_from_proc(tmp_path: Path) -> None:
     proc = tmp_path / "version"
     proc.write_text("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  "
                     "(dvs-builder@U22-I3-AM02-24-3)  Thu Oct 30 2025\nGCC version:  gcc version 12.3.0\n")
-    assert doctor_driver._kernel_module_version(str(proc)) == "580.159.04"
-    assert doctor_driver._kernel_module_version(str(tmp_path / "absent")) == ""
+    assert host_driver._kernel_module_version(str(proc)) == "580.159.04"
+    assert host_driver._kernel_module_version(str(tmp_path / "absent")) == ""
 
 
 @pytest.mark.parametrize("tree", ["native", "cross", "none"])
