@@ -136,6 +136,8 @@ def problems() -> list[str]:
     if "\n" in host_compiler or (host_compiler.startswith("-") and host_compiler not in ("auto", "off")):
         found.append(f"'host-compiler: {host_compiler}' is not a compiler: give auto, off, an MSVC toolset "
                      "version (14.44) or a compiler's path or command (g++-15)")
+    if inp("compat") not in ("", "auto", "on", "off"):
+        found.append(f"'compat: {inp('compat')}' is not a mode: give auto, on or off")
     if inp("doctor") not in ("report", "fail", "off"):
         found.append(f"'doctor: {inp('doctor')}' is not a mode: give report, fail or off")
     for flag in ("cache", "cache-unpacked"):
@@ -384,8 +386,9 @@ def cache_key() -> None:
 # -- install, doctor -------------------------------------------------------------------------------
 def _set_env_for(prefix: str, *, first: bool) -> dict[str, Any]:
     """CUDA_PATH_V<major>_<minor> for every toolkit; the whole environment for the first, with the
-    host compiler chosen for it (the `host-compiler` input)."""
-    chooser = ["--host-compiler", inp("host-compiler") or "auto"]
+    host compiler chosen for it (the `host-compiler` input) and its compat/ first on LD_LIBRARY_PATH
+    where cudaredist's forward-compatibility decision says so (the `compat` input)."""
+    chooser = ["--host-compiler", inp("host-compiler") or "auto", "--compat", inp("compat") or "auto"]
     if first:
         cudaredist("env", "--prefix", prefix, "--github", *chooser, title="cudaredist env failed")
     found: dict[str, Any] = json.loads(cudaredist("env", "--prefix", prefix, "--json", *chooser,
@@ -439,11 +442,13 @@ def install() -> None:
     # tree's NVIDIA MSBuild files), quoted as cudaredist.envexport.cmake_line does (stdlib only here)
     output("cmake-args", " ".join(f'"{a}"' if " " in a else a for a in envs[0].get("cmake_args", [])))
     output("host-compiler", str(envs[0]["set"].get("NVCC_CCBIN", "")))
+    output("compat", "true" if envs[0].get("compat", {}).get("first") else "false")
     output("cudaredist", os.environ.get("CR_CUDAREDIST", ""))
 
 
 def doctor() -> None:
-    r = subprocess.run([os.environ["CR_PYTHON"], "-m", "cudaredist", "doctor", "--prefix", inp("prefix")])
+    r = subprocess.run([os.environ["CR_PYTHON"], "-m", "cudaredist", "doctor", "--prefix", inp("prefix"),
+                        "--compat", inp("compat") or "auto"])
     if r.returncode == 0:
         return
     if inp("doctor") == "fail":

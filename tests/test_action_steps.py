@@ -69,6 +69,8 @@ def outputs(files: dict[str, Path]) -> dict[str, str]:
     pytest.param({"CR_TRAIN": "13", "CR_CACHE": "yes"}, "'cache: yes' is not a boolean", id="cache"),
     pytest.param({"CR_TRAIN": "13", "CR_HOST_COMPILER": "-ccbin"},
                  "'host-compiler: -ccbin' is not a compiler", id="host-compiler"),
+    pytest.param({"CR_TRAIN": "13", "CR_COMPAT": "yes"}, "'compat: yes' is not a mode: give auto, on or off",
+                 id="compat"),
 ])
 def test_bad_inputs_are_errors_before_anything_runs(tmp_path: Path, given: dict[str, str], said: str) -> None:
     r, files = step("check", tmp_path, **given)
@@ -103,6 +105,7 @@ def test_install_outputs_are_json_from_resolved_paths(mirror: Path, tmp_path: Pa
     assert json.loads(out["cuda-paths"]) == {"13.0": prefix}
     assert out["cuda-path"] == prefix and out["release"] == "13.0.1"
     assert out["cudaredist"] == "/tool/bin/cudaredist"
+    assert out["compat"] == "false"  # no compat/ in the tree: LD_LIBRARY_PATH as env leaves it
     # a Windows tree (NVIDIA's MSBuild files) on Windows: the arguments for CMake's Visual Studio generator
     assert out["cmake-args"] == (f'-T "cuda={prefix}"' if WINDOWS else "")
     exported = parse_github_env(files["GITHUB_ENV"].read_text())
