@@ -112,7 +112,8 @@ def test_without_compat_doctor_is_told_what_would_help(tmp_path: Path) -> None:
 
 def test_the_table_is_data(tmp_path: Path) -> None:
     real = driver_branches()
-    assert real.kinds[580] == ("lts", "2028-06") and real.min_cc[590] == (7, 5) and "GeForce" in real.no_compat_gpus
+    assert real.kinds[580] == ("lts", "2028-06") and real.min_cc[590] == (7, 5)
+    assert "GeForce" in real.no_compat_gpus
     strict = Branches(real.cuda, {580: ("feature", "")}, (), {})
     assert not decide(*tree(tmp_path), host(), branches=strict).first
     (bad := tmp_path / "drivers.toml").write_text("[branch]\n580 = { eol = '2028-06' }\n")

@@ -19,8 +19,8 @@ GPU = ROOT / "tests" / "gpu"
 CHECKS = sorted(p.name for p in GPU.iterdir() if (p / "run.sh").is_file())
 
 
-def test_there_are_three_runs() -> None:
-    assert CHECKS == ["aoti_windows", "products", "torch_tree"]
+def test_there_are_four_runs() -> None:
+    assert CHECKS == ["aoti_windows", "compat", "products", "torch_tree"]
 
 
 @pytest.mark.parametrize("check", CHECKS)
