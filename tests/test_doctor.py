@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from cudaredist import compat as host_driver
 from cudaredist import doctor
 from cudaredist.cli import app
+from cudaredist.compat import Device, DriverBranch, DriverInfo, probe_driver
 from cudaredist.doctor import Inputs
 from cudaredist.doctor import checks as doctor_checks
-from cudaredist.doctor import driver as doctor_driver
 from cudaredist.doctor.checks import Check, Toolkit
 from cudaredist.doctor.compiler import (
     cccl_msvc_rule,
@@ -32,8 +33,6 @@ from cudaredist.doctor.compiler import (
     select_host_compiler,
     zc_preprocessor_given,
 )
-from cudaredist import compat as host_driver
-from cudaredist.compat import Device, DriverBranch, DriverInfo, probe_driver
 from cudaredist.doctor.driver import arch_flags, check_driver, check_gpu
 from cudaredist.doctor.toolkit import check_environment, check_msbuild, check_nvcc, check_toolkit
 from tests.archives import build_mirror, toolkit
