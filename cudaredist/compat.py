@@ -208,12 +208,12 @@ def _mm(version: str) -> tuple[int, int]:
 @dataclass(frozen=True)
 class Decision:
     """Whether ``directory`` (the tree's compat/) goes first on LD_LIBRARY_PATH, and why, in one line;
-    for doctor: how the train's programs run here (native, compat or none) and what to do."""
+    for doctor: how the train's programs run here and what to do."""
 
     first: bool
     reason: str
     directory: str = ""
-    runs: str = "native"  # native | compat | none | unknown
+    runs: str = "native"  # native | compat | sass (SASS only: minor-version compatibility) | none | unknown
     fix: str = ""
 
 
@@ -304,7 +304,7 @@ def _refusal(info: DriverInfo, compat: str, cuda: str, kernel: str, runs: str,
 def _host_cuda(info: DriverInfo, compat_dir: str) -> tuple[int, int] | None:
     """The CUDA version the host's own driver runs; None where unknown or where the libcuda loaded is
     the tree's compat one (LD_LIBRARY_PATH already names it)."""
-    if info.version is None or (compat_dir and info.path.startswith(compat_dir + os.sep)):
+    if info.version is None or (compat_dir and info.path.startswith(os.path.realpath(compat_dir) + os.sep)):
         return None
     return info.version // 1000, info.version % 1000 // 10
 

@@ -304,7 +304,7 @@ def test_command_shells_and_json(mirror: Path, tmp_path: Path) -> None:
         "prefix": str(prefix), "release": "13.0.1", "platform": "linux-x86_64",
         "set": {"CUDA_PATH": str(prefix), "CUDA_HOME": str(prefix), "CUDA_PATH_V13_0": str(prefix)},
         "prepend": {"PATH": [f"{prefix}/bin"], "LD_LIBRARY_PATH": [f"{prefix}/lib", f"{prefix}/nvvm/lib64"]},
-        "notes": [], "cmake_args": []}
+        "notes": [], "cmake_args": [], "compat": {"first": False, "reason": "the tree has no compat package"}}
     r = cli("env", "--prefix", str(prefix), "--shell", "tcsh")
     assert r.exit_code == 2 and "unknown --shell 'tcsh'" in r.stderr
     r = cli("env", "--prefix", str(tmp_path / "nothing"))
