@@ -218,10 +218,12 @@ class Decision:
 
 
 def compat_of(prefix: Path | str, plan: Mapping[str, Any]) -> tuple[str, str]:
-    """(compat/ directory, its driver version) of a tree installed ``--with compat``; ("", "") if none."""
+    """(compat/ directory, its driver version) of a tree installed ``--with compat``; ("", "") if none.
+    The version is the cuda_compat component's (the driver's), else the product's release."""
     directory = Path(prefix) / "compat"
-    found = next((p for p in plan.get("products", ()) if p.get("name") == "compat"), None)
-    return (str(directory), str(found.get("release", ""))) if found and directory.is_dir() else ("", "")
+    versions = [str(c.get("version") or c.get("release")) for c in (*plan.get("components", ()),
+                *plan.get("products", ())) if c.get("name") in ("cuda_compat", "compat")]
+    return (str(directory), versions[0]) if versions and directory.is_dir() else ("", "")
 
 
 def decide(prefix: Path | str, plan: Mapping[str, Any], info: DriverInfo, mode: str | None = None, *,

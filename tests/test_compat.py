@@ -160,3 +160,12 @@ def test_env_and_doctor_render_the_decision(tmp_path: Path, monkeypatch: pytest.
     r = runner.invoke(app, ["env", "--prefix", str(prefix), "--compat", "sometimes"])
     assert r.exit_code == 2 and "auto, on, off" in r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written beside the prefix
+
+
+def test_the_compat_version_is_the_cuda_compat_components(tmp_path: Path) -> None:
+    """--with compat records the cuda_compat component at the driver's version (CUDA 13.1-13.3 list it in
+    their own manifest, where the product's release names the CUDA release)."""
+    prefix, plan = tree(tmp_path, "13.2.1", "13.2.1", "2026-05-01")
+    plan["components"] = [{"name": "cuda_compat", "version": "595.45.04"}]
+    d = decide(prefix, plan, host("580.159.04", 13000))
+    assert d.first and "595.45.04" in d.reason
