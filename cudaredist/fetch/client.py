@@ -1,11 +1,13 @@
 """The HTTP client and the rules around it: pooled connections with the OS trust store, the retry
-policy, Retry-After, file:// and directory URLs, and what an untrusted certificate means."""
+policy, Retry-After, file:// and directory URLs, what an untrusted certificate means, and what a
+response's status, length and Content-Range mean (go on, try again, or fail)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import random
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from cudaredist import __version__
-from cudaredist.errors import FetchError, UsageError
+from cudaredist.errors import FetchError, IntegrityError, UsageError
 
 if TYPE_CHECKING:
     import httpx
@@ -168,3 +170,43 @@ UNREACHABLE_HINT = ("If this network cannot reach that host, use a mirror (--mir
                     "NVIDIA's wheels from a package index (--source pypi), or --offline with a filled "
                     "cache; behind a proxy, set HTTPS_PROXY.")
 
+
+def check_status(r: httpx.Response, url: str, total: int | None = None) -> None:
+    """Go on (200, 206), try again (429, 5xx, 416 of a file no shorter than declared), or fail."""
+    code = r.status_code
+    if code in (200, 206):
+        return
+    if code == 429 or code >= 500:
+        raise Retryable(f"HTTP {code}", retry_after_seconds(r.headers.get("retry-after")))
+    if code == 416:
+        # "bytes */N": the server's file has N bytes; a resume past its end means it is short
+        length = r.headers.get("content-range", "").rpartition("/")[2]
+        if total is not None and length.isdigit():
+            check_size(url, total, int(length))
+        raise Retryable("HTTP 416 (range not satisfiable)")
+    raise FetchError(f"HTTP {code} for {url}" + (
+        " (not found: the mirror or base URL lacks this file)" if code == 404 else ""),
+        url=url, status=code)
+
+
+class RangeIgnored(Exception):
+    """A ranged request of a segment was answered with the whole body: the server ignores Range."""
+
+
+def check_size(url: str, expected: int, actual: int) -> None:
+    if actual != expected:
+        raise IntegrityError(
+            f"size mismatch for {url}: the manifest declares {expected} bytes, got "
+            f"{'more than ' + str(expected) if actual > expected else actual}",
+            url=url, what="size", expected=expected, actual=actual)
+
+
+def check_content_range(value: str, pos: int, total: int, url: str) -> None:
+    """``value`` ("bytes 100-199/1000") starts at ``pos`` and names the size the manifest declares."""
+    m = re.fullmatch(r"bytes ([0-9]{1,20})-[0-9]{1,20}/([0-9]{1,20}|\*)", value.strip())
+    if m is None:
+        raise Retryable(f"bad Content-Range {value!r} from {url}")
+    if int(m[1]) != pos:
+        raise Retryable(f"Content-Range {value!r} does not start at {pos}")
+    if m[2] != "*":
+        check_size(url, total, int(m[2]))

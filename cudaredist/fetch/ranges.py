@@ -148,6 +148,20 @@ def resume_point(dest: Path, size: int) -> int:
     return have if 0 < have <= size else 0
 
 
+def hash_prefix(dest: Path, offset: int) -> tuple[hashlib._Hash, int]:
+    """The sha256 of the first ``offset`` bytes of ``dest`` (a partial download being resumed), and
+    how many there were (fewer when the file is shorter than said: resume from what is there)."""
+    h = hashlib.sha256()
+    if offset:
+        with open(dest, "rb") as fi:
+            left = offset
+            while left and (chunk := fi.read(min(CHUNK, left))):
+                h.update(chunk)
+                left -= len(chunk)
+        offset -= left
+    return h, offset
+
+
 def discard_partial(dest: Path) -> None:
     """Delete a partial download and its marker, as far as the OS lets it: this runs while another
     error is being reported, and a file another process holds (a scanner, on Windows) must not

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import re
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -18,16 +17,19 @@ from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 from cudaredist.errors import FetchError, IntegrityError
 from cudaredist.fetch.client import (
     UNREACHABLE_HINT,
+    RangeIgnored,
     Retryable,
     RetryPolicy,
+    check_content_range,
+    check_size,
+    check_status,
     host_of,
     is_local,
     local_path,
     make_client,
     raise_if_untrusted,
-    retry_after_seconds,
 )
-from cudaredist.fetch.ranges import Marker, OrderedHasher, Progress, marker_path
+from cudaredist.fetch.ranges import Marker, OrderedHasher, Progress, hash_prefix, marker_path
 from cudaredist.hashing import CHUNK
 from cudaredist.trust import Trust, redirected
 
@@ -182,7 +184,7 @@ class Transport:
             with self.client.stream("GET", url, headers=headers, **self._request_options(url, quick)) as r:
                 answered = True
                 self._check_hops(url, [str(h.url) for h in r.history[1:]] + [str(r.url)])
-                self._check_status(r, url)
+                check_status(r, url)
                 buf = bytearray()
                 for chunk in r.iter_bytes():
                     buf += chunk
@@ -208,7 +210,7 @@ class Transport:
 
     def _head_length(self, url: str) -> int:
         r = self.client.head(url, **self._request_options(url, False))
-        self._check_status(r, url)
+        check_status(r, url)
         length = r.headers.get("content-length", "")
         if not length.isdigit():
             raise FetchError(f"cannot get the size of {url} (HTTP {r.status_code}, no Content-Length)",
@@ -230,15 +232,8 @@ class Transport:
         :func:`resume_point` measures, or anything after an :class:`IntegrityError`.
         """
         offset = 0 if is_local(url) else min(max(offset, 0), size)  # a local copy starts afresh
-        h = hashlib.sha256()
+        h, offset = hash_prefix(dest, offset)
         if offset:
-            with open(dest, "rb") as fi:
-                left = offset
-                while left and (chunk := fi.read(min(CHUNK, left))):
-                    h.update(chunk)
-                    left -= len(chunk)
-            if left:
-                offset -= left  # shorter than said: resume from what is there
             progress(offset)
             if watch is not None:
                 watch(offset)
@@ -290,7 +285,7 @@ class Transport:
                 if watch is not None:
                     fo.flush()  # a reader follows through another handle
                     watch(n)
-        _check_size(url, size, n)
+        check_size(url, size, n)
         return h.hexdigest()
 
     def _segmented(self, url: str, dest: Path, size: int, progress: Progress,
@@ -334,7 +329,7 @@ class Transport:
                     t.join()
             first.join()
             hashing = hasher.result()
-        real = [e for e in errors if not isinstance(e, _RangeIgnored)]
+        real = [e for e in errors if not isinstance(e, RangeIgnored)]
         if real:
             raise next((e for e in real if not isinstance(e, Aborted)), real[0])
         if errors or not hasher.range_ok:
@@ -356,7 +351,7 @@ class Transport:
 
         ``on_write(pos)`` is told where the bytes in place end, first when a response starts.
         ``ranged`` marks one segment of a segmented download: it always asks for a range and
-        raises :class:`_RangeIgnored` when the server answers with the whole body instead.
+        raises :class:`RangeIgnored` when the server answers with the whole body instead.
         Failures count toward the retry budget only while no bytes arrive.
         """
         import httpx
@@ -374,20 +369,20 @@ class Transport:
                 with self.slots, self.client.stream("GET", url, headers=headers,
                                                     **self._request_options(url, quick)) as r:
                     answered = True
-                    self._check_status(r, url, total)
+                    check_status(r, url, total)
                     if r.status_code == 200:
                         declared = r.headers.get("content-length", "")
                         if declared.isdigit():  # the whole file, and the server says how long it is
-                            _check_size(url, total, int(declared))
+                            check_size(url, total, int(declared))
                         if want_range:
                             if ranged:
-                                raise _RangeIgnored()
+                                raise RangeIgnored()
                             # Resume refused: the whole body again. Skip the bytes already in place
                             # (and hashed) rather than start over, so a reader following the file
                             # never sees it shrink; changed content still fails the final sha256.
                             skip = pos
                     elif want_range:
-                        _check_content_range(r.headers.get("content-range", ""), pos, total, url)
+                        check_content_range(r.headers.get("content-range", ""), pos, total, url)
                     else:
                         raise Retryable(f"HTTP 206 to a request without Range from {url}")
                     if on_write is not None:
@@ -443,42 +438,3 @@ class Transport:
                 failures += 1
                 self._backoff(url, failures, self._retryable(url, exc))
 
-    @staticmethod
-    def _check_status(r: httpx.Response, url: str, total: int | None = None) -> None:
-        code = r.status_code
-        if code in (200, 206):
-            return
-        if code == 429 or code >= 500:
-            raise Retryable(f"HTTP {code}", retry_after_seconds(r.headers.get("retry-after")))
-        if code == 416:
-            # "bytes */N": the server's file has N bytes; a resume past its end means it is short
-            length = r.headers.get("content-range", "").rpartition("/")[2]
-            if total is not None and length.isdigit():
-                _check_size(url, total, int(length))
-            raise Retryable("HTTP 416 (range not satisfiable)")
-        raise FetchError(f"HTTP {code} for {url}" + (
-            " (not found: the mirror or base URL lacks this file)" if code == 404 else ""),
-            url=url, status=code)
-
-
-class _RangeIgnored(Exception):
-    pass
-
-
-def _check_size(url: str, expected: int, actual: int) -> None:
-    if actual != expected:
-        raise IntegrityError(
-            f"size mismatch for {url}: the manifest declares {expected} bytes, got "
-            f"{'more than ' + str(expected) if actual > expected else actual}",
-            url=url, what="size", expected=expected, actual=actual)
-
-
-def _check_content_range(value: str, pos: int, total: int, url: str) -> None:
-    """``value`` ("bytes 100-199/1000") starts at ``pos`` and names the size the manifest declares."""
-    m = re.fullmatch(r"bytes ([0-9]{1,20})-[0-9]{1,20}/([0-9]{1,20}|\*)", value.strip())
-    if m is None:
-        raise Retryable(f"bad Content-Range {value!r} from {url}")
-    if int(m[1]) != pos:
-        raise Retryable(f"Content-Range {value!r} does not start at {pos}")
-    if m[2] != "*":
-        _check_size(url, total, int(m[2]))

@@ -213,16 +213,15 @@ def test_ignored_range_on_resume_starts_over_and_hashes_right(transport: Transpo
 def test_bad_content_range_is_retried(transport: Transport, srv: FaultServer, blob: Blob, tmp_path: Path,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """A 206 that starts elsewhere than asked is not spliced in."""
-    import cudaredist.fetch.transport as net
-    from cudaredist.fetch.client import Retryable
+    from cudaredist.fetch.client import Retryable, check_content_range
 
     with pytest.raises(Retryable):
-        net._check_content_range("bytes 10-99/100", 0, 100, "u")
+        check_content_range("bytes 10-99/100", 0, 100, "u")
     with pytest.raises(IntegrityError):
-        net._check_content_range("bytes 0-99/100", 0, 200, "u")
+        check_content_range("bytes 0-99/100", 0, 200, "u")
     with pytest.raises(Retryable):
-        net._check_content_range("garbage", 0, 100, "u")
-    net._check_content_range("bytes 5-99/*", 5, 100, "u")
+        check_content_range("garbage", 0, 100, "u")
+    check_content_range("bytes 5-99/*", 5, 100, "u")
 
 
 # -- segmented ---------------------------------------------------------------------------------------
