@@ -5,18 +5,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import inspect
 import json
 import subprocess
 import traceback
-import typing
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import typer
 
-from cudaredist.commands import options as o
 from cudaredist.errors import CudaRedistError, ToolError, signal_exit_code, stopped_by
 from cudaredist.localfs import mb
 from cudaredist.profiles import effective_profile, product_title
@@ -123,20 +120,31 @@ def emit_json(obj: Any) -> None:
     typer.echo(json.dumps(obj, indent=2))
 
 
-@dataclasses.dataclass(frozen=True)
-class Ctx:
-    """Where a command resolves and fetches from: the options install, resolve, trains, mirror and
-    lock share (a command takes them as one ``ctx: Ctx`` parameter, see :func:`command`)."""
+_G = TypeVar("_G", bound="_Group")
 
-    base_url: o.BaseUrlOpt = None
-    channel: o.ChannelOpt = None
-    mirror: o.MirrorOpt = None
-    no_fallback: o.NoFallbackOpt = False
-    trusted_host: o.TrustedHostOpt = None
-    cache_dir: o.CacheDirOpt = None
-    offline: o.OfflineOpt = False
-    source: o.SourceOpt = None  # None: not given (install --lock takes the lock's)
-    index_url: o.IndexUrlOpt = None
+
+class _Group:
+    @classmethod
+    def of(cls: type[_G], params: dict[str, Any]) -> _G:
+        """The group (options a command passes on together) from the command's parameters of the same
+        names: its ``locals()``, at the top of its body."""
+        return cls(**{f.name: params[f.name] for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
+
+
+@dataclasses.dataclass(frozen=True)
+class Ctx(_Group):
+    """Where a command resolves and fetches from: the options install, resolve, trains, mirror and
+    lock share (``Ctx.of(locals())``)."""
+
+    base_url: str | None
+    channel: str | None
+    mirror: str | None
+    no_fallback: bool
+    trusted_host: list[str] | None
+    cache_dir: Path | None
+    offline: bool
+    source: str | None  # None: not given (install --lock takes the lock's)
+    index_url: str | None
 
     def where(self) -> Where:
         from cudaredist.sources import Where
@@ -160,13 +168,13 @@ class Ctx:
 
 
 @dataclasses.dataclass(frozen=True)
-class Selection:
-    """What to install: the options install, resolve, mirror and lock share (see :func:`command`)."""
+class Selection(_Group):
+    """What to install: the options install, resolve, mirror and lock share (``Selection.of(locals())``)."""
 
-    profile: o.ProfileOpt = None
-    component: o.ComponentOpt = None
-    only: o.OnlyOpt = False
-    with_: o.WithOpt = None
+    profile: str | None
+    component: list[str] | None
+    only: bool
+    with_: list[str] | None
 
     def resolving(self) -> dict[str, Any]:
         """The keyword arguments of a source's ``resolve`` and ``mirror_content``."""
@@ -174,42 +182,16 @@ class Selection:
                 "components": self.component or [], "products": self.with_ or []}
 
 
-# what a command's ``ctx: Ctx = OPTIONS`` (``sel: Selection = SELECTION``) stands for: typer fills
-# it from the options
-OPTIONS, SELECTION = Ctx(), Selection()
-
-
 def command(body: Callable[..., None]) -> Callable[..., None]:
-    """A command as typer should see it: a parameter annotated with a group of options (a dataclass
-    whose fields are options: :class:`Ctx`, :class:`Selection`) stands for those options, and
-    ``body`` gets the group built from them; ``--verbose`` (every command has it) is applied and
-    :func:`errors` is the boundary around it. Every command is one."""
-    sig = inspect.signature(body, eval_str=True)
-    params: list[inspect.Parameter] = []
-    groups: dict[str, Any] = {}
-    wants_verbose = "verbose" in sig.parameters  # else taken here: every command has --verbose
-    for p in sig.parameters.values():
-        if dataclasses.is_dataclass(p.annotation):
-            groups[p.name] = p.annotation
-            hints = typing.get_type_hints(p.annotation, include_extras=True)
-            params += [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
-                                         annotation=hints[f.name]) for f in dataclasses.fields(p.annotation)]
-        else:
-            params.append(p.replace(kind=inspect.Parameter.KEYWORD_ONLY))
-    if not wants_verbose:
-        params.append(inspect.Parameter("verbose", inspect.Parameter.KEYWORD_ONLY, default=False,
-                                        annotation=o.VerboseOpt))
+    """The error boundary (:func:`errors`) around a command, whose ``--verbose`` (every command
+    declares one) shows a failure's traceback too. Every command is one."""
 
     @functools.wraps(body)
-    def run(**kw: Any) -> None:
-        set_verbose(bool(kw["verbose"] if wants_verbose else kw.pop("verbose")))
+    def run(*args: Any, **kw: Any) -> None:
+        set_verbose(bool(kw.get("verbose")))
         with errors():
-            for name, group in groups.items():
-                kw[name] = group(**{f.name: kw.pop(f.name) for f in dataclasses.fields(group)})
-            body(**kw)
+            body(*args, **kw)
 
-    run.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
-    run.__annotations__ = {p.name: p.annotation for p in params}
     return run
 
 
@@ -240,14 +222,14 @@ def print_plan(plan: Plan) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class Toolkit:
+class Toolkit(_Group):
     """The installed tree a command acts on (verify, info, env, uninstall, doctor): ``--prefix``, or
-    the best managed toolkit of TRAIN (see :func:`command`)."""
+    the best managed toolkit of TRAIN (``Toolkit.of(locals())``)."""
 
-    train: o.ToolkitArg = None
-    prefix: o.PrefixOpt = None
-    platform: o.PlatformOpt = None
-    install_dir: o.InstallDirOpt = None
+    train: str | None
+    prefix: Path | None
+    platform: str | None
+    install_dir: Path | None
 
     def target(self) -> Path:
         from cudaredist.installdir import install_dir
@@ -262,5 +244,3 @@ class Toolkit:
             fail("give --prefix DIR, or the TRAIN of a managed toolkit (see `cudaredist list`)", 2)
         return find_one(install_dir(self.install_dir), self.train, self.platform).path
 
-
-TOOLKIT = Toolkit()

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from cudaredist.commands.base import command, emit_json
-from cudaredist.commands.options import App, CacheDirOpt, JsonOpt
+from cudaredist.commands.options import App, CacheDirOpt, JsonOpt, VerboseOpt
 from cudaredist.localfs import mb
 
 if TYPE_CHECKING:
@@ -18,7 +18,7 @@ app = App(help="Inspect and clean the download cache.", no_args_is_help=True)
 
 @app.command("dir")
 @command
-def cache_dir_cmd(cache_dir: CacheDirOpt = None) -> None:
+def cache_dir_cmd(cache_dir: CacheDirOpt = None, verbose: VerboseOpt = False) -> None:
     """Print the cache directory."""
     from cudaredist.cache import Cache
 
@@ -27,7 +27,7 @@ def cache_dir_cmd(cache_dir: CacheDirOpt = None) -> None:
 
 @app.command("list")
 @command
-def cache_list(cache_dir: CacheDirOpt = None, as_json: JsonOpt = False) -> None:
+def cache_list(cache_dir: CacheDirOpt = None, as_json: JsonOpt = False, verbose: VerboseOpt = False) -> None:
     """List cached archives and the unpacked entries made from them, with their sizes."""
     from cudaredist.cache import Cache
     from cudaredist.cache.maintenance import unpacked_entries
@@ -65,7 +65,8 @@ def cache_prune(cache_dir: CacheDirOpt = None,
                 max_size: Annotated[str | None, typer.Option(
                     "--max-size", metavar="SIZE", show_default=False,
                     help="Then drop the least recently used entries until the cache holds at most this much "
-                         "(e.g. 5G, 800M).")] = None) -> None:
+                         "(e.g. 5G, 800M).")] = None,
+                verbose: VerboseOpt = False) -> None:
     """Drop partial downloads, and archives and unpacked entries not used for --days (and beyond
     --max-size); entries in use are left."""
     from cudaredist.cache import Cache
@@ -78,7 +79,7 @@ def cache_prune(cache_dir: CacheDirOpt = None,
 
 @app.command("clear")
 @command
-def cache_clear(cache_dir: CacheDirOpt = None) -> None:
+def cache_clear(cache_dir: CacheDirOpt = None, verbose: VerboseOpt = False) -> None:
     """Delete every cached archive, unpacked entry, partial download and index page. Refuses a
     directory that is not a cudaredist cache; entries a running install holds are left."""
     from cudaredist.cache import Cache

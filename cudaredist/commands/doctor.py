@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import typer
 
-from cudaredist.commands.base import TOOLKIT, Toolkit, command, emit_json
-from cudaredist.commands.options import CompatOpt, JsonOpt
+from cudaredist.commands import options as o
+from cudaredist.commands.base import Toolkit, command, emit_json
 
 
 @command
-def doctor(tk: Toolkit = TOOLKIT, compat: CompatOpt = None, as_json: JsonOpt = False) -> None:
+def doctor(
+    train: o.ToolkitArg = None, prefix: o.PrefixOpt = None,
+    platform: o.PlatformOpt = None, install_dir: o.InstallDirOpt = None,
+    compat: o.CompatOpt = None, as_json: o.JsonOpt = False, verbose: o.VerboseOpt = False,
+) -> None:
     """Why CUDA does not work here: the tree, nvcc, the host compiler, a probe build, the driver,
     the GPUs and the environment, each ok, warn or fail with the fix. Exit 1 if any fails.
     Without --prefix or TRAIN: driver, gpu and environment only."""
+    tk = Toolkit.of(locals())
     from cudaredist import doctor as doc
     from cudaredist.doctor.checks import ORDER
 

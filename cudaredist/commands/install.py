@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from cudaredist.commands import options as o
-from cudaredist.commands.base import OPTIONS, SELECTION, Ctx, Selection, command, emit_json
+from cudaredist.commands.base import Ctx, command, emit_json
 
 
 @command
@@ -18,15 +18,14 @@ def install(
                                    "(13.4.1). Without --prefix each goes to the install dir as "
                                    "cuda-<release>-<platform>; with --prefix, one train (or --lock).",
         show_default=False)] = None,
-    prefix: o.PrefixOpt = None,
-    install_dir: o.InstallDirOpt = None,
-    platform: o.PlatformOpt = None,
-    host: o.HostOpt = None,
-    sel: Selection = SELECTION,
-    ctx: Ctx = OPTIONS,
-    jobs: o.JobsOpt = 8,
-    link_mode: o.LinkModeOpt = None,
-    cache_unpacked: o.CacheUnpackedOpt = True,
+    prefix: o.PrefixOpt = None, install_dir: o.InstallDirOpt = None,
+    platform: o.PlatformOpt = None, host: o.HostOpt = None, profile: o.ProfileOpt = None,
+    component: o.ComponentOpt = None, only: o.OnlyOpt = False, with_: o.WithOpt = None,
+    base_url: o.BaseUrlOpt = None, channel: o.ChannelOpt = None, mirror: o.MirrorOpt = None,
+    no_fallback: o.NoFallbackOpt = False, trusted_host: o.TrustedHostOpt = None,
+    cache_dir: o.CacheDirOpt = None, offline: o.OfflineOpt = False,
+    source: o.SourceOpt = None, index_url: o.IndexUrlOpt = None,
+    jobs: o.JobsOpt = 8, link_mode: o.LinkModeOpt = None, cache_unpacked: o.CacheUnpackedOpt = True,
     reinstall: Annotated[bool, typer.Option(
         "--reinstall", help="Build the tree again even if the prefix already holds it (or its install "
                             "record is unreadable).")] = False,
@@ -37,11 +36,8 @@ def install(
                                         help="Deprecated: --reinstall.")] = False,
     refresh: Annotated[bool, typer.Option("--refresh", help="Look for a newer release of the train "
                                                             "even if the prefix satisfies it.")] = False,
-    lock_timeout: o.LockTimeoutOpt = None,
-    no_host_fixes: o.NoHostFixesOpt = False,
-    quiet: o.QuietOpt = False,
-    verbose: o.VerboseOpt = False,
-    as_json: o.JsonOpt = False,
+    lock_timeout: o.LockTimeoutOpt = None, no_host_fixes: o.NoHostFixesOpt = False,
+    quiet: o.QuietOpt = False, verbose: o.VerboseOpt = False, as_json: o.JsonOpt = False,
     lock: o.LockOpt = None,
 ) -> None:
     """Install toolkit trees: into --prefix, or by train into the install dir (`cudaredist list`).
@@ -55,12 +51,12 @@ def install(
                    "cudaredist did not install, pass --replace-foreign", err=True)
     request = InstallRequest(
         trains=tuple(trains or ()), prefix=prefix, install_dir=install_dir, platform=platform, host=host,
-        profile=sel.profile, components=tuple(sel.component or ()), only=sel.only,
-        products=tuple(sel.with_ or ()), lock=lock, source=ctx.source,
+        profile=profile, components=tuple(component or ()), only=only,
+        products=tuple(with_ or ()), lock=lock, source=source,
         reinstall=reinstall or force, replace_foreign=replace_foreign, refresh=refresh,
         host_fixes=not no_host_fixes, link_mode=link_mode, cache_unpacked=cache_unpacked,
         lock_timeout=lock_timeout, jobs=jobs,
-        cache_dir=ctx.cache_dir, where=ctx.where())
+        cache_dir=cache_dir, where=Ctx.of(locals()).where())
 
     def say(text: str) -> None:
         if not (quiet or as_json):

@@ -10,8 +10,8 @@ from typing import Annotated
 
 import typer
 
+from cudaredist.commands import options as o
 from cudaredist.commands.base import command, emit_json, fail, set_verbose
-from cudaredist.commands.options import CompatOpt, HostCompilerOpt, InstallDirOpt, JsonOpt, PlatformOpt, Train
 from cudaredist.errors import signal_exit_code
 from cudaredist.fsops import WINDOWS
 from cudaredist.localfs import mb
@@ -20,11 +20,11 @@ from cudaredist.managed import host
 
 @command
 def list_cmd(
-    install_dir: InstallDirOpt = None,
+    install_dir: o.InstallDirOpt = None,
     show_all: Annotated[bool, typer.Option(
         "--all", help="Also toolkits found on the system (CUDA_PATH, /usr/local/cuda*, conda, pip "
                       "wheels), with how each was found.")] = False,
-    as_json: JsonOpt = False,
+    as_json: o.JsonOpt = False, verbose: o.VerboseOpt = False,
 ) -> None:
     """List managed toolkits (release, platform, profile, size, path), newest first."""
     from cudaredist.installdir import install_dir as managed_dir
@@ -55,7 +55,8 @@ def list_cmd(
 
 
 @command
-def find_cmd(train: Train, platform: PlatformOpt = None, install_dir: InstallDirOpt = None) -> None:
+def find_cmd(train: o.Train, platform: o.PlatformOpt = None, install_dir: o.InstallDirOpt = None,
+             verbose: o.VerboseOpt = False) -> None:
     """Print the path of the newest installed managed toolkit of TRAIN (exit 1 when there is none)."""
     from cudaredist.installdir import install_dir as managed_dir
     from cudaredist.managed import find_one, scan
@@ -69,13 +70,11 @@ def find_cmd(train: Train, platform: PlatformOpt = None, install_dir: InstallDir
 
 @command
 def run_cmd(
-    train: Train,
+    train: o.Train,
     command: Annotated[list[str], typer.Argument(
         metavar="-- COMMAND...", help="The command to run with the toolkit's environment.")],
-    platform: PlatformOpt = None,
-    install_dir: InstallDirOpt = None,
-    host_compiler: HostCompilerOpt = None,
-    compat: CompatOpt = None,
+    platform: o.PlatformOpt = None, install_dir: o.InstallDirOpt = None,
+    host_compiler: o.HostCompilerOpt = None, compat: o.CompatOpt = None, verbose: o.VerboseOpt = False,
 ) -> None:
     """Run COMMAND with the environment of TRAIN's managed toolkit: cudaredist run 13.4 -- nvcc ...
 

@@ -72,7 +72,7 @@ ToolkitArg = Annotated[str | None, typer.Argument(
 InstallDirOpt = Annotated[Path | None, typer.Option(
     "--install-dir", envvar="CUDAREDIST_INSTALL_DIR", show_envvar=True, metavar="DIR",
     help="Where managed toolkits live. Default: the user data dir (`cudaredist list` shows it).")]
-SourceOpt = Annotated[str | None, typer.Option(
+SourceOpt = Annotated[str | None, typer.Option(  # None: not given (install --lock takes the lock's)
     "--source", envvar="CUDAREDIST_SOURCE", show_envvar=True, show_default=False, metavar="nvidia|pypi",
     help="nvidia: NVIDIA's redist archives; pypi: NVIDIA's wheels, through the cuda-toolkit "
          "metapackage (see docs/pypi-source.md); install --lock: the lock's, another one is refused.  "

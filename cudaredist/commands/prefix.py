@@ -8,20 +8,22 @@ from typing import Annotated, Any
 
 import typer
 
-from cudaredist.commands.base import TOOLKIT, Toolkit, command, emit_json, fail
-from cudaredist.commands.options import CompatOpt, HostCompilerOpt, JsonOpt, LockTimeoutOpt
+from cudaredist.commands import options as o
+from cudaredist.commands.base import Toolkit, command, emit_json, fail
 from cudaredist.fsops import WINDOWS
 
 
 @command
 def verify(
-    tk: Toolkit = TOOLKIT,
+    train: o.ToolkitArg = None, prefix: o.PrefixOpt = None,
+    platform: o.PlatformOpt = None, install_dir: o.InstallDirOpt = None,
     fast: Annotated[bool, typer.Option("--fast", help="Compare sizes, exec bits and link targets; "
                                                       "do not re-hash.")] = False,
-    as_json: JsonOpt = False,
+    as_json: o.JsonOpt = False, verbose: o.VerboseOpt = False,
 ) -> None:
     """Re-hash the tree against its install record: missing and changed files (content, exec bits,
     link targets) fail it; extra files, added since the install, are listed."""
+    tk = Toolkit.of(locals())
     from cudaredist.prefixes import verify as do_verify
 
     report = do_verify(tk.target(), fast=fast)
@@ -44,8 +46,13 @@ def verify(
 
 
 @command
-def info(tk: Toolkit = TOOLKIT, as_json: JsonOpt = False) -> None:
+def info(
+    train: o.ToolkitArg = None, prefix: o.PrefixOpt = None,
+    platform: o.PlatformOpt = None, install_dir: o.InstallDirOpt = None,
+    as_json: o.JsonOpt = False, verbose: o.VerboseOpt = False,
+) -> None:
     """Show the install record of a prefix."""
+    tk = Toolkit.of(locals())
     from cudaredist.prefixes import drift_note, require_record
 
     target = tk.target()
@@ -113,13 +120,15 @@ def _unfixed(target: Path, rec: dict[str, Any] | None = None) -> list[str]:
 
 @command
 def uninstall(
-    tk: Toolkit = TOOLKIT,
+    train: o.ToolkitArg = None, prefix: o.PrefixOpt = None,
+    platform: o.PlatformOpt = None, install_dir: o.InstallDirOpt = None,
     remove_all: Annotated[bool, typer.Option(
         "--all", help="With a TRAIN: remove all its managed toolkits (every patch and platform).")] = False,
-    lock_timeout: LockTimeoutOpt = None,
+    lock_timeout: o.LockTimeoutOpt = None, verbose: o.VerboseOpt = False,
 ) -> None:
     """Remove exactly what cudaredist installed in the prefix (other files stay), or the managed
     toolkits of a TRAIN."""
+    tk = Toolkit.of(locals())
     from cudaredist.cache.store import lock_wait
     from cudaredist.install import prefix_lock
     from cudaredist.installdir import install_dir as managed_dir
@@ -155,18 +164,19 @@ def uninstall(
 
 @command
 def env_cmd(
-    tk: Toolkit = TOOLKIT,
+    train: o.ToolkitArg = None, prefix: o.PrefixOpt = None,
+    platform: o.PlatformOpt = None, install_dir: o.InstallDirOpt = None,
     shell: Annotated[str | None, typer.Option(
         "--shell", help="sh, bash, zsh, fish, pwsh or cmd.  [default: sh; pwsh on Windows]",
         show_default=False)] = None,
     github: Annotated[bool, typer.Option(
         "--github", help="Append to $GITHUB_ENV and $GITHUB_PATH (a GitHub Actions step) instead "
                          "of printing.")] = False,
-    host_compiler: HostCompilerOpt = None,
-    compat: CompatOpt = None,
-    as_json: JsonOpt = False,
+    host_compiler: o.HostCompilerOpt = None, compat: o.CompatOpt = None,
+    as_json: o.JsonOpt = False, verbose: o.VerboseOpt = False,
 ) -> None:
     """Print the environment for a tree: eval "$(cudaredist env --prefix DIR)" or "$(cudaredist env 13.4)"."""
+    tk = Toolkit.of(locals())
     from cudaredist.compat import for_tree as compat_for
     from cudaredist.envexport import SHELLS, append_github, default_shell, environment, render
     from cudaredist.hostcc import for_tree

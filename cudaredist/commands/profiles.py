@@ -7,7 +7,7 @@ from typing import Annotated, Any
 import typer
 
 from cudaredist.commands.base import command, emit_json
-from cudaredist.commands.options import JsonOpt
+from cudaredist.commands.options import JsonOpt, VerboseOpt
 
 TrainsOpt = Annotated[list[str] | None, typer.Option(
     "--train", "-t", help="Show the components a release of this train needs (repeatable): 13.0, 12.9, "
@@ -28,7 +28,8 @@ def _row(name: str, trains: list[str]) -> dict[str, Any]:
 
 
 @command
-def profiles_cmd(train: TrainsOpt = None, profile: ProfileNameOpt = None, as_json: JsonOpt = False) -> None:
+def profiles_cmd(train: TrainsOpt = None, profile: ProfileNameOpt = None, as_json: JsonOpt = False,
+                 verbose: VerboseOpt = False) -> None:
     """List each profile's components, per train (offline: from the profile data).
 
     'a|b' is a component NVIDIA renamed: a release installs the first of the names it has. Both

@@ -8,22 +8,21 @@ from typing import Annotated
 import typer
 
 from cudaredist.commands import options as o
-from cudaredist.commands.base import (
-    OPTIONS,
-    SELECTION,
-    Ctx,
-    Selection,
-    command,
-    emit_json,
-    platforms_or_host,
-    print_plan,
-)
+from cudaredist.commands.base import Ctx, Selection, command, emit_json, platforms_or_host, print_plan
 
 
 @command
-def resolve(train: o.Train, platform: o.PlatformOpt = None, host: o.HostOpt = None,
-            sel: Selection = SELECTION, ctx: Ctx = OPTIONS, as_json: o.JsonOpt = False) -> None:
+def resolve(
+    train: o.Train, platform: o.PlatformOpt = None, host: o.HostOpt = None, profile: o.ProfileOpt = None,
+    component: o.ComponentOpt = None, only: o.OnlyOpt = False, with_: o.WithOpt = None,
+    base_url: o.BaseUrlOpt = None, channel: o.ChannelOpt = None, mirror: o.MirrorOpt = None,
+    no_fallback: o.NoFallbackOpt = False, trusted_host: o.TrustedHostOpt = None,
+    cache_dir: o.CacheDirOpt = None, offline: o.OfflineOpt = False,
+    source: o.SourceOpt = None, index_url: o.IndexUrlOpt = None,
+    as_json: o.JsonOpt = False, verbose: o.VerboseOpt = False,
+) -> None:
     """Show the install plan without installing: release, and per component version, URL, size, sha256."""
+    ctx, sel = Ctx.of(locals()), Selection.of(locals())
     from cudaredist.profiles import host_platform
     from cudaredist.sources.cross import resolve_tree
 
@@ -36,8 +35,13 @@ def resolve(train: o.Train, platform: o.PlatformOpt = None, host: o.HostOpt = No
 
 
 @command
-def trains(ctx: Ctx = OPTIONS, as_json: o.JsonOpt = False) -> None:
+def trains(base_url: o.BaseUrlOpt = None, channel: o.ChannelOpt = None, mirror: o.MirrorOpt = None,
+           no_fallback: o.NoFallbackOpt = False, trusted_host: o.TrustedHostOpt = None,
+           cache_dir: o.CacheDirOpt = None, offline: o.OfflineOpt = False,
+           source: o.SourceOpt = None, index_url: o.IndexUrlOpt = None,
+           as_json: o.JsonOpt = False, verbose: o.VerboseOpt = False) -> None:
     """List the published trains, each with its newest release and date."""
+    ctx = Ctx.of(locals())
     with ctx.open() as src:
         rows, where, name = src.trains(), src.location(), src.name
     if as_json:
@@ -61,13 +65,13 @@ def mirror_cmd(
         metavar="TRAIN...", help="Trains or releases to mirror (13.4 = newest 13.4.x, 13.0.2, ...).")],
     out: Annotated[Path, typer.Option("--out", "-o", metavar="DIR",
                                       help="The mirror directory (created, or completed in place).")],
-    platform: o.PlatformsOpt = None,
-    sel: Selection = SELECTION,
-    ctx: Ctx = OPTIONS,
-    jobs: o.JobsOpt = 8,
-    quiet: o.QuietOpt = False,
-    verbose: o.VerboseOpt = False,
-    as_json: o.JsonOpt = False,
+    platform: o.PlatformsOpt = None, profile: o.ProfileOpt = None,
+    component: o.ComponentOpt = None, only: o.OnlyOpt = False, with_: o.WithOpt = None,
+    base_url: o.BaseUrlOpt = None, channel: o.ChannelOpt = None, mirror: o.MirrorOpt = None,
+    no_fallback: o.NoFallbackOpt = False, trusted_host: o.TrustedHostOpt = None,
+    cache_dir: o.CacheDirOpt = None, offline: o.OfflineOpt = False,
+    source: o.SourceOpt = None, index_url: o.IndexUrlOpt = None,
+    jobs: o.JobsOpt = 8, quiet: o.QuietOpt = False, verbose: o.VerboseOpt = False, as_json: o.JsonOpt = False,
     xz_preset: Annotated[str | None, typer.Option(
         "--xz-preset", metavar="0-9|store", callback=_xz_preset,
         help="--source pypi: xz preset of the .tar.xz archives (the deflate level of the .zip ones, 1 at "
@@ -78,6 +82,7 @@ def mirror_cmd(
     """Write a mirror laid out like NVIDIA's redist site (index.html, manifests as served, archives
     at their relative paths), verified; a re-run fetches only what is missing. With --source pypi
     the archives are built from NVIDIA's wheels, holding the tree `install --source pypi` makes."""
+    ctx, sel = Ctx.of(locals()), Selection.of(locals())
     from cudaredist.fetch.fetcher import Fetcher
     from cudaredist.progress import pick
     from cudaredist.publish.mirror import write_mirror
@@ -112,19 +117,22 @@ def mirror_cmd(
 
 @command
 def lock_cmd(
-    train: o.Train,
-    platform: o.PlatformsOpt = None,
-    host: o.HostOpt = None,
-    sel: Selection = SELECTION,
+    train: o.Train, platform: o.PlatformsOpt = None, host: o.HostOpt = None, profile: o.ProfileOpt = None,
+    component: o.ComponentOpt = None, only: o.OnlyOpt = False, with_: o.WithOpt = None,
     output: Annotated[Path | None, typer.Option(
         "--output", "-o", metavar="FILE", help="Write the lock file here (default: print it).")] = None,
     hash_only: Annotated[bool, typer.Option(
         "--hash", help="Print only the content key: a stable hex key of the resolved archives "
                        "(a CI cache key).")] = False,
-    ctx: Ctx = OPTIONS,
+    base_url: o.BaseUrlOpt = None, channel: o.ChannelOpt = None, mirror: o.MirrorOpt = None,
+    no_fallback: o.NoFallbackOpt = False, trusted_host: o.TrustedHostOpt = None,
+    cache_dir: o.CacheDirOpt = None, offline: o.OfflineOpt = False,
+    source: o.SourceOpt = None, index_url: o.IndexUrlOpt = None,
+    verbose: o.VerboseOpt = False,
 ) -> None:
     """Resolve TRAIN for each --platform and write a lock file: release, the base URL that served it,
     components, URLs, sha256 and sizes. `install --lock FILE` installs exactly that."""
+    ctx, sel = Ctx.of(locals()), Selection.of(locals())
     from cudaredist.publish.lockfile import build_lock, dumps, write_lock
 
     platforms = platforms_or_host(platform)
