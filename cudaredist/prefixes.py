@@ -267,7 +267,9 @@ def uninstall(prefix: Path) -> int:
         with interrupts.deferred():  # the commit, then what follows from it: Ctrl-C waits for the end
             fsops.unlink(record_path(prefix))
             committed = True
-            _finish(prefix, trash)
+            with contextlib.suppress(OSError):  # moved out of the tree already; a scanner's late open
+                fsops.rmtree(trash)
+            _remove_empty(prefix)  # the directories left empty (files the user added stay)
     except BaseException as exc:
         signum = interrupts.signum_of(exc)
         if committed:  # Ctrl-C held until the end: the uninstall is complete
@@ -289,13 +291,6 @@ def uninstall(prefix: Path) -> int:
                else f"cannot remove {exc.filename or prefix} ({exc.strerror or exc})")
             + ". Nothing was removed.", prefix=str(prefix)) from exc
     return moved
-
-
-def _finish(prefix: Path, trash: Path) -> None:
-    """After the commit: the moved-out files, then the directories left empty (user files stay)."""
-    with contextlib.suppress(OSError):  # moved out of the tree already; a scanner's late open
-        fsops.rmtree(trash)
-    _remove_empty(prefix)
 
 
 EXEC_BIT_REMOVED = "the exec bit was removed"  # a verify reason doctor looks for

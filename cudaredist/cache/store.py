@@ -197,13 +197,6 @@ class Cache:
         except OSError:
             return False
 
-    def _not_ours(self, doing: str) -> CacheError:
-        return CacheError(
-            f"{self.root} is not a cudaredist cache (it has no {MARKER} marker and holds files "
-            f"cudaredist did not write); refusing to {doing} it. Point {OPTION} at a new or empty "
-            "directory, or at the cache itself (`cudaredist cache dir` prints the default).",
-            path=str(self.root))
-
     def _mark(self) -> None:
         # the marker first: once it is there, no other process takes the root for someone's data
         for name, text in ((MARKER, json.dumps({"format": FORMAT}) + "\n"), (CACHEDIR_TAG, _TAG_TEXT)):
@@ -245,7 +238,11 @@ class Cache:
             if not self._names():
                 return False
             if not self._older_cache():
-                raise self._not_ours(doing)
+                raise CacheError(
+                    f"{self.root} is not a cudaredist cache (it has no {MARKER} marker and holds files "
+                    f"cudaredist did not write); refusing to {doing} it. Point {OPTION} at a new or empty "
+                    "directory, or at the cache itself (`cudaredist cache dir` prints the default).",
+                    path=str(self.root))
             self._mark()  # adopt the cache an older cudaredist wrote
             return True
         except OSError as exc:
