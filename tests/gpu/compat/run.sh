@@ -11,11 +11,11 @@
 set -euo pipefail
 R=$(pwd); C=$R/build/gpu/compat; W=/tmp/crc; rm -rf $W; mkdir -p $W
 [ -d "$C/deps" ] || { echo "error: $C is missing: run tests/gpu/compat/prepare.sh and carry build/gpu/compat" >&2; exit 2; }
-export PATH=/usr/bin:/bin; unset CUDA_HOME CUDA_PATH LD_LIBRARY_PATH
+export PATH=/opt/torch/.venv/bin:/usr/bin:/bin; unset CUDA_HOME CUDA_PATH LD_LIBRARY_PATH
 python3 -m venv $W/venv >/dev/null && $W/venv/bin/pip install -q --no-index --find-links $C/deps cudaredist
-CR=$W/venv/bin/cudaredist; OLD=/usr/local/cuda-13.0/compat
-cat /proc/driver/nvidia/version | head -1
-nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader
+CR=$W/venv/bin/cudaredist; OLD=${CUDAREDIST_OLD_COMPAT:-/usr/local/cuda-13.0/compat}  # the image's, older than its driver
+head -1 /proc/driver/nvidia/version || true
+nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader || true
 ls $OLD
 fail() { echo "FAILED: $*" >&2; exit 1; }
 first() { $CR env --prefix "$1" --json "${@:2}" | $W/venv/bin/python -c \
