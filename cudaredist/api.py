@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from cudaredist import profiles
 from cudaredist.errors import CudaRedistError, UsageError
-from cudaredist.sources import Where, check_source
+from cudaredist.sources import check_source
+from cudaredist.sources.base import Where
 
 if TYPE_CHECKING:
     from cudaredist.install import Installer, InstallResult
@@ -172,7 +173,7 @@ def _check_options(request: InstallRequest) -> None:
     """Every option that can be wrong without the network: a usage error before anything else (the
     no-op included: an installed prefix answers a bad option as an empty one does)."""
     from cudaredist.profiles import get_profile, parse_product_requests
-    from cudaredist.sources import check_where
+    from cudaredist.sources.base import check_where
     from cudaredist.tree.links import link_mode
     from cudaredist.trust import Trust
 

@@ -20,7 +20,7 @@ from cudaredist.profiles import effective_profile, product_title
 
 if TYPE_CHECKING:  # the CLI starts without the cache, the sources and httpx
     from cudaredist.plan import Plan
-    from cudaredist.sources import Where
+    from cudaredist.sources.base import Where
 
 _VERBOSE = False
 
@@ -147,7 +147,7 @@ class Ctx(_Group):
     index_url: str | None
 
     def where(self) -> Where:
-        from cudaredist.sources import Where
+        from cudaredist.sources.base import Where
 
         return Where(self.base_url, self.mirror, self.no_fallback, self.index_url, self.offline,
                      tuple(self.trusted_host) if self.trusted_host else None, self.channel)

@@ -2,28 +2,23 @@
 
 Two sources exist: ``nvidia`` (NVIDIA's redist server, a mirror of it, or a directory) and
 ``pypi`` (NVIDIA's wheels on a package index). Commands ask :func:`open_source` for one and
-call the :class:`Source` protocol; nothing outside this package branches on a source's name.
-The protocol is light to import (the CLI starts without httpx): sources load on first use.
+call the :class:`Source` protocol (:mod:`cudaredist.sources.base`, which the sources import);
+nothing outside this package branches on a source's name. This face is light to import (the CLI
+starts without httpx): each source loads on first use, here, where both are named.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
 
 from cudaredist.errors import CudaRedistError, PlanError, UsageError
+from cudaredist.sources.base import Layout, Source, Where, check_where
 
 if TYPE_CHECKING:
     from cudaredist.cache import Cache
     from cudaredist.fetch.transport import Transport
-    from cudaredist.plan import Plan, PlannedArchive
     from cudaredist.profiles import Spec
-    from cudaredist.sources.mirroring import MirrorContent
-    from cudaredist.tree.extract import Digests
-    from cudaredist.tree.staging import Mapper, Tree
 
 ENV_SOURCE = "CUDAREDIST_SOURCE"
 SOURCES = ("nvidia", "pypi")
@@ -70,88 +65,6 @@ def profile_specs(source: str, profile: str, release: str, platform: str) -> lis
         return []
 
 
-_URL_OPTIONS = (("base_url", "--base-url (or CUDAREDIST_BASE_URL)"),
-                ("mirror", "--mirror (or CUDAREDIST_MIRROR)"),
-                ("index_url", "--index-url (or PIP_INDEX_URL)"))
-
-
-def check_where(where: Where, source: str | None = None) -> Where:
-    """``where`` if each URL in it parses and has a scheme cudaredist speaks (a directory needs no
-    scheme) and, for ``source`` (a :func:`check_source` name), its options fit together; else a
-    :class:`UsageError` naming the option. No network: the install checks this before its no-op."""
-    from urllib.parse import urlsplit
-
-    for field, option in _URL_OPTIONS:
-        value = getattr(where, field)
-        if not value or "://" not in value:
-            continue
-        try:
-            parts = urlsplit(value.strip())
-            parts.port  # noqa: B018 - parsing the port is what rejects "http://host:x/"
-        except ValueError as exc:
-            raise UsageError(f"{option} {value!r} is not a valid URL ({exc}); write it like "
-                             "https://host/path/, file:///path/ or a directory") from exc
-        if parts.scheme.lower() not in ("http", "https", "file"):
-            raise UsageError(f"{option} {value!r}: unsupported URL scheme {parts.scheme!r}; use http://, "
-                             "https://, file:// or a directory")
-    if where.channel and source == "pypi":
-        raise UsageError("--channel names one of NVIDIA's redist indexes: it needs --source nvidia")
-    if source == "nvidia":
-        if where.channel:
-            from cudaredist.sources.nvidia.index import channel_base
-
-            channel_base(where.channel, where.base_url)
-        if where.no_fallback and not where.mirror:
-            raise UsageError("--no-fallback needs --mirror (or CUDAREDIST_MIRROR)")
-    return where
-
-
-@dataclass(frozen=True)
-class Where:
-    """Where a source looks, as the command line and environment say."""
-
-    base_url: str | None = None     # nvidia: the redist base URL (default NVIDIA's)
-    mirror: str | None = None       # nvidia: tried before the base URL
-    no_fallback: bool = False       # nvidia: the mirror only
-    index_url: str | None = None    # pypi: the package index
-    offline: bool = False           # only what the cache holds
-    # --trusted-host HOST[:PORT] values (None: CUDAREDIST_TRUSTED_HOST); see cudaredist.trust
-    trusted_hosts: tuple[str, ...] | None = None
-    channel: str | None = None      # nvidia: --channel (release, preview), the base URL it means
-
-
-class Source(Protocol):
-    name: str
-    transport: Transport  # what its archives are fetched over (the fetcher and the installer use it)
-    # the mirror re-packs archives (so an xz preset means something) rather than copying them
-    builds_archives: bool
-
-    def location(self) -> str:
-        """The URL trains are listed from."""
-        ...
-
-    def trains(self) -> list[dict[str, Any]]:
-        """Published trains, oldest first: {train, release, release_date, releases}."""
-        ...
-
-    def resolve(self, train: str, platforms: Sequence[str], *, profile: str | None,
-                components: Sequence[str], products: Sequence[str] = ()) -> list[Plan]:
-        """One plan per platform, all of the one release ``train`` means; checked before any download.
-        ``products``: ``--with`` values (``cudnn``, ``cudnn=9.20``), each product's archives added to
-        the plan of every platform (the newest release built for the toolkit's CUDA major there)."""
-        ...
-
-    def relocate(self, plan: Plan) -> Plan:
-        """A plan read from a lock file, fetched from where this run says (mirror first)."""
-        ...
-
-    def mirror_content(self, trains: Sequence[str], platforms: Sequence[str], *, profile: str | None,
-                       components: Sequence[str], xz_preset: int | str | None,
-                       products: Sequence[str] = ()) -> MirrorContent:
-        """What a redist-shaped mirror of ``trains`` holds (:mod:`cudaredist.publish.mirror` writes it)."""
-        ...
-
-
 def open_source(name: str | None, transport: Transport, cache: Cache, where: Where) -> Source:
     """The source ``name`` (``--source`` / ``CUDAREDIST_SOURCE`` / nvidia)."""
     source = check_source(name)
@@ -165,21 +78,12 @@ def open_source(name: str | None, transport: Transport, cache: Cache, where: Whe
     return NvidiaSource(transport, cache, where)
 
 
-@dataclass(frozen=True)
-class Layout:
-    """How an archive's members land in the tree, and what runs once it is extracted."""
-
-    mapper: Callable[[PlannedArchive, str], Mapper]
-    # given the tree paths the archive wrote (e.g. wheels: restore .so symlink chains)
-    after: Callable[[PlannedArchive, str, Tree, list[str]], object] | None = None
-    # a zip's own record of its members' sha256 (wheels: RECORD), believed once the archive verified
-    digests: Digests | None = None
-
-
 def layout(name: str) -> Layout:
-    """The layout a planned archive names (``redist`` or ``wheel``)."""
-    module = {"wheel": "pypi", "redist": "nvidia"}.get(name)
-    if module is None:
+    """The layout a planned archive names (``redist`` or ``wheel``), from its source."""
+    if name == "redist":
+        from cudaredist.sources.nvidia.source import LAYOUT
+    elif name == "wheel":
+        from cudaredist.sources.pypi.source import LAYOUT
+    else:
         raise PlanError(f"unknown archive layout {name!r}: this plan needs a newer cudaredist")
-    found: Layout = importlib.import_module(f"cudaredist.sources.{module}.source").LAYOUT
-    return found
+    return LAYOUT

@@ -15,7 +15,7 @@ from dataclasses import replace
 from cudaredist.errors import PlanError, ResolveError
 from cudaredist.plan import Plan
 from cudaredist.profiles import cross_rule, host_tools
-from cudaredist.sources import Source
+from cudaredist.sources.base import Source
 
 
 def cross_plan(host_plan: Plan, target_plan: Plan) -> Plan:

@@ -17,7 +17,7 @@ from cudaredist.api import InstallRequest, install
 from cudaredist.cache import Cache
 from cudaredist.cache.store import ENV_INDEX_TTL, index_ttl_default
 from cudaredist.fetch.transport import Transport
-from cudaredist.sources import Where
+from cudaredist.sources.base import Where
 from cudaredist.sources.nvidia.index import LISTING, Index
 from tests.loopback import QuietHandler, serving
 from tests.sources.nvidia.test_index import BASE, _listing, _manifest

@@ -20,7 +20,7 @@ from cudaredist.profiles import (
     parse_product_requests,
     swaps,
 )
-from cudaredist.sources import Layout, Where, check_where
+from cudaredist.sources.base import Layout, Where, check_where
 from cudaredist.sources.nvidia.index import (
     Bases,
     Index,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from cudaredist.cache import Cache
 from cudaredist.fetch.transport import Transport
 from cudaredist.plan import Plan, PlannedArchive
-from cudaredist.sources import Layout, Where
+from cudaredist.sources.base import Layout, Where
 from cudaredist.sources.nvidia.manifest import check_relative_path
 from cudaredist.sources.pypi.index import WheelIndex, list_trains
 from cudaredist.sources.pypi.planner import resolve_plan

@@ -1,0 +1,110 @@
+"""What every source shares: where it looks (:class:`Where`, checked by :func:`check_where`), the
+:class:`Source` protocol, and how an archive's members land in the tree (:class:`Layout`). Each source
+imports these from here; the package's face (:mod:`cudaredist.sources`) opens a source by name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from cudaredist.errors import UsageError
+
+if TYPE_CHECKING:
+    from cudaredist.fetch.transport import Transport
+    from cudaredist.plan import Plan, PlannedArchive
+    from cudaredist.sources.mirroring import MirrorContent
+    from cudaredist.tree.extract import Digests
+    from cudaredist.tree.staging import Mapper, Tree
+
+_URL_OPTIONS = (("base_url", "--base-url (or CUDAREDIST_BASE_URL)"),
+                ("mirror", "--mirror (or CUDAREDIST_MIRROR)"),
+                ("index_url", "--index-url (or PIP_INDEX_URL)"))
+
+
+def check_where(where: Where, source: str | None = None) -> Where:
+    """``where`` if each URL in it parses and has a scheme cudaredist speaks (a directory needs no
+    scheme) and, for ``source`` (a :func:`check_source` name), its options fit together; else a
+    :class:`UsageError` naming the option. No network: the install checks this before its no-op."""
+    from urllib.parse import urlsplit
+
+    for field, option in _URL_OPTIONS:
+        value = getattr(where, field)
+        if not value or "://" not in value:
+            continue
+        try:
+            parts = urlsplit(value.strip())
+            parts.port  # noqa: B018 - parsing the port is what rejects "http://host:x/"
+        except ValueError as exc:
+            raise UsageError(f"{option} {value!r} is not a valid URL ({exc}); write it like "
+                             "https://host/path/, file:///path/ or a directory") from exc
+        if parts.scheme.lower() not in ("http", "https", "file"):
+            raise UsageError(f"{option} {value!r}: unsupported URL scheme {parts.scheme!r}; use http://, "
+                             "https://, file:// or a directory")
+    if where.channel and source == "pypi":
+        raise UsageError("--channel names one of NVIDIA's redist indexes: it needs --source nvidia")
+    if source == "nvidia":
+        if where.channel:
+            from cudaredist.sources.nvidia.index import channel_base
+
+            channel_base(where.channel, where.base_url)
+        if where.no_fallback and not where.mirror:
+            raise UsageError("--no-fallback needs --mirror (or CUDAREDIST_MIRROR)")
+    return where
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where a source looks, as the command line and environment say."""
+
+    base_url: str | None = None     # nvidia: the redist base URL (default NVIDIA's)
+    mirror: str | None = None       # nvidia: tried before the base URL
+    no_fallback: bool = False       # nvidia: the mirror only
+    index_url: str | None = None    # pypi: the package index
+    offline: bool = False           # only what the cache holds
+    # --trusted-host HOST[:PORT] values (None: CUDAREDIST_TRUSTED_HOST); see cudaredist.trust
+    trusted_hosts: tuple[str, ...] | None = None
+    channel: str | None = None      # nvidia: --channel (release, preview), the base URL it means
+
+
+class Source(Protocol):
+    name: str
+    transport: Transport  # what its archives are fetched over (the fetcher and the installer use it)
+    # the mirror re-packs archives (so an xz preset means something) rather than copying them
+    builds_archives: bool
+
+    def location(self) -> str:
+        """The URL trains are listed from."""
+        ...
+
+    def trains(self) -> list[dict[str, Any]]:
+        """Published trains, oldest first: {train, release, release_date, releases}."""
+        ...
+
+    def resolve(self, train: str, platforms: Sequence[str], *, profile: str | None,
+                components: Sequence[str], products: Sequence[str] = ()) -> list[Plan]:
+        """One plan per platform, all of the one release ``train`` means; checked before any download.
+        ``products``: ``--with`` values (``cudnn``, ``cudnn=9.20``), each product's archives added to
+        the plan of every platform (the newest release built for the toolkit's CUDA major there)."""
+        ...
+
+    def relocate(self, plan: Plan) -> Plan:
+        """A plan read from a lock file, fetched from where this run says (mirror first)."""
+        ...
+
+    def mirror_content(self, trains: Sequence[str], platforms: Sequence[str], *, profile: str | None,
+                       components: Sequence[str], xz_preset: int | str | None,
+                       products: Sequence[str] = ()) -> MirrorContent:
+        """What a redist-shaped mirror of ``trains`` holds (:mod:`cudaredist.publish.mirror` writes it)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How an archive's members land in the tree, and what runs once it is extracted."""
+
+    mapper: Callable[[PlannedArchive, str], Mapper]
+    # given the tree paths the archive wrote (e.g. wheels: restore .so symlink chains)
+    after: Callable[[PlannedArchive, str, Tree, list[str]], object] | None = None
+    # a zip's own record of its members' sha256 (wheels: RECORD), believed once the archive verified
+    digests: Digests | None = None
