@@ -38,7 +38,8 @@ if not commands.install_only:
 
     for name, fn in (("resolve", source.resolve), ("trains", source.trains), ("mirror", source.mirror_cmd),
                      ("lock", source.lock_cmd), ("verify", prefix.verify), ("info", prefix.info),
-                     ("uninstall", prefix.uninstall), ("env", prefix.env_cmd), ("doctor", doctor.doctor),
+                     ("sbom", prefix.sbom), ("uninstall", prefix.uninstall), ("env", prefix.env_cmd),
+                     ("doctor", doctor.doctor),
                      ("profiles", profiles.profiles_cmd), ("list", managed.list_cmd),
                      ("find", managed.find_cmd)):
         app.command(name)(fn)

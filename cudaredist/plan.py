@@ -55,6 +55,7 @@ class PlannedArchive:
     # go in the tree ((folder, destination), "" = every path; a destination of "" drops it)
     platform: str = ""
     place: tuple[tuple[str, str], ...] = ()
+    license: str = ""  # the manifest's license name (for the SBOM)
 
     @property
     def urls(self) -> tuple[str, ...]:
@@ -130,7 +131,8 @@ class Plan:
                        "size": i.archive.size, "layout": i.layout}
                       | ({"product": i.product} if i.product else {})
                       | ({"platform": i.platform} if i.platform else {})
-                      | ({"place": [list(p) for p in i.place]} if i.place else {}) for i in self.items]
+                      | ({"place": [list(p) for p in i.place]} if i.place else {})
+                      | ({"license": i.license} if i.license else {}) for i in self.items]
         optional = (("hashes_from", self.hashes_from), ("products", [p.to_json() for p in self.products]),
                     ("channel", self.channel), ("host", self.host))
         return ({f: getattr(self, f) for f in fields} | {"components": components, "notes": list(self.notes)}
@@ -186,7 +188,7 @@ def plan_from_json(obj: dict[str, Any]) -> Plan:
             archive=Archive(c["relative_path"], c["sha256"], int(c["size"])),
             url=c["url"], layout=c.get("layout", "redist"), product=str(c.get("product", "")),
             platform=str(c.get("platform", "")),
-            place=tuple((str(a), str(b)) for a, b in c.get("place", ())))
+            place=tuple((str(a), str(b)) for a, b in c.get("place", ())), license=str(c.get("license", "")))
         for c in obj["components"])
     products = tuple(
         ProductRelease(str(p["name"]), str(p["release"]), str(p.get("requested", p["name"])),

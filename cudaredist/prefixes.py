@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cudaredist import fsops, interrupts
+from cudaredist import fsops, interrupts, sbom
 from cudaredist.cache.store import ENV_LOCK_TIMEOUT, hold
 from cudaredist.errors import PrefixError
 from cudaredist.fsops import WINDOWS
 from cudaredist.hashing import sha256_file
 from cudaredist.interrupts import Interrupted
-from cudaredist.record import RECORD_DIR, RECORD_FILE, outdated, read_record, record_path
+from cudaredist.record import RECORD_DIR, RECORD_FILE, SBOM_FILE, outdated, read_record, record_path
 from cudaredist.redo import request_argv, shell_line
 
 
@@ -267,6 +267,8 @@ def uninstall(prefix: Path) -> int:
         with interrupts.deferred():  # the commit, then what follows from it: Ctrl-C waits for the end
             fsops.unlink(record_path(prefix))
             committed = True
+            with contextlib.suppress(FileNotFoundError):  # the SBOM beside it (cudaredist.sbom)
+                fsops.unlink(sbom.sbom_path(prefix))
             with contextlib.suppress(OSError):  # moved out of the tree already; a scanner's late open
                 fsops.rmtree(trash)
             _remove_empty(prefix)  # the directories left empty (files the user added stay)
@@ -405,6 +407,9 @@ def verify(prefix: Path, *, fast: bool = False) -> VerifyReport:
         elif why:
             report.changed.append(rel)
             report.reasons[rel] = why
+    if why := sbom.stale(prefix, rec):  # the SBOM beside the record
+        report.changed.append(rel := f"{RECORD_DIR}/{SBOM_FILE}")
+        report.reasons[rel] = why
     report.checked = len(rec["files"]) + len(fixups)
     report.missing.sort()
     report.changed.sort()

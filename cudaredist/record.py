@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # the no-op path reads records without loading the archive mo
 
 RECORD_DIR = ".cudaredist"
 RECORD_FILE = "record.json"
+SBOM_FILE = "sbom.cdx.json"  # beside the record: cudaredist.sbom writes it
 SCHEMA = 1
 # How cudaredist lays a tree out. Bump it when a new cudaredist lays out what the same archives give
 # differently (1: a wheel-built Windows tree's generated import libraries such as cublas.lib, the
@@ -190,7 +191,7 @@ _RECORD: dict[str, Any] = {
     "plan": {"release": str, "platform": str, "profile": str, "base_url": str, "source?": str,
              "release_date?": (str, type(None)), "channel?": str, "hashes_from?": str, "notes?": [str],
              "components": [{"name": str, "version": str, "sha256": str, "url?": str, "relative_path?": str,
-                             "size?": int, "layout?": str, "product?": str}],
+                             "size?": int, "layout?": str, "product?": str, "license?": str}],
              "products?": [{"name": str, "release": str, "requested?": str, "release_date?": str,
                             "base_url?": str, "cuda_variant?": str, "note?": str}]},
     "files": [{"path": str, "size": int, "sha256": str, "mode?": str, "link?": str, "component?": str}],

@@ -164,3 +164,6 @@ def _index_pages(cache: Cache, done: Cleaned) -> None:
                 continue
             done.files += sum(1 for q in d.iterdir())
             shutil.rmtree(d)
+    if (cache.root / "sbom").is_dir():  # rendered SBOMs (cudaredist.sbom): made again at will
+        done.files += len(os.listdir(cache.root / "sbom"))
+        shutil.rmtree(cache.root / "sbom", ignore_errors=True)

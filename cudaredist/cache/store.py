@@ -33,7 +33,7 @@ CACHEDIR_TAG = "CACHEDIR.TAG"
 TAG_SIGNATURE = "Signature: 8a477f597d28d172789f06886806bc55"
 _TAG_TEXT = (f"{TAG_SIGNATURE}\n# This file is a cache directory tag created by cudaredist.\n"
              "# For information about cache directory tags see https://bford.info/cachedir/\n")
-OURS = frozenset({"archives", "unpacked", "index", "tmp", "locks", CACHEDIR_TAG, MARKER})
+OURS = frozenset({"archives", "unpacked", "index", "sbom", "tmp", "locks", CACHEDIR_TAG, MARKER})
 ARCHIVE_NAME = re.compile(r"[0-9a-f]{64}(\.json)?")
 PARTIAL_NAME = re.compile(r"([0-9a-f]{16,64})\..*")
 INDEX_KEY = re.compile(r"[0-9a-f]{24}")

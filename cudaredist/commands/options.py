@@ -32,6 +32,8 @@ WithOpt = Annotated[list[str] | None, typer.Option(
     help="Add a library product into the same tree (repeatable): cudnn, cutensor, cusparselt, cudss. "
          "cudnn = its newest release built for the toolkit's CUDA major on the platform; cudnn=9.20 the "
          "newest 9.20.x; cudnn=9.20.0 exactly that.")]
+OutputOpt = Annotated[Path | None, typer.Option(
+    "--output", "-o", metavar="FILE", help="Write it to FILE (default: print it).")]
 OnlyOpt = Annotated[bool, typer.Option("--only", help="Install exactly the --component list, no profile.")]
 BaseUrlOpt = Annotated[str | None, typer.Option(
     "--base-url", envvar="CUDAREDIST_BASE_URL", show_envvar=True, metavar="URL",
@@ -128,7 +130,7 @@ PANELS: dict[str, tuple[str, ...]] = {
 }
 COMMAND_PANELS: dict[str, tuple[str, ...]] = {
     "Install and use": ("install", "env", "run", "find", "list", "uninstall"),
-    "Look before or after": ("resolve", "trains", "profiles", "info", "verify", "doctor"),
+    "Look before or after": ("resolve", "trains", "profiles", "info", "verify", "sbom", "doctor"),
     "For CI and fleets": ("lock", "mirror", "cache"),
 }
 

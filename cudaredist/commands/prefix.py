@@ -119,6 +119,31 @@ def _unfixed(target: Path, rec: dict[str, Any] | None = None) -> list[str]:
 
 
 @command
+def sbom(
+    train: o.ToolkitArg = None, prefix: o.PrefixOpt = None,
+    platform: o.PlatformOpt = None, install_dir: o.InstallDirOpt = None,
+    fmt: Annotated[str, typer.Option("--format", help="cyclonedx (1.6 JSON) or spdx (2.3 JSON).")]
+    = "cyclonedx",
+    output: o.OutputOpt = None, verbose: o.VerboseOpt = False,
+) -> None:
+    """The tree's software bill of materials: the toolkit, every archive or wheel (its verified sha256,
+    download URL, license, purl) and the host fixes that changed NVIDIA's bytes."""
+    tk = Toolkit.of(locals())
+    from cudaredist import fsops
+    from cudaredist import sbom as sboms
+    from cudaredist.record import require_record
+
+    if fmt not in ("cyclonedx", "spdx"):
+        fail(f"--format {fmt}: cudaredist writes cyclonedx or spdx")
+    inv = sboms.inventory(require_record(tk.target()))
+    text = sboms.cyclonedx(inv) if fmt == "cyclonedx" else sboms.spdx(inv)
+    if output is None:
+        typer.echo(text, nl=False)
+    else:
+        fsops.write_atomic(output, text.encode())
+
+
+@command
 def uninstall(
     train: o.ToolkitArg = None, prefix: o.PrefixOpt = None,
     platform: o.PlatformOpt = None, install_dir: o.InstallDirOpt = None,

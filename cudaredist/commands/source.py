@@ -119,8 +119,7 @@ def mirror_cmd(
 def lock_cmd(
     train: o.Train, platform: o.PlatformsOpt = None, host: o.HostOpt = None, profile: o.ProfileOpt = None,
     component: o.ComponentOpt = None, only: o.OnlyOpt = False, with_: o.WithOpt = None,
-    output: Annotated[Path | None, typer.Option(
-        "--output", "-o", metavar="FILE", help="Write the lock file here (default: print it).")] = None,
+    output: o.OutputOpt = None,
     hash_only: Annotated[bool, typer.Option(
         "--hash", help="Print only the content key: a stable hex key of the resolved archives "
                        "(a CI cache key).")] = False,

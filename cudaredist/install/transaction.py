@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from cudaredist import fsops, interrupts, prefixes, record
+from cudaredist import fsops, interrupts, prefixes, record, sbom
 from cudaredist.cache import Cache
 from cudaredist.cache.store import lock_wait
 from cudaredist.errors import PrefixError
@@ -208,6 +208,7 @@ class Installer:
                 if fixed:
                     made[hostfixes.RECORD_KEY] = fixed
                 record.write_record(staging, made)
+                sbom.write(staging, made, self.cache.root / "sbom")
                 swap_into_place(staging, prefix, warn=warnings.append, swapped=lambda: swapped.append(True))
             except BaseException:
                 fsops.rmtree(staging)

@@ -67,7 +67,8 @@ def make_plan(manifest: Manifest, *, platform: str, base_url: str, profile: str 
             continue
         seen.add(comp.key)
         items.append(PlannedArchive(comp.key, comp.version, arch,
-                                    archive_url(base_url, arch.relative_path, comp.key)))
+                                    archive_url(base_url, arch.relative_path, comp.key),
+                                    license=comp.license))
     return Plan(release=manifest.label, release_date=manifest.release_date, platform=platform,
                 base_url=base_url, profile=profile or "custom", items=tuple(items), source=source,
                 notes=tuple(notes))

@@ -145,7 +145,7 @@ def plan_product(manifest: Manifest, request: ProductRequest, *, platform: str, 
         items.append(PlannedArchive(
             comp.key, comp.version, archive, archive_url(bases[0], archive.relative_path, comp.key),
             fallback_urls=tuple(archive_url(b, archive.relative_path, comp.key) for b in bases[1:]),
-            product=request.name))
+            product=request.name, license=comp.license))
     release = ProductRelease(request.name, manifest.label, str(request), manifest.release_date, base_url,
                              variant)
     if request.product.per_minor and items:  # named by what it is (a driver), for the CUDA it serves
