@@ -437,6 +437,8 @@ def install() -> None:
     envs = [_set_env_for(p, first=i == 0) for i, p in enumerate(prefixes)]
     output("cuda-path", str(envs[0]["prefix"]))
     output("release", str(envs[0]["release"]))
+    # the tree's CycloneDX SBOM, written by the install beside its record (actions/attest-sbom signs it)
+    output("sbom", os.path.join(str(envs[0]["prefix"]), ".cudaredist", "sbom.cdx.json"))
     output("cuda-paths", json.dumps({t: str(e["prefix"]) for t, e in zip(trains, envs, strict=True)}))
     # `cmake -G "Visual Studio 17 2022" <this>`: -T version=<the chosen MSVC toolset>,cuda=<tree> (the
     # tree's NVIDIA MSBuild files), quoted as cudaredist.envexport.cmake_line does (stdlib only here)

@@ -11,6 +11,8 @@ loopback server, and reports for each the medians of wall, CPU, and the main thr
   build      downloads, extractions and placement (``Build.run``; the main thread waits there)
   host fix   the host fixes (``Installer._host_fixes``)
   record     the prefix's record built and written
+  sbom       the tree's SBOM written beside it (``sbom.write``: rendered by the library on a miss,
+             else the cached rendering with a new timestamp and serial)
   rest       everything else: the install machinery's imports, the locks, the staging tree and its
              swap into place, the output
 
@@ -47,6 +49,7 @@ PHASES = {  # phase: [(module, class or "", function)], each timed from its modu
     "build": [("cudaredist.install.build", "Build", "run")],
     "host fix": [("cudaredist.install.transaction", "Installer", "_host_fixes")],
     "record": [("cudaredist.record", "", "build_record"), ("cudaredist.record", "", "write_record")],
+    "sbom": [("cudaredist.sbom", "", "write")],  # the tree's SBOM (issue 47)
 }
 # The child: times the phases' owners, then runs the command line as the console script does.
 DRIVER = r"""
@@ -103,13 +106,13 @@ main()
 """
 
 
-def cases(url: str) -> dict[str, tuple[list[str], str, bool, bool]]:
+def cases(url: str, release: str = "13.0.2") -> dict[str, tuple[list[str], str, bool, bool]]:
     """name: (arguments, cache key, new prefix?, empty cache?)"""
     def redist(plat: str) -> list[str]:
-        return ["install", "13.0.2", "--platform", plat, *ONLY, "--base-url", url + "redist/", "--quiet"]
+        return ["install", release, "--platform", plat, *ONLY, "--base-url", url + "redist/", "--quiet"]
 
     def pypi(plat: str) -> list[str]:
-        return ["install", "13.0.2", "--platform", plat, *ONLY, "--source", "pypi",
+        return ["install", release, "--platform", plat, *ONLY, "--source", "pypi",
                 "--index-url", url + "pypi/simple/", "--quiet"]
 
     hard = ["--link-mode", "hardlink"]
@@ -169,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="bench.py's work dir: its mirror (mirrors/) and index (pypi-index-13.0.2/)")
     ap.add_argument("--cases", default="", help="comma list of words: only the cases whose name has one")
     ap.add_argument("--json-out", type=Path)
+    ap.add_argument("--release", default="13.0.2", help="the release the redist cases install (its mirror's)")
     opts = ap.parse_args(argv)
     work = opts.work_dir
     mirror = next((d for d in sorted((work / "mirrors").glob("*windows-x86_64*")) if d.is_dir()), None)
@@ -191,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         server = Server("loopback", root, conn_rate=0, agg_rate=0, ttfb=0, max_seconds=7200)
         results: dict[str, dict[str, list[dict[str, float]]]] = {}
         try:
-            todo = {k: v for k, v in cases(server.url).items()
+            todo = {k: v for k, v in cases(server.url, opts.release).items()
                     if not opts.cases or any(w in k for w in opts.cases.split(","))}
             for rep in range(opts.reps):
                 for name, (args, key, fresh, cold) in todo.items():
@@ -205,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             server.stop()
             subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(old)], check=False)
-    cols = ["wall", "cpu", "start-up", "resolve", "build", "host fix", "record", "rest"]
+    cols = ["wall", "cpu", "start-up", "resolve", "build", "host fix", "record", "sbom", "rest"]
     print(f"before: {opts.old}; after: this checkout; medians of {opts.reps} runs each, alternating, "
           "in seconds")
     print(f"{'case':26}{'':8}" + "".join(f"{c:>10}" for c in cols))

@@ -106,6 +106,7 @@ def test_install_outputs_are_json_from_resolved_paths(mirror: Path, tmp_path: Pa
     assert out["cuda-path"] == prefix and out["release"] == "13.0.1"
     assert out["cudaredist"] == "/tool/bin/cudaredist"
     assert out["compat"] == "false"  # no compat/ in the tree: LD_LIBRARY_PATH as env leaves it
+    assert json.loads(Path(out["sbom"]).read_text())["bomFormat"] == "CycloneDX"  # the install wrote it
     # a Windows tree (NVIDIA's MSBuild files) on Windows: the arguments for CMake's Visual Studio generator
     assert out["cmake-args"] == (f'-T "cuda={prefix}"' if WINDOWS else "")
     exported = parse_github_env(files["GITHUB_ENV"].read_text())
