@@ -200,7 +200,7 @@ _RECORD: dict[str, Any] = {
     "layout?": int,
     "provenance?": {"manifest?": (str, type(None)), "hashes_from?": (str, type(None)), "archives?": dict},
     "host_fixes?": [{"id": str, "path": str, "before": str, "after": str, "source?": str}],
-    "tool": str, "installed_at": str, "content_key?": str,
+    "tool": str, "installed_at": str, "content_key?": str, "sbom?": str,
 }
 _TYPE_NAMES = {str: "a string", int: "a number", list: "a list", dict: "an object", type(None): "null"}
 

@@ -59,14 +59,16 @@ def inventory_key(inv: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(inv, sort_keys=True).encode()).hexdigest()
 
 
-def write(prefix: Path, record: dict[str, Any], cache_dir: Path) -> None:
+def write(prefix: Path, record: dict[str, Any], cache_dir: Path) -> str:
     """The CycloneDX SBOM of ``record`` into ``prefix``'s record folder (a staging tree, swapped in
-    with it), rendered once per inventory into ``cache_dir``; a cache that cannot keep it is skipped."""
+    with it), rendered once per inventory into ``cache_dir`` (a cache that cannot keep it is skipped).
+    Returns its name, for the record (verify fails a tree whose record names an SBOM it lacks)."""
     inv = inventory(record)
     kept = cache_dir / f"{inventory_key(inv)}.cdx.json"
     try:
         doc = json.loads(kept.read_bytes())
-    except (OSError, ValueError):
+        doc["metadata"]["timestamp"] = ""  # a rendering of ours (else it is made again)
+    except (OSError, ValueError, LookupError, TypeError):
         doc = json.loads(cyclonedx(inv))
         try:
             kept.parent.mkdir(parents=True, exist_ok=True)
@@ -75,7 +77,9 @@ def write(prefix: Path, record: dict[str, Any], cache_dir: Path) -> None:
             pass
     doc["serialNumber"] = f"urn:uuid:{uuid.uuid4()}"
     doc["metadata"]["timestamp"] = _now().isoformat()
+    sbom_path(prefix).parent.mkdir(parents=True, exist_ok=True)
     fsops.write_atomic(sbom_path(prefix), (json.dumps(doc, indent=2) + "\n").encode())
+    return SBOM_FILE
 
 
 def _now() -> datetime.datetime:
@@ -88,8 +92,8 @@ def stale(prefix: Path, record: dict[str, Any]) -> str:
         doc = json.loads(sbom_path(prefix).read_bytes())
         had = {p.get("name"): p.get("value") for p in doc["metadata"]["properties"]}.get(KEY_PROPERTY)
         hashes = sorted((c["name"], c["hashes"][0]["content"]) for c in doc["components"])
-    except FileNotFoundError:
-        return "missing: `cudaredist install --reinstall` writes it again"
+    except FileNotFoundError:  # a tree installed before cudaredist wrote SBOMs has none to miss
+        return "missing: `cudaredist install --reinstall` writes it again" if record.get("sbom") else ""
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         return f"unreadable ({exc})"
     inv = inventory(record)

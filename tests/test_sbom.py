@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +85,13 @@ def test_a_redist_tree_its_verify_and_uninstall(tmp_path: Path) -> None:
     sbom.write_text(sbom.read_text().replace(rt["hashes"][0]["content"], "0" * 64))  # a stale SBOM
     r = CliRunner().invoke(app, ["verify", "--prefix", str(prefix)])
     assert r.exit_code == 1 and ".cudaredist/sbom.cdx.json" in r.output
+    sbom.unlink()
+    r = CliRunner().invoke(app, ["verify", "--prefix", str(prefix)])
+    assert r.exit_code == 1 and "missing: `cudaredist install --reinstall` writes it again" in r.output
+    assert CliRunner().invoke(app, ["install", "13.0", "--prefix", str(prefix), "--base-url", str(root),
+                                    "--platform", "linux-x86_64", "--cache-dir", str(tmp_path / "cache"),
+                                    "--reinstall"]).exit_code == 0
+    assert CliRunner().invoke(app, ["verify", "--prefix", str(prefix)]).exit_code == 0
     assert CliRunner().invoke(app, ["uninstall", "--prefix", str(prefix)]).exit_code == 0
     assert not prefix.exists()  # the SBOM went with the tree
 
@@ -135,3 +144,25 @@ def test_a_host_fix_is_a_patch_of_nvidias_bytes(tmp_path: Path) -> None:
     notes = " ".join(a["comment"] for p in spdx["packages"] for a in p.get("annotations", []))
     assert "glibc" in notes
     assert all(f["before"] in notes and f["after"] in notes for f in fixed)
+
+
+def test_a_warm_install_reuses_the_rendering_without_importing_the_libraries(tmp_path: Path) -> None:
+    """The second install of the same archives (another prefix, the same cache) writes the same SBOM
+    apart from its timestamp and serial, and imports neither library (issue 47's 5% of a warm install)."""
+    root, cache = tmp_path / "site", tmp_path / "cache"
+    build_mirror(root, "13.0.1", toolkit("linux-x86_64"))
+    args = ["install", "13.0", "--base-url", str(root), "--platform", "linux-x86_64",
+            "--cache-dir", str(cache)]
+    assert CliRunner().invoke(app, [*args, "--prefix", str(tmp_path / "a")]).exit_code == 0
+    probe = ("import atexit, sys\n"
+             "atexit.register(lambda: print(sorted(m for m in sys.modules if m.split('.')[0] in "
+             "('cyclonedx', 'spdx_tools', 'packageurl'))))\n"
+             "sys.argv = ['cudaredist', *sys.argv[1:]]\nfrom cudaredist.entry import main\nmain()\n")
+    r = subprocess.run([sys.executable, "-c", probe, *args, "--prefix", str(tmp_path / "b"), "--quiet"],
+                       capture_output=True, text=True, check=False, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
+    a, b = (json.loads((tmp_path / p / ".cudaredist" / "sbom.cdx.json").read_text()) for p in "ab")
+    assert a["serialNumber"] != b["serialNumber"]
+    for doc in (a, b):
+        del doc["serialNumber"], doc["metadata"]["timestamp"]
+    assert a == b

@@ -207,8 +207,8 @@ class Installer:
                                            links=self._complete(plan, staging), requested=requested)
                 if fixed:
                     made[hostfixes.RECORD_KEY] = fixed
+                made["sbom"] = sbom.write(staging, made, self.cache.root / "sbom")
                 record.write_record(staging, made)
-                sbom.write(staging, made, self.cache.root / "sbom")
                 swap_into_place(staging, prefix, warn=warnings.append, swapped=lambda: swapped.append(True))
             except BaseException:
                 fsops.rmtree(staging)
