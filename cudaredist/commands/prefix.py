@@ -131,10 +131,10 @@ def sbom(
     tk = Toolkit.of(locals())
     from cudaredist import fsops
     from cudaredist import sbom as sboms
-    from cudaredist.record import require_record
+    from cudaredist.prefixes import require_record
 
     if fmt not in ("cyclonedx", "spdx"):
-        fail(f"--format {fmt}: cudaredist writes cyclonedx or spdx")
+        fail(f"--format {fmt}: give cyclonedx (CycloneDX 1.6 JSON) or spdx (SPDX 2.3 JSON)", 2)
     inv = sboms.inventory(require_record(tk.target()))
     text = sboms.cyclonedx(inv) if fmt == "cyclonedx" else sboms.spdx(inv)
     if output is None:
