@@ -19,6 +19,7 @@ from typing import Any
 
 from cudaredist import __version__, fsops
 from cudaredist.record import RECORD_DIR, SBOM_FILE
+from cudaredist.tree import hostfixes
 
 SUPPLIER = "NVIDIA Corporation"
 KEY_PROPERTY = "cudaredist:inventory"  # which inventory a document renders (verify compares it)
@@ -33,7 +34,7 @@ def inventory(record: dict[str, Any]) -> dict[str, Any]:
     plan, served = record["plan"], record.get("provenance", {}).get("archives", {})
     fixes = record.get("host_fixes", [])
     owner = {f["path"]: f.get("component", "") for f in record["files"]} if fixes else {}
-    why = {f.id: f.summary for f in _fixes()} if fixes else {}
+    why = {f.id: f.summary for f in hostfixes.fixes()} if fixes else {}
     comps = [{"name": c["name"], "version": c["version"], "sha256": c["sha256"], "size": c.get("size", 0),
               "url": served.get(c["name"]) if served.get(c["name"], "cache") != "cache" else c.get("url", ""),
               "license": c.get("license", ""), "wheel": c.get("layout") == "wheel",
@@ -47,12 +48,6 @@ def inventory(record: dict[str, Any]) -> dict[str, Any]:
             "host_fixes": [{"id": f["id"], "path": f["path"], "before": f["before"], "after": f["after"],
                             "why": why.get(f["id"], ""), "source": f.get("source", ""),
                             "component": owner.get(f["path"], "")} for f in fixes]}
-
-
-def _fixes() -> list[Any]:
-    from cudaredist.tree.hostfixes import fixes
-
-    return list(fixes())
 
 
 def inventory_key(inv: dict[str, Any]) -> str:
