@@ -166,3 +166,6 @@ def test_a_warm_install_reuses_the_rendering_without_importing_the_libraries(tmp
     for doc in (a, b):
         del doc["serialNumber"], doc["metadata"]["timestamp"]
     assert a == b
+    assert len(list((cache / "sbom").iterdir())) == 1  # one rendering, which `cache clear` removes
+    assert CliRunner().invoke(app, ["cache", "clear", "--cache-dir", str(cache)]).exit_code == 0
+    assert not (cache / "sbom").exists()
