@@ -63,6 +63,11 @@ def _check(prefix: Path, tmp_path: Path) -> tuple[dict[str, Any], dict[str, Any]
     return cdx, spdx
 
 
+def _into(tmp_path: Path) -> tuple[str, ...]:
+    """--prefix and --cache-dir of a test's tree (tmp_path/cuda)."""
+    return "--prefix", str(tmp_path / "cuda"), "--cache-dir", str(tmp_path / "cache")
+
+
 def _manifest_shas(root: Path) -> set[str]:
     return {hashlib.sha256(p.read_bytes()).hexdigest() for p in root.rglob("*-archive.*")}
 
@@ -70,9 +75,8 @@ def _manifest_shas(root: Path) -> set[str]:
 def test_a_redist_tree_its_verify_and_uninstall(tmp_path: Path) -> None:
     root, prefix = tmp_path / "site", tmp_path / "cuda"
     build_mirror(root, "13.0.1", toolkit("linux-x86_64"))
-    r = CliRunner().invoke(app, ["install", "13.0", "--prefix", str(prefix), "--base-url", str(root),
-                                 "--platform", "linux-x86_64", "--cache-dir", str(tmp_path / "cache")])
-    assert r.exit_code == 0, r.output
+    args = ["install", "13.0", *_into(tmp_path), "--base-url", str(root), "--platform", "linux-x86_64"]
+    assert CliRunner().invoke(app, args).exit_code == 0
     cdx, spdx = _check(prefix, tmp_path)
     assert {c["hashes"][0]["content"] for c in cdx["components"]} <= _manifest_shas(root)
     rt = next(c for c in cdx["components"] if c["name"] == "cuda_cudart")
@@ -88,9 +92,7 @@ def test_a_redist_tree_its_verify_and_uninstall(tmp_path: Path) -> None:
     sbom.unlink()
     r = CliRunner().invoke(app, ["verify", "--prefix", str(prefix)])
     assert r.exit_code == 1 and "missing: `cudaredist install --reinstall` writes it again" in r.output
-    assert CliRunner().invoke(app, ["install", "13.0", "--prefix", str(prefix), "--base-url", str(root),
-                                    "--platform", "linux-x86_64", "--cache-dir", str(tmp_path / "cache"),
-                                    "--reinstall"]).exit_code == 0
+    assert CliRunner().invoke(app, [*args, "--reinstall"]).exit_code == 0
     assert CliRunner().invoke(app, ["verify", "--prefix", str(prefix)]).exit_code == 0
     assert CliRunner().invoke(app, ["uninstall", "--prefix", str(prefix)]).exit_code == 0
     assert not prefix.exists()  # the SBOM went with the tree
@@ -99,11 +101,9 @@ def test_a_redist_tree_its_verify_and_uninstall(tmp_path: Path) -> None:
 def test_a_pypi_tree_with_a_product(fake_index: FakeIndex, tmp_path: Path) -> None:
     add_release_13_0(fake_index)
     add_cudss(fake_index)
-    prefix = tmp_path / "cuda"
-    r = pypi_run("install", "13.0", "--with", "cudss", "--prefix", str(prefix), "--platform", "linux-x86_64",
-                 "--cache-dir", str(tmp_path / "cache"))
+    r = pypi_run("install", "13.0", "--with", "cudss", *_into(tmp_path), "--platform", "linux-x86_64")
     assert r.exit_code == 0, r.output
-    cdx, _ = _check(prefix, tmp_path)
+    cdx, _ = _check(tmp_path / "cuda", tmp_path)
     wheels = {hashlib.sha256(b).hexdigest() for b in fake_index.blobs.values()}
     assert {c["hashes"][0]["content"] for c in cdx["components"]} <= wheels
     cudss = next(c for c in cdx["components"] if c["name"] == "libcudss")
@@ -112,11 +112,9 @@ def test_a_pypi_tree_with_a_product(fake_index: FakeIndex, tmp_path: Path) -> No
 
 
 def test_a_redist_tree_with_a_product(site: str, tmp_path: Path) -> None:  # noqa: F811
-    prefix = tmp_path / "cuda"
-    r = CliRunner().invoke(app, ["install", "13.0", "--with", "cudnn", "--prefix", str(prefix), "--base-url",
-                                 site, "--cache-dir", str(tmp_path / "cache")])
+    r = CliRunner().invoke(app, ["install", "13.0", "--with", "cudnn", *_into(tmp_path), "--base-url", site])
     assert r.exit_code == 0, r.output
-    cdx, _ = _check(prefix, tmp_path)
+    cdx, _ = _check(tmp_path / "cuda", tmp_path)
     cudnn = next(c for c in cdx["components"] if c["name"] == "cudnn")
     assert "/compute/cudnn/redist/" in cudnn["externalReferences"][0]["url"]
     root = cdx["metadata"]["component"]
