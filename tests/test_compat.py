@@ -129,8 +129,9 @@ def test_for_tree_probes_no_driver_for_a_tree_without_compat(tmp_path: Path) -> 
     assert compat.for_tree(*tree(tmp_path / "c"), probe=host).first
 
 
-@pytest.mark.skipif(os.name == "nt", reason="a Linux tree's environment")
-def test_env_and_doctor_render_the_decision(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def compat_tree(tmp_path: Path) -> Path:
+    """A tiny 13.0.1 tree installed by cudaredist, with a compat package 580.95.05 in its record."""
     from tests.archives import build_mirror, toolkit
 
     build_mirror(tmp_path / "mirror", "13.0.1", toolkit())
@@ -142,6 +143,12 @@ def test_env_and_doctor_render_the_decision(tmp_path: Path, monkeypatch: pytest.
     rec = json.loads(rec_path.read_text())
     rec["plan"]["products"] = tree(prefix, "580.95.05", "13.0.1")[1]["products"]
     rec_path.write_text(json.dumps(rec))
+    return prefix
+
+
+@pytest.mark.skipif(os.name == "nt", reason="a Linux tree's environment")
+def test_env_and_doctor_render_the_decision(compat_tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    prefix, tmp_path = compat_tree, compat_tree.parent
     monkeypatch.setattr(compat, "probe_driver", lambda *a, **k: host())
     before = sorted(p.name for p in tmp_path.iterdir())
 
@@ -169,3 +176,18 @@ def test_the_compat_version_is_the_cuda_compat_components(tmp_path: Path) -> Non
     plan["components"] = [{"name": "cuda_compat", "version": "595.45.04"}]
     d = decide(prefix, plan, host("580.159.04", 13000))
     assert d.first and "595.45.04" in d.reason
+
+
+@pytest.mark.skipif(os.name == "nt", reason="a Linux tree")
+def test_doctor_passes_a_driver_the_compat_package_runs(compat_tree: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An R535 host (CUDA 12.2) with a 13.0 tree and a newer compat package: the driver is too old for
+    CUDA 13 by itself, and the compat package runs it, so doctor's driver check does not fail."""
+    prefix = compat_tree
+    monkeypatch.setattr(compat, "probe_driver", lambda *a, **k: host("535.261.03", 12020))
+    said = runner.invoke(app, ["doctor", "--prefix", str(prefix), "--json"]).stdout
+    checks = {c["name"]: c for c in json.loads(said)["checks"]}
+    assert checks["compat"]["status"] == "ok" and "with the tree's compat" in checks["compat"]["detail"]
+    assert checks["driver"]["status"] == "ok" and "compat package runs them" in checks["driver"]["detail"]
+    off = runner.invoke(app, ["doctor", "--prefix", str(prefix), "--json", "--compat", "off"])
+    assert {c["name"]: c["status"] for c in json.loads(off.stdout)["checks"]}["driver"] == "fail"

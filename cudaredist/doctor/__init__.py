@@ -95,12 +95,15 @@ def run(prefix: Path | None = None, *, train: str | None = None, inputs: Inputs 
             checks.append(toolkit.check_msbuild(tk))
     info = compat.probe_driver(inputs.driver_library or compat.default_driver_library(inputs.host_windows),
                                loader=inputs.loader, proc_file=inputs.proc_file)
-    checks.append(driver.check_driver(info, release, windows=inputs.host_windows))
+    drv = driver.check_driver(info, release, windows=inputs.host_windows)
     if tk and tk.record and release and tk.native and not tk.windows and not tk.host:
-        checks.append(driver.check_compat(compat.decide(tk.prefix, tk.record["plan"], info, inputs.compat),
-                                          release))
-    elif tk is not None:
-        checks.append(Check("compat", "ok", "forward compatibility is for a Linux tree run on its own host"))
+        decided = compat.decide(tk.prefix, tk.record["plan"], info, inputs.compat)
+        if decided.runs == "compat" and drv.status == "fail" and info.init_result == compat.CUDA_SUCCESS:
+            drv = Check("driver", "ok", f"{drv.detail}; the tree's compat package runs them (see compat)")
+        checks += [drv, driver.check_compat(decided, release)]
+    else:
+        checks += [drv] + [Check("compat", "ok", "forward compatibility is for a Linux tree run on its own "
+                                 "host")] * (tk is not None)
     checks.append(driver.check_gpu(info, driver.nvcc_gpu_codes(tk, env)))
     checks.append(toolkit.check_environment(env, tk, which=inputs.which, host_windows=inputs.host_windows))
     return Report(str(prefix) if prefix is not None else None, release, tuple(checks))
