@@ -225,7 +225,7 @@ def _cross_toolkit(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 @posix_only("a shell script stands in for nvcc")
 def test_doctor_without_the_cross_compiler_checks_only_the_compile_step(tmp_path: Path) -> None:
-    from cudaredist.doctor.cross import cross_checks
+    from cudaredist.doctor.compiler import cross_checks
 
     tk = _cross_toolkit(tmp_path)
     env = {"PATH": "/usr/bin:/bin", "NVCC_APPEND_FLAGS": "-target-dir sbsa-linux"}
@@ -242,7 +242,7 @@ def test_doctor_without_the_cross_compiler_checks_only_the_compile_step(tmp_path
 
 @posix_only("shell scripts stand in for nvcc and the cross compiler")
 def test_doctor_probes_with_the_cross_compiler_when_installed(tmp_path: Path) -> None:
-    from cudaredist.doctor.cross import cross_checks
+    from cudaredist.doctor.compiler import cross_checks
 
     tk = _cross_toolkit(tmp_path)
     gxx = tmp_path / "aarch64-linux-gnu-g++"

@@ -29,12 +29,11 @@ from cudaredist.doctor.compiler import (
     check_msvc_preprocessor,
     check_probe,
     explain_probe_failure,
-    judge_host_config,
-    select_host_compiler,
     zc_preprocessor_given,
 )
 from cudaredist.doctor.driver import arch_flags, check_driver, check_gpu
 from cudaredist.doctor.toolkit import check_environment, check_msbuild, check_nvcc, check_toolkit
+from cudaredist.hostcc import judge_host_config, select_host_compiler
 from tests.archives import build_mirror, toolkit
 from tests.hosts import posix_only, skip_on_windows
 from tests.realmirror import host_free_env, real_mirror_1302, real_wheel_cache, run_cudaredist, scratch  # noqa: F401

@@ -33,8 +33,7 @@ from cudaredist import compat
 from cudaredist.compat import Loader
 from cudaredist.doctor import driver, toolkit
 from cudaredist.doctor.checks import Check, Report, Toolkit, Which, _which
-from cudaredist.doctor.compiler import check_host_compiler, check_probe
-from cudaredist.doctor.cross import cross_checks
+from cudaredist.doctor.compiler import check_host_compiler, check_probe, cross_checks
 from cudaredist.fsops import WINDOWS
 from cudaredist.redo import shell_line, train_argv
 

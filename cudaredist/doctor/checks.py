@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from cudaredist import msvc
+from cudaredist.profiles import cross_rule
+from cudaredist.redo import request_argv, shell_line
 
 # the programs run on this host: one owner, cudaredist.msvc (hostcc judges compilers with them)
 Which = msvc.Which
@@ -18,15 +20,12 @@ _RANK = {"ok": 0, "warn": 1, "fail": 2}
 ORDER = ("toolkit", "nvcc", "host-compiler", "probe", "msbuild", "driver", "compat", "gpu", "environment")
 
 
-
 @dataclass(frozen=True)
 class Check:
-    """One check's verdict: ``fix`` is what to do when the status is not ok ("" when ok)."""
-
     name: str
     status: Status
     detail: str
-    fix: str = ""
+    fix: str = ""  # what to do when the status is not ok ("" when ok)
 
 
 @dataclass(frozen=True)
@@ -61,8 +60,6 @@ class Toolkit:
     def include(self) -> Path:
         """Where nvcc reads the tree's headers: a Linux cross tree's targets/<dir>/include."""
         if self.host and self.platform:
-            from cudaredist.profiles import cross_rule
-
             target_dir = cross_rule(self.platform, self.host).target_dir
             if target_dir:
                 return self.prefix / "targets" / target_dir / "include"
@@ -70,8 +67,6 @@ class Toolkit:
 
     def redo(self, *, reinstall: bool = False, source: str | None = None) -> str:
         """The command that makes this tree again (``TRAIN`` to fill in without a record)."""
-        from cudaredist.redo import request_argv, shell_line
-
         return shell_line(request_argv(self.record, self.prefix, reinstall=reinstall, source=source))
 
     def nvcc(self) -> Path:
