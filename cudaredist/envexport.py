@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from cudaredist.errors import PrefixError, UsageError
-from cudaredist.hostcc import Choice, cross_exports
+from cudaredist.hostcc import Choice, cross_exports, with_exports
 from cudaredist.localfs import local_error
 from cudaredist.plan import version_key
 from cudaredist.profiles import CrossRule, cross_rule, is_windows, platform_rule
@@ -318,8 +318,4 @@ def append_github(env: Environment, environ: Mapping[str, str]) -> None:
 
 def applied(env: Environment, environ: Mapping[str, str]) -> dict[str, str]:
     """``environ`` with ``env`` applied: what a child process of ``cudaredist run`` gets."""
-    sep = ";" if env.host_windows else ":"
-    out = {**environ, **dict(env.variables)}
-    for var, dirs in env.prepend:
-        out[var] = sep.join([*dirs, out[var]] if out.get(var) else dirs)
-    return out
+    return with_exports(environ, env.variables, env.prepend, ";" if env.host_windows else ":")

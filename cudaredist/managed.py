@@ -120,14 +120,9 @@ def _with_leftovers(root: Path) -> list[tuple[str, re.Match[str]]]:
     return [(name, n) for name in sorted(found) if (n := _NAME.match(name))]
 
 
-def installed(root: Path) -> list[Toolkit]:
-    """Managed toolkits in ``root``, newest release first (damaged ones left out: see :func:`scan`)."""
-    return scan(root).toolkits
-
-
 def find(root: Path, train: str, platform: str | None = None) -> list[Toolkit]:
     """Installed toolkits of ``train`` (and ``platform`` when given), best (newest) first."""
-    return [t for t in installed(root)
+    return [t for t in scan(root).toolkits
             if matches(train, t.release) and (platform is None or t.platform == platform)]
 
 
@@ -229,7 +224,7 @@ def update_train_links(root: Path, warn: Callable[[str], None] = lambda _text: N
     has none left. Returns the (link, target) pairs now in place, each checked to be there; a link
     that cannot be made is left out and ``warn`` told (the toolkit itself is installed)."""
     best: dict[str, str] = {}
-    for t in installed(root):  # newest first
+    for t in scan(root).toolkits:  # newest first
         best.setdefault(f"cuda-{'.'.join(t.release.split('.')[:2])}-{t.platform}", t.path.name)
     made: dict[str, str] = {}
     for link_name, target in best.items():

@@ -199,11 +199,11 @@ def test_train_links_are_updated_under_the_install_dir_lock(tmp_path: Path,
     newer = root / f"cuda-13.0.2-{LINUX}"
     hidden = newer.with_name(".installing")
     newer.rename(hidden)  # not there yet when the first process reads the install dir
-    real_installed = managed.installed
+    real_scan = managed.scan
     second: list[threading.Thread] = []
 
-    def installed(path: Path) -> list[managed.Toolkit]:
-        seen = real_installed(path)
+    def scan(path: Path) -> managed.Scan:
+        seen = real_scan(path)
         if not second:  # the first process, right after its read: the second finishes now
             hidden.rename(newer)
             second.append(threading.Thread(target=managed.link_trains, args=(root,),
@@ -212,7 +212,7 @@ def test_train_links_are_updated_under_the_install_dir_lock(tmp_path: Path,
             second[0].join(timeout=2)  # it cannot link before this one is done: it waits on the lock
         return seen
 
-    monkeypatch.setattr(managed, "installed", installed)
+    monkeypatch.setattr(managed, "scan", scan)
     managed.link_trains(root, timeout=30)
     second[0].join()
     assert os.readlink(root / f"cuda-13.0-{LINUX}") == f"cuda-13.0.2-{LINUX}"
