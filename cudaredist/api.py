@@ -242,7 +242,7 @@ def _satisfied(request: InstallRequest, train: str, fixed: Path | None, root: Pa
     if lacks:
         say(f"{where}: {'; '.join(lacks)}; updating")
         return None
-    from cudaredist.tree.hostfixes import pending
+    from cudaredist.hostfixes import pending
 
     if unlike := pending(where, rec, request.host_fixes):
         say(f"{where}: {'; '.join(unlike)}; updating")

@@ -17,9 +17,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from cudaredist import __version__, fsops
+from cudaredist import __version__, fsops, hostfixes
 from cudaredist.record import RECORD_DIR, SBOM_FILE
-from cudaredist.tree import hostfixes
 
 SUPPLIER = "NVIDIA Corporation"
 KEY_PROPERTY = "cudaredist:inventory"  # which inventory a document renders (verify compares it)

@@ -93,7 +93,7 @@ def info(
         typer.echo(f"  {c['name']:<20} {c['version']:<14} sha256 {c['sha256']}{built}")
         if c["name"] in served:
             typer.echo(f"  {'':<20} from {served[c['name']]}")
-    from cudaredist.tree.hostfixes import describe
+    from cudaredist.hostfixes import describe
 
     if fixes := describe(rec):
         typer.echo("host fixes: (NVIDIA's bytes changed where they clash with a newer host; verify checks "
@@ -109,9 +109,9 @@ def info(
 def _unfixed(target: Path, rec: dict[str, Any] | None = None) -> list[str]:
     """The notes for the known host fixes that apply to the tree and that it lacks (laid out by an
     older cudaredist, or with --no-host-fixes), with the command that applies them."""
+    from cudaredist.hostfixes import pending
     from cudaredist.prefixes import require_record
     from cudaredist.redo import request_argv, shell_line
-    from cudaredist.tree.hostfixes import pending
 
     rec = rec if rec is not None else require_record(target)
     return [f"note: {why}: `{shell_line(request_argv(rec, target))}` applies it"

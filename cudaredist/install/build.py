@@ -13,21 +13,23 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout  # not the builtin before 3.11
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar, cast
+from typing import Any, BinaryIO, TypeVar, cast
 
-from cudaredist.cache.store import evict
+from cudaredist import interrupts
+from cudaredist.cache import Cache
+from cudaredist.cache.store import evict, lock_wait
 from cudaredist.cache.unpacked import UnpackedCache, UnpackedEntry, entry_key, materialize
 from cudaredist.errors import FetchError, UnsafeArchiveError
-from cudaredist.fetch.fetcher import Aborted, DownloadFailed, GrowingFile
+from cudaredist.fetch.fetcher import Aborted, DownloadFailed, Fetcher, GrowingFile
+from cudaredist.fetch.transport import Transport
 from cudaredist.fsops import WINDOWS
 from cudaredist.interrupts import wait_first
 from cudaredist.plan import Plan, PlannedArchive, placed
+from cudaredist.progress import Reporter
 from cudaredist.sources import layout
+from cudaredist.tree import links
 from cudaredist.tree.extract import extract, is_streamable
 from cudaredist.tree.staging import Mapper, Tree, WriterFailed
-
-if TYPE_CHECKING:
-    from cudaredist.install.transaction import Installer
 
 
 def _root_cause(futures: Sequence[Future[Any]]) -> BaseException | None:
@@ -63,7 +65,7 @@ class Build:
     then its archive's (the fetcher's); never the other way round.
     """
 
-    def __init__(self, installer: Installer, plan: Plan, tree: Tree, *, stream: bool) -> None:
+    def __init__(self, installer: Builder, plan: Plan, tree: Tree, *, stream: bool) -> None:
         self.installer = installer
         self.fetcher = installer.fetcher
         self.reporter = installer.reporter
@@ -283,6 +285,49 @@ class Build:
 # How far the threads that extract all but the longest archive give way: CFS weighs nice 0 against
 # nice 10 as 1024 to 110, so the longest decode keeps ~90% of a core it shares with them.
 GIVE_WAY = 10
+
+
+class Builder:
+    """What builds trees: the cache, its fetcher, the download and extraction pools' sizes, how
+    entries are placed (:class:`Build` takes them from here); several trains' archives fetched with
+    one pool (:meth:`prefetch`)."""
+
+    def __init__(self, transport: Transport, cache: Cache, *, reporter: Reporter | None = None,
+                 jobs: int = 8, offline: bool = False, lock_timeout: float | None = None,
+                 link_mode: str | None = None, cache_unpacked: bool = True) -> None:
+        self.cache = cache
+        self.link_mode = links.link_mode(link_mode)
+        # keep each new archive unpacked in the cache (later installs place it without decoding);
+        # off, it is extracted straight into the tree: each file created once (a runner whose cache
+        # does not outlive the job)
+        self.cache_unpacked = cache_unpacked
+        self.reporter = reporter or Reporter()
+        self.jobs = max(1, jobs)
+        self.lock_timeout = lock_wait(lock_timeout)
+        self.extract_workers = max(1, min(4, os.cpu_count() or 1))
+        self.fetcher = Fetcher(transport, cache, reporter=self.reporter, offline=offline,
+                               lock_timeout=self.lock_timeout)
+
+    def prefetch(self, plans: Sequence[Plan]) -> None:
+        """Fetch every archive of ``plans`` into the cache with one pool (several trains at once),
+        so the installs that follow extract from the cache."""
+        items = sorted({i.archive.sha256: i for p in plans for i in p.items}.values(),
+                       key=lambda it: -it.archive.size)
+        self.reporter.start(sum(i.archive.size for i in items), len(items))
+        self.fetcher.resume()
+        try:
+            with ThreadPoolExecutor(min(self.jobs, len(items)) or 1, thread_name_prefix="fetch") as pool:
+                try:
+                    fetching = {pool.submit(self.fetcher.fetch, item): item for item in items}
+                    for fut in interrupts.as_done(fetching):
+                        item, (_path, cached) = fetching[fut], fut.result()
+                        self.reporter.archive_done(item.archive.filename, item.archive.size,
+                                                   cached=cached)
+                except BaseException:
+                    self.fetcher.cancel()  # before the pool joins its workers: none stays stuck
+                    raise
+        finally:
+            self.reporter.close()
 
 
 def _give_way() -> None:

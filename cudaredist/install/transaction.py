@@ -15,24 +15,19 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from cudaredist import fsops, interrupts, prefixes, record, sbom
-from cudaredist.cache import Cache
-from cudaredist.cache.store import lock_wait
+from cudaredist import fsops, hostfixes, interrupts, prefixes, record, sbom
 from cudaredist.errors import PrefixError
-from cudaredist.fetch.fetcher import Fetcher, StreamBroken
-from cudaredist.fetch.transport import Transport
-from cudaredist.install.build import Build
+from cudaredist.fetch.fetcher import StreamBroken
+from cudaredist.install import versionjson
+from cudaredist.install.build import Build, Builder
+from cudaredist.install.versionjson import version_json
 from cudaredist.localfs import UMASK, check_free_space, disk_error, is_case_insensitive, mb
 from cudaredist.plan import Plan
 from cudaredist.profiles import cross_rule, is_windows, platform_rule
-from cudaredist.progress import Reporter
-from cudaredist.tree import hostfixes, links, versionjson
 from cudaredist.tree.staging import FileRecord, Tree
-from cudaredist.tree.versionjson import version_json
 
 
 @dataclass(frozen=True)
@@ -110,43 +105,8 @@ def interrupted_text(prefix: Path, plan: Plan, *, swapped: bool) -> str:
                if left else ""))
 
 
-class Installer:
-    def __init__(self, transport: Transport, cache: Cache, *, reporter: Reporter | None = None,
-                 jobs: int = 8, offline: bool = False, lock_timeout: float | None = None,
-                 link_mode: str | None = None, cache_unpacked: bool = True) -> None:
-        self.cache = cache
-        self.link_mode = links.link_mode(link_mode)
-        # keep each new archive unpacked in the cache (later installs place it without decoding);
-        # off, it is extracted straight into the tree: each file created once (a runner whose cache
-        # does not outlive the job)
-        self.cache_unpacked = cache_unpacked
-        self.reporter = reporter or Reporter()
-        self.jobs = max(1, jobs)
-        self.lock_timeout = lock_wait(lock_timeout)
-        self.extract_workers = max(1, min(4, os.cpu_count() or 1))
-        self.fetcher = Fetcher(transport, cache, reporter=self.reporter, offline=offline,
-                               lock_timeout=self.lock_timeout)
-
-    def prefetch(self, plans: Sequence[Plan]) -> None:
-        """Fetch every archive of ``plans`` into the cache with one pool (several trains at once),
-        so the installs that follow extract from the cache."""
-        items = sorted({i.archive.sha256: i for p in plans for i in p.items}.values(),
-                       key=lambda it: -it.archive.size)
-        self.reporter.start(sum(i.archive.size for i in items), len(items))
-        self.fetcher.resume()
-        try:
-            with ThreadPoolExecutor(min(self.jobs, len(items)) or 1, thread_name_prefix="fetch") as pool:
-                try:
-                    fetching = {pool.submit(self.fetcher.fetch, item): item for item in items}
-                    for fut in interrupts.as_done(fetching):
-                        item, (_path, cached) = fetching[fut], fut.result()
-                        self.reporter.archive_done(item.archive.filename, item.archive.size,
-                                                   cached=cached)
-                except BaseException:
-                    self.fetcher.cancel()  # before the pool joins its workers: none stays stuck
-                    raise
-        finally:
-            self.reporter.close()
+class Installer(Builder):
+    """A :class:`~cudaredist.install.build.Builder` that swaps each tree it builds into its prefix."""
 
     # -- transaction -------------------------------------------------------------------------------
     def install(self, plan: Plan, prefix: Path | str, *, reinstall: bool = False,
@@ -154,7 +114,7 @@ class Installer:
                 host_fixes: bool = True) -> InstallResult:
         """``reinstall``: build the tree again even if the prefix holds this plan (or its record is
         unreadable); ``replace_foreign``: replace a prefix that holds no cudaredist install;
-        ``host_fixes``: apply the known host fixes (:mod:`cudaredist.tree.hostfixes`)."""
+        ``host_fixes``: apply the known host fixes (:mod:`cudaredist.hostfixes`)."""
         t0 = time.monotonic()
         prefix = prefixes.canonical_prefix(prefix)
         self.cache.prepare()  # a --cache-dir that is not a cache is refused before anything is written

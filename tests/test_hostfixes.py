@@ -1,4 +1,4 @@
-"""Known host fixes (manifests/hostfixes.toml, cudaredist/tree/hostfixes.py) on a small synthetic
+"""Known host fixes (manifests/hostfixes.toml, cudaredist/hostfixes.py) on a small synthetic
 tree: applied at install and said once, recorded with the fixed bytes (verify checks them, info
 lists them), a no-op where the host does not need them, skipped (and said) where the file is not
 what the fix expects, and `--no-host-fixes` keeps NVIDIA's bytes. The real headers on a real newer
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner, Result
 
+from cudaredist import hostfixes
 from cudaredist.cli import app
-from cudaredist.tree import hostfixes
 from tests.archives import NVCC_12, MirrorArchive, build_mirror, toolkit
 from tests.hosts import posix_only, split_line
 
