@@ -224,8 +224,8 @@ def _satisfied(request: InstallRequest, train: str, fixed: Path | None, root: Pa
                say: Callable[[str], None]) -> Installed | None:
     """The toolkit already answering ``train`` (read from its record, no network), else None; one
     installed for this request that lacks what its profile means today is said and updated."""
+    from cudaredist.drift import satisfying_record
     from cudaredist.managed import satisfied_toolkit
-    from cudaredist.record import satisfying_record
 
     platform, profile = profiles.host_platform(request.platform), _profile(request)
     source = check_source(request.source)

@@ -25,12 +25,13 @@ from typing import Any
 
 from cudaredist import fsops
 from cudaredist.cache.store import hold
+from cudaredist.drift import satisfying_record
 from cudaredist.errors import PrefixError, RecordError, ResolveError
 from cudaredist.fsops import WINDOWS
 from cudaredist.plan import matches, version_key
 from cudaredist.prefixes import cut_short
 from cudaredist.prefixes import tidy as tidy_prefix
-from cudaredist.record import read_record, satisfying_record
+from cudaredist.record import read_record
 from cudaredist.redo import shell_line, train_argv
 
 _NAME = re.compile(r"^cuda-(?P<release>\d+\.\d+\.\d+)-(?P<platform>[a-z0-9]+-[a-z0-9_]+)$")
@@ -254,7 +255,7 @@ def satisfied_toolkit(root: Path, *, train: str, platform: str, profile: str | N
                       components: Sequence[str], source: str, products: Sequence[str] = ()
                       ) -> tuple[dict[str, Any] | None, list[str], Path | None]:
     """(record, what it lacks, path) of an installed managed toolkit installed for this request
-    (:func:`cudaredist.record.satisfying_record`), else (None, [], None)."""
+    (:func:`cudaredist.drift.satisfying_record`), else (None, [], None)."""
     for t in find(root, train, platform):
         rec, lacks = satisfying_record(t.path, train=train, platform=platform, profile=profile,
                                        components=components, source=source, products=products)

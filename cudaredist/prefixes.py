@@ -23,7 +23,7 @@ from cudaredist.errors import PrefixError
 from cudaredist.fsops import WINDOWS
 from cudaredist.hashing import sha256_file
 from cudaredist.interrupts import Interrupted
-from cudaredist.record import RECORD_DIR, RECORD_FILE, SBOM_FILE, outdated, read_record, record_path
+from cudaredist.record import RECORD_DIR, RECORD_FILE, SBOM_FILE, read_record, record_path
 from cudaredist.redo import request_argv, shell_line
 
 
@@ -136,13 +136,6 @@ def require_record(prefix: Path) -> dict[str, Any]:
         raise PrefixError(f"{prefix} holds no cudaredist install (no {RECORD_DIR}/{RECORD_FILE})",
                           prefix=str(prefix))
     return rec
-
-
-def drift_note(prefix: Path, record: dict[str, Any]) -> str:
-    """What ``info`` and ``verify`` say of a tree that needs updating (:func:`outdated`), or ""."""
-    why = outdated(record)
-    return f"needs updating: {'; '.join(why)}: `{shell_line(request_argv(record, prefix))}` brings it " \
-        "up to date" if why else ""
 
 
 def refuse_foreign(prefix: Path) -> None:
@@ -306,7 +299,7 @@ class VerifyReport:
     extra: list[str] = field(default_factory=list)  # added since (torch's lib/x64/libcudart.a): no damage
     checked: int = 0
     reasons: dict[str, str] = field(default_factory=dict)  # changed path -> what changed
-    drift: str = ""  # what its profile means today that the tree lacks (:func:`drift_note`)
+    drift: str = ""  # what its profile means today that the tree lacks (:func:`cudaredist.drift.drift_note`)
 
     @property
     def ok(self) -> bool:
@@ -389,7 +382,7 @@ def verify(prefix: Path, *, fast: bool = False) -> VerifyReport:
     """Re-hash every recorded file and compare its exec bits, link targets and kind; ``fast``
     compares sizes, modes and link targets only."""
     rec = require_record(prefix)
-    report = VerifyReport(str(prefix), drift=drift_note(prefix, rec))
+    report = VerifyReport(str(prefix))
     modes = _keeps_exec_bits(prefix)
     fixups = rec.get("links", [])  # platform fix-ups such as lib64 -> lib
     for f in rec["files"] + fixups:

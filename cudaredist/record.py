@@ -52,94 +52,17 @@ def satisfies(record: dict[str, Any], *, train: str, platform: str, profile: str
             and sorted(request.get("components", [])) == sorted(components))
 
 
-def lacking(record: dict[str, Any]) -> list[str]:
-    """What the record's own request means today for its release that its tree lacks (``profile
-    nvcc`` gained ``cuda_profiler_api`` in a later cudaredist): offline. A redist tree's components
-    against profiles.toml; another source's profile (pypi.toml's extras, which only the index turns
-    into wheels) against the profile entries its record says the tree was resolved from."""
-    from cudaredist.errors import CudaRedistError
-    from cudaredist.profiles import get_product, get_profile, parse_spec
-    from cudaredist.sources import profile_specs
-
-    plan = record["plan"]
-    release, platform, have = plan["release"], plan["platform"], {c["name"] for c in plan["components"]}
-    source = plan.get("source", "nvidia")
-    try:
-        if source != "nvidia":
-            had = record.get("request", {}).get("profile")
-            if not isinstance(had, list):  # recorded before records said: its layout version says it
-                return []
-            return [str(s) for s in profile_specs(source, plan["profile"], release, platform)
-                    if str(s) not in had]
-        # a component the release may lack (``missing``): the plan's note says when it did
-        absent = " ".join(str(n) for n in plan.get("notes", []))
-        specs = [s for s in get_profile(plan["profile"]).specs if s.applies_to(release, platform)
-                 and not (s.missing and f"has no {s} for {platform}" in absent)] \
-            if plan["profile"] != "custom" else []
-        specs += [parse_spec(c, "--component") for c in record.get("request", {}).get("components", [])]
-        specs += [parse_spec(n) for p in plan.get("products", [])
-                  for n in get_product(str(p["name"])).needs_for(str(p["release"]))]
-    except CudaRedistError:  # a profile or product this cudaredist no longer has: nothing to compare
-        return []
-    return list(dict.fromkeys(str(s) for s in specs if not any(n in have for n in s.names)))
-
-
-def drift_text(record: dict[str, Any], missing: Sequence[str]) -> str:
-    """``profile nvcc now also includes cuda_profiler_api, cuda_nvtx`` for what :func:`lacking` found."""
-    profile = record["plan"]["profile"]
-    who = f"profile {profile}" if profile != "custom" else "the request"
-    return f"{who} now also includes {', '.join(missing)} (CUDA {record['plan']['release']})"
-
-
-def outdated(record: dict[str, Any]) -> list[str]:
-    """Why the tree needs updating, offline: a layout older than this cudaredist's (:data:`LAYOUT`),
-    what its request means today that it lacks (:func:`lacking`). [] when it is up to date."""
-    why = []
-    layout = record.get("layout", 0)
-    if not isinstance(layout, int) or layout < LAYOUT:
-        why.append(f"the tree was laid out by an older cudaredist (layout {layout}; this one lays trees "
-                   f"out as layout {LAYOUT})")
-    if missing := lacking(record):
-        why.append(f"{drift_text(record, missing)}, which this tree lacks")
-    return why
-
-
-def holds(record: dict[str, Any], plan: Plan) -> bool:
-    """Does the tree hold exactly ``plan``'s archives (as resolved now), from the components its
-    record lists rather than a key stored beside them, laid out as this cudaredist lays them out
-    (not :func:`outdated`)?"""
-    from cudaredist.plan import plan_from_json
-
-    try:
-        same = plan_from_json(record["plan"]).content_key() == plan.content_key()
-    except (KeyError, TypeError, ValueError):
-        return False
-    return same and not outdated(record)
-
-
-def satisfying_record(prefix: Path, *, train: str, platform: str, profile: str | None,
-                      components: Sequence[str], source: str, products: Sequence[str] = (),
-                      host: str = "") -> tuple[dict[str, Any] | None, list[str]]:
-    """(the record of ``prefix``, why it needs updating) when it was installed for this request, else
-    (None, []): a record that needs no updating (:func:`outdated`) answers it without network."""
-    rec = read_record(prefix) if prefix.is_dir() else None
-    if rec is None or not satisfies(rec, train=train, platform=platform, profile=profile,
-                                    components=components, source=source, products=products,
-                                    host=host):
-        return None, []
-    return rec, outdated(rec)
-
-
 def record_path(prefix: Path) -> Path:
     return prefix / RECORD_DIR / RECORD_FILE
 
 
 def build_record(plan: Plan, files: list[FileRecord], *, served: dict[str, str],
-                 links: list[dict[str, str]], requested: Sequence[str]) -> dict[str, Any]:
+                 links: list[dict[str, str]], requested: Sequence[str], meant: Sequence[str],
+                 location: Sequence[str]) -> dict[str, Any]:
     """``served``: sha256 -> the URL this run downloaded it from (an archive not in it came from
-    the cache); ``links``: the platform fix-ups made; ``requested``: the ``--component`` names."""
-    from cudaredist.sources import profile_specs
-
+    the cache); ``links``: the platform fix-ups made; ``requested``: the ``--component`` names;
+    ``meant``: the entries the plan's profile meant; ``location``: the options that point a new run
+    where the plan came from (none for a source's default)."""
     return {
         "schema": SCHEMA,
         "tool": f"cudaredist {__version__}",
@@ -158,10 +81,9 @@ def build_record(plan: Plan, files: list[FileRecord], *, served: dict[str, str],
             for f in files
         ],
         "links": links,
-        # what the profile meant at install: another source's drift is judged against it (lacking)
-        "request": {"components": list(requested),
-                    "profile": [str(s) for s in profile_specs(plan.source, plan.profile, plan.release,
-                                                                plan.platform)]},
+        # what the profile meant at install: another source's drift is judged against it
+        # (drift.lacking); where from, as cudaredist.redo spells it again
+        "request": {"components": list(requested), "profile": list(meant), "location": list(location)},
         "layout": LAYOUT,
     }
 
@@ -196,7 +118,7 @@ _RECORD: dict[str, Any] = {
                             "base_url?": str, "cuda_variant?": str, "note?": str}]},
     "files": [{"path": str, "size": int, "sha256": str, "mode?": str, "link?": str, "component?": str}],
     "links?": [{"path": str, "link": str, "copy?": str}],
-    "request?": {"components?": list, "profile?": list},
+    "request?": {"components?": list, "profile?": list, "location?": list},
     "layout?": int,
     "provenance?": {"manifest?": (str, type(None)), "hashes_from?": (str, type(None)), "archives?": dict},
     "host_fixes?": [{"id": str, "path": str, "before": str, "after": str, "source?": str}],

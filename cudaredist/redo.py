@@ -18,8 +18,6 @@ def request_argv(record: Mapping[str, Any] | None, prefix: Path, *, reinstall: b
     makes the tree ``record`` describes again in ``prefix`` (its release, platform, source and where
     it came from, profile or ``--only``, ``--component`` and ``--with``); a managed toolkit by its
     install dir. ``source``: the same request from another source; no record: a TRAIN to fill in."""
-    from cudaredist.sources import location_argv
-
     if record is None:
         return ["cudaredist", "install", "TRAIN", "--prefix", str(prefix)] + ["--reinstall"] * reinstall
     plan, request = record["plan"], record.get("request", {})
@@ -32,7 +30,7 @@ def request_argv(record: Mapping[str, Any] | None, prefix: Path, *, reinstall: b
     if source != "nvidia" or source != had:  # another source than the tree's: said, even the default
         argv += ["--source", source]
     if source == had:
-        argv += location_argv(source, str(plan.get("base_url", "")), str(plan.get("channel", "")))
+        argv += request.get("location", _spelled_out(plan))
     profile = str(plan.get("profile", "custom"))
     argv += ["--only"] if profile == "custom" else ["--profile", profile]
     for c in request.get("components", []):
@@ -40,6 +38,14 @@ def request_argv(record: Mapping[str, Any] | None, prefix: Path, *, reinstall: b
     for p in plan.get("products", []):
         argv += ["--with", str(p.get("requested", p.get("name", "")))]
     return argv + (["--reinstall"] if reinstall else [])
+
+
+def _spelled_out(plan: Mapping[str, Any]) -> list[str]:
+    """Where a tree whose record kept no options came from (an older cudaredist's): spelled out."""
+    base, channel = str(plan.get("base_url", "")), str(plan.get("channel", ""))
+    if channel or not base:
+        return ["--channel", channel] if channel else []
+    return ["--index-url" if plan.get("source") == "pypi" else "--base-url", base]
 
 
 def train_argv(train: str, root: Path | None = None, platform: str | None = None) -> list[str]:

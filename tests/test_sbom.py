@@ -24,9 +24,9 @@ from tests.sources.pypi.test_pypi_products import add_cudss, add_release_13_0
 from tests.sources.pypi.test_pypi_source import FakeIndex
 from tests.test_cross import _install as cross_install
 from tests.test_cross import cross_site  # noqa: F401
-from tests.test_products_install import _linux_host, site  # noqa: F401
 from tests.test_hostfixes import _install as hostfix_install
 from tests.test_hostfixes import _mirror as hostfix_mirror
+from tests.test_products_install import _linux_host, site  # noqa: F401
 
 
 def _sbom(prefix: Path, fmt: str, tmp_path: Path) -> dict[str, Any]:

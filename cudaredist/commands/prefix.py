@@ -24,9 +24,12 @@ def verify(
     """Re-hash the tree against its install record: missing and changed files (content, exec bits,
     link targets) fail it; extra files, added since the install, are listed."""
     tk = Toolkit.of(locals())
+    from cudaredist.drift import drift_note
+    from cudaredist.prefixes import require_record
     from cudaredist.prefixes import verify as do_verify
 
     report = do_verify(tk.target(), fast=fast)
+    report.drift = drift_note(tk.target(), require_record(tk.target()))
     if as_json:
         emit_json(report.to_json())
     else:
@@ -53,7 +56,8 @@ def info(
 ) -> None:
     """Show the install record of a prefix."""
     tk = Toolkit.of(locals())
-    from cudaredist.prefixes import drift_note, require_record
+    from cudaredist.drift import drift_note
+    from cudaredist.prefixes import require_record
 
     target = tk.target()
     rec = require_record(target)

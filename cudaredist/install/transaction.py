@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cudaredist import fsops, hostfixes, interrupts, prefixes, record, sbom
+from cudaredist.drift import holds, profile_specs
 from cudaredist.errors import PrefixError
 from cudaredist.fetch.fetcher import StreamBroken
 from cudaredist.install import versionjson
@@ -27,6 +28,7 @@ from cudaredist.install.versionjson import version_json
 from cudaredist.localfs import UMASK, check_free_space, disk_error, is_case_insensitive, mb
 from cudaredist.plan import Plan
 from cudaredist.profiles import cross_rule, is_windows, platform_rule
+from cudaredist.sources import location_argv
 from cudaredist.tree.staging import FileRecord, Tree
 
 
@@ -138,7 +140,7 @@ class Installer(Builder):
                 (warnings.append if action.startswith("warning: ") else self.reporter.message)(action)
             # an unreadable record's error says to reinstall with --reinstall: then it is not read
             held = (record.read_record(prefix) or {}) if not reinstall and prefix.is_dir() else {}
-            if held and record.holds(held, plan) and not hostfixes.pending(prefix, held, host_fixes):
+            if held and holds(held, plan) and not hostfixes.pending(prefix, held, host_fixes):
                 return InstallResult(prefix, plan, noop=True, seconds=time.monotonic() - t0,
                                      warnings=tuple(warnings))
             if not replace_foreign:
@@ -163,8 +165,11 @@ class Installer(Builder):
                     staging.mkdir()
                     files, downloaded, cached = self._build(plan, staging, prefix, stream=False)
                 files, fixed = self._host_fixes(plan, staging, files, host_fixes, warnings)
+                meant = profile_specs(plan.source, plan.profile, plan.release, plan.platform)
                 made = record.build_record(plan, files, served=self.fetcher.served,
-                                           links=self._complete(plan, staging), requested=requested)
+                                           links=self._complete(plan, staging), requested=requested,
+                                           meant=[str(s) for s in meant],
+                                           location=location_argv(plan.source, plan.base_url, plan.channel))
                 if fixed:
                     made[hostfixes.RECORD_KEY] = fixed
                 made["sbom"] = sbom.write(staging, made, self.cache.root / "sbom")

@@ -12,13 +12,12 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from cudaredist.errors import CudaRedistError, PlanError, UsageError
+from cudaredist.errors import PlanError, UsageError
 from cudaredist.sources.base import Layout, Source, Where, check_where
 
 if TYPE_CHECKING:
     from cudaredist.cache import Cache
     from cudaredist.fetch.transport import Transport
-    from cudaredist.profiles import Spec
 
 ENV_SOURCE = "CUDAREDIST_SOURCE"
 SOURCES = ("nvidia", "pypi")
@@ -45,24 +44,6 @@ def location_argv(source: str, base_url: str, channel: str = "") -> list[str]:
     from cudaredist.sources.nvidia.index import base_and_mirror
 
     return [] if not base_url or base_url == base_and_mirror(None, None)[0] else ["--base-url", base_url]
-
-
-def profile_specs(source: str, profile: str, release: str, platform: str) -> list[Spec]:
-    """The entries of ``source``'s profile (profiles.toml; pypi.toml's extras for the pypi source)
-    that apply to ``release`` on ``platform``: what a resolve of that profile asks for. A profile this
-    cudaredist does not have (``custom``: none) asks for nothing."""
-    from cudaredist.profiles import get_profile
-
-    if profile == "custom":
-        return []
-    try:
-        if source == "pypi":
-            from cudaredist.sources.pypi.wheels import wheel_data
-
-            return [s for s in wheel_data().profile(profile).specs if s.applies_to(release)]
-        return [s for s in get_profile(profile).specs if s.applies_to(release, platform)]
-    except CudaRedistError:
-        return []
 
 
 def open_source(name: str | None, transport: Transport, cache: Cache, where: Where) -> Source:
