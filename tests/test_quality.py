@@ -87,13 +87,13 @@ _FLOORS = [
     ("cudaredist.api", 6),
     ("cudaredist.publish", 5),
     ("cudaredist.install", 4), ("cudaredist.record", 4), ("cudaredist.redo", 4), ("cudaredist.prefixes", 4),
-    ("cudaredist.sbom", 4),
+    ("cudaredist.sbom", 4), ("cudaredist.drift", 4),
     ("cudaredist.managed", 4),
     ("cudaredist.envexport", 4), ("cudaredist.discover", 4), ("cudaredist.doctor", 4),
     ("cudaredist.hostcc", 4), ("cudaredist.msvc", 4), ("cudaredist.compat", 4),
     ("cudaredist.sources", 3),
     ("cudaredist.fetch.fetcher", 2),
-    ("cudaredist.cache", 1), ("cudaredist.tree", 1),
+    ("cudaredist.cache", 1), ("cudaredist.tree", 1), ("cudaredist.hostfixes", 1),
     ("cudaredist.fetch", 0),
     *((f"cudaredist.{core}", 0) for core in ("plan", "profiles", "errors", "localfs", "fsops", "hashing",
                                               "progress", "streams", "trust", "interrupts", "installdir")),
@@ -131,13 +131,6 @@ def test_imports_go_down_the_floors() -> None:
     assert (upward, unplaced) == ([], [])
 
 
-# The import circles left (issue 48): each a module holding two jobs. The list only shrinks: a
-# circle fixed is taken off it, and no new one may appear.
-_CIRCLES_LEFT = {
-    frozenset({"install.build", "install.transaction"}),
-}
-
-
 def _imports() -> dict[str, set[str]]:
     """Each module of cudaredist -> the modules of cudaredist it imports, anywhere in it (at the top,
     in a function, under TYPE_CHECKING: a function-level import hides a circle, it does not end it)."""
@@ -163,7 +156,8 @@ def _imports() -> dict[str, set[str]]:
     return graph
 
 
-def test_no_new_import_circles() -> None:
+def test_no_import_circles() -> None:
+    """Issue 48: a circle is a module holding two jobs; move the second job out of one module."""
     graph = _imports()
     reach = {m: set(graph[m]) for m in graph}  # every module each one leads to
     for m in graph:
@@ -172,10 +166,65 @@ def test_no_new_import_circles() -> None:
             for n in graph[todo.pop()] - reach[m]:
                 reach[m].add(n)
                 todo.append(n)
-    circles = {frozenset(n.removeprefix("cudaredist.") for n in reach[m] if m in reach[n])
-               for m in graph if m in reach[m]}
-    assert not circles - _CIRCLES_LEFT, "new import circles: move the second job out of one module"
-    assert not _CIRCLES_LEFT - circles, "a circle is gone: take it off _CIRCLES_LEFT"
+    assert sorted(m for m in graph if m in reach[m]) == []
+
+
+def _room_floors() -> dict[str, int]:
+    """Each room's floor: a package (folder) of cudaredist is one room, a top-level module another; a
+    room's floor is 1 + the highest floor of a room it imports (any of its modules, anywhere in them)."""
+    def room(module: str) -> str:
+        part = (module.split(".") + ["__init__"])[1]
+        return part + "/" if (ROOT / "cudaredist" / part).is_dir() else part
+
+    rooms: dict[str, set[str]] = {}
+    for module, imported in _imports().items():
+        rooms.setdefault(room(module), set()).update(room(n) for n in imported)
+    floors: dict[str, int] = {}
+
+    def floor(r: str, below: tuple[str, ...] = ()) -> int:
+        assert r not in below, f"rooms in a circle: {below}"
+        if r not in floors:
+            floors[r] = 1 + max((floor(n, (*below, r)) for n in rooms[r] - {r}), default=0)
+        return floors[r]
+
+    for r in rooms:
+        floor(r)
+    return floors
+
+
+def _documented(heading: str) -> str:
+    """The section of docs/architecture.md under ``heading`` (up to the next one)."""
+    text = "\n" + (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    return text.split(f"\n{heading}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_at_most_13_floors_and_the_picture_shows_them() -> None:
+    """Issue 48: at most 13 floors of rooms, drawn as they are in docs/architecture.md's picture."""
+    floors = _room_floors()
+    assert max(floors.values()) <= 13
+    import re
+
+    drawn = {r: int(f) for f, rooms in re.findall(r"(?m)^ *(\d+) {2,}(.+)$", _documented("## The floors, room by room"))
+             for r in rooms.split()}
+    assert drawn == floors
+
+
+def test_floors_table_is_the_documented_one() -> None:
+    """_FLOORS is docs/architecture.md's table of floors (its modules, less the files named in brackets)."""
+    import re
+
+    table = {}
+    for floor, modules in re.findall(r"(?m)^\| (\d+) [^|]*\| ([^|]+) \|", _documented("# Architecture")):
+        for name in re.findall(r"`([\w/.]+)`", re.sub(r"\([^)]*\)", "", modules)):
+            table["cudaredist." + name.removesuffix(".py").strip("/").replace("/", ".")] = int(floor)
+    assert table == dict(_FLOORS)
+
+
+def test_no_module_over_450_lines() -> None:
+    root = ROOT / "cudaredist"
+    lines = {p.relative_to(root).as_posix(): len(p.read_text(encoding="utf-8").splitlines())
+             for p in root.rglob("*.py")}
+    assert {p: n for p, n in lines.items() if n > 450} == {}
 
 
 # docs/architecture.md "One home for each rule" and "Where each rule lives": what decides each of these
