@@ -204,8 +204,8 @@ def test_at_most_13_floors_and_the_picture_shows_them() -> None:
     assert max(floors.values()) <= 13
     import re
 
-    drawn = {r: int(f) for f, rooms in re.findall(r"(?m)^ *(\d+) {2,}(.+)$", _documented("## The floors, room by room"))
-             for r in rooms.split()}
+    picture = _documented("## The floors, room by room")
+    drawn = {r: int(f) for f, rooms in re.findall(r"(?m)^ *(\d+) {2,}(.+)$", picture) for r in rooms.split()}
     assert drawn == floors
 
 

@@ -1,5 +1,5 @@
-"""What a prefix really holds decides a no-op (cudaredist.record.satisfies, cudaredist.drift.lacking), the same way
-for every command line: a tree whose profile now means more is updated, leftovers are cleaned
+"""What a prefix really holds decides a no-op (cudaredist.record.satisfies, cudaredist.drift.lacking),
+the same way for every command line: a tree whose profile now means more is updated, leftovers are cleaned
 before anything that may need the network, and options are checked even when nothing is to do."""
 
 from __future__ import annotations
