@@ -230,8 +230,7 @@ def installed(env: Mapping[str, str], *, windows: bool, target: str = "x64", whi
 
 
 # -- what makes nvcc and CMake use a compiler ---------------------------------------------------
-def with_exports(env: Mapping[str, str], variables: Pairs, prepend: Prepends, sep: str = os.pathsep
-                 ) -> dict[str, str]:
+def with_exports(env: Mapping[str, str], variables: Pairs, prepend: Prepends, sep: str) -> dict[str, str]:
     """``env`` with ``variables`` set and ``prepend``'s directories in front: what a child process gets."""
     out = {**env, **dict(variables)}
     for var, dirs in prepend:
@@ -278,7 +277,7 @@ def cross_exports(rule: CrossRule, env: Mapping[str, str]) -> Pairs:
 def judge(c: Compiler, include: Path, env: Mapping[str, str]) -> HostConfigVerdict:
     """``c`` against the tree's host_config.h, run in the environment it would be exported with."""
     variables, prepend = _exports(c, env)
-    return judge_host_config(c.host_compiler, include, with_exports(env, variables, prepend))
+    return judge_host_config(c.host_compiler, include, with_exports(env, variables, prepend, os.pathsep))
 
 
 def walk(compilers: list[Compiler], include: Path, env: Mapping[str, str], skip: str | None = None
