@@ -29,6 +29,7 @@ from cudaredist.fetch.transport import Transport
 from cudaredist.install import Installer, InstallResult
 from cudaredist.plan import Plan
 from cudaredist.record import read_record, record_path
+from cudaredist.sbom import sbom_path
 from cudaredist.sources.nvidia.index import Index, normalize_base
 from tests.archives import (
     Dir,
@@ -353,7 +354,8 @@ def test_without_unpacked_copies_the_tree_is_the_same_and_each_file_is_written_o
     result = install(transport, direct, mirror, "13.0", tmp_path / "direct", platform=platform,
                      cache_unpacked=False)
     assert result.downloaded == len(plan_for(transport, direct, mirror, "13.0", platform=platform).items)
-    trees = [snapshot(p, skip=(record_path(p),)) for p in (tmp_path / "through", tmp_path / "direct")]
+    trees = [snapshot(p, skip=(record_path(p), sbom_path(p)))  # (an SBOM's timestamp and serial are its own)
+             for p in (tmp_path / "through", tmp_path / "direct")]
     assert trees[0] == trees[1] and trees[0]
     records = [read_record(p) or {} for p in (tmp_path / "through", tmp_path / "direct")]
     assert records[0]["files"] == records[1]["files"] and records[0]["files"]
@@ -372,7 +374,7 @@ def test_without_unpacked_copies_an_entry_made_before_is_still_used(
     monkeypatch.setattr(inst, "extract", lambda *a, **k: pytest.fail("an archive was extracted"))
     result = install(transport, cache, mirror, "13.0", tmp_path / "warm", cache_unpacked=False)
     assert (result.downloaded, result.cached) == (0, 7) and _entries(cache) == entries
-    trees = [snapshot(p, skip=(record_path(p),)) for p in (tmp_path / "cold", tmp_path / "warm")]
+    trees = [snapshot(p, skip=(record_path(p), sbom_path(p))) for p in (tmp_path / "cold", tmp_path / "warm")]
     assert trees[0] == trees[1] and trees[0]
 
 
