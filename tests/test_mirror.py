@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cudaredist.publish.mirror import index_page
-from cudaredist.publish.wheelmirror import merge_manifest
+from cudaredist.publish.mirror import index_page, merge_manifest
 from cudaredist.sources.nvidia.releases import labels_from_listing
 from cudaredist.sources.pypi.repack import archive_member
 from cudaredist.tree.paths import tree_path

@@ -1,4 +1,4 @@
-"""A mirror's files, for both of its writers (:mod:`.mirror`, :mod:`.wheelmirror`): where a
+"""A mirror's files, for the mirror writer (:mod:`.mirror`) and lock files: where a
 relative path lands, each file written beside its name and renamed into place, what already
 verifies kept; and the report of a run."""
 

@@ -1,18 +1,51 @@
-"""The ``pypi`` source: NVIDIA's wheels, through the ``cuda-toolkit`` metapackage on a package index."""
+"""The ``pypi`` source: NVIDIA's wheels, through the ``cuda-toolkit`` metapackage on a package index.
+
+A train resolves on the index (I/O through the :class:`~cudaredist.sources.pypi.index.WheelIndex`)
+to the wheels for one platform: the metapackage's requirements for a profile, and library products
+(``--source pypi --with cudnn``): NVIDIA's wheel of each product for the toolkit's CUDA major
+(``nvidia-cudnn-cu13``, ``nvidia-cudss-cu12``, ...; names in ``[products.*]`` of profiles.toml),
+mapped into the same tree as the toolkit's wheels."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from cudaredist import interrupts
 from cudaredist.cache import Cache
+from cudaredist.errors import FetchError, PlanError, ResolveError
 from cudaredist.fetch.transport import Transport
-from cudaredist.plan import Plan, PlannedArchive
+from cudaredist.plan import Plan, PlannedArchive, ProductRelease
+from cudaredist.profiles import (
+    ProductRequest,
+    Spec,
+    needed_components,
+    parse_product_requests,
+    pick_patch,
+    swaps,
+    wanted_specs,
+)
 from cudaredist.sources.base import Layout, Where
 from cudaredist.sources.nvidia.manifest import check_relative_path
-from cudaredist.sources.pypi.index import WheelIndex, list_trains
-from cudaredist.sources.pypi.planner import resolve_plan
-from cudaredist.sources.pypi.wheels import member_mapper, record_digests
+from cudaredist.sources.pypi.index import Release, WheelIndex, list_trains
+from cudaredist.sources.pypi.wheels import (
+    Metadata,
+    WheelData,
+    by_version,
+    choose_version,
+    component_for,
+    marker_env,
+    member_mapper,
+    pep440,
+    pick_wheel,
+    record_digests,
+    wheel_platforms,
+)
 from cudaredist.tree.sonames import add_soname_links
 from cudaredist.trust import Trust
 
@@ -26,6 +59,175 @@ LAYOUT = Layout(
         tree, paths, component=item.component, archive=item.archive.filename),
     digests=record_digests,
 )
+
+
+def plan_product(index: WheelIndex, request: ProductRequest, *, platform: str, cuda_release: str,
+                 name: str = "") -> tuple[ProductRelease, PlannedArchive]:
+    """The newest wheel of the product (project ``name``, else its own for ``cuda_release``'s major)
+    that ``request`` allows and that fits ``platform``; else a :class:`ResolveError` naming what the
+    index has for that platform."""
+    product, major = request.product, cuda_release.split(".")[0]
+    name = name or product.wheel_name(major)
+    try:
+        files = index.files(name)
+    except FetchError as exc:
+        if exc.status != 404 or index.pages_from_the_mirror_only:  # the mirror lacks it: its own error
+            raise
+        raise ResolveError(
+            f"{product.title} for CUDA {major} is not on {index.index_url}: the index has no project "
+            f"{name} (NVIDIA's {product.title} wheel for CUDA {major}); use --source nvidia, or another "
+            "CUDA train", requested=str(request), where=index.index_url) from exc
+    found = {v: fs for v, fs in by_version(files, name).items() if not v.is_prerelease}
+    plat = index.data.platform(platform)
+    allowed = [v for v in sorted(found, reverse=True) if request.matches(str(v))]
+    for version in allowed:
+        if (chosen := pick_wheel([f for f in found[version] if not f.yanked], plat)) is None:
+            continue
+        item = index.planned(name, chosen, product.specs[0].names[0], str(version),
+                             f"{product.title} {version}", release=cuda_release, platform=platform,
+                             product=request.name)
+        label = ".".join(str(p) for p in (*version.release, 0, 0)[:3])  # 9.28.1.4 -> 9.28.1, as the redist
+        return ProductRelease(request.name, label, str(request), chosen.upload_time[:10],
+                              index.served.get(name, index.index_url), f"cuda{major}"), item
+    fits = [f"{v} ({wheel_platforms(found[v], index.data.platforms.values())})" for v in sorted(found)]
+    asked = f" {request.spec}" if request.spec else ""
+    if not allowed:
+        raise ResolveError(
+            f"{product.title}{asked} has no wheel {name} on {index.index_url} for CUDA {major}; its "
+            f"releases there: {', '.join(str(v) for v in sorted(found, reverse=True)[:12]) or 'none'}",
+            requested=str(request), where=index.index_url)
+    raise PlanError(
+        f"{product.title}{asked} has no wheel {name} for {platform} on {index.index_url} (its wheels: "
+        f"{'; '.join(fits[-8:]) or 'none'})", component=name, release=cuda_release, platform=platform)
+
+
+def _patch(index: WheelIndex, request: ProductRequest, release: Release,
+           platform: str) -> tuple[ProductRelease, PlannedArchive | None]:
+    """A product that ``replaces`` a toolkit wheel (cuBLAS): the index holds NVIDIA's patch releases as
+    later versions of the toolkit's own project (``nvidia-cublas`` 13.4.3.11 beside the 13.4.1.3 that
+    cuda-toolkit 13.2.2 pins), so the newest of the pinned major.minor takes its place where newer."""
+    product = request.product
+    [req, *_] = _requirements_for(Spec((product.replaces,)), index.metadata(release), release, platform,
+                                  index.data)
+    shipped, _notes = _plan_item(index, req.name, [str(req.specifier)], release, platform)
+    found, note = pick_patch(request, shipped.version, platform, lambda asked: (
+        p := plan_product(index, asked, platform=platform, cuda_release=release.label, name=req.name),
+        p[0].release, p[1].version))
+    if found is not None:
+        return replace(found[0], requested=str(request), note=note), found[1]
+    return ProductRelease(request.name, shipped.version, str(request), release.date, index.index_url,
+                          note=note), None
+
+
+def _requirements_for(spec: Spec, meta: Metadata, release: Release, platform: str,
+                      data: WheelData) -> list[Requirement]:
+    """The wheels one profile entry or ``--component`` asks for: an extra, a component or a package."""
+    env = marker_env(data.platform(platform))
+    for alt in spec.names:
+        extra = canonicalize_name(alt)
+        if extra in meta.extras:
+            reqs = meta.wanted(extra, env)
+            if reqs:
+                return reqs
+            continue
+        # a wheel or component by name: the extras that add it (only its requirements' markers asked)
+        named = [r for r in meta.requirements
+                 if r.name == extra or component_for(r.name, release.label) == alt]
+        found: dict[str, Requirement] = {}
+        for e in meta.extras if named else ():
+            for r in meta.wanted(e, env, among=named):
+                found.setdefault(r.name, r)
+        if found:
+            return list(found.values())
+    offered = [e for e in meta.extras if meta.wanted(e, env)]
+    if not offered:
+        msg = (f"{data.metapackage} {release.label} lists no wheels for {platform} at all (its "
+               "Requires-Dist markers leave that platform out); try a newer release")
+    elif any(canonicalize_name(a) in meta.extras for a in spec.names):
+        msg = (f"the extra {spec} of {data.metapackage} {release.label} names no wheel for {platform}; "
+               f"extras with wheels for {platform}: {', '.join(offered)}")
+    else:
+        msg = (f"{data.metapackage} {release.label} has no extra, component or wheel {spec} for {platform}; "
+               f"its extras: {', '.join(offered)}")
+    raise spec.unplannable(msg, release.label, platform)
+
+
+def _plan_item(index: WheelIndex, name: str, specs: list[str], release: Release,
+               platform: str) -> tuple[PlannedArchive, list[str]]:
+    data = index.data
+    plat = data.platform(platform)
+    versions = {str(v): fs for v, fs in by_version(index.files(name), name).items()}
+    version = choose_version(specs, versions)
+    shown = " and ".join(s for s in specs if s) or "any version"
+    if version is None:
+        raise PlanError(f"no wheel of {name} on {index.index_url} matches {shown} (needed by "
+                        f"{data.metapackage} {release.label})", component=name, release=release.label,
+                        platform=platform)
+    candidates = versions[version]
+    notes: list[str] = []
+    chosen = pick_wheel([f for f in candidates if not f.yanked], plat)
+    if chosen is None and (chosen := pick_wheel(candidates, plat)) is not None:
+        notes.append(f"{chosen.filename} is yanked on the index; no other wheel of {name} {version} fits")
+    if chosen is None:
+        fits = wheel_platforms(candidates, data.platforms.values())
+        raise PlanError(
+            f"{name} {version} has no wheel for {platform} on {index.index_url} (its wheels are for: "
+            f"{fits or 'no known platform'})", component=name, release=release.label,
+            platform=platform)
+    item = index.planned(name, chosen, component_for(name, release.label), version,
+                         f"{data.metapackage} {release.label}", release=release.label, platform=platform)
+    return item, notes
+
+
+def resolve_plan(index: WheelIndex, train: str, *, platform: str, profile: str | None = "nvcc",
+                 components: Sequence[str] = (), products: Sequence[str] = ()) -> Plan:
+    """Resolve ``train`` on the index; select the wheels of ``profile`` (+ ``components``) for ``platform``.
+
+    ``profile=None`` installs exactly ``components`` (extras, component names or wheel
+    names). Every failure happens here, before any wheel is downloaded.
+    """
+    data = index.data
+    data.platform(platform)
+    requests = parse_product_requests(products)
+    for r in requests:  # a product with no wheel is refused before any network
+        if not r.product.replaces:
+            r.product.wheel_name("")
+    release = index.resolve(train)
+    label = release.label
+    picked = [_patch(index, r, release, platform) if r.product.replaces
+              else plan_product(index, r, platform=platform, cuda_release=label) for r in requests]
+    kept, replaced = swaps(requests, [item is not None for _r, item in picked])
+    components = needed_components(requests, [*components, *kept], {r.name: r.release for r, _i in picked})
+    notes: list[str] = []
+    prof = data.profile(profile) if profile is not None else None
+    if prof is not None and prof.since and pep440(label) < pep440(prof.since):
+        raise PlanError(f"profile {profile} cannot be built from CUDA {label}'s wheels: {prof.before}. "
+                        f"Use --source nvidia, or a release from {prof.since} on", release=label,
+                        platform=platform)
+    own = prof.specs if prof is not None else ()
+    notes.extend(s.missing for s in own if s.missing and not s.applies_to(label))
+    specs = wanted_specs([s for s in own if s.applies_to(label)], components)
+    meta = index.metadata(release)
+    wanted: dict[str, dict[str, None]] = {}  # wheel -> its specifiers, each once, in order
+    for spec in specs:
+        for req in _requirements_for(spec, meta, release, platform, data):
+            wanted.setdefault(req.name, {})[str(req.specifier)] = None
+    with ThreadPoolExecutor(min(8, len(wanted))) as pool:
+        results = interrupts.results([pool.submit(_plan_item, index, name, list(specs), release,
+                                                  platform) for name, specs in wanted.items()])
+    items = (tuple(item for item, _n in results if item.component not in replaced)
+             + tuple(item for _r, item in picked if item is not None))
+    notes.extend(n for _item, item_notes in results for n in item_notes)
+    present = {i.component for i in items}
+    notes.extend(n.text for n in data.notes if n.component in present and platform in n.platforms)
+    notes.extend(dict.fromkeys(index.notes))
+    served = index.served.get(canonicalize_name(data.metapackage), index.index_url)
+    # the URL that answered for the metapackage's page, when it was redirected (fetched or cached)
+    came = index.transport.moved.get(f"{served}{canonicalize_name(data.metapackage)}/", (served,))[-1]
+    return Plan(release=label, release_date=release.date, platform=platform, base_url=served,
+                profile=profile or "custom", items=items, source="pypi", notes=tuple(notes),
+                hashes_from=f"{came} ({index.trust.reason(came) or 'trusted by the caller'})",
+                products=tuple(r for r, _item in picked))
 
 
 def _build(item: PlannedArchive, platform: str, variant: str = "") -> BuiltArchive:
@@ -69,7 +271,6 @@ class PypiSource:
         """A redist archive built from each wheel (:mod:`.repack`), listed in manifests written from
         what was built; each ``--with`` product's wheels the same, in its own folder, named and
         listed as NVIDIA lays a product out (per CUDA variant: ``_cuda13`` archives, ``cuda13`` keys)."""
-        from cudaredist.profiles import parse_product_requests
         from cudaredist.sources.mirroring import BuiltManifest, MirrorContent, ProductMirror, unique_builds
 
         requests = parse_product_requests(products)
