@@ -20,8 +20,7 @@ from pathlib import Path
 from cudaredist.errors import PlanError
 from cudaredist.plan import Plan, version_key
 from cudaredist.profiles import get_profile
-from cudaredist.sources.nvidia.manifest import Manifest, parse_manifest
-from cudaredist.sources.nvidia.planner import make_plan
+from cudaredist.sources.nvidia.manifest import Manifest, make_plan, parse_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MANIFESTS = ROOT.parent / "shared" / "redist" / "manifests"

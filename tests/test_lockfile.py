@@ -14,8 +14,7 @@ from typer.testing import CliRunner
 
 from cudaredist.errors import LockFileError
 from cudaredist.publish.lockfile import _digest, read_lock, select
-from cudaredist.sources.nvidia.manifest import parse_manifest
-from cudaredist.sources.nvidia.planner import make_plan
+from cudaredist.sources.nvidia.manifest import make_plan, parse_manifest
 from tests.hosts import WINDOWS, assert_link
 from tests.realmirror import tree_of
 from tests.sources.pypi.test_pypi_source import FILES, INDEX, FakeIndex, add_release_13_0

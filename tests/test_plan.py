@@ -10,8 +10,7 @@ import pytest
 
 from cudaredist.errors import PlanError, UsageError
 from cudaredist.plan import join_url, plan_from_json, version_key
-from cudaredist.sources.nvidia.manifest import Manifest, parse_manifest
-from cudaredist.sources.nvidia.planner import make_plan
+from cudaredist.sources.nvidia.manifest import Manifest, make_plan, parse_manifest
 from tests.conftest import SHARED_MANIFESTS
 
 BASE = "https://developer.download.nvidia.com/compute/cuda/redist/"

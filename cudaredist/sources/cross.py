@@ -33,29 +33,23 @@ def cross_plan(host_plan: Plan, target_plan: Plan) -> Plan:
 
 def resolve_tree(src: Source, train: str, platform: str, host: str = "", *, profile: str | None,
                  components: Sequence[str], products: Sequence[str] = ()) -> Plan:
-    """The plan of one tree of ``platform``: a cross tree's when ``host`` names another platform,
-    else the source's own (what ``install``, ``resolve`` and ``lock`` plan)."""
-    if host and host != platform:
-        return resolve_cross(src, train, platform, host, profile=profile, components=components,
-                             products=products)
-    return src.resolve(train, [platform], profile=profile, components=components, products=products)[0]
-
-
-def resolve_cross(src: Source, train: str, target: str, host: str, *, profile: str | None,
-                  components: Sequence[str], products: Sequence[str] = ()) -> Plan:
-    """The plan of a cross tree (checked before any download): a pair NVIDIA does not publish, or
-    a release one side lacks, is an error naming both sides."""
-    cross_rule(target, host)
+    """The plan of one tree of ``platform`` (what ``install``, ``resolve`` and ``lock`` plan): the
+    source's own, else, when ``host`` names another platform, a cross tree's (checked before any
+    download): a pair NVIDIA does not publish, or a release one side lacks, is an error naming both
+    sides."""
+    if not host or host == platform:
+        return src.resolve(train, [platform], profile=profile, components=components, products=products)[0]
+    cross_rule(platform, host)
     side = host
     try:
         host_plan = src.resolve(train, [host], profile=profile, components=components)[0]
         wanted = [c for c in host_plan.components if c not in host_tools()]
-        side = target
+        side = platform
         # the release the host resolved, exactly: both halves of one tree are one release
-        target_plan = src.resolve(host_plan.release, [target], profile=None, components=wanted,
+        target_plan = src.resolve(host_plan.release, [platform], profile=None, components=wanted,
                                   products=products)[0]
     except (PlanError, ResolveError) as exc:
         role = "tools (--host)" if side == host else "headers and libraries (--platform)"
-        raise PlanError(f"a {host} -> {target} cross tree takes its {role} from {side}, which "
+        raise PlanError(f"a {host} -> {platform} cross tree takes its {role} from {side}, which "
                         f"cannot be planned: {exc}", platform=side) from exc
     return cross_plan(host_plan, target_plan)

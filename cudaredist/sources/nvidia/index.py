@@ -13,8 +13,7 @@ from cudaredist.errors import CudaRedistError, FetchError, OfflineError, Resolve
 from cudaredist.fetch.client import UNREACHABLE_HINT, is_local, local_path
 from cudaredist.fetch.transport import Transport
 from cudaredist.plan import Plan, archive_url, join_url, version_key, with_bases
-from cudaredist.sources.nvidia.manifest import Manifest, parse_manifest
-from cudaredist.sources.nvidia.planner import make_plan
+from cudaredist.sources.nvidia.manifest import Manifest, make_plan, parse_manifest
 from cudaredist.sources.nvidia.releases import (
     check_train,
     labels_from_listing,

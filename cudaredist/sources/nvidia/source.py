@@ -60,11 +60,6 @@ class NvidiaSource:
         self.index = Index(transport, cache, offline=where.offline)
         self.trust = transport.trust = Trust.of(where.trusted_hosts)
 
-    def bases(self, base_url: str | None = None) -> list[str]:
-        """Where archives come from: mirror first (unless none), then the base URL."""
-        return default_bases(self.where.base_url or base_url, self.where.mirror,
-                             fallback=not self.where.no_fallback)
-
     def trusted(self) -> Bases:
         """The bases split by trust: manifests only from authenticated ones (refused if none)."""
         return trusted_bases(self.where.base_url, self.where.mirror, fallback=not self.where.no_fallback,
@@ -101,8 +96,6 @@ class NvidiaSource:
                components: Sequence[str], requests: Sequence[ProductRequest]) -> list[Plan]:
         """The toolkit's plan per platform, with each product's archives and release added; the
         ``--component`` values a product's manifest has are the product's."""
-        if not requests:
-            return plan_release(release, platforms, profile=profile, components=components)
         trusted, base_url = self.trusted(), self._base_url()
         mapped = {r.name: product_bases(trusted, r.name, base_url=base_url, trust=self.trust)
                   for r in requests}
@@ -137,7 +130,9 @@ class NvidiaSource:
         return base_and_mirror(self.where.base_url, None)[0]
 
     def relocate(self, plan: Plan) -> Plan:
-        bases = self.bases(plan.base_url)
+        # archives from the mirror first (unless none), then the base URL (this run's, else the lock's)
+        bases = default_bases(self.where.base_url or plan.base_url, self.where.mirror,
+                              fallback=not self.where.no_fallback)
 
         def at(base: str, product: str) -> str:
             # the lock's own base: the product folder it was locked from (an override then included)

@@ -16,8 +16,7 @@ from cudaredist.errors import PlanError, ResolveError, UsageError
 from cudaredist.plan import Plan
 from cudaredist.profiles import get_profile, parse_product_request, parse_product_requests, product_names
 from cudaredist.record import satisfies
-from cudaredist.sources.nvidia.manifest import Manifest, parse_manifest
-from cudaredist.sources.nvidia.planner import make_plan
+from cudaredist.sources.nvidia.manifest import Manifest, make_plan, parse_manifest
 from cudaredist.sources.nvidia.products import (
     choose_release,
     pick_archive,
