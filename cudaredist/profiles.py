@@ -93,21 +93,17 @@ def host_tools() -> frozenset[str]:
     return frozenset(str(c) for c in _data().get("cross", {}).get("host_tools", ()))
 
 
-def cross_pairs() -> list[str]:
-    """``HOST -> TARGET`` for every cross tree profiles.toml knows."""
-    table = _data().get("cross", {})
-    return [f"{h} -> {t}" for t, body in sorted(table.items()) if isinstance(body, dict)
-            for h in body.get("hosts", ())]
-
-
 def cross_rule(target: str, host: str) -> CrossRule:
     """The rule of a tree whose tools run on ``host`` and whose libraries are for ``target``; a pair
     NVIDIA publishes no cross toolkit for is a :class:`UsageError` (before any download)."""
-    body = _data().get("cross", {}).get(target)
+    table = _data().get("cross", {})
+    body = table.get(target)
     if not isinstance(body, dict) or host not in body.get("hosts", ()):
+        pairs = [f"{h} -> {t}" for t, b in sorted(table.items()) if isinstance(b, dict)
+                 for h in b.get("hosts", ())]
         raise UsageError(
             f"NVIDIA publishes no cross toolkit that builds for {target} on {host}: cross trees exist "
-            f"for {', '.join(cross_pairs())} (--host HOST --platform TARGET); leave out --host for a "
+            f"for {', '.join(pairs)} (--host HOST --platform TARGET); leave out --host for a "
             f"{target} tree whose tools run on {target} itself")
 
     def places(key: str) -> tuple[tuple[str, str], ...]:

@@ -58,11 +58,6 @@ def train_rows(labels: Sequence[str], date: Callable[[str], str]) -> list[dict[s
             for t, r in sorted(newest.items(), key=lambda kv: version_key(kv[0]))]
 
 
-def trains(labels: Iterable[str]) -> list[str]:
-    """Distinct major.minor trains, lowest first."""
-    return sorted({train_of(lbl) for lbl in labels}, key=version_key)
-
-
 def check_train(train: str) -> str:
     train = train.strip().removeprefix("v")
     if not _TRAIN.fullmatch(train):
@@ -79,7 +74,7 @@ def pick_release(train: str, labels: Iterable[str], where: str) -> str:
     matching = [lbl for lbl in labels if matches(train, lbl)]
     if matching:
         return max(matching, key=version_key)
-    published = trains(labels)
+    published = sorted({train_of(lbl) for lbl in labels}, key=version_key)  # lowest first
     shown = ", ".join(published) if published else "none"
     kind = "release" if len(version_key(train)) == 3 else "train"
     hint = ""

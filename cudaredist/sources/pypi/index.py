@@ -12,6 +12,7 @@ import contextlib
 import os
 import zipfile
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from packaging.utils import canonicalize_name
@@ -115,8 +116,10 @@ class WheelIndex:
         readers = self.readers()
         errors: list[FetchError] = []
         for i, root in enumerate(readers):
+            url, quick = f"{root}{name}/", i < len(readers) - 1
             try:
-                data = self._page(root, name, quick=i < len(readers) - 1)
+                data = index_file(self.cache, self.transport, root, f"simple-{name}", url,
+                                  partial(self._get_page, root, url, name, quick=quick), offline=self.offline)
             except FetchError as exc:
                 errors.append(exc)
                 continue
@@ -135,11 +138,6 @@ class WheelIndex:
         if len(errors) == 1:
             raise errors[0]
         raise FetchError("; ".join(map(str, errors)), url=errors[0].url, status=errors[-1].status)
-
-    def _page(self, root: str, name: str, *, quick: bool = False) -> bytes:
-        url = f"{root}{name}/"
-        return index_file(self.cache, self.transport, root, f"simple-{name}", url,
-                          lambda: self._get_page(root, url, name, quick=quick), offline=self.offline)
 
     def _get_page(self, root: str, url: str, name: str, *, quick: bool = False) -> bytes:
         local = is_local(url)

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from cudaredist.sources.pypi.xzstore import CHUNK, StoredXZWriter
+from cudaredist.sources.pypi.repack import XZ_CHUNK as CHUNK
+from cudaredist.sources.pypi.repack import StoredXZWriter
 
 
 def _stored(data: bytes, step: int) -> bytes:
