@@ -12,7 +12,6 @@ from cudaredist.sources.nvidia.releases import (
     pick_release,
     sort_labels,
     train_of,
-    trains,
 )
 
 WHERE = "https://developer.download.nvidia.com/compute/cuda/redist/"
@@ -152,5 +151,7 @@ def test_labels_from_names(names: list[str], expected: list[str]) -> None:
 
 def test_trains_and_train_of() -> None:
     assert train_of("13.10.2") == "13.10"
-    assert trains(["13.10.0", "13.9.1", "12.9.1", "13.9.0"]) == ["12.9", "13.9", "13.10"]
+    with pytest.raises(ResolveError) as info:  # the trains it names: distinct, in numeric order
+        pick_release("14", ["13.10.0", "13.9.1", "12.9.1", "13.9.0"], WHERE)
+    assert info.value.available == ("12.9", "13.9", "13.10")
     assert sort_labels(["13.2.2", "13.10.0", "13.3.1"]) == ["13.10.0", "13.3.1", "13.2.2"]
