@@ -114,7 +114,7 @@ def test_a_warm_install_asks_no_server_and_refresh_asks(mirror: Path, tmp_path: 
 
 def test_the_package_index_pages_are_fresh_for_the_ttl(tmp_path: Path) -> None:
     from cudaredist.sources.pypi import index as pypi
-    from cudaredist.sources.pypi import planner
+    from cudaredist.sources.pypi import source as planner
     from tests.sources.pypi.test_pypi_source import INDEX, FakeIndex, add_release_13_0, transport
 
     fake = FakeIndex()

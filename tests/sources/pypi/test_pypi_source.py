@@ -37,7 +37,7 @@ from cudaredist.fetch.transport import Transport
 from cudaredist.install import Installer
 from cudaredist.prefixes import verify
 from cudaredist.sources.pypi import index as pypi
-from cudaredist.sources.pypi import planner
+from cudaredist.sources.pypi import source as planner
 from cudaredist.sources.pypi.simple import IndexFile, parse_simple_html, parse_simple_json
 from cudaredist.sources.pypi.wheels import (
     Metadata,
