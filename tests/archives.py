@@ -219,6 +219,9 @@ NVCC_12 = ("cuda_nvcc", "cuda_cudart", "cuda_cccl", "cuda_profiler_api", "cuda_n
 def resolve_plan(index: Index, train: str, *, bases: Sequence[str], platform: str, profile: str | None,
                  components: Sequence[str] = ()) -> Plan:
     """The plan of ``train`` for one platform from the first of ``bases`` (a mirror built here)."""
-    from cudaredist.sources.nvidia.index import plan_release
+    from cudaredist.plan import with_bases
+    from cudaredist.sources.nvidia.manifest import make_plan
 
-    return plan_release(index.release(train, bases), [platform], profile=profile, components=components)[0]
+    release = index.release(train, bases)
+    return with_bases(make_plan(release.manifest, platform=platform, base_url=release.base, profile=profile,
+                                components=components), release.archive_bases)

@@ -12,8 +12,8 @@ from cudaredist.cache import Cache
 from cudaredist.errors import CudaRedistError, FetchError, OfflineError, ResolveError, UsageError
 from cudaredist.fetch.client import UNREACHABLE_HINT, is_local, local_path
 from cudaredist.fetch.transport import Transport
-from cudaredist.plan import Plan, archive_url, join_url, version_key, with_bases
-from cudaredist.sources.nvidia.manifest import Manifest, make_plan, parse_manifest
+from cudaredist.plan import archive_url, join_url, version_key
+from cudaredist.sources.nvidia.manifest import Manifest, parse_manifest
 from cudaredist.sources.nvidia.releases import (
     check_train,
     labels_from_listing,
@@ -265,12 +265,3 @@ class Release:
     archive_bases: tuple[str, ...]
     manifest: Manifest
     data: bytes
-
-
-def plan_release(release: Release, platforms: Sequence[str], *, profile: str | None,
-                 components: Sequence[str]) -> list[Plan]:
-    """One plan per platform: its ``base_url`` is the manifest's base, its archives' URLs the
-    archive bases in order; every plan is checked before anything is fetched."""
-    return [with_bases(make_plan(release.manifest, platform=p, base_url=release.base, profile=profile,
-                                 components=components), release.archive_bases)
-            for p in platforms]

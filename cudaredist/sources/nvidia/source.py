@@ -28,11 +28,10 @@ from cudaredist.sources.nvidia.index import (
     base_and_mirror,
     channel_base,
     default_bases,
-    plan_release,
     read_manifest,
     trusted_bases,
 )
-from cudaredist.sources.nvidia.manifest import check_relative_path
+from cudaredist.sources.nvidia.manifest import check_relative_path, make_plan
 from cudaredist.sources.nvidia.products import env_base, product_base, product_bases, resolve_with
 from cudaredist.sources.nvidia.releases import train_rows
 from cudaredist.tree.extract import redist_mapper
@@ -111,7 +110,9 @@ class NvidiaSource:
             toolkit = needed_components(requests, [*(c for c in components if c not in claimed), *kept],
                                         releases)
             try:
-                plan = plan_release(release, [platform], profile=profile, components=toolkit)[0]
+                # the manifest's base for the plan, the archive bases in order for its archives
+                plan = with_bases(make_plan(release.manifest, platform=platform, base_url=release.base,
+                                            profile=profile, components=toolkit), release.archive_bases)
             except PlanError as exc:
                 needing = [r.product.title for r in requests
                            if exc.component in r.product.needs_for(releases.get(r.name, ""))]
