@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from cudaredist.errors import PrefixError, UsageError
-from cudaredist.hostcc import Choice, cross_exports, with_exports
+from cudaredist.hostcc import Choice, with_exports
 from cudaredist.localfs import local_error
 from cudaredist.plan import version_key
 from cudaredist.profiles import CrossRule, cross_rule, is_windows, platform_rule
@@ -89,8 +89,8 @@ def environment(prefix: str, *, platform: str, release: str, host_windows: bool,
     """The environment for a tree of ``platform``/``release`` at ``prefix`` (a path of this host);
     ``msbuild``: the tree has NVIDIA's MSBuild files (the visual_studio_integration component);
     ``host``: a cross tree's, the platform its tools are for; ``host_compiler``: hostcc's decision
-    for the tree (its variables, and an MSVC toolset's directories after the tree's; a Linux cross
-    tree without one gets its cross compiler and -target-dir); ``compat``: the tree's compat/, first on
+    for the tree (its variables, a Linux cross tree's compiler and -target-dir among them, and an MSVC
+    toolset's directories after the tree's); ``compat``: the tree's compat/, first on
     LD_LIBRARY_PATH (what cudaredist.compat.decide decided; "" for none)."""
     kind = shape(prefix, platform, host=host, host_windows=host_windows)
     join = ntpath.join if host_windows else posixpath.join
@@ -102,8 +102,6 @@ def environment(prefix: str, *, platform: str, release: str, host_windows: bool,
     prepend = [(var, tuple(join(prefix, *d.format(arch=arch).split("/")) for d in dirs))
                for var, dirs in (("PATH", bins), ("LD_LIBRARY_PATH", libs)) if dirs]
     rule = cross_rule(platform, host) if host else None
-    if host_compiler is None and rule is not None:
-        host_compiler = Choice(None, "", cross_exports(rule, {}))
     if compat:  # NVIDIA's forward-compatibility libcuda ahead of the tree's own libraries
         prepend = [(v, (compat, *d) if v == "LD_LIBRARY_PATH" else d) for v, d in prepend]
     cmake, notes = _cmake(kind, prefix, rule, msbuild, host_compiler, join)

@@ -292,9 +292,13 @@ def test_a_lock_pins_both_platforms_and_installs_the_same_tree(cross_site: Path,
 # -- env ------------------------------------------------------------------------------------------
 def test_env_of_a_linux_cross_tree_points_nvcc_and_cmake_at_the_target() -> None:
     from cudaredist.envexport import environment, render
+    from cudaredist.hostcc import for_tree
 
+    # hostcc's decision for a tree without its headers: the cross compiler and -target-dir, judged by nothing
+    chosen = for_tree(Path("/opt/cuda sbsa"), platform="linux-sbsa", release="13.0.2", env={},
+                      host_windows=False, host="linux-x86_64")
     env = environment("/opt/cuda sbsa", platform="linux-sbsa", release="13.0.2", host_windows=False,
-                      host="linux-x86_64")
+                      host="linux-x86_64", host_compiler=chosen)
     sets = dict(env.variables)
     assert sets["NVCC_APPEND_FLAGS"] == "-target-dir sbsa-linux"
     assert sets["NVCC_CCBIN"] == "aarch64-linux-gnu-g++" and sets["CUDA_PATH"] == "/opt/cuda sbsa"
