@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cudaredist.cli import app
-from cudaredist.discover import release_of, system_toolkits
+from cudaredist.managed import release_of, system_toolkits
 from tests.archives import build_mirror, toolkit
 from tests.hosts import posix_only, wine_limit
 

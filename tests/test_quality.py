@@ -89,7 +89,7 @@ _FLOORS = [
     ("cudaredist.install", 4), ("cudaredist.record", 4), ("cudaredist.redo", 4), ("cudaredist.prefixes", 4),
     ("cudaredist.sbom", 4), ("cudaredist.drift", 4),
     ("cudaredist.managed", 4),
-    ("cudaredist.envexport", 4), ("cudaredist.discover", 4), ("cudaredist.doctor", 4),
+    ("cudaredist.envexport", 4), ("cudaredist.doctor", 4),
     ("cudaredist.hostcc", 4), ("cudaredist.msvc", 4), ("cudaredist.compat", 4),
     ("cudaredist.sources", 3),
     ("cudaredist.fetch.fetcher", 2),

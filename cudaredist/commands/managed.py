@@ -28,7 +28,7 @@ def list_cmd(
 ) -> None:
     """List managed toolkits (release, platform, profile, size, path), newest first."""
     from cudaredist.installdir import install_dir as managed_dir
-    from cudaredist.managed import scan
+    from cudaredist.managed import scan, system_toolkits
 
     root = managed_dir(install_dir)
     found_here = scan(root)
@@ -37,8 +37,6 @@ def list_cmd(
         typer.echo(f"warning: skipped: {err}", err=True)
     found = []
     if show_all:
-        from cudaredist.discover import system_toolkits
-
         mine = {os.path.realpath(t.path) for t in toolkits}
         found = [f for f in system_toolkits() if os.path.realpath(f.path) not in mine]
     if as_json:
