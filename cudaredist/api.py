@@ -117,7 +117,9 @@ def install(request: InstallRequest, *, reporter: Reporter | None = None,
     into the install dir it is the train's: listed in the outcome, while the other trains are
     installed and linked."""
     from cudaredist.installdir import install_dir as managed_dir
-    from cudaredist.prefixes import canonical_prefix
+    from cudaredist.managed import link_trains
+    from cudaredist.managed import tidy as tidy_dir
+    from cudaredist.prefixes import canonical_prefix, refuse_foreign, tidy
 
     wanted = list(dict.fromkeys(request.trains))
     if request.lock is None and not wanted:
@@ -128,9 +130,6 @@ def install(request: InstallRequest, *, reporter: Reporter | None = None,
     fixed = canonical_prefix(request.prefix) if request.prefix is not None else None
     outcome = InstallOutcome(None if fixed is not None else managed_dir(request.install_dir))
     # leftovers of a killed run cleaned before anything that may need the network
-    from cudaredist.managed import tidy as tidy_dir
-    from cudaredist.prefixes import refuse_foreign, tidy
-
     for action in (tidy(fixed, _lock_timeout(request)) if fixed is not None else
                    tidy_dir(cast(Path, outcome.install_dir), _lock_timeout(request))):
         (outcome.warnings.append if action.startswith("warning: ") else say)(action)
@@ -149,8 +148,6 @@ def install(request: InstallRequest, *, reporter: Reporter | None = None,
         except KeyboardInterrupt as exc:
             raise _interrupted(exc, outcome) from None
     if outcome.install_dir is not None:
-        from cudaredist.managed import link_trains
-
         # even when a train failed: those that installed get their links
         try:
             outcome.links = link_trains(outcome.install_dir, timeout=_lock_timeout(request),
@@ -225,6 +222,7 @@ def _satisfied(request: InstallRequest, train: str, fixed: Path | None, root: Pa
     """The toolkit already answering ``train`` (read from its record, no network), else None; one
     installed for this request that lacks what its profile means today is said and updated."""
     from cudaredist.drift import satisfying_record
+    from cudaredist.hostfixes import pending
     from cudaredist.managed import satisfied_toolkit
 
     platform, profile = profiles.host_platform(request.platform), _profile(request)
@@ -242,8 +240,6 @@ def _satisfied(request: InstallRequest, train: str, fixed: Path | None, root: Pa
     if lacks:
         say(f"{where}: {'; '.join(lacks)}; updating")
         return None
-    from cudaredist.hostfixes import pending
-
     if unlike := pending(where, rec, request.host_fixes):
         say(f"{where}: {'; '.join(unlike)}; updating")
         return None
@@ -264,6 +260,7 @@ def _run(request: InstallRequest, wanted: list[str], fixed: Path | None, outcome
     from cudaredist.installdir import toolkit_name
     from cudaredist.progress import Reporter
     from cudaredist.sources import open_source
+    from cudaredist.sources.cross import resolve_tree
 
     reporter = reporter or Reporter()
     components, products, source = list(request.components), list(request.products), request.source
@@ -284,8 +281,6 @@ def _run(request: InstallRequest, wanted: list[str], fixed: Path | None, outcome
         if lock_plan is not None:
             plans.append((wanted[0] if wanted else str(request.lock), src.relocate(lock_plan)))
         # every train resolved before any download: a train that does not exist installs nothing
-        from cudaredist.sources.cross import resolve_tree
-
         platform = profiles.host_platform(request.platform)
         plans += [(train, resolve_tree(src, train, platform, _host(request), profile=_profile(request),
                                        components=components, products=products))

@@ -16,7 +16,7 @@ import typer
 
 from cudaredist.errors import CudaRedistError, ToolError, signal_exit_code, stopped_by
 from cudaredist.localfs import mb
-from cudaredist.profiles import effective_profile, product_title
+from cudaredist.profiles import effective_profile, host_platform, product_title
 
 if TYPE_CHECKING:  # the CLI starts without the cache, the sources and httpx
     from cudaredist.plan import Plan
@@ -198,8 +198,6 @@ def command(body: Callable[..., None]) -> Callable[..., None]:
 def platforms_or_host(values: list[str] | None) -> list[str]:
     """--platform values, repeated or comma-separated, in order, once each; default the host's."""
     out = [p.strip() for v in values or [] for p in v.split(",") if p.strip()]
-    from cudaredist.profiles import host_platform
-
     return [host_platform(p) for p in dict.fromkeys(out)] or [host_platform()]
 
 

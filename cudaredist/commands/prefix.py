@@ -57,6 +57,7 @@ def info(
     """Show the install record of a prefix."""
     tk = Toolkit.of(locals())
     from cudaredist.drift import drift_note
+    from cudaredist.hostfixes import describe
     from cudaredist.prefixes import require_record
 
     target = tk.target()
@@ -97,8 +98,6 @@ def info(
         typer.echo(f"  {c['name']:<20} {c['version']:<14} sha256 {c['sha256']}{built}")
         if c["name"] in served:
             typer.echo(f"  {'':<20} from {served[c['name']]}")
-    from cudaredist.hostfixes import describe
-
     if fixes := describe(rec):
         typer.echo("host fixes: (NVIDIA's bytes changed where they clash with a newer host; verify checks "
                    "the fixed bytes; `install --reinstall --no-host-fixes` restores NVIDIA's)")
