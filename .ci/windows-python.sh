@@ -15,4 +15,4 @@ python3 -m pip wheel -q --no-deps --no-build-isolation -w "$dist" . 2>/dev/null 
 site=.winpy/prefix/drive_c/py313/Lib/site-packages
 rm -rf "$site"/cudaredist "$site"/cudaredist-*.dist-info   # one version number for every commit
 bash "$tool" setup .winpy "$(ls "$dist"/cudaredist-*.whl)" \
-  pytest pytest-timeout respx hypothesis psutil pyyaml cryptography >/dev/null 2> >(grep -v -e "^WARNING: Location" -e "as the .root. user" >&2)
+  pytest pytest-timeout respx hypothesis psutil pyyaml cryptography spdx-tools >/dev/null 2> >(grep -v -e "^WARNING: Location" -e "as the .root. user" >&2)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from cudaredist import __version__, fsops, hostfixes
+from cudaredist.errors import CudaRedistError
 from cudaredist.record import RECORD_DIR, SBOM_FILE
 
 SUPPLIER = "NVIDIA Corporation"
@@ -166,7 +167,12 @@ def spdx(inv: dict[str, Any]) -> str:
     import io
     import re
 
-    from spdx_tools.common.spdx_licensing import spdx_licensing
+    try:
+        from spdx_tools.common.spdx_licensing import spdx_licensing
+    except ImportError:
+        raise CudaRedistError("--format spdx needs spdx-tools, an optional dependency: install cudaredist "
+                         "with its spdx extra (pip install 'cudaredist[spdx]', uv tool install "
+                         "'cudaredist[spdx]'), or use --format cyclonedx") from None
     from spdx_tools.spdx.model.actor import Actor, ActorType
     from spdx_tools.spdx.model.annotation import Annotation, AnnotationType
     from spdx_tools.spdx.model.checksum import Checksum, ChecksumAlgorithm

@@ -167,3 +167,22 @@ def test_a_warm_install_reuses_the_rendering_without_importing_the_libraries(tmp
     assert len(list((cache / "sbom").iterdir())) == 1  # one rendering, which `cache clear` removes
     assert CliRunner().invoke(app, ["cache", "clear", "--cache-dir", str(cache)]).exit_code == 0
     assert not (cache / "sbom").exists()
+
+
+def test_spdx_without_its_extra_is_one_paragraph(tmp_path: Path) -> None:
+    """spdx-tools is the spdx extra: where it is missing, --format spdx says how to add it (exit 1, no
+    traceback) and CycloneDX still works."""
+    root, prefix = tmp_path / "site", tmp_path / "p"
+    build_mirror(root, "13.0.1", toolkit("linux-x86_64"))
+    args = ["install", "13.0", "--base-url", str(root), "--platform", "linux-x86_64",
+            "--cache-dir", str(tmp_path / "cache"), "--prefix", str(prefix)]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    probe = ("import sys\nsys.modules['spdx_tools'] = None  # what an install without the extra has\n"
+             "sys.argv = ['cudaredist', *sys.argv[1:]]\nfrom cudaredist.entry import main\nmain()\n")
+    runs = {fmt: subprocess.run([sys.executable, "-c", probe, "sbom", "--prefix", str(prefix),
+                                 "--format", fmt], capture_output=True, text=True, check=False, timeout=300)
+            for fmt in ("spdx", "cyclonedx")}
+    assert runs["spdx"].returncode == 1 and "Traceback" not in runs["spdx"].stderr
+    assert "cudaredist[spdx]" in runs["spdx"].stderr and runs["spdx"].stdout == ""
+    assert runs["cyclonedx"].returncode == 0
+    assert json.loads(runs["cyclonedx"].stdout)["bomFormat"] == "CycloneDX"
