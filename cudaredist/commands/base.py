@@ -15,11 +15,9 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import typer
 
 from cudaredist.errors import CudaRedistError, ToolError, signal_exit_code, stopped_by
-from cudaredist.localfs import mb
-from cudaredist.profiles import effective_profile, host_platform, product_title
+from cudaredist.profiles import effective_profile, host_platform
 
 if TYPE_CHECKING:  # the CLI starts without the cache, the sources and httpx
-    from cudaredist.plan import Plan
     from cudaredist.sources.base import Where
 
 _VERBOSE = False
@@ -199,24 +197,6 @@ def platforms_or_host(values: list[str] | None) -> list[str]:
     """--platform values, repeated or comma-separated, in order, once each; default the host's."""
     out = [p.strip() for v in values or [] for p in v.split(",") if p.strip()]
     return [host_platform(p) for p in dict.fromkeys(out)] or [host_platform()]
-
-
-def print_plan(plan: Plan) -> None:
-    typer.echo(f"CUDA {plan.release} ({plan.release_date or 'date unknown'}) for {plan.platform}"
-               + (f" with the tools of {plan.host}" if plan.host else "") + ", "
-               f"profile {plan.profile}, from {plan.base_url}"
-               + (f" ({plan.channel} channel)" if plan.channel else ""))
-    for p in plan.products:
-        typer.echo(f"with {product_title(p.name)} {p.release} ({p.release_date or 'date unknown'}, "
-                   f"--with {p.requested}, {p.cuda_variant or 'any CUDA'} build) from {p.base_url}")
-    width = max(len(i.component) for i in plan.items)
-    for i in plan.items:
-        typer.echo(f"  {i.component:<{width}}  {i.version:<14} {mb(i.archive.size):>10}  {i.url}"
-                   + (f"  ({i.platform})" if i.platform else ""))
-        typer.echo(f"  {'':<{width}}  sha256 {i.archive.sha256}")
-    typer.echo(f"total: {len(plan.items)} archives, {mb(plan.total_size)}")
-    for note in plan.notes:
-        typer.echo(f"note: {note}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,7 +8,9 @@ from typing import Annotated
 import typer
 
 from cudaredist.commands import options as o
-from cudaredist.commands.base import Ctx, Selection, command, emit_json, platforms_or_host, print_plan
+from cudaredist.commands.base import Ctx, Selection, command, emit_json, platforms_or_host
+from cudaredist.localfs import mb
+from cudaredist.profiles import host_platform, product_title
 
 
 @command
@@ -23,15 +25,28 @@ def resolve(
 ) -> None:
     """Show the install plan without installing: release, and per component version, URL, size, sha256."""
     ctx, sel = Ctx.of(locals()), Selection.of(locals())
-    from cudaredist.profiles import host_platform
     from cudaredist.sources.cross import resolve_tree
 
     with ctx.open() as src:
         plan = resolve_tree(src, train, host_platform(platform), host or "", **sel.resolving())
     if as_json:
         emit_json(plan.to_json())
-    else:
-        print_plan(plan)
+        return
+    typer.echo(f"CUDA {plan.release} ({plan.release_date or 'date unknown'}) for {plan.platform}"
+               + (f" with the tools of {plan.host}" if plan.host else "") + ", "
+               f"profile {plan.profile}, from {plan.base_url}"
+               + (f" ({plan.channel} channel)" if plan.channel else ""))
+    for p in plan.products:
+        typer.echo(f"with {product_title(p.name)} {p.release} ({p.release_date or 'date unknown'}, "
+                   f"--with {p.requested}, {p.cuda_variant or 'any CUDA'} build) from {p.base_url}")
+    width = max(len(i.component) for i in plan.items)
+    for i in plan.items:
+        typer.echo(f"  {i.component:<{width}}  {i.version:<14} {mb(i.archive.size):>10}  {i.url}"
+                   + (f"  ({i.platform})" if i.platform else ""))
+        typer.echo(f"  {'':<{width}}  sha256 {i.archive.sha256}")
+    typer.echo(f"total: {len(plan.items)} archives, {mb(plan.total_size)}")
+    for note in plan.notes:
+        typer.echo(f"note: {note}")
 
 
 @command
