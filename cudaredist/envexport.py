@@ -245,10 +245,6 @@ def render(env: Environment, shell: str) -> str:
     return eol.join(lines) + eol
 
 
-def default_shell(host_windows: bool) -> str:
-    return "pwsh" if host_windows else "sh"
-
-
 def load_hint(prefix: str, *, host_windows: bool) -> str:
     """How a user puts a tree's environment into the current shell, in the host's shells."""
     if not host_windows:

@@ -16,7 +16,6 @@ import pytest
 from typer.testing import CliRunner
 
 from cudaredist.envexport import (
-    default_shell,
     environment,
     github_files,
     msys_path,
@@ -109,11 +108,6 @@ def test_windows_tree_on_linux_is_for_cross_compiling() -> None:
 def test_linux_tree_on_windows_is_refused() -> None:
     with pytest.raises(PrefixError, match="cannot run on this Windows host"):
         environment("C:\\cuda", platform="linux-x86_64", release="13.4.1", host_windows=True)
-
-
-def test_default_shell() -> None:
-    assert default_shell(host_windows=False) == "sh"
-    assert default_shell(host_windows=True) == "pwsh"
 
 
 # -- quoting rules (exact text) ----------------------------------------------------------------------

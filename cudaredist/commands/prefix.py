@@ -206,7 +206,7 @@ def env_cmd(
     """Print the environment for a tree: eval "$(cudaredist env --prefix DIR)" or "$(cudaredist env 13.4)"."""
     tk = Toolkit.of(locals())
     from cudaredist.compat import for_tree as compat_for
-    from cudaredist.envexport import SHELLS, append_github, default_shell, environment, render
+    from cudaredist.envexport import SHELLS, append_github, environment, render
     from cudaredist.hostcc import for_tree
     from cudaredist.prefixes import require_record
 
@@ -236,6 +236,6 @@ def env_cmd(
                       {"name": n, "verdict": said} for n, said in chosen.candidates]}} if chosen else {})
                   | {"compat": {"first": decided.first, "reason": decided.reason}})
     else:
-        typer.echo(render(found, shell or default_shell(WINDOWS)), nl=False)
+        typer.echo(render(found, shell or ("pwsh" if WINDOWS else "sh")), nl=False)
 
 
