@@ -12,6 +12,9 @@ R=$(cd "$(dirname "$0")/../../.." && pwd); cd "$R"
 O=build/gpu/torch_tree; PY=${PYTHON:-$R/.venv/bin/python}
 rm -rf $O; mkdir -p $O
 bash tests/gpu/deps.sh $O/deps  # first: without the checkout's .venv it says what to make
+# only the GPU machine's CPython 3.12 installs from deps/ here: this machine's own builds (zlib-ng's
+# cp311 wheel) would only take the carry past its 64 MiB
+find $O/deps -name '*-cp3*-*.whl' ! -name '*-cp312-*' -delete
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
   --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_12_x86_64 \
