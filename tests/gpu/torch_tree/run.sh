@@ -7,11 +7,11 @@
 set -euo pipefail
 K=$(cd "$(dirname "$0")" && pwd); R=$(cd "$K/../../.." && pwd); W=/tmp/cr; rm -rf $W; mkdir -p $W/carried
 C=$R/build/gpu/torch_tree
-[ -d "$C/deps" ] && [ -f "$C/wheels.tar.xz" ] || { echo "error: $C is missing or incomplete: run" \
+[ -f "$C/wheels.tar.xz" ] || { echo "error: $C is missing or incomplete: run" \
   "tests/gpu/torch_tree/prepare.sh and carry build/gpu/torch_tree" >&2; exit 2; }
 export PATH=/opt/torch/.venv/bin:/usr/bin:/bin; unset CUDA_HOME CUDA_PATH LD_LIBRARY_PATH
 tar -C $W/carried -xJf $C/wheels.tar.xz
-python3 -m venv $W/venv >/dev/null && $W/venv/bin/pip install -q --no-index --find-links $C/deps cudaredist
+python3 -m venv $W/venv >/dev/null && $W/venv/bin/pip install -q --no-index --find-links $W/carried/deps cudaredist
 /opt/torch/.venv/bin/python $K/repack_installed.py $W/index $W/carried | tail -3
 CR=$W/venv/bin/cudaredist
 time $CR install 13.0 --source pypi --index-url $W/index/simple --profile torch --prefix $W/cuda-13.0 --cache-dir $W/cache
