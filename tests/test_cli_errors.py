@@ -116,7 +116,8 @@ def _check_plan_json(doc: dict[str, object], base: str, platform: str) -> list[s
     comps = doc["components"]
     assert isinstance(comps, list)
     for c in comps:
-        assert set(c) == {"name", "version", "url", "relative_path", "sha256", "size", "layout"}
+        assert set(c) == {"name", "version", "url", "relative_path", "sha256", "size", "layout", "license"}
+        assert isinstance(c["license"], str)  # the manifest's license name, for the SBOM ("" if none)
         assert c["url"] == base + c["relative_path"]
         assert c["relative_path"].startswith(f"{c['name']}/{platform}/{c['name']}-{platform}-")
         assert _HEX64.fullmatch(c["sha256"])
