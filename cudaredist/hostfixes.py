@@ -37,6 +37,9 @@ OPTION = "--no-host-fixes"
 
 @dataclass(frozen=True)
 class Edit:
+    """One change to one of NVIDIA's files (named by its path in the archive): ``find`` must occur
+    exactly ``count`` times, or the file is not the one the fix was written for and nothing changes."""
+
     file: str
     find: bytes
     replace: bytes
