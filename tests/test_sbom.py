@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from cudaredist.cli import app
 from tests.archives import build_mirror, toolkit
+from tests.hosts import wine_limit
 from tests.sources.pypi.test_pypi_products import _run as pypi_run
 from tests.sources.pypi.test_pypi_products import add_cudss, add_release_13_0
 from tests.sources.pypi.test_pypi_source import FakeIndex
@@ -27,6 +28,9 @@ from tests.test_cross import cross_site  # noqa: F401
 from tests.test_hostfixes import _install as hostfix_install
 from tests.test_hostfixes import _mirror as hostfix_mirror
 from tests.test_products_install import _linux_host, site  # noqa: F401
+
+# the CycloneDX validator needs jsonschema, whose rpds-py DLL Wine cannot load (a real Windows host can)
+pytestmark = wine_limit("the SBOM validators need rpds-py, whose DLL Wine cannot load")
 
 
 def _sbom(prefix: Path, fmt: str, tmp_path: Path) -> dict[str, Any]:
