@@ -17,6 +17,7 @@ import pytest
 from cudaredist.plan import ProductRelease
 from cudaredist.sources.nvidia.products import env_base
 from tests.archives import Link, Members, MirrorArchive, build_mirror, toolkit
+from tests.hosts import assert_link
 from tests.test_products_install import _ok, _run, product_mirror
 
 MKCOMPAT = Path(__file__).resolve().parents[2] / "shared" / "tools" / "mkcompat.py"
@@ -129,7 +130,7 @@ def test_cublas_patch_takes_the_toolkits_place(site: str, tmp_path: Path) -> Non
     assert "with cuBLAS 13.4.2" in _ok("install", *asked, "--base-url", site, *cache).stderr
     lib = prefix / "lib"
     assert (lib / "libcublas.so.13.4.2.5").is_file() and not (lib / "libcublas.so.13.4.1.3").exists()
-    assert (lib / "libcublas.so.13").resolve().name == "libcublas.so.13.4.2.5"
+    assert_link(lib / "libcublas.so.13", "libcublas.so.13.4.2.5")  # a copy where links are not made
     rec = _record(prefix)
     components = rec["plan"]["components"]  # type: ignore[index]
     assert [(c["name"], c["version"]) for c in components if c["name"] == "libcublas"] == [
@@ -204,7 +205,7 @@ def test_refusals_are_clear_and_leave_nothing(
 def test_compat_from_the_driver_product_goes_into_compat(site: str, tmp_path: Path) -> None:
     prefix, cache = tmp_path / "cuda", ("--cache-dir", str(tmp_path / "cache"))
     _ok("install", "13.5", "--with", "compat", "--prefix", str(prefix), "--base-url", site, *cache)
-    assert (prefix / "compat" / "libcuda.so.1").resolve().name == "libcuda.so.620.70.10"
+    assert_link(prefix / "compat" / "libcuda.so.1", "libcuda.so.620.70.10")
     for lib in ("libnvidia-ptxjitcompiler.so.1", "libnvidia-nvvm.so.4", "libcudadebugger.so.1"):
         assert (prefix / "compat" / lib).exists()
     assert not list(prefix.glob("lib*/libcuda.so*")) and not list(prefix.glob("targets/*/lib/libcuda.so*"))
@@ -217,7 +218,7 @@ def test_compat_from_the_driver_product_goes_into_compat(site: str, tmp_path: Pa
     assert json.loads(_ok("verify", "--prefix", str(prefix), "--json").stdout)["ok"] is True
     older = tmp_path / "older"
     _ok("install", "13.5", "--with", "compat=620.70.06", "--prefix", str(older), "--base-url", site, *cache)
-    assert (older / "compat" / "libcuda.so.1").resolve().name == "libcuda.so.620.70.06"
+    assert_link(older / "compat" / "libcuda.so.1", "libcuda.so.620.70.06")
     _ok("uninstall", "--prefix", str(prefix))
     assert not prefix.exists()
 
@@ -227,7 +228,7 @@ def test_compat_from_the_cuda_manifests_own_entry(site: str, tmp_path: Path) -> 
     (mirrored with the toolkit: test_lock_mirror_and_offline_carry_both)."""
     prefix, cache = tmp_path / "cuda", ("--cache-dir", str(tmp_path / "cache"))
     _ok("install", "13.2", "--with", "compat", "--prefix", str(prefix), "--base-url", site, *cache)
-    assert (prefix / "compat" / "libcuda.so.1").resolve().name == "libcuda.so.595.45.04"
+    assert_link(prefix / "compat" / "libcuda.so.1", "libcuda.so.595.45.04")
     product = _products(prefix)[0]
     assert (product["release"], product["cuda_variant"], product["base_url"]) == ("595.45.04", "13.2", site)
 
@@ -384,7 +385,7 @@ def test_compat_in_nvidias_layout_from_mkcompat(tmp_path: Path) -> None:
         str(tmp_path / "cache"),
     )
     assert (prefix / "compat" / "libcuda.so.1").read_bytes()[:4] == b"\x7fELF"
-    assert (prefix / "compat" / "libcuda.so.1").resolve().name == "libcuda.so.620.70.10"
+    assert_link(prefix / "compat" / "libcuda.so.1", "libcuda.so.620.70.10")
 
 
 def cuda_135(platform: str) -> list[MirrorArchive]:

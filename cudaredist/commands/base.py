@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import typer
 
+from cudaredist import profiles
 from cudaredist.errors import CudaRedistError, ToolError, signal_exit_code, stopped_by
-from cudaredist.profiles import effective_profile, host_platform
+from cudaredist.profiles import effective_profile
 
 if TYPE_CHECKING:  # the CLI starts without the cache, the sources and httpx
     from cudaredist.sources.base import Where
@@ -196,7 +197,7 @@ def command(body: Callable[..., None]) -> Callable[..., None]:
 def platforms_or_host(values: list[str] | None) -> list[str]:
     """--platform values, repeated or comma-separated, in order, once each; default the host's."""
     out = [p.strip() for v in values or [] for p in v.split(",") if p.strip()]
-    return [host_platform(p) for p in dict.fromkeys(out)] or [host_platform()]
+    return [profiles.host_platform(p) for p in dict.fromkeys(out)] or [profiles.host_platform()]
 
 
 @dataclasses.dataclass(frozen=True)

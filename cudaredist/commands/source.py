@@ -7,10 +7,11 @@ from typing import Annotated
 
 import typer
 
+from cudaredist import profiles
 from cudaredist.commands import options as o
 from cudaredist.commands.base import Ctx, Selection, command, emit_json, platforms_or_host
 from cudaredist.localfs import mb
-from cudaredist.profiles import host_platform, product_title
+from cudaredist.profiles import product_title
 
 
 @command
@@ -28,7 +29,7 @@ def resolve(
     from cudaredist.sources.cross import resolve_tree
 
     with ctx.open() as src:
-        plan = resolve_tree(src, train, host_platform(platform), host or "", **sel.resolving())
+        plan = resolve_tree(src, train, profiles.host_platform(platform), host or "", **sel.resolving())
     if as_json:
         emit_json(plan.to_json())
         return
