@@ -72,18 +72,20 @@ def managed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     build_mirror(tmp / "mirror", "13.0.1", toolkit(WIN))
     root = tmp / NAME
     r = _run(root, "install", "13.0", "--platform", WIN, "--base-url", str(tmp / "mirror"),
-             "--cache-dir", str(tmp / "cache"), "--json", encoding="utf-8")
+             "--cache-dir", str(tmp / "cache"), "--json", encoding="utf-8",
+             timeout=600)  # a Windows tree's first install: import libraries, the SBOM's first rendering
     assert r.returncode == 0, r.stderr
     return root
 
 
-def _run(root: Path, *args: str, encoding: str | None = None) -> subprocess.CompletedProcess[bytes]:
+def _run(root: Path, *args: str, encoding: str | None = None, timeout: float = 120
+         ) -> subprocess.CompletedProcess[bytes]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONIOENCODING", "PYTHONUTF8")}
     env["CUDAREDIST_INSTALL_DIR"] = str(root)
     if encoding:
         env["PYTHONIOENCODING"] = encoding
     return subprocess.run([sys.executable, "-m", "cudaredist", *args], env=env, capture_output=True,
-                          timeout=120, check=False)
+                          timeout=timeout, check=False)
 
 
 def _toolkit(root: Path) -> Path:
