@@ -4,8 +4,9 @@
 #   deps/        the cudaredist wheel and its dependencies (this Python and CPython 3.12)
 #   mirror/      CUDA 13.0.2's and 13.5.0's runtime profile (cudart, crt: NVIDIA's binaries from their
 #                wheels) as a redist-shaped mirror, installed there as from NVIDIA's server
-#   standin/     tools/mkcompat.py's stand-in compat package 620.70.06 for 13.5 (real ELF files with
-#                NVIDIA's sonames, not drivers: it proves the decision, not a launch)
+#                and, in mirror/nvidia-driver/redist/, tools/mkcompat.py's stand-in compat package
+#                620.70.06 for 13.5 (real ELF files with NVIDIA's sonames, not drivers: it proves the
+#                decision, not a launch), which run.sh installs with `--with compat`
 #   sass_90, ptx_only   launch.cu built here by CUDA 13.5's nvcc (cudart static), as SASS for sm_90
 #                and as PTX only (compute_90)
 set -euo pipefail
@@ -24,6 +25,5 @@ for out in sass_90:sm_90 ptx_only:compute_90; do
   "$T/cuda/bin/nvcc" -gencode "arch=compute_90,code=${out#*:}" -cudart static -o "$O/${out%%:*}" \
     tests/gpu/compat/launch.cu
 done
-python3 "$TOOLS/mkcompat.py" "$T/standin" 620.70.06 13.5 >/dev/null
-mkdir -p $O/standin && tar -C $O/standin --strip-components=1 -xJf "$T"/standin/nvidia-driver/redist/cuda_compat/linux-x86_64/*.tar.xz
+python3 "$TOOLS/mkcompat.py" $O/mirror 620.70.06 13.5 >/dev/null
 du -sh $O/*; du -sh $O

@@ -2,7 +2,7 @@
 # On the GPU machine (no network; a data-center GPU on an R580 driver): cudaredist's forward-
 # compatibility decision (cudaredist/compat.py) against the real driver, and what it predicts:
 #   1. a 13.0 tree needs no compat (its compat package stays off: the driver runs 13.0 natively);
-#   2. a 13.5 tree with a compat package newer than the driver (the stand-in 620.70.06) gets it first;
+#   2. a 13.5 tree installed `--with compat` (the stand-in 620.70.06, newer than the driver) gets it first;
 #   3. a compat package older than the driver (this image's real /usr/local/cuda-13.0/compat,
 #      580.95.05) is refused by auto; forced with --compat on, a program that runs without it fails
 #      with 803 (cudaErrorSystemDriverMismatch);
@@ -20,13 +20,13 @@ ls $OLD
 fail() { echo "FAILED: $*" >&2; exit 1; }
 first() { $CR env --prefix "$1" --json "${@:2}" | $W/venv/bin/python -c \
   'import json,sys; j=json.load(sys.stdin); print(j["prepend"]["LD_LIBRARY_PATH"][0]); print(j["compat"]["reason"])'; }
-for t in 13.0.2:t130 13.5.0:t135 13.5.0:old135; do
+for t in 13.0.2:t130 13.5.0:old135; do
   $CR install ${t%%:*} --profile runtime --prefix $W/${t#*:} --base-url $C/mirror --cache-dir $W/cache -q
 done
+$CR install 13.5.0 --profile runtime --with compat --prefix $W/t135 --base-url $C/mirror --cache-dir $W/cache -q
 $CR install 13.5.0 --profile runtime --install-dir $W/managed --base-url $C/mirror --cache-dir $W/cache -q
 OLDV=$(basename $OLD/libcuda.so.*.*); OLDV=${OLDV#libcuda.so.}
 python3 $R/tests/gpu/compat/addcompat.py $W/t130 $OLD $OLDV 13.0
-python3 $R/tests/gpu/compat/addcompat.py $W/t135 $C/standin/compat 620.70.06 13.5
 python3 $R/tests/gpu/compat/addcompat.py $W/old135 $OLD $OLDV 13.0
 
 echo "== 1. a 13.0 tree needs no compat"
@@ -53,6 +53,6 @@ set +e; ptx=$($CR run 13.5 --install-dir $W/managed -- $C/ptx_only); rc=$?; set 
 echo "cudaredist run 13.5 -- ptx_only: $ptx (exit $rc)"
 [ $rc -ne 0 ] && grep -q "cudaErrorUnsupportedPtxVersion (222)" <<<"$ptx" || fail "PTX-only: not 222"
 $CR run 13.5 --install-dir $W/managed -- $C/sass_90 || fail "the SASS build does not run"
-echo "== doctor on the 13.5 tree with the stand-in compat"
+echo "== doctor on the 13.5 tree installed --with compat (the stand-in)"
 $CR doctor --prefix $W/t135 || true
 echo "compat check: all four cases as predicted"
