@@ -223,25 +223,20 @@ def _satisfied(request: InstallRequest, train: str, fixed: Path | None, root: Pa
     installed for this request that lacks what its profile means today is said and updated."""
     from cudaredist.drift import satisfying_record
     from cudaredist.hostfixes import pending
-    from cudaredist.managed import satisfied_toolkit
+    from cudaredist.managed import find
 
-    platform, profile = profiles.host_platform(request.platform), _profile(request)
-    source = check_source(request.source)
-    ask: dict[str, Any] = dict(train=train, platform=platform, profile=profile,
-                               components=request.components, source=source, products=request.products)
-    if fixed is not None:
-        where: Path | None = fixed
-        rec, lacks = satisfying_record(fixed, **ask, host=_host(request))
+    platform = profiles.host_platform(request.platform)
+    # --prefix: that tree; the install dir: its toolkits of the train, newest first
+    for where in [fixed] if fixed is not None else [t.path for t in find(cast(Path, root), train, platform)]:
+        rec, lacks = satisfying_record(where, train=train, platform=platform, profile=_profile(request),
+                                       components=request.components, source=check_source(request.source),
+                                       products=request.products, host=_host(request))
+        if rec is not None:
+            break
     else:
-        assert root is not None
-        rec, lacks, where = satisfied_toolkit(root, **ask)
-    if rec is None or where is None:
         return None
-    if lacks:
-        say(f"{where}: {'; '.join(lacks)}; updating")
-        return None
-    if unlike := pending(where, rec, request.host_fixes):
-        say(f"{where}: {'; '.join(unlike)}; updating")
+    if why := lacks or pending(where, rec, request.host_fixes):  # what it lacks today, else a host fix
+        say(f"{where}: {'; '.join(why)}; updating")
         return None
     plan = rec["plan"]
     return Installed(where, plan["release"], plan["platform"], True, plan,

@@ -27,14 +27,13 @@ import re
 import site
 import sys
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from cudaredist import fsops
 from cudaredist.cache.store import hold
-from cudaredist.drift import satisfying_record
 from cudaredist.errors import PrefixError, RecordError, ResolveError
 from cudaredist.fsops import WINDOWS
 from cudaredist.plan import matches, version_key
@@ -258,19 +257,6 @@ def update_train_links(root: Path, warn: Callable[[str], None] = lambda _text: N
         if fsops.is_link(link) and re.match(r"^cuda-\d+\.\d+-", link.name) and link.name not in best:
             fsops.remove_link(link)
     return sorted(made.items())
-
-
-def satisfied_toolkit(root: Path, *, train: str, platform: str, profile: str | None,
-                      components: Sequence[str], source: str, products: Sequence[str] = ()
-                      ) -> tuple[dict[str, Any] | None, list[str], Path | None]:
-    """(record, what it lacks, path) of an installed managed toolkit installed for this request
-    (:func:`cudaredist.drift.satisfying_record`), else (None, [], None)."""
-    for t in find(root, train, platform):
-        rec, lacks = satisfying_record(t.path, train=train, platform=platform, profile=profile,
-                                       components=components, source=source, products=products)
-        if rec is not None:
-            return rec, lacks, t.path
-    return None, [], None
 
 
 def host() -> str | None:
