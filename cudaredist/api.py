@@ -17,9 +17,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from cudaredist import profiles
+from cudaredist.cache.store import lock_wait
+from cudaredist.drift import satisfying_record
 from cudaredist.errors import CudaRedistError, UsageError
+from cudaredist.hostfixes import pending
+from cudaredist.installdir import install_dir, toolkit_name
+from cudaredist.interrupts import with_done
+from cudaredist.managed import find, host, link_trains
+from cudaredist.managed import tidy as tidy_dir
+from cudaredist.prefixes import canonical_prefix, refuse_foreign, tidy
 from cudaredist.sources import check_source
-from cudaredist.sources.base import Where
+from cudaredist.sources.base import Where, check_where
+from cudaredist.tree.links import link_mode
+from cudaredist.trust import Trust
 
 if TYPE_CHECKING:
     from cudaredist.install import Installer, InstallResult
@@ -116,11 +126,6 @@ def install(request: InstallRequest, *, reporter: Reporter | None = None,
     is raised before anything is installed. Into a ``--prefix`` a failed install is raised too;
     into the install dir it is the train's: listed in the outcome, while the other trains are
     installed and linked."""
-    from cudaredist.installdir import install_dir as managed_dir
-    from cudaredist.managed import link_trains
-    from cudaredist.managed import tidy as tidy_dir
-    from cudaredist.prefixes import canonical_prefix, refuse_foreign, tidy
-
     wanted = list(dict.fromkeys(request.trains))
     if request.lock is None and not wanted:
         raise UsageError("give a TRAIN (e.g. 13.4), several trains, or --lock FILE")
@@ -128,10 +133,11 @@ def install(request: InstallRequest, *, reporter: Reporter | None = None,
         raise UsageError("--prefix takes one TRAIN; without --prefix, each train goes to the install dir")
     _check_options(request)  # the same checks whether or not the install turns out a no-op
     fixed = canonical_prefix(request.prefix) if request.prefix is not None else None
-    outcome = InstallOutcome(None if fixed is not None else managed_dir(request.install_dir))
+    outcome = InstallOutcome(None if fixed is not None else install_dir(request.install_dir))
+    timeout = lock_wait(request.lock_timeout)
     # leftovers of a killed run cleaned before anything that may need the network
-    for action in (tidy(fixed, _lock_timeout(request)) if fixed is not None else
-                   tidy_dir(cast(Path, outcome.install_dir), _lock_timeout(request))):
+    for action in (tidy(fixed, timeout) if fixed is not None else
+                   tidy_dir(cast(Path, outcome.install_dir), timeout)):
         (outcome.warnings.append if action.startswith("warning: ") else say)(action)
     if fixed is not None and not request.replace_foreign:
         refuse_foreign(fixed)
@@ -150,7 +156,7 @@ def install(request: InstallRequest, *, reporter: Reporter | None = None,
     if outcome.install_dir is not None:
         # even when a train failed: those that installed get their links
         try:
-            outcome.links = link_trains(outcome.install_dir, timeout=_lock_timeout(request),
+            outcome.links = link_trains(outcome.install_dir, timeout=timeout,
                                         warn=outcome.warnings.append)
         except KeyboardInterrupt as exc:  # the toolkits are in place: said, with what the links are
             raise _interrupted(exc, outcome) from None
@@ -160,8 +166,6 @@ def install(request: InstallRequest, *, reporter: Reporter | None = None,
 def _interrupted(exc: KeyboardInterrupt, outcome: InstallOutcome) -> KeyboardInterrupt:
     """Ctrl-C during the installs, with what each prefix holds: the transaction's own words (or
     that nothing was changed), and the trains installed before it came."""
-    from cudaredist.interrupts import with_done
-
     return with_done(exc, "interrupted; nothing was changed in the prefix", "installed before it",
                      [f"CUDA {d.release} into {d.prefix}" for d in outcome.done if not d.noop])
 
@@ -169,11 +173,6 @@ def _interrupted(exc: KeyboardInterrupt, outcome: InstallOutcome) -> KeyboardInt
 def _check_options(request: InstallRequest) -> None:
     """Every option that can be wrong without the network: a usage error before anything else (the
     no-op included: an installed prefix answers a bad option as an empty one does)."""
-    from cudaredist.profiles import get_profile, parse_product_requests
-    from cudaredist.sources.base import check_where
-    from cudaredist.tree.links import link_mode
-    from cudaredist.trust import Trust
-
     link_mode(request.link_mode)
     if _host(request):
         _cross_gate(_host(request), request)
@@ -188,9 +187,9 @@ def _check_options(request: InstallRequest) -> None:
     check_where(request.where, source)
     Trust.of(request.where.trusted_hosts)
     if request.lock is None:
-        parse_product_requests(request.products)
+        profiles.parse_product_requests(request.products)
         if (profile := _profile(request)) is not None:
-            get_profile(profile)
+            profiles.get_profile(profile)
 
 
 def _cross_gate(host: str, request: InstallRequest) -> None:
@@ -199,12 +198,6 @@ def _cross_gate(host: str, request: InstallRequest) -> None:
     if host and request.prefix is None:
         raise UsageError(f"a cross tree (tools for {host}: --host, or a lock file that pins one) goes into "
                          "--prefix DIR: the install dir names its toolkits by one platform")
-
-
-def _lock_timeout(request: InstallRequest) -> float:
-    from cudaredist.cache.store import lock_wait
-
-    return lock_wait(request.lock_timeout)
 
 
 def _host(request: InstallRequest) -> str:
@@ -221,10 +214,6 @@ def _satisfied(request: InstallRequest, train: str, fixed: Path | None, root: Pa
                say: Callable[[str], None]) -> Installed | None:
     """The toolkit already answering ``train`` (read from its record, no network), else None; one
     installed for this request that lacks what its profile means today is said and updated."""
-    from cudaredist.drift import satisfying_record
-    from cudaredist.hostfixes import pending
-    from cudaredist.managed import find
-
     platform = profiles.host_platform(request.platform)
     # --prefix: that tree; the install dir: its toolkits of the train, newest first
     for where in [fixed] if fixed is not None else [t.path for t in find(cast(Path, root), train, platform)]:
@@ -252,7 +241,6 @@ def _run(request: InstallRequest, wanted: list[str], fixed: Path | None, outcome
     from cudaredist.cache.store import index_ttl_default
     from cudaredist.fetch.transport import Transport
     from cudaredist.install import Installer
-    from cudaredist.installdir import toolkit_name
     from cudaredist.progress import Reporter
     from cudaredist.sources import open_source
     from cudaredist.sources.cross import resolve_tree
@@ -268,7 +256,7 @@ def _run(request: InstallRequest, wanted: list[str], fixed: Path | None, outcome
     # a warm install asks no server: index pages and manifests fetched within the TTL answer
     # (--refresh: the server is asked)
     cache = Cache(request.cache_dir, index_ttl=0.0 if request.refresh else index_ttl_default(),
-                  lock_timeout=_lock_timeout(request))
+                  lock_timeout=lock_wait(request.lock_timeout))
     transport = Transport(connections=request.jobs)
     try:
         src = open_source(source, transport, cache, request.where)
@@ -326,14 +314,11 @@ def _prefetch(installer: Installer, plans: list[tuple[str, Plan]],
 
 def _with_text(plan: dict[str, Any]) -> str:
     """`` with cuDNN 9.27.0`` for a plan (as JSON) that adds products, else ""."""
-    from cudaredist.profiles import product_title
-
-    added = [f"{product_title(str(p['name']))} {p['release']}" for p in plan.get("products", ())]
+    added = [f"{profiles.product_title(str(p['name']))} {p['release']}" for p in plan.get("products", ())]
     return f" with {', '.join(added)}" if added else ""
 
 
 def _read_lock(request: InstallRequest, wanted: list[str]) -> tuple[Lock, Plan]:
-    from cudaredist.managed import host
     from cudaredist.publish.lockfile import plan_for
 
     assert request.lock is not None

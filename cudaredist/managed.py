@@ -32,10 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cudaredist import fsops
+from cudaredist import fsops, profiles
 from cudaredist.cache.store import hold
-from cudaredist.errors import PrefixError, RecordError, ResolveError
+from cudaredist.errors import CudaRedistError, PrefixError, RecordError, ResolveError
 from cudaredist.fsops import WINDOWS
+from cudaredist.interrupts import Interrupted, signum_of
 from cudaredist.plan import matches, version_key
 from cudaredist.prefixes import cut_short
 from cudaredist.prefixes import tidy as tidy_prefix
@@ -212,8 +213,6 @@ def link_trains(root: Path, *, timeout: float,
                 warn: Callable[[str], None] = lambda _text: None) -> list[tuple[str, str]]:
     """:func:`update_train_links` under the install dir's lock: of two installs finishing at once,
     the second sees the first one's toolkit, so the newest patch always ends up linked."""
-    from cudaredist.interrupts import Interrupted, signum_of
-
     if not root.is_dir():
         return []
     try:
@@ -260,11 +259,8 @@ def update_train_links(root: Path, warn: Callable[[str], None] = lambda _text: N
 
 
 def host() -> str | None:
-    from cudaredist.errors import CudaRedistError
-    from cudaredist.profiles import host_platform
-
     try:
-        return host_platform()
+        return profiles.host_platform()
     except CudaRedistError:
         return None
 

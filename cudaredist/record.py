@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from cudaredist import __version__, fsops
 from cudaredist.errors import RecordError
 from cudaredist.plan import Plan, matches
+from cudaredist.profiles import parse_product_requests
 
 if TYPE_CHECKING:  # the no-op path reads records without loading the archive modules
     from cudaredist.tree.staging import FileRecord
@@ -36,8 +37,6 @@ def satisfies(record: dict[str, Any], *, train: str, platform: str, profile: str
     """Was the tree installed for this request (its train, platform, source, profile, ``--component``
     and ``--with``)? ``cudnn`` is answered by the cuDNN the tree has, as ``13.4`` is by its 13.4.x.
     Whether it still holds all that request means today is :func:`lacking`."""
-    from cudaredist.profiles import parse_product_requests
-
     plan = record.get("plan", {})
     had = plan.get("products", [])
     asked = sorted(str(r) for r in parse_product_requests(products))

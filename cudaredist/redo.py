@@ -4,6 +4,8 @@ from the record's plan and request alone."""
 
 from __future__ import annotations
 
+import shlex
+import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -64,10 +66,4 @@ def _target_argv(prefix: Path, release: str, platform: str) -> list[str]:
 
 def shell_line(argv: Sequence[str]) -> str:
     """``argv`` as a line for this host's shell (quoted where a word needs it)."""
-    if WINDOWS:
-        import subprocess
-
-        return subprocess.list2cmdline(list(argv))
-    import shlex
-
-    return shlex.join(argv)
+    return subprocess.list2cmdline(list(argv)) if WINDOWS else shlex.join(argv)
