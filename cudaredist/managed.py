@@ -107,15 +107,9 @@ def scan(root: Path) -> Scan:
         found.append(Toolkit(entry, plan["release"], plan["platform"], plan["profile"],
                              tuple(c["name"] for c in plan["components"]),
                              sum(f["size"] for f in rec["files"]), plan.get("source", "nvidia"),
-                             _products(plan)))
+                             tuple((p["name"], p["release"]) for p in plan.get("products", []))))
     found.sort(key=lambda t: (version_key(t.release), t.platform), reverse=True)
     return Scan(found, damaged)
-
-
-def _products(plan: dict[str, Any]) -> tuple[tuple[str, str], ...]:
-    got = plan.get("products", [])
-    return tuple((str(p.get("name", "")), str(p.get("release", ""))) for p in got if isinstance(p, dict)) \
-        if isinstance(got, list) else ()
 
 
 def tidy(root: Path, timeout: float) -> list[str]:
