@@ -37,14 +37,10 @@ def satisfies(record: dict[str, Any], *, train: str, platform: str, profile: str
     """Was the tree installed for this request (its train, platform, source, profile, ``--component``
     and ``--with``)? ``cudnn`` is answered by the cuDNN the tree has, as ``13.4`` is by its 13.4.x.
     Whether it still holds all that request means today is :func:`lacking`."""
-    plan = record.get("plan", {})
-    had = plan.get("products", [])
+    plan, request = record["plan"], record.get("request", {})
     asked = sorted(str(r) for r in parse_product_requests(products))
-    if not isinstance(had, list) or sorted(str(p.get("requested", "")) for p in had
-                                           if isinstance(p, dict)) != asked:
-        return False
-    request = record.get("request", {})
-    return (matches(train, str(plan.get("release", ""))) and plan.get("platform") == platform
+    return (sorted(p.get("requested", "") for p in plan.get("products", [])) == asked
+            and matches(train, plan["release"]) and plan.get("platform") == platform
             and plan.get("host", "") == host
             and plan.get("source", "nvidia") == source
             and plan.get("profile") == (profile or "custom")
