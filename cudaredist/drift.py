@@ -61,13 +61,6 @@ def lacking(record: dict[str, Any]) -> list[str]:
     return list(dict.fromkeys(str(s) for s in specs if not any(n in have for n in s.names)))
 
 
-def drift_text(record: dict[str, Any], missing: Sequence[str]) -> str:
-    """``profile nvcc now also includes cuda_profiler_api, cuda_nvtx`` for what :func:`lacking` found."""
-    profile = record["plan"]["profile"]
-    who = f"profile {profile}" if profile != "custom" else "the request"
-    return f"{who} now also includes {', '.join(missing)} (CUDA {record['plan']['release']})"
-
-
 def outdated(record: dict[str, Any]) -> list[str]:
     """Why the tree needs updating, offline: a layout older than this cudaredist's (:data:`LAYOUT`),
     what its request means today that it lacks (:func:`lacking`). [] when it is up to date."""
@@ -76,8 +69,11 @@ def outdated(record: dict[str, Any]) -> list[str]:
     if not isinstance(layout, int) or layout < LAYOUT:
         why.append(f"the tree was laid out by an older cudaredist (layout {layout}; this one lays trees "
                    f"out as layout {LAYOUT})")
-    if missing := lacking(record):
-        why.append(f"{drift_text(record, missing)}, which this tree lacks")
+    if missing := lacking(record):  # "profile nvcc now also includes cuda_profiler_api, cuda_nvtx"
+        plan = record["plan"]
+        who = f"profile {plan['profile']}" if plan["profile"] != "custom" else "the request"
+        why.append(f"{who} now also includes {', '.join(missing)} (CUDA {plan['release']}), which this tree "
+                   "lacks")
     return why
 
 

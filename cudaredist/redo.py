@@ -24,8 +24,10 @@ def request_argv(record: Mapping[str, Any] | None, prefix: Path, *, reinstall: b
         return ["cudaredist", "install", "TRAIN", "--prefix", str(prefix)] + ["--reinstall"] * reinstall
     plan, request = record["plan"], record.get("request", {})
     release, platform, had = str(plan["release"]), str(plan["platform"]), str(plan.get("source", "nvidia"))
-    argv = ["cudaredist", "install", release, *_target_argv(prefix, release, platform),
-            "--platform", platform]
+    # --prefix P, or for a managed toolkit (named by its release and platform) its install dir
+    target = ["--prefix", str(prefix)] if prefix.name != toolkit_name(release, platform) else \
+        install_dir_argv(prefix.parent)
+    argv = ["cudaredist", "install", release, *target, "--platform", platform]
     if plan.get("host"):  # a cross tree: the tools' platform too
         argv += ["--host", str(plan["host"])]
     source = source or had
@@ -55,13 +57,6 @@ def train_argv(train: str, root: Path | None = None, platform: str | None = None
     dir), for ``platform`` when given."""
     argv = ["cudaredist", "install", train, *(install_dir_argv(root) if root is not None else [])]
     return argv + (["--platform", platform] if platform else [])
-
-
-def _target_argv(prefix: Path, release: str, platform: str) -> list[str]:
-    """``--prefix P``, or for a managed toolkit (named by its release and platform) its install dir."""
-    if prefix.name != toolkit_name(release, platform):
-        return ["--prefix", str(prefix)]
-    return install_dir_argv(prefix.parent)
 
 
 def shell_line(argv: Sequence[str]) -> str:
