@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from cudaredist.install import Installer, InstallResult
     from cudaredist.plan import Plan
     from cudaredist.progress import Reporter
-    from cudaredist.publish.lockfile import Lock
 
 
 @dataclass(frozen=True)
@@ -249,7 +248,14 @@ def _run(request: InstallRequest, wanted: list[str], fixed: Path | None, outcome
     components, products, source = list(request.components), list(request.products), request.source
     lock_plan: Plan | None = None
     if request.lock is not None:
-        locked, lock_plan = _read_lock(request, wanted)
+        from cudaredist.publish.lockfile import plan_for  # only with --lock
+
+        locked, lock_plan = plan_for(
+            request.lock, train=wanted[0] if wanted else None, platform=request.platform, host=host(),
+            profile="custom" if request.only else request.profile,
+            components=list(request.components) if (request.components or request.only) else None,
+            source=None if request.source is None else check_source(request.source),
+            products=list(request.products) if request.products else None)
         _cross_gate(lock_plan.host, request)
         components, products = list(locked.components), list(lock_plan.requested_products)
         source = lock_plan.source
@@ -316,17 +322,6 @@ def _with_text(plan: dict[str, Any]) -> str:
     """`` with cuDNN 9.27.0`` for a plan (as JSON) that adds products, else ""."""
     added = [f"{profiles.product_title(str(p['name']))} {p['release']}" for p in plan.get("products", ())]
     return f" with {', '.join(added)}" if added else ""
-
-
-def _read_lock(request: InstallRequest, wanted: list[str]) -> tuple[Lock, Plan]:
-    from cudaredist.publish.lockfile import plan_for
-
-    assert request.lock is not None
-    return plan_for(request.lock, train=wanted[0] if wanted else None, platform=request.platform,
-                    host=host(), profile="custom" if request.only else request.profile,
-                    components=list(request.components) if (request.components or request.only) else None,
-                    source=None if request.source is None else check_source(request.source),
-                    products=list(request.products) if request.products else None)
 
 
 def _row(result: InstallResult, plan: Plan) -> Installed:
