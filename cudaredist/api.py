@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from cudaredist import profiles
 from cudaredist.cache.store import lock_wait
-from cudaredist.drift import satisfying_record
+from cudaredist.drift import outdated
 from cudaredist.errors import CudaRedistError, UsageError
 from cudaredist.hostfixes import pending
 from cudaredist.installdir import install_dir, toolkit_name
@@ -26,6 +26,7 @@ from cudaredist.interrupts import with_done
 from cudaredist.managed import find, host, link_trains
 from cudaredist.managed import tidy as tidy_dir
 from cudaredist.prefixes import canonical_prefix, refuse_foreign, tidy
+from cudaredist.record import read_record, satisfies
 from cudaredist.sources import check_source
 from cudaredist.sources.base import Where, check_where
 from cudaredist.tree.links import link_mode
@@ -216,14 +217,16 @@ def _satisfied(request: InstallRequest, train: str, fixed: Path | None, root: Pa
     platform = profiles.host_platform(request.platform)
     # --prefix: that tree; the install dir: its toolkits of the train, newest first
     for where in [fixed] if fixed is not None else [t.path for t in find(cast(Path, root), train, platform)]:
-        rec, lacks = satisfying_record(where, train=train, platform=platform, profile=_profile(request),
-                                       components=request.components, source=check_source(request.source),
-                                       products=request.products, host=_host(request))
-        if rec is not None:
+        rec = read_record(where) if where.is_dir() else None
+        if rec is not None and satisfies(rec, train=train, platform=platform, profile=_profile(request),
+                                         components=request.components, source=check_source(request.source),
+                                         products=request.products, host=_host(request)):
             break
     else:
         return None
-    if why := lacks or pending(where, rec, request.host_fixes):  # what it lacks today, else a host fix
+    assert rec is not None  # the record the loop stopped at
+    # installed for this request: what it lacks today (drift.outdated), else a host fix, is said and updated
+    if why := outdated(rec) or pending(where, rec, request.host_fixes):
         say(f"{where}: {'; '.join(why)}; updating")
         return None
     plan = rec["plan"]

@@ -6,14 +6,13 @@ cudaredist means by it, offline. The no-op check, ``info``, ``verify`` and ``doc
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from cudaredist.errors import CudaRedistError
 from cudaredist.plan import Plan, plan_from_json
 from cudaredist.profiles import Spec, get_product, get_profile, parse_spec
-from cudaredist.record import LAYOUT, read_record, satisfies
+from cudaredist.record import LAYOUT
 from cudaredist.redo import request_argv, shell_line
 
 
@@ -86,19 +85,6 @@ def holds(record: dict[str, Any], plan: Plan) -> bool:
     except (KeyError, TypeError, ValueError):
         return False
     return same and not outdated(record)
-
-
-def satisfying_record(prefix: Path, *, train: str, platform: str, profile: str | None,
-                      components: Sequence[str], source: str, products: Sequence[str] = (),
-                      host: str = "") -> tuple[dict[str, Any] | None, list[str]]:
-    """(the record of ``prefix``, why it needs updating) when it was installed for this request, else
-    (None, []): a record that needs no updating (:func:`outdated`) answers it without network."""
-    rec = read_record(prefix) if prefix.is_dir() else None
-    if rec is None or not satisfies(rec, train=train, platform=platform, profile=profile,
-                                    components=components, source=source, products=products,
-                                    host=host):
-        return None, []
-    return rec, outdated(rec)
 
 
 def drift_note(prefix: Path, record: dict[str, Any]) -> str:
