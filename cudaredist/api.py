@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from cudaredist import profiles
-from cudaredist.cache.store import lock_wait
+from cudaredist.cache.store import Cache, index_ttl_default, lock_wait
 from cudaredist.drift import outdated
 from cudaredist.errors import CudaRedistError, UsageError
 from cudaredist.hostfixes import pending
@@ -27,7 +27,7 @@ from cudaredist.managed import find, host, link_trains
 from cudaredist.managed import tidy as tidy_dir
 from cudaredist.prefixes import canonical_prefix, refuse_foreign, tidy
 from cudaredist.record import read_record, satisfies
-from cudaredist.sources import check_source
+from cudaredist.sources import check_source, open_source
 from cudaredist.sources.base import Where, check_where
 from cudaredist.tree.links import link_mode
 from cudaredist.trust import Trust
@@ -239,12 +239,9 @@ def _satisfied(request: InstallRequest, train: str, fixed: Path | None, root: Pa
 def _run(request: InstallRequest, wanted: list[str], fixed: Path | None, outcome: InstallOutcome,
          reporter: Reporter | None, say: Callable[[str], None]) -> None:
     """Resolve (or read the lock), fetch and install: the part that needs the source."""
-    from cudaredist.cache import Cache
-    from cudaredist.cache.store import index_ttl_default
     from cudaredist.fetch.transport import Transport
     from cudaredist.install import Installer
     from cudaredist.progress import Reporter
-    from cudaredist.sources import open_source
     from cudaredist.sources.cross import resolve_tree
 
     reporter = reporter or Reporter()

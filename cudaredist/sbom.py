@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import io
 import json
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -164,9 +166,6 @@ def cyclonedx(inv: dict[str, Any]) -> str:
 
 def spdx(inv: dict[str, Any]) -> str:
     """``inv`` as SPDX 2.3 JSON (spdx-tools), a host fix as an annotation of the package it changed."""
-    import io
-    import re
-
     try:
         from spdx_tools.common.spdx_licensing import spdx_licensing
     except ImportError:
