@@ -14,8 +14,8 @@ import pytest
 
 from cudaredist import fsops
 from cudaredist.cache import Cache
-from cudaredist.install import recover, swap_into_place
-from cudaredist.prefixes import uninstall
+from cudaredist.install import swap_into_place
+from cudaredist.prefixes import recover, uninstall
 
 
 def sharing_violation(winerror: int = 32) -> PermissionError:

@@ -158,9 +158,9 @@ def uninstall(
     toolkits of a TRAIN."""
     tk = Toolkit.of(locals())
     from cudaredist.cache.store import lock_wait
-    from cudaredist.install import prefix_lock
     from cudaredist.installdir import install_dir as managed_dir
     from cudaredist.managed import find, link_trains
+    from cudaredist.prefixes import prefix_lock
     from cudaredist.prefixes import uninstall as do_uninstall
 
     if tk.prefix is None and tk.train is not None:

@@ -4,6 +4,5 @@
 from __future__ import annotations
 
 from cudaredist.install.transaction import Installer, InstallResult, swap_into_place
-from cudaredist.prefixes import prefix_lock, recover
 
-__all__ = ["InstallResult", "Installer", "prefix_lock", "recover", "swap_into_place"]
+__all__ = ["InstallResult", "Installer", "swap_into_place"]
