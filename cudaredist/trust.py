@@ -122,15 +122,6 @@ def host_label(url: str) -> str:
     return parts.netloc.rsplit("@", 1)[-1].lower()
 
 
-def _ways_out(urls: Sequence[str]) -> str:
-    flags = " ".join(f"--trusted-host {h}" for h in dict.fromkeys(host_label(u) for u in urls))
-    return (f"an https:// URL instead (certificates are checked against the OS trust store or "
-            f"SSL_CERT_FILE); {flags} (or CUDAREDIST_TRUSTED_HOST) if you trust the host and every "
-            "network between you and it; or a lock file written where an authenticated place is "
-            "reachable (`cudaredist lock TRAIN -o cuda.lock`, then `install --lock cuda.lock`: no "
-            "manifest or index page is read, and archives from that host are checked against the lock)")
-
-
 def redirected(url: str, hop: str, *, cached: str | None = None) -> TrustError:
     """``url`` (a place that may supply hashes) redirected to ``hop``, which may not; ``cached``: the
     cache folder whose copy came that way (under --offline, where the server is not asked again)."""
@@ -156,8 +147,13 @@ def refuse(untrusted: Sequence[tuple[str, str]], *, what: str) -> TrustError:
         f"refusing to read {what} from {names}: {hosts} {verb} plain HTTP (not a loopback address, not "
         f"named by --trusted-host), and {what} {'list' if what.endswith('s') else 'lists'} the sha256 "
         f"every archive is checked against, so "
-        f"whoever can answer for {hosts} could choose what runs here. Nothing was downloaded. Use "
-        + _ways_out(urls) + ".", url=urls[0], host=host_label(urls[0]))
+        f"whoever can answer for {hosts} could choose what runs here. Nothing was downloaded. Use an "
+        "https:// URL instead (certificates are checked against the OS trust store or SSL_CERT_FILE); "
+        f"{' '.join(f'--trusted-host {h}' for h in labels)} (or CUDAREDIST_TRUSTED_HOST) if you trust the "
+        "host and every network between you and it; or a lock file written where an authenticated place "
+        "is reachable (`cudaredist lock TRAIN -o cuda.lock`, then `install --lock cuda.lock`: no manifest "
+        "or index page is read, and archives from that host are checked against the lock).",
+        url=urls[0], host=host_label(urls[0]))
 
 
 def unreachable(untrusted: tuple[str, str], trusted: Sequence[str], cause: str, *,
