@@ -6,12 +6,12 @@ import platform as _platform
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from cudaredist.errors import ManifestError, PlanError, ResolveError, UsageError
+from cudaredist.errors import ManifestError, PlanError, UsageError
 from cudaredist.plan import matches, version_key
 
 if sys.version_info >= (3, 11):
@@ -20,7 +20,6 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 DEFAULT_PROFILE = "nvcc"
-T = TypeVar("T")
 
 
 def effective_profile(profile: str | None, only: bool) -> str | None:
@@ -353,40 +352,6 @@ def parse_product_request(text: str) -> ProductRequest:
                          f"(exactly that), or {name} alone for the newest release for the toolkit's "
                          "CUDA major")
     return ProductRequest(product, spec)
-
-
-def needed_components(requests: Sequence[ProductRequest], components: Sequence[str],
-                      releases: Mapping[str, str]) -> list[str]:
-    """``components`` plus the toolkit components the requested products need (``releases``: the
-    product releases picked, by product name), each once."""
-    return list(dict.fromkeys([*components, *(n for r in requests
-                                              for n in r.product.needs_for(releases.get(r.name, "")))]))
-
-
-def pick_patch(request: ProductRequest, shipped: str, platform: str,
-               find: Callable[[ProductRequest], tuple[T, str, str]]) -> tuple[T | None, str]:
-    """For a product that ``replaces`` a toolkit component of version ``shipped``: what ``find`` gives
-    (with the release's label and version) for the newest release of ``request``'s spec, else of the
-    shipped major.minor, when it is newer (else None: the toolkit's own stays); and the note saying so."""
-    title = request.product.title
-    asked = replace(request, spec=request.spec or ".".join(shipped.split(".")[:2]))
-    try:
-        found, label, version = find(asked)
-    except ResolveError:
-        if request.spec:
-            raise
-        return None, f"the toolkit's own: NVIDIA publishes no {title} {asked.spec} patch for {platform}"
-    if version_key(version) > version_key(shipped):
-        return found, f"replaces the toolkit's {request.product.replaces} {shipped}"
-    return None, (f"the toolkit's own: no {title} {asked.spec} patch is newer (the newest, {label}, "
-                  f"is {version})")
-
-
-def swaps(requests: Sequence[ProductRequest], patched: Sequence[bool]) -> tuple[list[str], set[str]]:
-    """The toolkit components that products which ``replaces`` one keep (no newer patch: the
-    toolkit's own, planned with it) and those they take the place of (``patched``: per request)."""
-    pairs = [(r.product.replaces, p) for r, p in zip(requests, patched, strict=True) if r.product.replaces]
-    return [c for c, p in pairs if not p], {c for c, p in pairs if p}
 
 
 def needs_notes(requests: Sequence[ProductRequest], components: Sequence[str],

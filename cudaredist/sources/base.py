@@ -1,18 +1,21 @@
 """What every source shares: where it looks (:class:`Where`, checked by :func:`check_where`), the
-:class:`Source` protocol, and how an archive's members land in the tree (:class:`Layout`). Each source
-imports these from here; the package's face (:mod:`cudaredist.sources`) opens a source by name."""
+:class:`Source` protocol, how an archive's members land in the tree (:class:`Layout`), and how the
+``--with`` products a source picked join the toolkit's plan (:func:`with_products`, :func:`patch`).
+Each source imports these from here; the package's face (:mod:`cudaredist.sources`) opens a source
+by name."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from cudaredist.errors import UsageError
+from cudaredist.errors import ResolveError, UsageError
+from cudaredist.plan import Plan, PlannedArchive, ProductRelease, version_key
 
 if TYPE_CHECKING:
     from cudaredist.fetch.transport import Transport
-    from cudaredist.plan import Plan, PlannedArchive
+    from cudaredist.profiles import ProductRequest
     from cudaredist.sources.mirroring import MirrorContent
     from cudaredist.tree.extract import Digests
     from cudaredist.tree.staging import Mapper, Tree
@@ -108,3 +111,60 @@ class Layout:
     after: Callable[[PlannedArchive, str, Tree, list[str]], object] | None = None
     # a zip's own record of its members' sha256 (wheels: RECORD), believed once the archive verified
     digests: Digests | None = None
+
+
+@dataclass(frozen=True)
+class ProductPlan:
+    """One ``--with`` product resolved for one platform: its release and the archives to install."""
+
+    release: ProductRelease
+    items: tuple[PlannedArchive, ...]
+    claimed: tuple[str, ...] = ()   # the --component values it took
+
+
+def patch(request: ProductRequest, own: ProductRelease, platform: str,
+          find: Callable[[ProductRequest], ProductPlan]) -> ProductPlan:
+    """For a product that ``replaces`` a toolkit component (``own``: that component as the toolkit
+    ships it): what ``find`` gives for the newest release of ``request``'s spec, else of the shipped
+    major.minor, when it is newer; else ``own`` with no archives (the toolkit's own stays). Either
+    way with the note saying which."""
+    title, shipped = request.product.title, own.release
+    asked = replace(request, spec=request.spec or ".".join(shipped.split(".")[:2]))
+    try:
+        found = find(asked)
+    except ResolveError:
+        if request.spec:
+            raise
+        note = f"the toolkit's own: NVIDIA publishes no {title} {asked.spec} patch for {platform}"
+        return ProductPlan(replace(own, note=note), ())
+    version = found.items[0].version
+    if version_key(version) > version_key(shipped):
+        note = f"replaces the toolkit's {request.product.replaces} {shipped}"
+        return replace(found, release=replace(found.release, requested=str(request), note=note))
+    note = (f"the toolkit's own: no {title} {asked.spec} patch is newer (the newest, "
+            f"{found.release.release}, is {version})")
+    return ProductPlan(replace(own, note=note), ())
+
+
+def toolkit_components(requests: Sequence[ProductRequest], picked: Sequence[ProductPlan],
+                       components: Sequence[str]) -> list[str]:
+    """What the toolkit's plan asks for beside the products ``picked`` (per request), each once:
+    ``components`` less the ``--component`` values a product took, the component a product that
+    ``replaces`` one keeps (no newer patch: the toolkit's own, planned with it), and the toolkit
+    components the products need."""
+    releases = {p.release.name: p.release.release for p in picked}
+    claimed = {c for p in picked for c in p.claimed}
+    kept = [r.product.replaces for r, p in zip(requests, picked, strict=True)
+            if r.product.replaces and not p.items]
+    needed = [n for r in requests for n in r.product.needs_for(releases.get(r.name, ""))]
+    return list(dict.fromkeys([*(c for c in components if c not in claimed), *kept, *needed]))
+
+
+def with_products(plan: Plan, requests: Sequence[ProductRequest], picked: Sequence[ProductPlan]) -> Plan:
+    """The toolkit's ``plan`` with each product's archives and release added; a product that
+    ``replaces`` a toolkit component takes its place where it brought a newer one."""
+    replaced = {r.product.replaces for r, p in zip(requests, picked, strict=True)
+                if r.product.replaces and p.items}
+    items = tuple(i for i in plan.items if i.component not in replaced)
+    return replace(plan, items=items + tuple(i for p in picked for i in p.items),
+                   products=tuple(p.release for p in picked))

@@ -18,13 +18,14 @@ import posixpath
 import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from cudaredist.errors import CudaRedistError, FetchError, ManifestError, PlanError, ResolveError
 from cudaredist.plan import Archive, PlannedArchive, ProductRelease, archive_url, join_url, version_key
-from cudaredist.profiles import ProductRequest, get_product, parse_spec, pick_patch
+from cudaredist.profiles import ProductRequest, get_product, parse_spec
+from cudaredist.sources.base import ProductPlan, patch
 from cudaredist.sources.nvidia.index import Bases, Index, Release, normalize_base
 from cudaredist.sources.nvidia.manifest import Component, Manifest
 from cudaredist.sources.nvidia.releases import sort_labels
@@ -102,15 +103,6 @@ def cuda_majors(comp: Component, platform: str, depth: int = 1) -> list[str]:
     message lists)."""
     return sorted({".".join(map(str, tag[:depth])) for tag, _a, _n in _builds(comp, platform) if tag},
                   key=version_key)
-
-
-@dataclass(frozen=True)
-class ProductPlan:
-    """One product resolved for one platform: its release and the archives to install."""
-
-    release: ProductRelease
-    items: tuple[PlannedArchive, ...]
-    claimed: tuple[str, ...]   # the --component values it took
 
 
 def plan_product(manifest: Manifest, request: ProductRequest, *, platform: str, cuda_release: str,
@@ -229,24 +221,19 @@ def resolve_with(index: Index, request: ProductRequest, bases: Bases, release: R
     own where none is newer); a ``per_minor`` one also takes the CUDA manifest's own entry."""
     product = request.product
     product.check_platform(platform)
+    find = functools.partial(resolve_product, index, bases=bases, platform=platform,
+                             cuda_release=release.label, components=components)
     if product.per_minor:
-        return _per_minor(index, request, bases, release, platform=platform, components=components)
+        return _per_minor(request, release, platform, find)
     shipped = release.manifest.components.get(product.replaces) if product.replaces else None
     if shipped is None:
-        return resolve_product(index, request, bases, platform=platform, cuda_release=release.label,
-                               components=components)
-    found, note = pick_patch(request, shipped.version, platform, lambda asked: (
-        p := resolve_product(index, asked, bases, platform=platform, cuda_release=release.label,
-                             components=components), p.release.release, p.items[0].version))
-    if found is not None:
-        return replace(found, release=replace(found.release, requested=str(request), note=note))
-    kept = ProductRelease(request.name, shipped.version, str(request), release.manifest.release_date,
-                          release.base, note=note)
-    return ProductPlan(kept, (), ())
+        return find(request)
+    return patch(request, ProductRelease(request.name, shipped.version, str(request),
+                                         release.manifest.release_date, release.base), platform, find)
 
 
-def _per_minor(index: Index, request: ProductRequest, bases: Bases, release: Release, *, platform: str,
-               components: Sequence[str]) -> ProductPlan:
+def _per_minor(request: ProductRequest, release: Release, platform: str,
+               find: Callable[[ProductRequest], ProductPlan]) -> ProductPlan:
     """The newest release for the train's major.minor, from the CUDA manifest's own entry (13.1-13.3:
     the toolkit's archive, mirrored and locked with it) or the product's folder (13.4 on)."""
     own = plan_product(release.manifest, request, platform=platform, cuda_release=release.label,
@@ -256,8 +243,7 @@ def _per_minor(index: Index, request: ProductRequest, bases: Bases, release: Rel
     if own is not None:  # a toolkit archive: mirrored and locked with the toolkit's
         own = replace(own, items=tuple(replace(i, product="") for i in own.items))
     try:
-        found = resolve_product(index, request, bases, platform=platform, cuda_release=release.label,
-                                components=components)
+        found = find(request)
     except (ResolveError, FetchError) as exc:  # none in the folder, or no folder: the manifest's own
         if own is not None:
             return own

@@ -15,12 +15,10 @@ from cudaredist.profiles import (
     ProductRequest,
     component_root,
     get_profile,
-    needed_components,
     needs_notes,
     parse_product_requests,
-    swaps,
 )
-from cudaredist.sources.base import Layout, Where, check_where
+from cudaredist.sources.base import Layout, Where, check_where, toolkit_components, with_products
 from cudaredist.sources.nvidia.index import (
     Bases,
     Index,
@@ -100,19 +98,18 @@ class NvidiaSource:
                   for r in requests}
         # what the profile itself asks for, when it is not there for the product
         own = [n for s in get_profile(profile).specs for n in s.names] if profile is not None else []
+
         plans = []
         for platform in platforms:
             picked = [resolve_with(self.index, r, mapped[r.name], release, platform=platform,
                                    components=components) for r in requests]
-            claimed = {c for p in picked for c in p.claimed}
             releases = {p.release.name: p.release.release for p in picked}
-            kept, replaced = swaps(requests, [bool(p.items) for p in picked])
-            toolkit = needed_components(requests, [*(c for c in components if c not in claimed), *kept],
-                                        releases)
             try:
                 # the manifest's base for the plan, the archive bases in order for its archives
                 plan = with_bases(make_plan(release.manifest, platform=platform, base_url=release.base,
-                                            profile=profile, components=toolkit), release.archive_bases)
+                                            profile=profile,
+                                            components=toolkit_components(requests, picked, components)),
+                                  release.archive_bases)
             except PlanError as exc:
                 needing = [r.product.title for r in requests
                            if exc.component in r.product.needs_for(releases.get(r.name, ""))]
@@ -122,9 +119,7 @@ class NvidiaSource:
                                 "load it)", component=exc.component, release=exc.release,
                                 platform=exc.platform) from exc
             notes = needs_notes(requests, [*components, *own], plan.components, releases)
-            items = tuple(i for i in plan.items if i.component not in replaced)
-            plans.append(replace(plan, items=items + tuple(i for p in picked for i in p.items),
-                                 products=tuple(p.release for p in picked), notes=(*plan.notes, *notes)))
+            plans.append(with_products(replace(plan, notes=(*plan.notes, *notes)), requests, picked))
         return plans
 
     def _base_url(self) -> str:

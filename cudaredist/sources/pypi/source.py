@@ -8,6 +8,7 @@ mapped into the same tree as the toolkit's wheels."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -24,13 +25,10 @@ from cudaredist.plan import Plan, PlannedArchive, ProductRelease
 from cudaredist.profiles import (
     ProductRequest,
     Spec,
-    needed_components,
     parse_product_requests,
-    pick_patch,
-    swaps,
     wanted_specs,
 )
-from cudaredist.sources.base import Layout, Where
+from cudaredist.sources.base import Layout, ProductPlan, Where, patch, toolkit_components, with_products
 from cudaredist.sources.nvidia.manifest import check_relative_path
 from cudaredist.sources.pypi.index import Release, WheelIndex, list_trains
 from cudaredist.sources.pypi.wheels import (
@@ -62,7 +60,7 @@ LAYOUT = Layout(
 
 
 def plan_product(index: WheelIndex, request: ProductRequest, *, platform: str, cuda_release: str,
-                 name: str = "") -> tuple[ProductRelease, PlannedArchive]:
+                 name: str = "") -> ProductPlan:
     """The newest wheel of the product (project ``name``, else its own for ``cuda_release``'s major)
     that ``request`` allows and that fits ``platform``; else a :class:`ResolveError` naming what the
     index has for that platform."""
@@ -87,8 +85,8 @@ def plan_product(index: WheelIndex, request: ProductRequest, *, platform: str, c
                              f"{product.title} {version}", release=cuda_release, platform=platform,
                              product=request.name)
         label = ".".join(str(p) for p in (*version.release, 0, 0)[:3])  # 9.28.1.4 -> 9.28.1, as the redist
-        return ProductRelease(request.name, label, str(request), chosen.upload_time[:10],
-                              index.served.get(name, index.index_url), f"cuda{major}"), item
+        return ProductPlan(ProductRelease(request.name, label, str(request), chosen.upload_time[:10],
+                                          index.served.get(name, index.index_url), f"cuda{major}"), (item,))
     fits = [f"{v} ({wheel_platforms(found[v], index.data.platforms.values())})" for v in sorted(found)]
     asked = f" {request.spec}" if request.spec else ""
     if not allowed:
@@ -101,8 +99,7 @@ def plan_product(index: WheelIndex, request: ProductRequest, *, platform: str, c
         f"{'; '.join(fits[-8:]) or 'none'})", component=name, release=cuda_release, platform=platform)
 
 
-def _patch(index: WheelIndex, request: ProductRequest, release: Release,
-           platform: str) -> tuple[ProductRelease, PlannedArchive | None]:
+def _patch(index: WheelIndex, request: ProductRequest, release: Release, platform: str) -> ProductPlan:
     """A product that ``replaces`` a toolkit wheel (cuBLAS): the index holds NVIDIA's patch releases as
     later versions of the toolkit's own project (``nvidia-cublas`` 13.4.3.11 beside the 13.4.1.3 that
     cuda-toolkit 13.2.2 pins), so the newest of the pinned major.minor takes its place where newer."""
@@ -110,13 +107,9 @@ def _patch(index: WheelIndex, request: ProductRequest, release: Release,
     [req, *_] = _requirements_for(Spec((product.replaces,)), index.metadata(release), release, platform,
                                   index.data)
     shipped, _notes = _plan_item(index, req.name, [str(req.specifier)], release, platform)
-    found, note = pick_patch(request, shipped.version, platform, lambda asked: (
-        p := plan_product(index, asked, platform=platform, cuda_release=release.label, name=req.name),
-        p[0].release, p[1].version))
-    if found is not None:
-        return replace(found[0], requested=str(request), note=note), found[1]
-    return ProductRelease(request.name, shipped.version, str(request), release.date, index.index_url,
-                          note=note), None
+    own = ProductRelease(request.name, shipped.version, str(request), release.date, index.index_url)
+    return patch(request, own, platform, functools.partial(
+        plan_product, index, platform=platform, cuda_release=release.label, name=req.name))
 
 
 def _requirements_for(spec: Spec, meta: Metadata, release: Release, platform: str,
@@ -196,8 +189,7 @@ def resolve_plan(index: WheelIndex, train: str, *, platform: str, profile: str |
     label = release.label
     picked = [_patch(index, r, release, platform) if r.product.replaces
               else plan_product(index, r, platform=platform, cuda_release=label) for r in requests]
-    kept, replaced = swaps(requests, [item is not None for _r, item in picked])
-    components = needed_components(requests, [*components, *kept], {r.name: r.release for r, _i in picked})
+    components = toolkit_components(requests, picked, components)
     notes: list[str] = []
     prof = data.profile(profile) if profile is not None else None
     if prof is not None and prof.since and pep440(label) < pep440(prof.since):
@@ -215,19 +207,18 @@ def resolve_plan(index: WheelIndex, train: str, *, platform: str, profile: str |
     with ThreadPoolExecutor(min(8, len(wanted))) as pool:
         results = interrupts.results([pool.submit(_plan_item, index, name, list(specs), release,
                                                   platform) for name, specs in wanted.items()])
-    items = (tuple(item for item, _n in results if item.component not in replaced)
-             + tuple(item for _r, item in picked if item is not None))
     notes.extend(n for _item, item_notes in results for n in item_notes)
-    present = {i.component for i in items}
+    served = index.served.get(canonicalize_name(data.metapackage), index.index_url)
+    plan = with_products(Plan(release=label, release_date=release.date, platform=platform, base_url=served,
+                              profile=profile or "custom", items=tuple(item for item, _n in results),
+                              source="pypi"), requests, picked)
+    present = {i.component for i in plan.items}
     notes.extend(n.text for n in data.notes if n.component in present and platform in n.platforms)
     notes.extend(dict.fromkeys(index.notes))
-    served = index.served.get(canonicalize_name(data.metapackage), index.index_url)
     # the URL that answered for the metapackage's page, when it was redirected (fetched or cached)
     came = index.transport.moved.get(f"{served}{canonicalize_name(data.metapackage)}/", (served,))[-1]
-    return Plan(release=label, release_date=release.date, platform=platform, base_url=served,
-                profile=profile or "custom", items=items, source="pypi", notes=tuple(notes),
-                hashes_from=f"{came} ({index.trust.reason(came) or 'trusted by the caller'})",
-                products=tuple(r for r, _item in picked))
+    return replace(plan, notes=tuple(notes),
+                   hashes_from=f"{came} ({index.trust.reason(came) or 'trusted by the caller'})")
 
 
 def _build(item: PlannedArchive, platform: str, variant: str = "") -> BuiltArchive:
