@@ -35,13 +35,14 @@ from typing import Any
 from cudaredist import interrupts
 from cudaredist.cache.store import hold, lock_wait
 from cudaredist.errors import FetchError, ManifestError
+from cudaredist.fetch.client import local_path
 from cudaredist.localfs import mb
 from cudaredist.plan import PlannedArchive, version_key
 from cudaredist.progress import Reporter
 from cudaredist.publish.mirrorfiles import MirrorReport, dest_path, place, verifies, write_if_changed
 from cudaredist.sources.mirroring import BuiltArchive, BuiltManifest, CopiedArchive, Document, MirrorContent
 from cudaredist.sources.nvidia.manifest import parse_manifest
-from cudaredist.sources.nvidia.products import product_dir
+from cudaredist.sources.nvidia.products import product_base
 from cudaredist.sources.nvidia.releases import labels_from_names, sort_labels
 from cudaredist.sources.pypi.repack import repack
 from cudaredist.sources.pypi.wheels import pep440, wheel_data
@@ -72,7 +73,7 @@ def write_mirror(out: Path, content: MirrorContent, *, fetch: Fetch, get_bytes: 
                  locked: bool = False) -> MirrorReport:
     """Write (or complete) in ``out`` the mirror ``content`` describes, under the mirror's lock
     (``locked``: the caller holds the lock of a mirror that contains ``out``). Each ``--with``
-    product goes to its own folder (:func:`product_dir`), inside ``out`` under the same lock.
+    product goes to its own folder (where :func:`product_base` looks), inside ``out`` under the same lock.
 
     ``fetch`` returns the verified cache path of an archive or wheel
     (:meth:`cudaredist.fetch.fetcher.Fetcher.fetch`); ``get_bytes`` fetches small documents
@@ -98,7 +99,7 @@ def write_mirror(out: Path, content: MirrorContent, *, fetch: Fetch, get_bytes: 
             else:
                 write_if_changed(top / f"redistrib_{manifest.label}.json", manifest.data)
         for product in content.products:  # each in its own folder, where install looks for it
-            where = product_dir(top, product.name)
+            where = local_path(product_base(top.as_uri() + "/", product.name))
             part = write_mirror(where, product.content, fetch=fetch, get_bytes=get_bytes, reporter=reporter,
                                 jobs=jobs, lock_timeout=lock_timeout, locked=where.is_relative_to(out))
             report.products.append({"name": product.name, "title": product.title,

@@ -79,7 +79,7 @@ class MirrorContent:
     notes: tuple[str, ...] = ()
     # of the built .tar.xz archives (the deflate level of .zip ones, 1 at least), or "store"
     xz_preset: int | str = 6
-    # --with products: each a mirror of its own in the product's folder (see products.product_dir)
+    # --with products: each a mirror of its own in the product's folder (see products.product_base)
     products: tuple[ProductMirror, ...] = ()
     # where the manifests and index.html go inside the mirror ("": at its top; see manifest_folder)
     folder: str = ""

@@ -19,7 +19,6 @@ import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from cudaredist.errors import CudaRedistError, FetchError, ManifestError, PlanError, ResolveError
@@ -45,7 +44,8 @@ def env_base(product: str) -> str:
 def product_base(base: str, product: str, *, override: bool = False) -> str:
     """Where ``product``'s redist folder is for the CUDA base ``base``, as NVIDIA lays them out:
     ``.../compute/cuda/redist/`` -> ``.../compute/<product>/redist/``; any other base (a mirror
-    directory ``cudaredist mirror`` wrote) holds it inside, ``<base>/<product>/redist/``.
+    directory ``cudaredist mirror`` wrote) holds it inside, ``<base>/<product>/redist/`` (where the
+    mirror writes it).
     ``override``: ``base`` is the base URL (not a mirror), which ``CUDAREDIST_<PRODUCT>_BASE_URL``
     replaces."""
     if override and (given := os.environ.get(env_base(product), "").strip()):
@@ -56,15 +56,6 @@ def product_base(base: str, product: str, *, override: bool = False) -> str:
         path = "/".join([*segs[:-2], folder, "redist"]) + "/"
         return urlunsplit((parts.scheme, parts.netloc, path, parts.query, parts.fragment))
     return join_url(base, f"{folder}/redist/")
-
-
-def product_dir(out: Path, product: str) -> Path:
-    """Where a mirror directory ``out`` keeps ``product`` so that :func:`product_base` finds it:
-    beside ``.../cuda/redist`` as NVIDIA lays it out, else inside, ``out/<folder>/redist``."""
-    folder = get_product(product).folder
-    if out.parts[-2:] == ("cuda", "redist"):
-        return out.parent.parent / folder / "redist"
-    return out / folder / "redist"
 
 
 def pick_archive(comp: Component, platform: str, cuda_release: str, *, explicit: bool = False,
