@@ -13,7 +13,6 @@ import os
 import zipfile
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -24,7 +23,7 @@ from cudaredist.fetch.client import UNREACHABLE_HINT, is_local, local_path
 from cudaredist.fetch.transport import Transport
 from cudaredist.plan import Archive, PlannedArchive
 from cudaredist.sources.nvidia.index import index_file, normalize_base
-from cudaredist.sources.nvidia.releases import check_train, pick_release, train_rows
+from cudaredist.sources.nvidia.releases import check_train, pick_release
 from cudaredist.sources.pypi.simple import IndexFile, parse_simple_page
 from cudaredist.sources.pypi.wheels import (
     Metadata,
@@ -248,8 +247,3 @@ class WheelIndex:
         except zipfile.BadZipFile as exc:
             raise PlanError(f"{release.file.filename} is not a readable wheel: {exc}") from exc
 
-
-def list_trains(index: WheelIndex) -> list[dict[str, Any]]:
-    """Trains of the metapackage, oldest first: newest final release, its upload date, all releases."""
-    rels = [r for r in index.releases() if not r.version.is_prerelease]  # newest first
-    return train_rows([r.label for r in rels], {r.label: r.date for r in reversed(rels)}.__getitem__)

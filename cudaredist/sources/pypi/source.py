@@ -30,7 +30,8 @@ from cudaredist.profiles import (
 )
 from cudaredist.sources.base import Layout, ProductPlan, Where, patch, toolkit_components, with_products
 from cudaredist.sources.nvidia.manifest import check_relative_path
-from cudaredist.sources.pypi.index import Release, WheelIndex, list_trains
+from cudaredist.sources.nvidia.releases import train_rows
+from cudaredist.sources.pypi.index import Release, WheelIndex
 from cudaredist.sources.pypi.wheels import (
     Metadata,
     WheelData,
@@ -245,7 +246,8 @@ class PypiSource:
         return self.index.index_url
 
     def trains(self) -> list[dict[str, Any]]:
-        return list_trains(self.index)
+        rels = [r for r in self.index.releases() if not r.version.is_prerelease]  # newest first
+        return train_rows([r.label for r in rels], {r.label: r.date for r in reversed(rels)}.__getitem__)
 
     def resolve(self, train: str, platforms: Sequence[str], *, profile: str | None,
                 components: Sequence[str], products: Sequence[str] = ()) -> list[Plan]:
