@@ -43,7 +43,7 @@ from cudaredist.publish.mirrorfiles import MirrorReport, dest_path, place, verif
 from cudaredist.sources.mirroring import BuiltArchive, BuiltManifest, CopiedArchive, Document, MirrorContent
 from cudaredist.sources.nvidia.manifest import parse_manifest
 from cudaredist.sources.nvidia.products import product_base
-from cudaredist.sources.nvidia.releases import labels_from_names, sort_labels
+from cudaredist.sources.nvidia.releases import labels_from_names
 from cudaredist.sources.pypi.repack import repack
 from cudaredist.sources.pypi.wheels import pep440, wheel_data
 from cudaredist.tree import links
@@ -61,7 +61,7 @@ def index_page(labels: Sequence[str], dirs: Sequence[str], manifests: str = "") 
         rows.insert(0, f"<a href='{html.escape(manifests, quote=True)}/' rel='manifests'>"
                        f"{html.escape(manifests)}/</a>")
     rows += [f"<a href='redistrib_{lbl}.json'>redistrib_{lbl}.json</a>"
-             for lbl in sorted(labels, key=lambda s: [int(p) for p in s.split(".")])]
+             for lbl in sorted(labels, key=version_key)]
     body = "\n".join(rows)
     return ("<html>\n<head><title>Index of /compute/cuda/redist/</title></head>\n<body>\n"
             f"<h1>Index of /compute/cuda/redist/</h1><hr><pre><a href='../'>../</a>\n{body}\n"
@@ -109,7 +109,7 @@ def write_mirror(out: Path, content: MirrorContent, *, fetch: Fetch, get_bytes: 
             report.notes += [n for n in part.notes if n not in report.notes]
         labels = labels_from_names(os.listdir(top))
         dirs = [p.name for p in top.iterdir() if p.is_dir() and not p.name.startswith(".")]
-        write_if_changed(top / "index.html", index_page(sort_labels(labels), dirs).encode())
+        write_if_changed(top / "index.html", index_page(labels, dirs).encode())
         if top != out and not labels_from_names(os.listdir(out)):
             # the mirror's top says where its manifests are, for an install given this folder
             tops = [p.name for p in out.iterdir() if p.is_dir() and not p.name.startswith(".")]
