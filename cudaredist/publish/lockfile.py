@@ -31,7 +31,7 @@ from typing import Any
 
 from cudaredist.errors import LockFileError, ManifestError
 from cudaredist.localfs import directory_as_file
-from cudaredist.plan import Plan, PlannedArchive, archive_url, matches, plan_from_json
+from cudaredist.plan import Plan, archive_url, matches, plan_from_json, with_bases
 from cudaredist.publish.mirrorfiles import place
 from cudaredist.sources.nvidia.manifest import check_relative_path
 
@@ -97,12 +97,11 @@ def build_lock(plans: Sequence[Plan], *, train: str, components: Sequence[str] =
 
 def _plain(plan: Plan) -> Plan:
     """The plan as recorded: no mirror fallbacks; redist archives on the plan's own base (a wheel's
-    URL is wherever the index said it is, not under the index URL)."""
-    def url(i: PlannedArchive) -> str:  # a wheel: the index's own URL, the last (a mirror's comes first)
-        return i.urls[-1] if plan.source != "nvidia" else archive_url(
-            plan.product_base(i.product), i.archive.relative_path, i.component)
+    URL is wherever the index said it is, not under the index URL: the last, a mirror's comes first)."""
+    if plan.source == "nvidia":
+        plan = with_bases(plan, [plan.base_url], lambda _base, product: plan.product_base(product))
     return replace(plan, hashes_from="",  # an install from the lock believes the lock
-                   items=tuple(replace(i, url=url(i), fallback_urls=()) for i in plan.items))
+                   items=tuple(replace(i, url=i.urls[-1], fallback_urls=()) for i in plan.items))
 
 
 def dumps(lock: dict[str, Any]) -> str:
