@@ -76,13 +76,10 @@ class NvidiaSource:
 
         return train_rows(self.index.labels(base), date)
 
-    def release(self, train: str) -> Release:
-        return self.index.release(train, self.trusted())
-
     def resolve(self, train: str, platforms: Sequence[str], *, profile: str | None,
                 components: Sequence[str], products: Sequence[str] = ()) -> list[Plan]:
         requests = parse_product_requests(products)  # a bad --with fails before any network
-        release = self.release(train)
+        release = self.index.release(train, self.trusted())
         url = join_url(release.base, f"redistrib_{release.label}.json")
         came = self.transport.moved.get(url, (release.base,))[-1]  # the URL that answered, if redirected
         why = f"{came} ({self.trust.reason(came) or 'trusted by the caller'})"
@@ -150,7 +147,7 @@ class NvidiaSource:
         requests = parse_product_requests(products)
         releases: dict[str, tuple[Release, list[Plan]]] = {}
         for train in trains:
-            release = self.release(train)
+            release = self.index.release(train, self.trusted())
             if release.label not in releases:
                 releases[release.label] = (release, self._plans(release, platforms, profile, components,
                                                                 requests))
