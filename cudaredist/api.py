@@ -174,14 +174,12 @@ def _check_options(request: InstallRequest) -> None:
     """Every option that can be wrong without the network: a usage error before anything else (the
     no-op included: an installed prefix answers a bad option as an empty one does)."""
     link_mode(request.link_mode)
-    if _host(request):
-        _cross_gate(_host(request), request)
+    if tools := _host(request):  # (it reads --platform: an unknown one is a usage error here)
+        _cross_gate(tools, request)
         if request.lock is not None:
             raise UsageError("--host builds a cross tree from the train; --lock installs what the lock "
                              "file pins (a cross tree's lock pins its host already): give one of them")
-        profiles.cross_rule(profiles.host_platform(request.platform), _host(request))
-    else:
-        profiles.host_platform(request.platform)
+        profiles.cross_rule(profiles.host_platform(request.platform), tools)
     # with a lock file and no --source, the lock's source decides what else fits (read later, offline)
     source = check_source(request.source) if request.source is not None or request.lock is None else None
     check_where(request.where, source)
