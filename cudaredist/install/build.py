@@ -18,7 +18,7 @@ from typing import Any, BinaryIO, TypeVar, cast
 from cudaredist import interrupts
 from cudaredist.cache import Cache
 from cudaredist.cache.store import evict, lock_wait
-from cudaredist.cache.unpacked import UnpackedCache, UnpackedEntry, entry_key, materialize
+from cudaredist.cache.unpacked import UnpackedCache, entry_key, materialize
 from cudaredist.errors import FetchError, UnsafeArchiveError
 from cudaredist.fetch.fetcher import Aborted, DownloadFailed, Fetcher, GrowingFile
 from cudaredist.fetch.transport import Transport
@@ -29,7 +29,7 @@ from cudaredist.progress import Reporter
 from cudaredist.sources import layout
 from cudaredist.tree import links
 from cudaredist.tree.extract import extract, is_streamable
-from cudaredist.tree.staging import Mapper, Tree, WriterFailed
+from cudaredist.tree.staging import Tree, WriterFailed
 
 
 def _root_cause(futures: Sequence[Future[Any]]) -> BaseException | None:
@@ -116,17 +116,14 @@ class Build:
                 if entry is None and not installer.cache_unpacked:
                     self._extract(item, path, follow, into=lambda fill: fill(self.tree))
                 else:
-                    materialize(entry or self._unpack(item, path, follow), self.tree, how=installer.link_mode,
-                                component=item.component, archive=item.archive.filename)
+                    entry = entry or self._extract(  # a new entry, made under its lock
+                        item, path, follow, into=lambda fill: self.unpacked.build(item, platform, fill))
+                    materialize(entry, self.tree, how=installer.link_mode, component=item.component,
+                                archive=item.archive.filename)
                 self.reporter.extracted(item.archive.filename)
         finally:
             if follow is not None:
                 follow.close()
-
-    def _unpack(self, item: PlannedArchive, path: Path | None, follow: GrowingFile | None) -> UnpackedEntry:
-        """Make the unpacked entry of ``item`` (call with its lock held)."""
-        platform = self.plan.archive_platform(item)
-        return self._extract(item, path, follow, into=lambda fill: self.unpacked.build(item, platform, fill))
 
     def _extract(self, item: PlannedArchive, path: Path | None, follow: GrowingFile | None,
                  into: Callable[[Callable[[Tree], None]], _T]) -> _T:
@@ -158,16 +155,15 @@ class Build:
                 follow: GrowingFile | None) -> Callable[[Tree], None]:
         """What fills a new entry's tree: the archive's members through its layout's mapper, then
         the layout's after-step (e.g. a wheel's symlink chains) over the paths written."""
-        how = layout(item.layout)
-        mapper = how.mapper(item, self.plan.archive_platform(item))
-        if item.place:  # a cross tree: the target's files under targets/<dir>/, ...
-            mapper = _placing(mapper, item.place)
-        after = how.after
+        how, platform = layout(item.layout), self.plan.archive_platform(item)
+        mapper, after = how.mapper(item, platform), how.after
         written: list[str] = []
 
-        def recording(clean: str) -> str | None:
+        def mapped(clean: str) -> str | None:
             rel = mapper(clean)
-            if rel is not None:
+            if rel is not None and item.place:  # a cross tree: the target's files under targets/<dir>/, ...
+                rel = placed(rel, item.place)
+            if rel is not None and after is not None:
                 written.append(rel)
             return rel
 
@@ -175,8 +171,7 @@ class Build:
             written.clear()
             try:
                 extract(path, entry_tree, component=item.component, archive=item.archive.filename,
-                        mapper=recording if after is not None else mapper,
-                        fileobj=cast("BinaryIO | None", follow), digests=how.digests)
+                        mapper=mapped, fileobj=cast("BinaryIO | None", follow), digests=how.digests)
             except FileNotFoundError as exc:
                 if path is None or exc.filename != str(path) or path.exists():
                     raise
@@ -185,7 +180,7 @@ class Build:
                 # the archive is read; wait for its verdict (size and sha256) before trusting it
                 self.fetch_of[item].result()
             if after is not None:
-                after(item, self.plan.archive_platform(item), entry_tree, written)
+                after(item, platform, entry_tree, written)
 
         return fill
 
@@ -340,12 +335,3 @@ def _give_way() -> None:
         with contextlib.suppress(OSError):
             tid = threading.get_native_id()
             os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + GIVE_WAY))
-
-
-def _placing(mapper: Mapper, place: tuple[tuple[str, str], ...]) -> Mapper:
-    """``mapper`` with each tree path moved where ``place`` says (:func:`cudaredist.plan.placed`)."""
-    def moved(clean: str) -> str | None:
-        rel = mapper(clean)
-        return None if rel is None else placed(rel, place)
-
-    return moved
