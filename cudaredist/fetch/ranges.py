@@ -1,4 +1,5 @@
-"""Byte ranges on disk: the in-order hasher behind segmented downloads, and resumable partial files.
+"""Byte ranges on disk: a reader following a file being written (:class:`GrowingFile`), the in-order
+hasher behind segmented downloads built on it, and resumable partial files.
 
 A segmented download writes several ranges of one pre-sized file at once; :class:`OrderedHasher`
 hashes it front to back right behind the writers, so no second pass reads the file. A partial
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import os
 import threading
 from collections.abc import Callable
@@ -21,26 +23,98 @@ Progress = Callable[[int], None]
 _BINARY = getattr(os, "O_BINARY", 0)
 
 
+class DownloadFailed(Exception):
+    """Raised in the reader when the download it follows failed (the writer holds the real error)."""
+
+
+class GrowingFile(io.RawIOBase):
+    """A reader over a file that a download is still writing, so extraction overlaps the transfer.
+
+    The writer publishes how many bytes from the start (or from ``start``: one range of a segmented
+    download, :class:`OrderedHasher`) are in place (contiguous, in order) and finally either
+    ``finish()``es (all bytes there and verified) or ``fail()``s; the reader blocks until the bytes
+    it wants are there. Bytes read this way are not yet verified: they only ever go into a staging
+    tree that is discarded unless the download's size and sha256 check out."""
+
+    def __init__(self, start: int = 0) -> None:
+        super().__init__()
+        self._cond = threading.Condition()
+        self.available = start  # the file's offset up to which bytes from ``start`` are in place
+        self._done = False
+        self._failed: BaseException | None = None
+        self._fh: io.FileIO | None = None
+        self._pos = start
+
+    # -- writer side -------------------------------------------------------------------------------
+    def attach(self, path: Path) -> None:
+        """Follow ``path``; opened now, so renaming it into the cache later does not matter."""
+        with self._cond:
+            if self._fh is None:
+                # Unbuffered: read-ahead would cache bytes of a pre-sized file not yet written.
+                self._fh = open(path, "rb", buffering=0)  # noqa: SIM115 - closed in close()
+
+    def publish(self, available: int) -> None:
+        with self._cond:
+            if available > self.available:
+                self.available = available
+                self._cond.notify_all()
+
+    def finish(self) -> None:
+        with self._cond:
+            self._done = True
+            self._cond.notify_all()
+
+    def fail(self, exc: BaseException) -> None:
+        with self._cond:
+            self._failed = exc
+            self._cond.notify_all()
+
+    # -- reader side ---------------------------------------------------------------------------------
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: memoryview | bytearray) -> int:  # type: ignore[override]
+        want = len(buf)
+        with self._cond:
+            while self.available <= self._pos and not self._done and self._failed is None:
+                self._cond.wait()
+            if self._failed is not None:
+                raise DownloadFailed(str(self._failed))
+            n = min(want, self.available - self._pos)
+        if n <= 0:
+            return 0  # done and everything read
+        assert self._fh is not None, "publish() before attach()"
+        self._fh.seek(self._pos)
+        got = self._fh.readinto(memoryview(buf)[:n]) or 0  # straight into the reader's buffer
+        self._pos += got
+        return got
+
+    def close(self) -> None:
+        with self._cond:
+            if self._fh is not None:
+                self._fh.close()
+                self._fh = None
+        super().close()
+
+
 class OrderedHasher:
     """Hashes a file being written by several ranges, in order, while they download.
 
-    The bytes are read back from the page cache right behind the writers, so no
-    second pass over the file is needed once the last range arrives.
+    Each range is followed as a :class:`GrowingFile`: its bytes are read back from the page cache
+    right behind its writer, so no second pass over the file is needed once the last range arrives.
     """
 
     def __init__(self, path: Path, bounds: list[tuple[int, int]],
                  watch: tuple[Progress, ...] = (), seed: hashlib._Hash | None = None) -> None:
-        self.path = path
-        self._seed = seed
         self.bounds = bounds
         self.watch = watch  # each told how many leading bytes are hashed
-        self.written = [0] * len(bounds)
-        self.finished = [False] * len(bounds)
-        self.cond = threading.Condition()
+        self.ranges = [GrowingFile(start) for start, _end in bounds]
+        for followed in self.ranges:
+            followed.attach(path)
         self.first_response = threading.Event()  # range 0 wrote, or failed: range_ok is known
         self.range_ok = False  # whether the server honoured range 0's Range header
-        self._digest: str | None = None
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._digest = ""
+        self._thread = threading.Thread(target=self._run, args=(seed or hashlib.sha256(),), daemon=True)
         self._thread.start()
 
     def advance(self, idx: int, pos: int) -> None:
@@ -48,51 +122,31 @@ class OrderedHasher:
         if idx == 0 and not self.first_response.is_set():
             self.range_ok = True
             self.first_response.set()
-        with self.cond:
-            self.written[idx] = pos - self.bounds[idx][0]
-            self.cond.notify_all()
+        self.ranges[idx].publish(pos)
 
     def finish(self, idx: int) -> None:
-        if idx == 0 and not self.first_response.is_set():
-            self.first_response.set()
-        with self.cond:
-            self.finished[idx] = True
-            self.cond.notify_all()
+        self.first_response.set()  # (range 0 is the first to finish: the others start after it wrote)
+        self.ranges[idx].finish()
 
-    def _run(self) -> None:
-        h = self._seed or hashlib.sha256()
-        # Unbuffered: read-ahead would keep bytes of the pre-sized file that are not written yet.
-        with open(self.path, "rb", buffering=0) as fh:
-            for idx, (start, end) in enumerate(self.bounds):
-                done = 0
-                while start + done < end:
-                    with self.cond:
-                        while self.written[idx] <= done and not self.finished[idx]:
-                            self.cond.wait()
-                        avail = self.written[idx]
-                        if avail <= done and self.finished[idx]:
-                            self._digest = ""  # range failed; caller reports its error
-                            return
-                    fh.seek(start + done)
-                    todo = avail - done
-                    while todo:
-                        data = fh.read(min(todo, CHUNK))
-                        if not data:
-                            break
-                        h.update(data)
-                        todo -= len(data)
-                        done += len(data)
-                    for watch in self.watch:
-                        watch(start + done)
+    def _run(self, h: hashlib._Hash) -> None:
+        for (start, end), followed in zip(self.bounds, self.ranges, strict=True):
+            while start < end:
+                chunk = followed.read(min(CHUNK, end - start))
+                if not chunk:
+                    return  # range failed; the caller reports its error
+                h.update(chunk)
+                start += len(chunk)
+                for watch in self.watch:
+                    watch(start)
         self._digest = h.hexdigest()
 
     def result(self) -> str:
-        with self.cond:
-            for i in range(len(self.finished)):
-                self.finished[i] = True
-            self.cond.notify_all()
+        for followed in self.ranges:
+            followed.finish()
         self._thread.join()
-        return self._digest or ""
+        for followed in self.ranges:
+            followed.close()
+        return self._digest
 
 
 def marker_path(dest: Path) -> Path:
