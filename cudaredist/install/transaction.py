@@ -9,6 +9,7 @@ lock serialises installers; leftovers of a killed run are cleaned by the next on
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
 import tempfile
@@ -22,12 +23,10 @@ from cudaredist import fsops, hostfixes, interrupts, prefixes, record, sbom
 from cudaredist.drift import holds, profile_specs
 from cudaredist.errors import PrefixError
 from cudaredist.fetch.fetcher import StreamBroken
-from cudaredist.install import versionjson
 from cudaredist.install.build import Build, Builder
-from cudaredist.install.versionjson import version_json
 from cudaredist.localfs import UMASK, check_free_space, disk_error, is_case_insensitive, mb
 from cudaredist.plan import Plan
-from cudaredist.profiles import cross_rule, is_windows, platform_rule
+from cudaredist.profiles import component_title, cross_rule, is_windows, platform_rule
 from cudaredist.sources import location_argv
 from cudaredist.tree.staging import FileRecord, Tree
 
@@ -105,6 +104,19 @@ def interrupted_text(prefix: Path, plan: Plan, *, swapped: bool) -> str:
             f"({plan.platform}, {plan.profile}), complete"
             + (f"; the next cudaredist run on this prefix removes {', '.join(p.name for p in left)}"
                if left else ""))
+
+
+def version_json(plan: Plan) -> bytes:
+    """``version.json`` at the tree root, in the format NVIDIA's installer writes: CMake's
+    FindCUDAToolkit and other tools read the toolkit's version from it, and a tree without nvcc
+    (the ``runtime`` profile) has no other. The toolkit as a whole is NVIDIA's own key ``cuda``
+    (the component the record files the file under); the display names are NVIDIA's, from
+    ``[names]`` in profiles.toml, and a component not listed there gets its own key."""
+    body = {"cuda": {"name": "CUDA SDK", "version": plan.release}}
+    for item in sorted(plan.items, key=lambda i: i.component):
+        body[item.component] = {"name": component_title(item.component), "version": item.version}
+    # NVIDIA's file: 3-space indent, keys in name order, a trailing newline
+    return (json.dumps(body, indent=3) + "\n").encode()
 
 
 class Installer(Builder):
@@ -221,8 +233,7 @@ class Installer(Builder):
 
             add_import_libraries(tree, warn=self.reporter.message)
         # NVIDIA's version.json at the root: in the record, verified and uninstalled like the rest
-        tree.add_file(versionjson.PATH, io.BytesIO(version_json(plan)), 0o644, versionjson.COMPONENT,
-                      versionjson.PATH)
+        tree.add_file("version.json", io.BytesIO(version_json(plan)), 0o644, "cuda", "version.json")
         return tree.finish(), build.downloaded, build.cached
 
     def _host_fixes(self, plan: Plan, staging: Path, files: list[FileRecord], enabled: bool,
