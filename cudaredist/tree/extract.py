@@ -19,7 +19,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import IO, TYPE_CHECKING, Any, cast
 
-from cudaredist.errors import ConflictError, UnsafeArchiveError
+from cudaredist.errors import UnsafeArchiveError
 from cudaredist.tree.paths import clean_member, strip_top, tree_path, zip_entry_mode
 from cudaredist.tree.staging import Mapper, Tree
 
@@ -124,9 +124,6 @@ def extract(path: Path | None, tree: Tree, *, component: str, archive: str, mapp
                     raise UnsafeArchiveError(f"{archive}: member {m.name!r} is a {kind}; refused",
                                              archive=archive, member=m.name)
         except (tarfile.TarError, EOFError, OSError, lzma.LZMAError) as exc:
-            if isinstance(exc, FileExistsError):
-                raise ConflictError(f"{archive}: {exc.filename} already exists in the tree",
-                                    path=str(exc.filename), second=component) from exc
             raise UnsafeArchiveError(f"{archive} is corrupt or truncated: {exc}", archive=archive) from exc
 
 
