@@ -13,7 +13,6 @@ and a download that fails its checks leave no partial.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import threading
 import time
@@ -107,8 +106,7 @@ class Fetcher:
                 # is a write into the cache (disk full, read-only, no permission), not another URL's
                 # business: no fallback, nothing to resume, and the message names the cache
                 discard_partial(part)
-                with contextlib.suppress(FileNotFoundError):
-                    part.with_suffix(".meta").unlink()  # commit() writes the .meta first
+                part.with_suffix(".meta").unlink(missing_ok=True)  # commit() writes the .meta first
                 raise disk_error(exc, path=part, where=self.cache.root, cache=True,
                                  needs=item.archive.size) from exc
             except BaseException:

@@ -244,8 +244,7 @@ class Transport:
         elif size - offset >= 2 * self.segment_size and self.connections > 1:
             actual = self._segmented(url, dest, size, progress, watch, start=offset, seed=h, quick=quick)
         else:
-            with contextlib.suppress(FileNotFoundError):
-                marker_path(dest).unlink()  # a single stream: the file's length is its valid prefix
+            marker_path(dest).unlink(missing_ok=True)  # one stream: the file's length is its valid prefix
             with open(dest, "r+b" if offset else "wb") as fh:
                 fh.seek(offset)
                 fh.truncate()
@@ -336,8 +335,7 @@ class Transport:
             # The server answered a ranged request with the whole body: use one plain stream.
             # "r+b", not "wb": a reader following ``watch`` may already hold the first bytes.
             h = hashlib.sha256()
-            with contextlib.suppress(FileNotFoundError):
-                marker_path(dest).unlink()
+            marker_path(dest).unlink(missing_ok=True)
             with open(dest, "r+b") as out:
                 self._stream_range(url, out, 0, size, size, progress, h, on_write=watch, quick=quick)
             return h.hexdigest()
