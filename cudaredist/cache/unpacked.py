@@ -157,7 +157,6 @@ class UnpackedCache:
                     or is_case_insensitive(tmp / "tree"), cache_root=self.root.parent)
         fill(tree)
         records = tree.finish()
-        dirs = _dirs(tmp / "tree")
         # a link is checked by its target; where the host made a copy instead (Windows without the
         # symlink right), the copy is stamped as a file is (os.readlink would fail on it, always)
         stamps = {r.path: _stamp(os.stat(fsops.long_path(tmp / "tree" / r.path))) for r in records
@@ -167,7 +166,7 @@ class UnpackedCache:
                 "platform": platform, "size": sum(r.size for r in records),
                 "files": [{"path": r.path, "size": r.size, "sha256": r.sha256, "mode": r.mode,
                            **({"link": r.link} if r.link else {})} for r in records],
-                "dirs": dirs, "stamps": stamps}
+                "dirs": tree.directories(), "stamps": stamps}
         (tmp / RECORD).write_text(json.dumps(body), "utf-8")
         try:
             # retried: a scanner opens the fresh DLLs in ``tmp`` for a moment (Windows)
@@ -186,18 +185,6 @@ class UnpackedCache:
         """Temporary directories of builds that did not finish (a killed run)."""
         if self.root.is_dir():
             yield from (d for d in self.root.iterdir() if d.name.startswith((".tmp-", ".gone-")))
-
-
-def _dirs(tree: Path) -> list[str]:
-    """Every real directory under ``tree`` (POSIX, relative), through long paths on Windows: the
-    cache adds ``unpacked/<64 hex>/tree/`` to every member's path."""
-    top = fsops.long_path(tree)
-    found: list[str] = []
-    for dirpath, dirnames, _files in os.walk(top):
-        dirnames[:] = [d for d in dirnames if not fsops.is_link(os.path.join(dirpath, d))]
-        rel = os.path.relpath(dirpath, top).replace(os.sep, "/")
-        found += [d if rel == "." else f"{rel}/{d}" for d in dirnames]
-    return sorted(found)
 
 
 def materialize(entry: UnpackedEntry, tree: Tree, *, how: str, component: str, archive: str) -> None:

@@ -399,6 +399,11 @@ class Tree:
             rec = self._records.get(rel)
         return rec.component if rec is not None else None
 
+    def directories(self) -> list[str]:
+        """Every real directory the tree made (or found, resolving inside), as it spells them."""
+        with self._cond:
+            return sorted(self._dirs)
+
     def finish(self) -> list[FileRecord]:
         links.copy_for_links(self.root, self._deferred_links, self._key, self._disk)
         return sorted(self._records.values(), key=lambda r: r.path)
