@@ -383,16 +383,14 @@ class Cache:
         time), else None; so is a copy whose hops were not kept (an older cudaredist's)."""
         if self.index_ttl <= 0:
             return None
-        path = self.index_dir(base_url) / name
         try:
-            age = time.time() - path.stat().st_mtime
-            if not -60 < age < self.index_ttl:  # a clock set back: not trusted to be fresh
-                return None
-            data = path.read_bytes()
+            age = time.time() - (self.index_dir(base_url) / name).stat().st_mtime
         except OSError:
             return None
-        hops = self.index_hops(base_url, name)
-        return None if hops is None else (data, hops)
+        if not -60 < age < self.index_ttl:  # a clock set back: not trusted to be fresh
+            return None
+        data, hops = self.load_index(base_url, name), self.index_hops(base_url, name)
+        return None if data is None or hops is None else (data, hops)
 
     def index_hops(self, base_url: str, name: str) -> tuple[str, ...] | None:
         """The URLs the stored ``name`` was redirected through when fetched (() : none), or None
