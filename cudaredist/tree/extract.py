@@ -172,9 +172,6 @@ class _Forward:
                 raise tarfile.ReadError("unexpected end of data")
         return self.pos
 
-    def close(self) -> None:
-        self._src.close()
-
 
 class _MemberData(io.RawIOBase):
     """The ``size`` bytes of one member from ``stream``, read in the caller's chunk size."""
