@@ -51,7 +51,6 @@ class Lock:
     profile: str
     components: tuple[str, ...]
     plans: dict[str, Plan]
-    content_key: str
     source: str = "nvidia"
     products: tuple[str, ...] = ()   # the --with values it was locked with
 
@@ -150,10 +149,9 @@ def read_lock(path: Path) -> Lock:
                             f"{', '.join(LAYOUTS)}); regenerate the lock or upgrade cudaredist", path=where)
     for platform, plan in plans.items():
         _check_plan(plan, platform, release, source, where)
-    key = content_key(list(plans.values()))
-    if obj.get("content_key") != key:
+    if obj.get("content_key") != content_key(list(plans.values())):
         raise LockFileError(f"{where}: content_key does not match the archives it lists", path=where)
-    return Lock(where, release, base_url, train, profile, components, plans, key, source, products)
+    return Lock(where, release, base_url, train, profile, components, plans, source, products)
 
 
 def _check_plan(plan: Plan, platform: str, release: str, source: str, where: str) -> None:
