@@ -185,23 +185,16 @@ def _put_back(prefix: Path, trash: Path) -> int:
     for dirpath, dirnames, filenames in os.walk(trash):
         rel = os.path.relpath(dirpath, trash)
         here = prefix if rel == "." else prefix / rel
-        for name in [*filenames, *(d for d in dirnames if fsops.is_link(os.path.join(dirpath, d)))]:
-            with contextlib.suppress(OSError):
-                if not os.path.lexists(here / name):
-                    fsops.rename(os.path.join(dirpath, name), here / name)
-                    back += 1
-        # a directory the tree lacks goes back whole (a link the install had to copy); one it has
-        # is only the folder around the files moved out of it
         keep = []
-        for d in dirnames:
-            if fsops.is_link(os.path.join(dirpath, d)):
-                continue
-            if os.path.lexists(here / d):
-                keep.append(d)
-                continue
-            with contextlib.suppress(OSError):
-                fsops.rename(os.path.join(dirpath, d), here / d)
-                back += 1
+        for name in [*filenames, *dirnames]:
+            moved = os.path.join(dirpath, name)
+            if not os.path.lexists(here / name):
+                # a file, a link, or a directory the tree lacks (a link the install had to copy): whole
+                with contextlib.suppress(OSError):
+                    fsops.rename(moved, here / name)
+                    back += 1
+            elif name in dirnames and not fsops.is_link(moved):
+                keep.append(name)  # a directory the tree has: only the folder around files moved out of it
         dirnames[:] = keep
     _remove_empty(trash)
     return back
