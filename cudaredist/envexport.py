@@ -99,23 +99,19 @@ def environment(prefix: str, *, platform: str, release: str, host_windows: bool,
     homes, bins, libs = _SHAPES[kind]
     variables = tuple((v.format(major=major, minor=minor), prefix) for v in homes)
     bins = tuple(b for b in bins if "{arch}" not in b or (arch and version_key(release) >= (13,)))
-    prepend = [(var, tuple(join(prefix, *d.format(arch=arch).split("/")) for d in dirs))
-               for var, dirs in (("PATH", bins), ("LD_LIBRARY_PATH", libs)) if dirs]
+    prepend = {var: tuple(join(prefix, *d.format(arch=arch).split("/")) for d in dirs)
+               for var, dirs in (("PATH", bins), ("LD_LIBRARY_PATH", libs)) if dirs}
     rule = cross_rule(platform, host) if host else None
-    if compat:  # NVIDIA's forward-compatibility libcuda ahead of the tree's own libraries
-        prepend = [(v, (compat, *d) if v == "LD_LIBRARY_PATH" else d) for v, d in prepend]
+    if compat and "LD_LIBRARY_PATH" in prepend:  # the compat libcuda before the tree's own libraries
+        prepend["LD_LIBRARY_PATH"] = (compat, *prepend["LD_LIBRARY_PATH"])
     cmake, notes = _cmake(kind, prefix, rule, msbuild, host_compiler, join)
     # the compiler step: its variables after the tree's, its directories after the tree's own entries
     variables += host_compiler.variables if host_compiler else ()
     for var, dirs in host_compiler.prepend if host_compiler else ():
-        at = next((i for i, (v, _d) in enumerate(prepend) if v == var), None)
-        if at is None:
-            prepend.append((var, dirs))
-        else:
-            prepend[at] = (var, prepend[at][1] + dirs)
+        prepend[var] = prepend.get(var, ()) + dirs
     if host_compiler and not host_compiler.quiet and host_compiler.reason:
         notes = (host_compiler.reason, *notes)
-    return Environment(variables, tuple(prepend), host_windows, notes, cmake)
+    return Environment(variables, tuple(prepend.items()), host_windows, notes, cmake)
 
 
 def _cmake(kind: str, prefix: str, rule: CrossRule | None, msbuild: bool, choice: Choice | None,
