@@ -437,14 +437,14 @@ def request(env: Mapping[str, str], given: str | None = None) -> tuple[str, str]
 
 
 def for_tree(prefix: Path, *, platform: str, release: str, env: Mapping[str, str], host_windows: bool,
-             given: str | None = None, host: str = "") -> Choice | None:
+             given: str | None = None, host: str = "", which: Which = which_on) -> Choice | None:
     """``choose`` for an installed tree used on this host (None: a tree for another host, or a Windows
     cross tree, whose compiler comes from Visual Studio's prompt); ``given``: --host-compiler;
-    ``host``: a cross tree's, the platform its tools are for."""
+    ``host``: a cross tree's, the platform its tools are for. env, run, the action and doctor ask here."""
     rule = cross_rule(platform, host) if host else None
     if is_windows(platform) != host_windows or (rule is not None and not rule.target_dir):
         return None
     mode, origin = request(env, given)
     include = prefix / "targets" / rule.target_dir / "include" if rule else prefix / "include"
     return choose(include, env, windows=host_windows, release=release, mode=mode, origin=origin, cross=rule,
-                  target=platform_rule(platform).arch or "x64")
+                  target=platform_rule(platform).arch or "x64", which=which)

@@ -23,10 +23,9 @@ from cudaredist.errors import UsageError
 from cudaredist.hostcc import (
     ENV_HOST_COMPILER,
     Choice,
-    choose,
+    for_tree,
     gcc_limit,
     judge_host_config,
-    request,
     select_host_compiler,
 )
 from cudaredist.profiles import cross_rule, platform_rule
@@ -79,14 +78,10 @@ def check_msvc_preprocessor(include: Path, env: Mapping[str, str]) -> Check:
 
 def _msvc_prompt(tk: Toolkit) -> str:
     """Visual Studio's developer prompt for the tree's architecture (bin\\arm64 for windows-arm64)."""
-    if _target(tk) == "arm64":
+    if platform_rule(tk.platform or "").arch == "arm64":
         return ("'ARM64 Native Tools Command Prompt' (or vcvarsarm64.bat; in GitHub Actions "
                 "ilammy/msvc-dev-cmd@v1 with `arch: arm64`")
     return "'x64 Native Tools Command Prompt' (or vcvars64.bat; in GitHub Actions ilammy/msvc-dev-cmd@v1"
-
-
-def _target(tk: Toolkit) -> str:
-    return platform_rule(tk.platform or "").arch or "x64"
 
 
 _LAST_RESORT = (" Last resort: -allow-unsupported-compiler (NVCC_APPEND_FLAGS=-allow-unsupported-compiler) "
@@ -97,12 +92,11 @@ _LAST_RESORT = (" Last resort: -allow-unsupported-compiler (NVCC_APPEND_FLAGS=-a
 def decision(tk: Toolkit, env: Mapping[str, str], *, windows: bool, which: Which = _which
              ) -> tuple[Choice | None, str]:
     """hostcc's decision for the tree in this shell (what `cudaredist env` and `run` export), or why
-    there is none (a CUDAREDIST_HOST_COMPILER that names no compiler)."""
-    rule = cross_rule(tk.platform, tk.host) if tk.host and tk.platform else None
-    mode, origin = request(env)
+    there is none (a CUDAREDIST_HOST_COMPILER that names no compiler); a tree without a record is of
+    this host's kind."""
     try:
-        return choose(tk.include(), env, windows=windows, release=tk.release, mode=mode, origin=origin,
-                      target=_target(tk), cross=rule, which=which), ""
+        return for_tree(tk.prefix, platform=tk.platform or ("windows" if windows else "linux"), env=env,
+                        release=tk.release or "", host_windows=windows, host=tk.host, which=which), ""
     except UsageError as exc:
         return None, str(exc)
 
@@ -114,7 +108,7 @@ def _none_here(tk: Toolkit, msvc: bool) -> str:
                                                "or set NVCC_CCBIN to one this toolkit supports")
 
 
-def compiler_fix(tk: Toolkit, env: Mapping[str, str], *, msvc: bool, choice: Choice | None) -> str:
+def compiler_fix(tk: Toolkit, *, msvc: bool, choice: Choice | None) -> str:
     """The compiler to use instead, from hostcc's decision: the one `cudaredist env` exports, which
     the tree's host_config.h accepts, else what to install."""
     include = tk.include()
@@ -163,7 +157,7 @@ def check_host_compiler(tk: Toolkit, env: Mapping[str, str], *, windows: bool | 
         return Check("host-compiler", "fail", bad, f"unset {ENV_HOST_COMPILER}, or set it to auto, off or a "
                      "compiler installed here (`cudaredist env --host-compiler` takes the same)")
     hc = select_host_compiler(env, windows=windows, which=which)
-    fix = compiler_fix(tk, env, msvc=hc.msvc or windows, choice=choice)
+    fix = compiler_fix(tk, msvc=hc.msvc or windows, choice=choice)
     if hc.path is None:  # the decision's fix where it found one, or where MSVC toolsets are installed
         found = choice is not None and (choice.accepted or (windows and len(choice.candidates) > 1))
         return Check("host-compiler", "fail", f"nvcc needs MSVC's cl.exe and finds none ({hc.source}: "
@@ -284,7 +278,7 @@ def probe_fix(template: str, tk: Toolkit, env: Mapping[str, str], which: Which) 
                     f"another reason: run `{tk.nvcc()} -v probe.cu -o probe` by hand to see the command "
                     "nvcc ran and its own error")
         choice = decision(tk, env, windows=tk.windows, which=which)[0]
-        return compiler_fix(tk, env, msvc=tk.windows, choice=choice)
+        return compiler_fix(tk, msvc=tk.windows, choice=choice)
     release = tk.release or "<release>"
     return template.format(
         release=release, prefix=tk.prefix, nvcc=tk.nvcc(),
