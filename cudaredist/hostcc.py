@@ -31,7 +31,6 @@ from cudaredist.errors import UsageError
 from cudaredist.msvc import (
     Pairs,
     Prepends,
-    Run,
     Toolset,
     Which,
     first_line,
@@ -197,7 +196,7 @@ def identity(path: str) -> str:
     return real if compiler else os.path.abspath(path)
 
 
-def linux_compilers(env: Mapping[str, str], *, run: Run = run_program) -> list[Compiler]:
+def linux_compilers(env: Mapping[str, str]) -> list[Compiler]:
     """g++, g++-N, clang++ and clang++-N on PATH, newest first, g++ before clang++ (nvcc's default
     family); one entry per compiler (``g++`` is often a link to ``g++-14``)."""
     seen: dict[str, Compiler] = {}
@@ -215,18 +214,18 @@ def linux_compilers(env: Mapping[str, str], *, run: Run = run_program) -> list[C
             if kept is not None and (m.group(2) is None or "-" in kept.name):
                 continue  # the first on PATH wins, but a suffixed name (g++-14) names it best
             version = version_of(m.group(2)) if m.group(2) else version_of(
-                first_line(run([path, "-dumpversion"], env, timeout=30)[1]))
+                first_line(run_program([path, "-dumpversion"], env, timeout=30)[1]))
             seen[key] = Compiler(name, path, version or (0,))
     return sorted(seen.values(), key=lambda c: (c.name.startswith("clang"), tuple(-v for v in c.version)))
 
 
-def installed(env: Mapping[str, str], *, windows: bool, target: str = "x64", which: Which = which_on,
-              run: Run = run_program) -> list[Compiler]:
+def installed(env: Mapping[str, str], *, windows: bool, target: str = "x64", which: Which = which_on
+              ) -> list[Compiler]:
     """The host compilers installed here, newest first (see the module's docstring)."""
     if windows:
         return [Compiler(f"MSVC {ts.version} ({ts.vs_name})", ts.cl, version_of(ts.version), ts)
-                for ts in msvc_toolsets(visual_studios(env, which=which, run=run), target=target)]
-    return linux_compilers(env, run=run)
+                for ts in msvc_toolsets(visual_studios(env, which=which), target=target)]
+    return linux_compilers(env)
 
 
 # -- what makes nvcc and CMake use a compiler ---------------------------------------------------
@@ -295,12 +294,12 @@ def walk(compilers: list[Compiler], include: Path, env: Mapping[str, str], skip:
     return None, refused
 
 
-def _default_name(hc: HostCompiler, env: Mapping[str, str], run: Run) -> str:
+def _default_name(hc: HostCompiler, env: Mapping[str, str]) -> str:
     assert hc.path is not None
     if hc.msvc:
         m = re.search(r"MSVC[\\/](\d+\.\d+\.\d+)", hc.path, re.I)
         return f"cl.exe {m.group(1) if m else ''} ({hc.path})".replace("  ", " ")
-    version = first_line(run([hc.path, "-dumpversion"], env, timeout=30)[1])
+    version = first_line(run_program([hc.path, "-dumpversion"], env, timeout=30)[1])
     return f"{os.path.basename(hc.spec)} {version} ({hc.path})".replace("  ", " ")
 
 
@@ -357,7 +356,7 @@ def _verdict(v: HostConfigVerdict) -> str:
 
 def choose(include: Path, env: Mapping[str, str], *, windows: bool, release: str | None = None,
            mode: str = "auto", target: str = "x64", origin: str = "--host-compiler",
-           cross: CrossRule | None = None, which: Which = which_on, run: Run = run_program) -> Choice:
+           cross: CrossRule | None = None, which: Which = which_on) -> Choice:
     """The host compiler for the tree whose headers are ``include`` (its release for messages);
     ``mode``: auto, off, or a compiler (path, command, MSVC version) that ``origin`` names, to use as
     it is; ``cross``: a cross tree's rule (its compiler is the default, its -target-dir added)."""
@@ -370,7 +369,7 @@ def choose(include: Path, env: Mapping[str, str], *, windows: bool, release: str
         if cross:  # a cross compiler for the target: the one the rule names
             found = which(cross.compiler, env.get("PATH"))
             return [Compiler(cross.compiler, found, ())] if found else []
-        return installed(env, windows=windows, target=target, which=which, run=run)
+        return installed(env, windows=windows, target=target, which=which)
 
     if mode != "auto":
         c = _named(mode, listing(), env, windows, which, origin)
@@ -383,7 +382,7 @@ def choose(include: Path, env: Mapping[str, str], *, windows: bool, release: str
     hc = select_host_compiler(env, windows=windows, which=which, cross=cross.compiler if cross else "")
     whose = "the cross compiler " if cross else "nvcc's default, "
     label = f"{hc.spec} ({hc.source})" if hc.named else whose + (
-        _default_name(hc, env, run) if hc.path else hc.spec)
+        _default_name(hc, env) if hc.path else hc.spec)
     if hc.path is not None:
         verdict = judge_host_config(hc, include, env)
         judged = ((label, _verdict(verdict)),)

@@ -13,7 +13,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 Which = Callable[[str, str | None], str | None]  # (command, PATH) -> path or None
-Run = Callable[..., tuple[int, str]]
 Pairs = tuple[tuple[str, str], ...]
 Prepends = tuple[tuple[str, tuple[str, ...]], ...]
 
@@ -80,14 +79,13 @@ def find_vswhere(env: Mapping[str, str], which: Which = which_on) -> str | None:
     return which("vswhere.exe", env.get("PATH")) or which("vswhere", env.get("PATH"))
 
 
-def visual_studios(env: Mapping[str, str], *, which: Which = which_on,
-                   run: Run = run_program) -> list[dict[str, object]]:
+def visual_studios(env: Mapping[str, str], *, which: Which = which_on) -> list[dict[str, object]]:
     """Every Visual Studio vswhere reports (its JSON objects); none without vswhere."""
     vswhere = find_vswhere(env, which)
     if vswhere is None:
         return []
-    rc, out = run([vswhere, "-all", "-prerelease", "-products", "*", "-format", "json", "-utf8"], env,
-                  timeout=60)
+    rc, out = run_program([vswhere, "-all", "-prerelease", "-products", "*", "-format", "json", "-utf8"],
+                          env, timeout=60)
     try:
         found = json.loads(out) if rc == 0 else []
     except ValueError:
