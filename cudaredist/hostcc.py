@@ -182,10 +182,6 @@ class Compiler:
     version: tuple[int, ...]
     toolset: Toolset | None = None  # an MSVC toolset
 
-    @property
-    def host_compiler(self) -> HostCompiler:
-        return HostCompiler(self.path, self.path, self.name, self.toolset is not None)
-
 
 def identity(path: str) -> str:
     """What tells two compilers apart: the file a link leads to (g++ -> g++-14), unless that is a
@@ -276,22 +272,8 @@ def cross_exports(rule: CrossRule, env: Mapping[str, str]) -> Pairs:
 def judge(c: Compiler, include: Path, env: Mapping[str, str]) -> HostConfigVerdict:
     """``c`` against the tree's host_config.h, run in the environment it would be exported with."""
     variables, prepend = _exports(c, env)
-    return judge_host_config(c.host_compiler, include, with_exports(env, variables, prepend, os.pathsep))
-
-
-def walk(compilers: list[Compiler], include: Path, env: Mapping[str, str], skip: str | None = None
-         ) -> tuple[Compiler | None, list[tuple[Compiler, str]]]:
-    """The first of ``compilers`` (newest first) that the tree accepts, and those refused before it
-    (each with the header's #error); ``skip``: a path already judged."""
-    refused: list[tuple[Compiler, str]] = []
-    for c in compilers:
-        if skip is not None and identity(c.path) == identity(skip):
-            continue
-        verdict = judge(c, include, env)
-        if verdict.accepted:
-            return c, refused
-        refused.append((c, _said(verdict.error)))
-    return None, refused
+    return judge_host_config(HostCompiler(c.path, c.path, c.name, c.toolset is not None), include,
+                             with_exports(env, variables, prepend, os.pathsep))
 
 
 def _default_name(hc: HostCompiler, env: Mapping[str, str]) -> str:
@@ -399,15 +381,19 @@ def choose(include: Path, env: Mapping[str, str], *, windows: bool, release: str
         judged = ((label, "not found"),)
         refused = f"{label} is not found" if hc.named else f"nvcc finds no {hc.spec} on PATH"
     compilers = listing()
-    found, newer = walk(compilers, include, env, skip=hc.path)
-    why = "; ".join([refused, *(f"{c.name} is refused too (\"{error}\")" if hc.path else
-                                f"{c.name} is refused by {header} (\"{error}\")" for c, error in newer
-                                if c.toolset is not None)])
-    errors = {c.path: e for c, e in newer}
-    candidates = judged + tuple(
-        (c.name, "accepted" if c is found else f"refused: {errors[c.path]}" if c.path in errors else
-         "not tried: a newer one is accepted")
-        for c in compilers if identity(c.path) != identity(hc.path or ""))
+    rest = [c for c in compilers if identity(c.path) != identity(hc.path or "")]
+    found, errors = None, {}  # newest first, until one passes: each refused one with the header's #error
+    for c in rest:
+        verdict = judge(c, include, env)
+        if verdict.accepted:
+            found = c
+            break
+        errors[c.path] = _said(verdict.error)
+    why = "; ".join([refused, *(f"{c.name} is refused too (\"{errors[c.path]}\")" if hc.path else
+                                f"{c.name} is refused by {header} (\"{errors[c.path]}\")" for c in rest
+                                if c.path in errors and c.toolset is not None)])
+    candidates = judged + tuple((c.name, "accepted" if c is found else f"refused: {errors[c.path]}" if c.path
+                                 in errors else "not tried: a newer one is accepted") for c in rest)
     keep = f" (`--host-compiler {hc.spec}` keeps yours)" if hc.named else ""
     if found is None:
         none = ("no Visual Studio that vswhere reports has an MSVC toolset" if windows else
