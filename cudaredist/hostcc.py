@@ -256,15 +256,14 @@ def _exports(c: Compiler, env: Mapping[str, str], hc: HostCompiler | None = None
     return variables + more, prepend
 
 
-def cross_exports(rule: CrossRule, env: Mapping[str, str]) -> Pairs:
+def cross_exports(rule: CrossRule, env: Mapping[str, str], named: bool) -> Pairs:
     """What nvcc needs for a Linux cross tree, around what the user set: ``-target-dir`` added to
-    their NVCC_APPEND_FLAGS (a ``--sysroot`` kept), the cross compiler unless they named one."""
+    their NVCC_APPEND_FLAGS (a ``--sysroot`` kept), the cross compiler unless they ``named`` one."""
     if not rule.target_dir:
         return ()
     flags = env.get("NVCC_APPEND_FLAGS", "")
     both = f"{env.get('NVCC_PREPEND_FLAGS', '')} {flags}"
     given = re.search(r"(^|\s)(-target-dir|--target-directory)\b", both)
-    named = select_host_compiler(env, windows=False, which=lambda _c, _p: None).named
     return ((() if given else (("NVCC_APPEND_FLAGS", f"{flags} -target-dir {rule.target_dir}".strip()),))
             + (() if named else (("NVCC_CCBIN", rule.compiler),)))
 
@@ -343,7 +342,8 @@ def choose(include: Path, env: Mapping[str, str], *, windows: bool, release: str
     ``mode``: auto, off, or a compiler (path, command, MSVC version) that ``origin`` names, to use as
     it is; ``cross``: a cross tree's rule (its compiler is the default, its -target-dir added)."""
     header = f"{f'CUDA {release}' if release else 'the tree'}'s host_config.h"
-    base = cross_exports(cross, env) if cross else ()
+    hc = select_host_compiler(env, windows=windows, which=which, cross=cross.compiler if cross else "")
+    base = cross_exports(cross, env, hc.named) if cross else ()
     if mode == "off" or not (include / "crt" / "host_config.h").is_file():
         return Choice(None, "", base)
 
@@ -357,11 +357,10 @@ def choose(include: Path, env: Mapping[str, str], *, windows: bool, release: str
         c = _named(mode, listing(), env, windows, which, origin)
         verdict = judge(c, include, env)
         said = "accepts it" if verdict.accepted else f"refuses it: \"{_said(verdict.error)}\""
-        variables, prepend = _exports(c, {**env, **dict(base)}, select_host_compiler(env, windows=windows))
+        variables, prepend = _exports(c, {**env, **dict(base)}, hc)
         return Choice(c, f"host compiler: {c.name} ({c.path}), named by {origin}; {header} {said}",
                       _merge(base, variables), prepend, candidates=((c.name, _verdict(verdict)),),
                       accepted=verdict.accepted)
-    hc = select_host_compiler(env, windows=windows, which=which, cross=cross.compiler if cross else "")
     whose = "the cross compiler " if cross else "nvcc's default, "
     label = f"{hc.spec} ({hc.source})" if hc.named else whose + (
         _default_name(hc, env) if hc.path else hc.spec)
