@@ -233,9 +233,10 @@ def with_exports(env: Mapping[str, str], variables: Pairs, prepend: Prepends, se
     return out
 
 
-def _without_ccbin(value: str, windows: bool) -> str:
-    """nvcc's flags with -ccbin taken out (it comes before NVCC_CCBIN)."""
-    args, out = shlex.split(value, posix=not windows), []
+def _without_ccbin(env: Mapping[str, str], var: str, windows: bool) -> str:
+    """``var``'s nvcc flags, read as :func:`select_host_compiler` reads them, with -ccbin taken out (it
+    comes before NVCC_CCBIN)."""
+    args, out = dict(_nvcc_flags(env, windows))[var], []
     for i, a in enumerate(args):
         opt, eq, _v = a.partition("=")
         if opt in ("-ccbin", "--compiler-bindir") or (i and args[i - 1] in ("-ccbin", "--compiler-bindir")):
@@ -249,7 +250,7 @@ def _exports(c: Compiler, env: Mapping[str, str], hc: HostCompiler | None = None
     MSVC toolset's environment."""
     variables: Pairs = (("NVCC_CCBIN", c.path), ("CUDAHOSTCXX", c.path))
     if hc is not None and hc.ccbin_var:
-        variables += ((hc.ccbin_var, _without_ccbin(env[hc.ccbin_var], c.toolset is not None)),)
+        variables += ((hc.ccbin_var, _without_ccbin(env, hc.ccbin_var, c.toolset is not None)),)
     if c.toolset is None:
         return variables, ()
     more, prepend = toolset_environment(c.toolset, env)

@@ -135,6 +135,17 @@ def test_what_the_user_named_is_kept_unless_refused_and_off_turns_it_off(tmp_pat
         hostcc.choose(include, linux_env(bindir), windows=False, mode="g++-99")
 
 
+def test_a_ccbin_beside_an_unclosed_quote_is_taken_out_as_nvccs_flags_were_read(tmp_path: Path) -> None:
+    """NVCC_APPEND_FLAGS that shlex cannot split (an unclosed quote) naming a refused compiler: the
+    flags are read as select_host_compiler read them (split on spaces), -ccbin taken out; no ValueError."""
+    bindir = fake_gcc(tmp_path / "bin", 15, 16, default=16)
+    g15, g16 = str(bindir / "g++-15"), str(bindir / "g++-16")
+    env = {**linux_env(bindir), "NVCC_APPEND_FLAGS": f'-ccbin {g16} -Xcompiler "-O2'}
+    choice = hostcc.choose(tree(tmp_path, 15), env, windows=False)
+    assert dict(choice.variables) == {"NVCC_CCBIN": g15, "CUDAHOSTCXX": g15,
+                                      "NVCC_APPEND_FLAGS": "-Xcompiler '\"-O2'"}, choice
+
+
 def test_discovery_order_and_links(tmp_path: Path) -> None:
     bindir = fake_gcc(tmp_path / "bin", 14, 15, default=14)
     clang = bindir / "clang++-19"
