@@ -257,8 +257,9 @@ def decide(prefix: Path | str, plan: Mapping[str, Any], info: DriverInfo, mode: 
                         "compat package", runs=runs, fix=fix if why else "install with `--with compat`")
     if why:
         return Decision(False, why, directory, runs, fix)
-    return Decision(True, f"the host driver {kernel} (CUDA {_cuda(host)}) is older than {cuda}: the tree's "
-                          f"compat package {compat} goes first on LD_LIBRARY_PATH", directory, "compat")
+    return Decision(True, f"the host driver {kernel} (CUDA {info.cuda if host else 'unknown'}) is older "
+                          f"than {cuda}: the tree's compat package {compat} goes first on LD_LIBRARY_PATH",
+                    directory, "compat")
 
 
 def _refusal(info: DriverInfo, compat: str, cuda: str, kernel: str, runs: str,
@@ -309,10 +310,6 @@ def _host_cuda(info: DriverInfo, compat_dir: str) -> tuple[int, int] | None:
     if info.version is None or (compat_dir and info.path.startswith(os.path.realpath(compat_dir) + os.sep)):
         return None
     return info.version // 1000, info.version % 1000 // 10
-
-
-def _cuda(host: tuple[int, int] | None) -> str:
-    return "unknown" if host is None else f"{host[0]}.{host[1]}"
 
 
 def for_tree(prefix: Path | str, plan: Mapping[str, Any], mode: str | None = None, *,
