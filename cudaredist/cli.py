@@ -45,14 +45,3 @@ if not commands.install_only:
         app.command(name)(fn)
     app.command("run", context_settings={"allow_interspersed_args": False})(managed.run_cmd)
     app.add_typer(cache.app, name="cache")
-
-
-def main() -> None:
-    from cudaredist import streams
-
-    streams.configure()  # a redirected stdout on Windows: the code page its reader decodes with
-    app(prog_name="cudaredist")
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

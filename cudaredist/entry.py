@@ -23,10 +23,10 @@ def main() -> None:
     # what start-up imports lives as long as the process: the collector neither runs while it is
     # made (tens of passes over a growing heap) nor looks at it again (~6 ms of a warm install)
     gc.disable()
-    from cudaredist import commands
+    from cudaredist import commands, streams
 
     commands.install_only = sys.argv[1:2] == ["install"]
-    from cudaredist.cli import main as cli_main
+    from cudaredist.cli import app
 
     gc.freeze()
     # and while the command runs, the youngest generation is collected after YOUNG new objects, not 700:
@@ -35,8 +35,9 @@ def main() -> None:
     # cycles are still collected, later (a cold install's peak RSS did not move)
     gc.set_threshold(YOUNG)
     gc.enable()
+    streams.configure()  # a redirected stdout on Windows: the code page its reader decodes with
     try:
-        cli_main()  # typer ends with SystemExit, whatever the outcome
+        app(prog_name="cudaredist")  # typer ends with SystemExit, whatever the outcome
     except SystemExit as done:
         leave(done.code)
     leave(0)
