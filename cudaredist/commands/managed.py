@@ -11,9 +11,8 @@ from typing import Annotated
 import typer
 
 from cudaredist.commands import options as o
-from cudaredist.commands.base import command, emit_json, fail, set_verbose
+from cudaredist.commands.base import command, emit_json, fail, set_verbose, tree_environment
 from cudaredist.errors import signal_exit_code
-from cudaredist.fsops import WINDOWS
 from cudaredist.localfs import mb
 from cudaredist.managed import host
 
@@ -77,30 +76,22 @@ def run_cmd(
     """Run COMMAND with the environment of TRAIN's managed toolkit: cudaredist run 13.4 -- nvcc ...
 
     The exit code is the command's."""
-    from cudaredist.compat import for_tree as compat_for
-    from cudaredist.envexport import applied, environment
-    from cudaredist.hostcc import for_tree
+    from cudaredist.envexport import applied
     from cudaredist.installdir import install_dir as managed_dir
     from cudaredist.managed import find_one
-    from cudaredist.prefixes import require_record
 
     # options stop at TRAIN (so the command keeps its own): ours between TRAIN and -- are read here
     given, command = _own_options(command)
     install_dir = Path(given["--install-dir"]) if "--install-dir" in given else install_dir
     platform = given.get("--platform", platform)
     toolkit = find_one(managed_dir(install_dir), train, platform or host())
-    plan = require_record(toolkit.path)["plan"]
-    tools = str(plan.get("host", ""))  # a cross tree's
-    chosen = for_tree(toolkit.path, platform=plan["platform"], release=plan["release"], env=os.environ,
-                      host_windows=WINDOWS, given=given.get("--host-compiler", host_compiler), host=tools)
+    _plan, chosen, decided, found = tree_environment(
+        toolkit.path, given.get("--host-compiler", host_compiler), given.get("--compat", compat))
     if chosen is not None and not chosen.quiet and chosen.reason:
         typer.echo(f"note: {chosen.reason}", err=True)
-    decided = compat_for(toolkit.path, plan, given.get("--compat", compat))
     if decided.directory:
         typer.echo(f"note: compat: {decided.reason}", err=True)
-    env = applied(environment(str(toolkit.path), platform=plan["platform"], release=plan["release"],
-                              host_windows=WINDOWS, host=tools, host_compiler=chosen,
-                              compat=decided.directory if decided.first else ""), os.environ)
+    env = applied(found, os.environ)
     if not command:
         fail("give the command to run after --, e.g. cudaredist run 13.4 -- nvcc --version", 2)
     program = command[0]

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from cudaredist.commands import options as o
-from cudaredist.commands.base import Toolkit, command, emit_json, fail
+from cudaredist.commands.base import Toolkit, command, emit_json, fail, tree_environment
 from cudaredist.fsops import WINDOWS
 
 
@@ -205,22 +205,12 @@ def env_cmd(
 ) -> None:
     """Print the environment for a tree: eval "$(cudaredist env --prefix DIR)" or "$(cudaredist env 13.4)"."""
     tk = Toolkit.of(locals())
-    from cudaredist.compat import for_tree as compat_for
-    from cudaredist.envexport import SHELLS, append_github, environment, render
-    from cudaredist.hostcc import for_tree
-    from cudaredist.prefixes import require_record
+    from cudaredist.envexport import SHELLS, append_github, render
 
     if shell is not None and shell not in SHELLS:
         fail(f"unknown --shell {shell!r}; choose one of {', '.join(SHELLS)}", 2)
     target = tk.target()
-    plan = require_record(target)["plan"]
-    chosen = for_tree(target, platform=plan["platform"], release=plan["release"], env=os.environ,
-                      host_windows=WINDOWS, given=host_compiler, host=str(plan.get("host", "")))
-    decided = compat_for(target, plan, compat)
-    found = environment(str(target), platform=plan["platform"], release=plan["release"], host_windows=WINDOWS,
-                        msbuild=any(c["name"] == "visual_studio_integration" for c in plan["components"]),
-                        host=str(plan.get("host", "")), host_compiler=chosen,
-                        compat=decided.directory if decided.first else "")
+    plan, chosen, decided, found = tree_environment(target, host_compiler, compat)
     notes = [f"compat: {decided.reason}"] * bool(decided.directory) + list(found.notes)
     for note in [] if as_json else notes:
         typer.echo(f"note: {note}", err=True)
