@@ -6,7 +6,6 @@ import contextlib
 import dataclasses
 import functools
 import json
-import os
 import subprocess
 import traceback
 from collections.abc import Callable, Iterator
@@ -20,9 +19,6 @@ from cudaredist.errors import CudaRedistError, ToolError, signal_exit_code, stop
 from cudaredist.profiles import effective_profile
 
 if TYPE_CHECKING:  # the CLI starts without the cache, the sources and httpx
-    from cudaredist.compat import Decision
-    from cudaredist.envexport import Environment
-    from cudaredist.hostcc import Choice
     from cudaredist.sources.base import Where
 
 _VERBOSE = False
@@ -226,26 +222,3 @@ class Toolkit(_Group):
         if self.train is None:
             fail("give --prefix DIR, or the TRAIN of a managed toolkit (see `cudaredist list`)", 2)
         return find_one(install_dir(self.install_dir), self.train, self.platform).path
-
-
-
-def tree_environment(target: Path, host_compiler: str | None,
-                     compat: str | None) -> tuple[dict[str, Any], Choice | None, Decision, Environment]:
-    """The environment of the tree at ``target``, which env prints and run runs a command with: its
-    record's plan, the host compiler (``--host-compiler``) and compat (``--compat``) decided for it,
-    and envexport's environment with both applied."""
-    from cudaredist.compat import for_tree as compat_for
-    from cudaredist.envexport import environment
-    from cudaredist.fsops import WINDOWS
-    from cudaredist.hostcc import for_tree
-    from cudaredist.prefixes import require_record
-
-    plan = require_record(target)["plan"]
-    tools = str(plan.get("host", ""))  # a cross tree's
-    chosen = for_tree(target, platform=plan["platform"], release=plan["release"], env=os.environ,
-                      host_windows=WINDOWS, given=host_compiler, host=tools)
-    decided = compat_for(target, plan, compat)
-    found = environment(str(target), platform=plan["platform"], release=plan["release"], host_windows=WINDOWS,
-                        msbuild=any(c["name"] == "visual_studio_integration" for c in plan["components"]),
-                        host=tools, host_compiler=chosen, compat=decided.directory if decided.first else "")
-    return plan, chosen, decided, found
