@@ -67,20 +67,6 @@ def _closed_as_null() -> None:
                                     closefd=False))
 
 
-def is_stdout_failure(exc: UnicodeEncodeError) -> bool:
-    """Whether ``exc`` is stdout failing to encode what was printed (its codec may call itself
-    "charmap", so the text is tried, not the name)."""
-    if not isinstance(exc.object, str):
-        return False
-    try:
-        exc.object[exc.start:exc.end].encode(sys.stdout.encoding or "utf-8", sys.stdout.errors or "strict")
-    except UnicodeEncodeError:
-        return True
-    except (LookupError, AttributeError):
-        return False
-    return False
-
-
 def unprintable(exc: UnicodeEncodeError) -> UsageError:
     """The message for text that this output's encoding cannot hold."""
     text = str(exc.object)

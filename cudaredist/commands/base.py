@@ -65,7 +65,8 @@ def errors() -> Iterator[None]:
 
 
 def _writing_stdout(exc: BaseException) -> bool:
-    """Whether ``exc`` came from writing stdout: the innermost frame is ``typer.echo``'s, to stdout."""
+    """Whether ``exc`` came from writing stdout (a failed write, or text its encoding cannot hold):
+    the innermost frame is ``typer.echo``'s, to stdout."""
     import sys
 
     tb = exc.__traceback__
@@ -95,11 +96,10 @@ def translate(exc: Exception) -> CudaRedistError:
     """``exc`` as the error a user reads (where it happens, an error is translated with more to say)."""
     if isinstance(exc, CudaRedistError):
         return exc
-    if isinstance(exc, UnicodeEncodeError):
-        from cudaredist.streams import is_stdout_failure, unprintable
+    if isinstance(exc, UnicodeEncodeError) and _writing_stdout(exc):
+        from cudaredist.streams import unprintable
 
-        if is_stdout_failure(exc):
-            return unprintable(exc)  # stdout's encoding cannot hold a path being printed
+        return unprintable(exc)  # stdout's encoding cannot hold a path being printed
     if isinstance(exc, OSError):
         from cudaredist.localfs import local_error
 
