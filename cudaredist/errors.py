@@ -26,18 +26,6 @@ fields, never message text.
 
 from __future__ import annotations
 
-import signal
-
-
-def signal_exit_code(signum: int) -> int:
-    """The exit status of a run a signal stopped: the shell's 128 + N (130 Ctrl-C, 143 SIGTERM)."""
-    return 128 + signum
-
-
-def stopped_by(signum: int) -> str:
-    """What a run that ``signum`` stopped says (nothing claimed about what it had done)."""
-    return "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted (Ctrl-C)"
-
 
 class CudaRedistError(Exception):
     """Base class: the message is complete and actionable on its own. Keyword arguments set the

@@ -16,19 +16,25 @@ from collections.abc import Iterable, Iterator
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from cudaredist.errors import signal_exit_code, stopped_by
-
 if TYPE_CHECKING:
     from concurrent.futures import Future
 
 _T = TypeVar("_T")
 
 
+def signal_exit_code(signum: int) -> int:
+    """The exit status of a run a signal stopped: the shell's 128 + N (130 Ctrl-C, 143 SIGTERM)."""
+    return 128 + signum
+
+
+def stopped_by(signum: int) -> str:
+    """What a run that ``signum`` stopped says (nothing claimed about what it had done)."""
+    return "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted (Ctrl-C)"
+
+
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C (or SIGTERM), with what the prefix holds now as its message. Still a
     KeyboardInterrupt: code that lets Ctrl-C through lets this through."""
-
-    exit_code = signal_exit_code(signal.SIGINT)
 
     def __init__(self, message: str, *, signum: int = signal.SIGINT) -> None:
         super().__init__(message)
@@ -141,9 +147,8 @@ def as_done(fs: Iterable[Future[_T]]) -> Iterator[Future[_T]]:
 
 def results(fs: Iterable[Future[_T]]) -> list[_T]:
     """Every result of ``fs`` in their order (``pool.map``'s), once all are done (waited for through
-    :func:`wait_first`); the first failure in that order is raised."""
+    :func:`as_done`); the first failure in that order is raised."""
     fs = list(fs)
-    pending: set[Future[Any]] = set(fs)
-    while pending:
-        _done, pending = wait_first(pending)
+    for _done in as_done(fs):
+        pass
     return [f.result() for f in fs]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import typer
 
 from cudaredist import profiles
-from cudaredist.errors import CudaRedistError, ToolError, signal_exit_code, stopped_by
+from cudaredist.errors import CudaRedistError, ToolError
 from cudaredist.profiles import effective_profile
 
 if TYPE_CHECKING:  # the CLI starts without the cache, the sources and httpx
@@ -47,7 +47,7 @@ def errors() -> Iterator[None]:
     except (typer.Exit, typer.Abort):  # an exit code already decided
         raise
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated)
-        from cudaredist.interrupts import Interrupted, signum_of
+        from cudaredist.interrupts import Interrupted, signal_exit_code, signum_of, stopped_by
 
         if isinstance(exc, Interrupted):  # it says what the prefix holds now
             fail(str(exc), exc.exit_code)

@@ -13,8 +13,8 @@ import typer
 
 from cudaredist.commands import options as o
 from cudaredist.commands.base import Toolkit, command, emit_json, fail, set_verbose
-from cudaredist.errors import signal_exit_code
 from cudaredist.fsops import WINDOWS
+from cudaredist.interrupts import signal_exit_code
 from cudaredist.localfs import mb
 from cudaredist.managed import host
 
