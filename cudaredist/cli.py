@@ -34,12 +34,12 @@ app.command()(install)
 if not commands.install_only:
     # every command but install (each lives in ``cudaredist/commands/``; this module only assembles);
     # `cudaredist install ...` neither imports nor builds them (a no-op install is mostly start-up)
-    from cudaredist.commands import cache, doctor, prefix, profiles, source
+    from cudaredist.commands import cache, prefix, profiles, source
 
     for name, fn in (("resolve", source.resolve), ("trains", source.trains), ("mirror", source.mirror_cmd),
                      ("lock", source.lock_cmd), ("verify", prefix.verify), ("info", prefix.info),
                      ("sbom", prefix.sbom), ("uninstall", prefix.uninstall), ("env", prefix.env_cmd),
-                     ("doctor", doctor.doctor),
+                     ("doctor", prefix.doctor),
                      ("profiles", profiles.profiles_cmd), ("list", prefix.list_cmd),
                      ("find", prefix.find_cmd)):
         app.command(name)(fn)

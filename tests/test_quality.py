@@ -56,7 +56,7 @@ def test_a_warm_install_imports_no_url_or_mail_parsers() -> None:
     assert _loaded_after(warm, ("urllib.request", "email.utils", "http.client")) == []
 
 
-_OTHER_COMMANDS = ("cudaredist.commands.cache", "cudaredist.commands.doctor",
+_OTHER_COMMANDS = ("cudaredist.commands.cache",
                    "cudaredist.commands.prefix", "cudaredist.commands.profiles", "cudaredist.commands.source")
 
 

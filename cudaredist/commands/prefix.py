@@ -1,5 +1,6 @@
-"""Commands on installed trees: verify, info, sbom, uninstall and env (of --prefix DIR or a managed
-toolkit's TRAIN), and on managed toolkits by train: list, find, run."""
+"""Commands on installed trees: verify, info, sbom, uninstall, env and doctor (of --prefix DIR or a
+managed toolkit's TRAIN; the doctor's checks are in cudaredist/doctor/), and on managed toolkits by
+train: list, find, run."""
 
 from __future__ import annotations
 
@@ -238,6 +239,35 @@ def env_cmd(
                   | {"compat": {"first": decided.first, "reason": decided.reason}})
     else:
         typer.echo(render(found, shell or ("pwsh" if WINDOWS else "sh")), nl=False)
+
+
+@command
+def doctor(
+    train: o.ToolkitArg = None, prefix: o.PrefixOpt = None,
+    platform: o.PlatformOpt = None, install_dir: o.InstallDirOpt = None,
+    compat: o.CompatOpt = None, as_json: o.JsonOpt = False, verbose: o.VerboseOpt = False,
+) -> None:
+    """Why CUDA does not work here: the tree, nvcc, the host compiler, a probe build, the driver,
+    the GPUs and the environment, each ok, warn or fail with the fix. Exit 1 if any fails.
+    Without --prefix or TRAIN: driver, gpu and environment only."""
+    tk = Toolkit.of(locals())
+    from cudaredist import doctor as doc
+    from cudaredist.doctor.checks import ORDER
+
+    # target(): --prefix, checked (and refused with a TRAIN); a TRAIN alone is the doctor's to find
+    report = doc.run(tk.target() if tk.prefix is not None else None, train=tk.train,
+                     inputs=doc.Inputs(compat=compat),
+                     find=lambda t: doc.find_toolkit(t, tk.platform, tk.install_dir))
+    if as_json:
+        emit_json(report.to_json())
+    else:
+        width = max(len(n) for n in ORDER)
+        for c in report.checks:
+            typer.echo(f"{c.status:<4}  {c.name:<{width}}  {c.detail}")
+            if c.fix:
+                typer.echo(f"{'':<4}  {'':<{width}}  fix: {c.fix}")
+    if report.failed:
+        raise typer.Exit(1)
 
 
 @command
