@@ -15,7 +15,7 @@ import typer
 from cudaredist.commands import options as o
 from cudaredist.commands.base import Toolkit, command, emit_json, fail, set_verbose
 from cudaredist.fsops import WINDOWS
-from cudaredist.interrupts import signal_exit_code
+from cudaredist.interrupts import signal_exit_code, with_done
 from cudaredist.localfs import mb
 from cudaredist.managed import host
 
@@ -40,8 +40,10 @@ def verify(
     from cudaredist.prefixes import require_record
     from cudaredist.prefixes import verify as do_verify
 
-    report = do_verify(tk.target(), fast=fast)
-    report.drift = drift_note(tk.target(), require_record(tk.target()))
+    target = tk.target()
+    report = do_verify(target, fast=fast)
+    rec = require_record(target)
+    report.drift = drift_note(target, rec)
     if as_json:
         emit_json(report.to_json())
     else:
@@ -52,10 +54,7 @@ def verify(
         typer.echo(f"{'ok' if report.ok else 'DIFFERS'}: {report.checked} files checked, "
                    f"{len(report.missing)} missing, {len(report.changed)} changed, {len(report.extra)} extra"
                    + (" (added since the install, kept by uninstall)" if report.extra else ""))
-        if report.drift:
-            typer.echo(f"note: {report.drift}")
-        for line in _unfixed(tk.target()):
-            typer.echo(line)
+        _notes(target, rec, report.drift)
     if not report.ok:
         raise typer.Exit(1)
 
@@ -115,22 +114,20 @@ def info(
                    "the fixed bytes; `install --reinstall --no-host-fixes` restores NVIDIA's)")
         for line in fixes:
             typer.echo(line)
-    if drift:
-        typer.echo(f"note: {drift}")
-    for line in _unfixed(target, rec):
-        typer.echo(line)
+    _notes(target, rec, drift)
 
 
-def _unfixed(target: Path, rec: dict[str, Any] | None = None) -> list[str]:
-    """The notes for the known host fixes that apply to the tree and that it lacks (laid out by an
-    older cudaredist, or with --no-host-fixes), with the command that applies them."""
+def _notes(target: Path, rec: dict[str, Any], drift: str) -> None:
+    """The notes verify and info end with: how the tree drifted from its record, and each known host
+    fix that applies to the tree and that it lacks (laid out by an older cudaredist, or with
+    --no-host-fixes), with the command that applies it."""
     from cudaredist.hostfixes import pending
-    from cudaredist.prefixes import require_record
     from cudaredist.redo import request_argv, shell_line
 
-    rec = rec if rec is not None else require_record(target)
-    return [f"note: {why}: `{shell_line(request_argv(rec, target))}` applies it"
-            for why in pending(target, rec, True)]
+    if drift:
+        typer.echo(f"note: {drift}")
+    for why in pending(target, rec, True):
+        typer.echo(f"note: {why}: `{shell_line(request_argv(rec, target))}` applies it")
 
 
 @command
@@ -196,8 +193,6 @@ def uninstall(
         if root is not None:
             link_trains(root, timeout=timeout, warn=lambda w: typer.echo(w, err=True))
     except KeyboardInterrupt as exc:  # what each target holds now, said (never "nothing was changed")
-        from cudaredist.interrupts import with_done
-
         raise with_done(exc, f"interrupted; nothing {'more ' if removed else ''}was removed",
                         "removed before it", removed) from None
 
