@@ -34,13 +34,13 @@ app.command()(install)
 if not commands.install_only:
     # every command but install (each lives in ``cudaredist/commands/``; this module only assembles);
     # `cudaredist install ...` neither imports nor builds them (a no-op install is mostly start-up)
-    from cudaredist.commands import cache, prefix, profiles, source
+    from cudaredist.commands import cache, prefix, source
 
     for name, fn in (("resolve", source.resolve), ("trains", source.trains), ("mirror", source.mirror_cmd),
                      ("lock", source.lock_cmd), ("verify", prefix.verify), ("info", prefix.info),
                      ("sbom", prefix.sbom), ("uninstall", prefix.uninstall), ("env", prefix.env_cmd),
                      ("doctor", prefix.doctor),
-                     ("profiles", profiles.profiles_cmd), ("list", prefix.list_cmd),
+                     ("profiles", source.profiles_cmd), ("list", prefix.list_cmd),
                      ("find", prefix.find_cmd)):
         app.command(name)(fn)
     app.command("run", context_settings={"allow_interspersed_args": False})(prefix.run_cmd)

@@ -57,7 +57,7 @@ def test_a_warm_install_imports_no_url_or_mail_parsers() -> None:
 
 
 _OTHER_COMMANDS = ("cudaredist.commands.cache",
-                   "cudaredist.commands.prefix", "cudaredist.commands.profiles", "cudaredist.commands.source")
+                   "cudaredist.commands.prefix", "cudaredist.commands.source")
 
 
 @pytest.mark.parametrize("args", [["install", "--help"], ["--help"]])
@@ -276,8 +276,8 @@ def test_each_rule_has_one_home(pattern: str, home: str) -> None:
 
 
 # the same flag meaning another thing in another command: not a shared option
-_OWN_MEANING = {"--all": ("commands/managed.py", "commands/prefix.py"),
-                "--profile": ("commands/profiles.py",)}
+_OWN_MEANING = {"--all": ("commands/prefix.py",),
+                "--profile": ("commands/source.py",)}
 
 
 def test_shared_options_are_declared_once() -> None:
