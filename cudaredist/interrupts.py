@@ -38,7 +38,7 @@ class Interrupted(KeyboardInterrupt):
 
     def __init__(self, message: str, *, signum: int = signal.SIGINT) -> None:
         super().__init__(message)
-        self.exit_code = signal_exit_code(signum)
+        self.signum = signum
 
 
 class Terminated(KeyboardInterrupt):
@@ -94,7 +94,10 @@ def _raise_terminated(_signum: int, _frame: FrameType | None) -> None:
 
 
 def signum_of(exc: BaseException) -> int:
-    """The signal ``exc`` stands for (SIGTERM for :class:`Terminated`, else SIGINT)."""
+    """The signal ``exc`` stands for: an :class:`Interrupted`'s own, SIGTERM for :class:`Terminated`,
+    else SIGINT."""
+    if isinstance(exc, Interrupted):
+        return exc.signum
     return signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
 
 
@@ -102,9 +105,7 @@ def with_done(exc: KeyboardInterrupt, plain: str, what: str, done: list[str]) ->
     """``exc`` saying what the prefix holds (its own words, or ``plain`` for a bare Ctrl-C) and what
     the command had done before it (``what: done, ...``, when anything)."""
     said = str(exc) if isinstance(exc, Interrupted) else plain
-    if not done:
-        return exc if isinstance(exc, Interrupted) else Interrupted(said, signum=signum_of(exc))
-    return Interrupted(f"{said}; {what}: {', '.join(done)}", signum=signum_of(exc))
+    return Interrupted(said + (f"; {what}: {', '.join(done)}" if done else ""), signum=signum_of(exc))
 
 
 @contextlib.contextmanager

@@ -440,6 +440,30 @@ def test_ctrl_c_after_an_uninstall_names_what_was_removed(mirror: Path, tmp_path
     assert f"removed before it: {tk}" in err
 
 
+def test_sigterm_after_an_uninstall_keeps_its_exit_status(mirror: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGTERM where the test above has Ctrl-C: what was removed is named, and the status is still
+    SIGTERM's 143 (once a step had said what it left, adding what the command had done made it 130)."""
+    from cudaredist import managed
+    from cudaredist.interrupts import Terminated
+
+    root = tmp_path / "toolkits"
+    code, err = _cli("install", "13.0", "--install-dir", str(root), "--platform", "linux-x86_64",
+                     "--base-url", str(mirror), "-q")
+    assert code == 0, err
+    tk = root / "cuda-13.0.1-linux-x86_64"
+
+    def terminated(*_args: object) -> object:
+        raise Terminated()
+
+    monkeypatch.setattr(managed, "update_train_links", terminated)
+    code, err = _cli("uninstall", "13.0", "--install-dir", str(root))
+    monkeypatch.undo()
+    assert code == 143, err
+    assert f"interrupted while updating the train links of {root}" in err
+    assert f"removed before it: {tk}" in err
+
+
 def test_a_real_ctrl_c_during_uninstall_leaves_the_tree_whole_or_gone(tmp_path: Path) -> None:
     """SIGINT to a real `cudaredist uninstall` the moment it starts moving files out: either every
     file went back (and the message says so) or the uninstall had committed and completed (and the

@@ -49,11 +49,10 @@ def errors() -> Iterator[None]:
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated)
         from cudaredist.interrupts import Interrupted, signal_exit_code, signum_of, stopped_by
 
-        if isinstance(exc, Interrupted):  # it says what the prefix holds now
-            fail(str(exc), exc.exit_code)
         # a step that changes a prefix, a cache or the train links says what it left (Interrupted);
-        # here no such step was running, and nothing is claimed about what the command had done
-        fail(stopped_by(signum_of(exc)), signal_exit_code(signum_of(exc)))
+        # elsewhere no such step was running, and nothing is claimed about what the command had done
+        said = str(exc) if isinstance(exc, Interrupted) else stopped_by(signum_of(exc))
+        fail(said, signal_exit_code(signum_of(exc)))
     except Exception as exc:  # noqa: BLE001 - the boundary: every failure is one paragraph
         if isinstance(exc, OSError) and exc.filename is None and (
                 isinstance(exc, BrokenPipeError) or _writing_stdout(exc)):
