@@ -6,7 +6,9 @@ import contextlib
 import dataclasses
 import functools
 import json
+import os
 import subprocess
+import sys
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,7 +16,6 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import typer
 
-from cudaredist import profiles
 from cudaredist.errors import CudaRedistError, ToolError
 from cudaredist.profiles import effective_profile
 
@@ -66,12 +67,8 @@ def errors() -> Iterator[None]:
 def _writing_stdout(exc: BaseException) -> bool:
     """Whether ``exc`` came from writing stdout (a failed write, or text its encoding cannot hold):
     the innermost frame is ``typer.echo``'s, to stdout."""
-    import sys
-
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    return tb is not None and tb.tb_frame.f_locals.get("file") is sys.stdout
+    frames = [frame for frame, _line in traceback.walk_tb(exc.__traceback__)]
+    return bool(frames) and frames[-1].f_locals.get("file") is sys.stdout
 
 
 def _stdout_failed(exc: OSError) -> NoReturn:
@@ -79,9 +76,6 @@ def _stdout_failed(exc: OSError) -> NoReturn:
     the status a process killed by SIGPIPE has, as git and coreutils do. Else (a full disk, a closed
     stdout: streams.py) one paragraph on stderr and exit 1. Either way stdout becomes the null device,
     so Python's flush at exit does not fail again."""
-    import os
-    import sys
-
     devnull = os.open(os.devnull, os.O_WRONLY)
     with contextlib.suppress(OSError, ValueError):
         os.dup2(devnull, sys.stdout.fileno())
@@ -191,12 +185,6 @@ def command(body: Callable[..., None]) -> Callable[..., None]:
             body(*args, **kw)
 
     return run
-
-
-def platforms_or_host(values: list[str] | None) -> list[str]:
-    """--platform values, repeated or comma-separated, in order, once each; default the host's."""
-    out = [p.strip() for v in values or [] for p in v.split(",") if p.strip()]
-    return [profiles.host_platform(p) for p in dict.fromkeys(out)] or [profiles.host_platform()]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,7 +10,7 @@ import typer
 
 from cudaredist import profiles
 from cudaredist.commands import options as o
-from cudaredist.commands.base import Ctx, Selection, command, emit_json, platforms_or_host
+from cudaredist.commands.base import Ctx, Selection, command, emit_json
 from cudaredist.localfs import mb
 from cudaredist.profiles import product_title
 
@@ -68,6 +68,12 @@ def trains(base_url: o.BaseUrlOpt = None, channel: o.ChannelOpt = None, mirror: 
             typer.echo(f"{row['train']:<6} {row['release']:<9} {row['release_date']}")
 
 
+def _platforms_or_host(values: list[str] | None) -> list[str]:
+    """--platform values, repeated or comma-separated, in order, once each; default the host's."""
+    out = [p.strip() for v in values or [] for p in v.split(",") if p.strip()]
+    return [profiles.host_platform(p) for p in dict.fromkeys(out)] or [profiles.host_platform()]
+
+
 def _xz_preset(value: str | None) -> int | str | None:
     if value is None or value == "store":
         return value
@@ -104,7 +110,7 @@ def mirror_cmd(
     from cudaredist.progress import pick
     from cudaredist.publish.mirror import write_mirror
 
-    platforms = platforms_or_host(platform)
+    platforms = _platforms_or_host(platform)
     reporter = pick(quiet=quiet or as_json, verbose=verbose)
     with ctx.open(jobs) as src:
         try:
@@ -151,7 +157,7 @@ def lock_cmd(
     ctx, sel = Ctx.of(locals()), Selection.of(locals())
     from cudaredist.publish.lockfile import build_lock, dumps, write_lock
 
-    platforms = platforms_or_host(platform)
+    platforms = _platforms_or_host(platform)
     with ctx.open() as src:
         if host:  # cross trees: each --platform's plan pins its host's tools too
             from cudaredist.sources.cross import resolve_tree
