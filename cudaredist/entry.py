@@ -8,15 +8,17 @@ the command is done the process ends without tearing the interpreter down (:func
 
 from __future__ import annotations
 
+import atexit
+import gc
+import os
 import sys
+import threading
 from typing import NoReturn
 
 YOUNG = 100_000
 
 
 def main() -> None:
-    import gc
-
     from cudaredist.interrupts import stop_at_once
 
     stop_at_once()  # until the command's error boundary runs
@@ -53,10 +55,6 @@ def leave(code: str | int | None) -> NoReturn:
     still running, a code that is not a status byte (`cudaredist run` passes a child's on), a stream that
     cannot be flushed), the ordinary exit.
     """
-    import atexit
-    import os
-    import threading
-
     run_handlers = getattr(atexit, "_run_exitfuncs", None)
     if code is None:
         code = 0
