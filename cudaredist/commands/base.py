@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import typer
 
 from cudaredist.errors import CudaRedistError, ToolError
-from cudaredist.profiles import effective_profile
 
 if TYPE_CHECKING:  # the CLI starts without the cache, the sources and httpx
     from cudaredist.sources.base import Where
@@ -157,21 +156,6 @@ class Ctx(_Group):
 
         with Transport(connections=jobs) as transport:
             yield open_source(self.source, transport, self.cache(), self.where())
-
-
-@dataclasses.dataclass(frozen=True)
-class Selection(_Group):
-    """What to install: the options install, resolve, mirror and lock share (``Selection.of(locals())``)."""
-
-    profile: str | None
-    component: list[str] | None
-    only: bool
-    with_: list[str] | None
-
-    def resolving(self) -> dict[str, Any]:
-        """The keyword arguments of a source's ``resolve`` and ``mirror_content``."""
-        return {"profile": effective_profile(self.profile, self.only),
-                "components": self.component or [], "products": self.with_ or []}
 
 
 def command(body: Callable[..., None]) -> Callable[..., None]:

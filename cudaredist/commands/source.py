@@ -10,9 +10,17 @@ import typer
 
 from cudaredist import profiles
 from cudaredist.commands import options as o
-from cudaredist.commands.base import Ctx, Selection, command, emit_json
+from cudaredist.commands.base import Ctx, command, emit_json
 from cudaredist.localfs import mb
 from cudaredist.profiles import product_title
+
+
+def _resolving(profile: str | None, component: list[str] | None, only: bool,
+               with_: list[str] | None) -> dict[str, Any]:
+    """What to install (--profile, --component, --only, --with; resolve, mirror and lock take them) as
+    the keyword arguments of a source's ``resolve`` and ``mirror_content``."""
+    return {"profile": profiles.effective_profile(profile, only), "components": component or [],
+            "products": with_ or []}
 
 
 @command
@@ -26,11 +34,11 @@ def resolve(
     as_json: o.JsonOpt = False, verbose: o.VerboseOpt = False,
 ) -> None:
     """Show the install plan without installing: release, and per component version, URL, size, sha256."""
-    ctx, sel = Ctx.of(locals()), Selection.of(locals())
+    ctx, what = Ctx.of(locals()), _resolving(profile, component, only, with_)
     from cudaredist.sources.cross import resolve_tree
 
     with ctx.open() as src:
-        plan = resolve_tree(src, train, profiles.host_platform(platform), host or "", **sel.resolving())
+        plan = resolve_tree(src, train, profiles.host_platform(platform), host or "", **what)
     if as_json:
         emit_json(plan.to_json())
         return
@@ -105,7 +113,7 @@ def mirror_cmd(
     """Write a mirror laid out like NVIDIA's redist site (index.html, manifests as served, archives
     at their relative paths), verified; a re-run fetches only what is missing. With --source pypi
     the archives are built from NVIDIA's wheels, holding the tree `install --source pypi` makes."""
-    ctx, sel = Ctx.of(locals()), Selection.of(locals())
+    ctx, what = Ctx.of(locals()), _resolving(profile, component, only, with_)
     from cudaredist.fetch.fetcher import Fetcher
     from cudaredist.progress import pick
     from cudaredist.publish.mirror import write_mirror
@@ -114,7 +122,7 @@ def mirror_cmd(
     reporter = pick(quiet=quiet or as_json, verbose=verbose)
     with ctx.open(jobs) as src:
         try:
-            content = src.mirror_content(train_list, platforms, xz_preset=xz_preset, **sel.resolving())
+            content = src.mirror_content(train_list, platforms, xz_preset=xz_preset, **what)
             fetcher = Fetcher(src.transport, ctx.cache(), reporter=reporter, offline=ctx.offline)
             report = write_mirror(out, content, fetch=fetcher.fetch, get_bytes=src.transport.get_bytes,
                                   reporter=reporter, jobs=jobs)
@@ -154,7 +162,7 @@ def lock_cmd(
 ) -> None:
     """Resolve TRAIN for each --platform and write a lock file: release, the base URL that served it,
     components, URLs, sha256 and sizes. `install --lock FILE` installs exactly that."""
-    ctx, sel = Ctx.of(locals()), Selection.of(locals())
+    ctx, what = Ctx.of(locals()), _resolving(profile, component, only, with_)
     from cudaredist.publish.lockfile import build_lock, dumps, write_lock
 
     platforms = _platforms_or_host(platform)
@@ -162,10 +170,10 @@ def lock_cmd(
         if host:  # cross trees: each --platform's plan pins its host's tools too
             from cudaredist.sources.cross import resolve_tree
 
-            plans = [resolve_tree(src, train, p, host, **sel.resolving()) for p in platforms]
+            plans = [resolve_tree(src, train, p, host, **what) for p in platforms]
         else:
-            plans = src.resolve(train, platforms, **sel.resolving())
-    locked = build_lock(plans, train=train, components=sel.component or [])
+            plans = src.resolve(train, platforms, **what)
+    locked = build_lock(plans, train=train, components=component or [])
     if output is not None:
         write_lock(output, locked)
         typer.echo(f"wrote {output}: CUDA {locked['release']} for {', '.join(platforms)}, "
