@@ -17,8 +17,7 @@
     ├── LocalDiskError         a file operation on this machine failed (full, read-only, no permission)
     │   └── CacheError         the cache directory cannot be used, or is not a cudaredist cache (left as is)
     ├── LockFileError          a lock file is malformed or the resolution drifted from it
-    ├── ImportLibraryError     a Windows DLL's export table cannot be read for an import library
-    └── ToolError              a program cudaredist ran (e.g. mklink) failed
+    └── ImportLibraryError     a Windows DLL's export table cannot be read for an import library
 
 Each carries the fields its message is built from, so callers test types and
 fields, never message text.
@@ -131,11 +130,3 @@ class LocalDiskError(CudaRedistError):
 
 class CacheError(LocalDiskError):
     pass
-
-
-class ToolError(CudaRedistError):
-    """A program cudaredist ran failed: ``command`` (argv), its exit ``status`` and ``output``."""
-
-    command: tuple[str, ...] = ()
-    status: int = 0
-    output: str = ""

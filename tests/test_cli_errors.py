@@ -271,16 +271,6 @@ _DAMAGE_WORDS = ("{tmp}/tk/cuda-13.0.1-linux-x86_64/.cudaredist/record.json is d
 _TK = ("--install-dir", "{tmp}/tk")
 
 
-def _failing_link_tool(mp: pytest.MonkeyPatch, tmp: Path) -> None:
-    """Making a train link runs a program that fails (as `mklink /J` does on Windows)."""
-    from cudaredist import managed
-
-    def point(link: Path, target: str) -> None:
-        subprocess.run([sys.executable, "-c", "import sys; sys.stderr.write('Access is denied.'); "
-                        "sys.exit(5)"], check=True, capture_output=True)
-    mp.setattr(managed, "_point", point)
-
-
 _HELD: list[object] = []
 
 
@@ -465,9 +455,6 @@ CASES = [
                       prepare=_installed("cuda", {**_RECORD, "files": [{"path": "a", "size": "1",
                                                                          "sha256": "0"}]})),
                  id="info-record-with-a-wrong-type"),
-    pytest.param(Case((*_INSTALL, "--install-dir", "{tmp}/tk2"), 1,
-                      ("failed with exit status 5", "Access is denied."), how="runner",
-                      inject=_failing_link_tool), id="train-link-tool-fails"),
     pytest.param(Case(("install", "--prefix", "{tmp}/cuda", "--lock", "{tmp}/bad.lock"), 1,
                       ("{tmp}/bad.lock", "not readable JSON"), prepare=_file("bad.lock", "{\"lock_")),
                  id="lock-not-json"),

@@ -7,7 +7,6 @@ import dataclasses
 import functools
 import json
 import os
-import subprocess
 import sys
 import traceback
 from collections.abc import Callable, Iterator
@@ -16,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import typer
 
-from cudaredist.errors import CudaRedistError, ToolError
+from cudaredist.errors import CudaRedistError
 
 if TYPE_CHECKING:  # the CLI starts without the cache, the sources and httpx
     from cudaredist.sources.base import Where
@@ -96,13 +95,6 @@ def translate(exc: Exception) -> CudaRedistError:
         from cudaredist.localfs import local_error
 
         return local_error(exc, doing="use")
-    if isinstance(exc, subprocess.CalledProcessError):
-        argv = tuple(str(a) for a in exc.cmd) if isinstance(exc.cmd, (list, tuple)) else (str(exc.cmd),)
-        out = exc.stderr or exc.stdout or b""
-        text = (out.decode(errors="replace") if isinstance(out, bytes) else str(out)).strip()
-        return ToolError(f"`{' '.join(argv)}` failed with exit status {exc.returncode}"
-                         + (f": {' '.join(text.split())}" if text else ""),
-                         command=argv, status=exc.returncode, output=text)
     return CudaRedistError(f"internal error (a bug in cudaredist): {type(exc).__name__}: {exc}; "
                            "run it again with --verbose and report the traceback")
 
