@@ -42,7 +42,6 @@ def main() -> None:
         app(prog_name="cudaredist")  # typer ends with SystemExit, whatever the outcome
     except SystemExit as done:
         leave(done.code)
-    leave(0)
 
 
 def leave(code: str | int | None) -> NoReturn:
@@ -56,8 +55,6 @@ def leave(code: str | int | None) -> NoReturn:
     cannot be flushed), the ordinary exit.
     """
     run_handlers = getattr(atexit, "_run_exitfuncs", None)
-    if code is None:
-        code = 0
     if not isinstance(code, int) or not 0 <= code < 256 or threading.active_count() > 1 \
             or run_handlers is None:
         sys.exit(code)
