@@ -229,9 +229,7 @@ _SYNTAX: dict[str, tuple[Callable[[str, str], str], Callable[[str, tuple[str, ..
 
 
 def render(env: Environment, shell: str) -> str:
-    """Commands that set ``env`` when evaluated by ``shell``."""
-    if shell not in SHELLS:
-        raise ValueError(f"unknown shell {shell!r}; choose one of {', '.join(SHELLS)}")
+    """Commands that set ``env`` when evaluated by ``shell``, one of SHELLS (``env`` refuses any other)."""
     assign, prepend, eol = _SYNTAX["sh" if shell in ("bash", "zsh") else shell]
     lines = [assign(name, value) for name, value in env.variables]
     for var, dirs in env.prepend:
