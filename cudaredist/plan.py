@@ -203,10 +203,9 @@ def plan_from_json(obj: dict[str, Any]) -> Plan:
 
 def with_bases(plan: Plan, bases: Sequence[str],
                product_base: Callable[[str, str], str] | None = None) -> Plan:
-    """The plan fetching each archive from ``bases`` in order (mirror first), same bytes; a product's
-    archives from ``product_base(base, product)`` of each."""
-    if not bases:
-        return plan
+    """The plan fetching each archive from ``bases`` in order (mirror first; never empty: a release's
+    archive bases hold the base its manifest came from), same bytes; a product's archives from
+    ``product_base(base, product)`` of each."""
 
     def under(base: str, item: PlannedArchive) -> str:
         root = product_base(base, item.product) if item.product and product_base else base
