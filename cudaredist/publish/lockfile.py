@@ -71,9 +71,8 @@ def _digest(body: dict[str, Any]) -> str:
 
 
 def build_lock(plans: Sequence[Plan], *, train: str, components: Sequence[str] = ()) -> dict[str, Any]:
-    """The lock document for plans of one release (one plan per platform)."""
-    if not plans:
-        raise LockFileError("nothing to lock: no platform was planned")
+    """The lock document for plans of one release (one plan per platform, at least one: `lock`
+    plans the host's platform where --platform names none)."""
     first = plans[0]
     if any(p.release != first.release or p.base_url != first.base_url for p in plans):
         raise LockFileError("all platforms of a lock must come from one release and base URL")
