@@ -181,9 +181,6 @@ class _MemberData(io.RawIOBase):
         self._stream = stream
         self._left = size
 
-    def readable(self) -> bool:
-        return True
-
     def read(self, n: int | None = -1) -> bytes:
         n = self._left if n is None or n < 0 else min(n, self._left)
         if n <= 0:
@@ -198,11 +195,6 @@ class _MemberData(io.RawIOBase):
             data += more
         self._left -= n
         return data
-
-    def readinto(self, buf: Any) -> int:
-        data = self.read(len(buf))
-        buf[: len(data)] = data
-        return len(data)
 
 
 def _member_data(tf: tarfile.TarFile, m: tarfile.TarInfo) -> IO[bytes]:
