@@ -281,9 +281,6 @@ class StoredXZWriter(io.RawIOBase):
         self._crc = 0
         out.write(_MAGIC + _FLAGS + _crc(_FLAGS) + _BLOCK_HEADER)
 
-    def writable(self) -> bool:
-        return True
-
     def tell(self) -> int:
         return self._size
 
