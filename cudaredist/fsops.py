@@ -187,9 +187,8 @@ def find_held(tree: str | os.PathLike[str], limit: int = 20000) -> str | None:
     """The first file under ``tree`` that another process holds open without sharing delete (so
     the tree cannot be renamed or deleted), or None. Windows only: each file is opened for DELETE
     access with every share mode, which fails with a sharing violation exactly when some other
-    handle refuses to share it. Bounded by ``limit`` files."""
-    if not WINDOWS:
-        return None
+    handle refuses to share it. Bounded by ``limit`` files. Its one caller asks only on a Windows error
+    (``winerror`` 5)."""
     import _winapi
 
     delete, share_all, open_existing, backup_semantics = 0x00010000, 0x7, 3, 0x02000000
