@@ -259,9 +259,8 @@ def _exports(c: Compiler, env: Mapping[str, str], hc: HostCompiler | None = None
 
 def cross_exports(rule: CrossRule, env: Mapping[str, str], named: bool) -> Pairs:
     """What nvcc needs for a Linux cross tree, around what the user set: ``-target-dir`` added to
-    their NVCC_APPEND_FLAGS (a ``--sysroot`` kept), the cross compiler unless they ``named`` one."""
-    if not rule.target_dir:
-        return ()
+    their NVCC_APPEND_FLAGS (a ``--sysroot`` kept), the cross compiler unless they ``named`` one.
+    (A Windows cross tree, with no ``target_dir``, never gets here: :func:`for_tree` answers None.)"""
     flags = env.get("NVCC_APPEND_FLAGS", "")
     both = f"{env.get('NVCC_PREPEND_FLAGS', '')} {flags}"
     given = re.search(r"(^|\s)(-target-dir|--target-directory)\b", both)
