@@ -64,8 +64,10 @@ def errors() -> Iterator[None]:
 
 def _writing_stdout(exc: BaseException) -> bool:
     """Whether ``exc`` came from writing stdout (a failed write, or text its encoding cannot hold):
-    the innermost frame is ``typer.echo``'s, to stdout."""
-    frames = [frame for frame, _line in traceback.walk_tb(exc.__traceback__)]
+    the innermost frame is ``typer.echo``'s, to stdout. A codec written in Python (Windows' cp1252,
+    a charmap) raises from its own frame below echo's, so the codecs' frames are passed over."""
+    frames = [frame for frame, _line in traceback.walk_tb(exc.__traceback__)
+              if not frame.f_globals.get("__name__", "").startswith("encodings.")]
     return bool(frames) and frames[-1].f_locals.get("file") is sys.stdout
 
 
