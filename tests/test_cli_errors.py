@@ -269,6 +269,8 @@ _DAMAGED = _installed("tk/cuda-13.0.1-linux-x86_64", {"schema": 1, "plan": {"rel
 _DAMAGE_WORDS = ("{tmp}/tk/cuda-13.0.1-linux-x86_64/.cudaredist/record.json is damaged",
                  "plan.platform is missing", "--reinstall")
 _TK = ("--install-dir", "{tmp}/tk")
+# a sound managed toolkit of this host (what `run` runs a command with)
+_MANAGED = _installed(f"tk/cuda-13.0.1-{'windows' if WINDOWS else 'linux'}-x86_64")
 
 
 _HELD: list[object] = []
@@ -444,6 +446,20 @@ CASES = [
                  id="verify-damaged-record"),
     pytest.param(Case(("run", *_TK, "-p", "linux-x86_64", "13.0", "--", "true"), 1, _DAMAGE_WORDS,
                       prepare=_DAMAGED), id="run-damaged-record"),
+    pytest.param(Case(("run", "13.0", *_TK), 2, ("give the command to run after --", "-- nvcc --version"),
+                      prepare=_MANAGED), id="run-no-command"),
+    pytest.param(Case(("run", *_TK, "13.0", "--", "cudaredist-no-such-program"), 127,
+                      ("cudaredist-no-such-program: command not found", "{tmp}/tk/cuda-13.0.1-"),
+                      prepare=_MANAGED), id="run-command-not-found"),
+    pytest.param(Case(("run", *_TK, "13.0", "--", "{tmp}/notes.txt"), 126,
+                      ("cannot run {tmp}/notes.txt", "Permission denied"),
+                      prepare=_both(_MANAGED, _file("notes.txt"))), id="run-not-executable",
+                 marks=pytest.mark.skipif(WINDOWS, reason="Windows tells a file it cannot run by its name")),
+    pytest.param(Case(("run", "13.0", "--install-dir"), 2, ("--install-dir needs a value",)),
+                 id="run-option-without-its-value"),
+    pytest.param(Case(("run", *_TK, "13.0", "--frobnicate", "--", "true"), 2,
+                      ("no such option --frobnicate", "cudaredist run --help", "after --"), prepare=_MANAGED),
+                 id="run-unknown-option"),
     pytest.param(Case(("uninstall", "13.0", *_TK, "-p", "linux-x86_64"), 1, _DAMAGE_WORDS,
                       prepare=_DAMAGED), id="uninstall-damaged-record"),
     pytest.param(Case(("doctor", "13.0", *_TK, "-p", "linux-x86_64"), 1, _DAMAGE_WORDS, prepare=_DAMAGED,
@@ -570,6 +586,15 @@ def test_one_paragraph_and_an_exit_code(case: Case, base: str, mirror: Path, red
     assert said.startswith(case.lead) and said.endswith("\n"), said
     for word in case.words:  # paths as the host writes them: C:\...\w/bad.lock reads C:/.../w/bad.lock
         assert word.format(**fill).replace("\\", "/") in said.replace("\\", "/"), said
+
+
+@posix_only("sh runs the command")
+def test_run_takes_verbose_after_the_train_as_its_own(tmp_path: Path) -> None:
+    """``-v`` between TRAIN and ``--`` is run's (not the command, which would be "not found": 127)."""
+    _MANAGED(tmp_path)
+    r = _run("run", "--install-dir", str(tmp_path / "tk"), "13.0", "-v", "--", "sh", "-c", "exit 3")
+    assert r.exit_code == 3, r.output
+    assert "not found" not in r.output
 
 
 def test_an_unknown_profile_is_a_usage_error(base: str) -> None:

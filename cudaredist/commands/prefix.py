@@ -319,6 +319,9 @@ def _own_options(args: list[str]) -> tuple[dict[str, str], list[str]]:
         if name in ("--verbose", "-v") and not eq:
             set_verbose(True)
         elif name not in _RUN_OPTIONS:
+            if name.startswith("-"):  # no command is named -x: an option run does not have
+                fail(f"no such option {args[0]} for run (see cudaredist run --help); give the command "
+                     "after --, e.g. cudaredist run 13.4 -- nvcc --version", 2)
             return given, args
         elif eq:
             given[_RUN_OPTIONS[name]] = value
