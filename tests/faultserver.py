@@ -15,6 +15,8 @@ normally (``times=None``: every time)::
     srv.truncate(p, to=500, honest=False)    # Content-Length of the whole file, body ends at 500
     srv.pad(p, b"junk")                      # the body is longer than the file
     srv.ignore_range(p)                      # Range is ignored: always 200 and the whole body
+    srv.always_partial(p)                    # 206 (with the whole file's Content-Range) even without Range
+    srv.unsized(p)                           # no Content-Length: the body ends where the connection does
 
 Offsets are positions in the file, so a fault hits whichever request's byte range covers
 it: a plain GET, a resumed one, or one segment of a segmented download.
@@ -70,6 +72,8 @@ class _Script:
     honest: bool = True
     pad: bytes = b""
     ranges: bool = True
+    always_partial: bool = False
+    unsized: bool = False
 
 
 def _use(times: int | None) -> tuple[bool, int | None]:
@@ -133,11 +137,18 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             start, end = parsed
             code = 206
             headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
+        elif script.always_partial:
+            code = 206
+            headers["Content-Range"] = f"bytes 0-{size - 1}/{size}"
         body_end = end
         if script.truncate_to is not None and not script.honest:
             body_end = max(start, min(end, script.truncate_to))
         cut = owner.take_cut(path, start, body_end)
-        headers["Content-Length"] = str(end - start)
+        if script.unsized:
+            headers["Connection"] = "close"
+            self.close_connection = True
+        else:
+            headers["Content-Length"] = str(end - start)
         owner.record(Request(self.command, path, rng, code))
         self.send_response(code)
         for k, v in headers.items():
@@ -283,6 +294,12 @@ class FaultServer:
 
     def ignore_range(self, path: str) -> None:
         self.script(path).ranges = False
+
+    def always_partial(self, path: str) -> None:
+        self.script(path).always_partial = True
+
+    def unsized(self, path: str) -> None:
+        self.script(path).unsized = True
 
     def take_status(self, path: str) -> _Status | None:
         script = self.script(path)

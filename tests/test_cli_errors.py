@@ -390,6 +390,9 @@ CASES = [
                  id="disk-full-copying-from-a-directory-mirror"),
     pytest.param(Case(("resolve", "13.0", "--base-url", "{loop}"), 1,
                       ("{loop}", "redirects too often (a redirect loop?)")), id="redirect-loop"),
+    pytest.param(Case(("resolve", "13.0", "--base-url", "{ftp}"), 1,
+                      ("ftp://127.0.0.1/redist/", "Use an http://, https:// or file:// URL")),
+                 id="redirect-to-an-unsupported-scheme"),
     pytest.param(Case(("resolve", "13.0", "--base-url", "https://cudaredist-test.invalid/"), 1,
                       ("cudaredist-test.invalid", "--mirror", "--source pypi", "--offline"),
                       how="runner", inject=_no_backoff), id="network-down-no-dns"),
@@ -530,7 +533,9 @@ def redirect_loop() -> Iterator[str]:
     class Loop(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             self.send_response(302)
-            self.send_header("Location", self.path)
+            # under /ftp/: to a scheme no one fetches from; elsewhere: to itself
+            ftp = self.path.startswith("/ftp/")
+            self.send_header("Location", "ftp://127.0.0.1/redist/" if ftp else self.path)
             self.send_header("Content-Length", "0")
             self.end_headers()
 
@@ -553,6 +558,7 @@ def test_one_paragraph_and_an_exit_code(case: Case, base: str, mirror: Path, red
     work = tmp_path / "w"
     work.mkdir()
     fill = {"base": base, "mirror": str(mirror), "tmp": str(work), "loop": redirect_loop,
+            "ftp": redirect_loop.replace("/redist/", "/ftp/redist/"),
             "closed": str(_closed_port())}
     argv = [a.format(**fill) for a in case.argv]
     env = {k: v.format(**fill) for k, v in case.env}

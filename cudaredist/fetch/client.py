@@ -137,8 +137,12 @@ def raise_if_untrusted(url: str, exc: Exception) -> None:
         raise FetchError(f"{url} redirects too often (a redirect loop?): {why}. Check --base-url and "
                          "--mirror, or the proxy between you and the server.", url=url) from exc
     if isinstance(exc, (httpx.InvalidURL, httpx.UnsupportedProtocol)):
-        raise FetchError(f"cannot fetch {url}: {exc}. Use an http://, https:// or file:// URL, or a "
-                         "directory.", url=url) from exc
+        went = url
+        with contextlib.suppress(AttributeError, RuntimeError):  # the URL asked last: a redirect's target
+            went = str(exc.request.url)  # type: ignore[union-attr]
+        via = f" (it redirects to {went})" if went != url else ""
+        raise FetchError(f"cannot fetch {url}{via}: {str(exc).rstrip('.')}. Use an http://, https:// or "
+                         "file:// URL, or a directory.", url=url) from exc
     if not isinstance(exc, httpx.TransportError):  # e.g. a body that cannot be decoded
         raise FetchError(f"cannot fetch {url}: {type(exc).__name__}: {exc}", url=url) from exc
     seen: BaseException | None = exc

@@ -146,6 +146,12 @@ HEALS = [
     pytest.param(_seq(lambda s: s.ignore_range(NVCC), lambda s: s.reset(NVCC, at=200_000, times=2)), SEG,
                  lambda rs, _: rs[:2] == [rs[0], None] and rs[-1] in (None, "bytes=200000-") and len(rs) <= 3,
                  id="segmented-range-ignored-then-reset"),
+    pytest.param(_seq(lambda s: s.unsized(NVCC), lambda s: s.reset(NVCC, at=100_000)), {},
+                 lambda rs, _: rs == [None, "bytes=100000-"], id="unsized-body-cut-resumes"),
+    pytest.param(_seq(lambda s: s.unsized(NVCC), lambda s: s.reset(NVCC, at=30_000)), SEG,
+                 lambda rs, _: len(rs) == 5 and sum(r.startswith("bytes=30000-") for r in rs) == 1,
+                 id="segmented-unsized-cut-mid-segment-resumes"),
+    pytest.param(lambda s: s.status(NVCC, 416), {}, lambda rs, _: rs == [None, None], id="416-once"),
 ]
 
 
@@ -178,6 +184,12 @@ FAILS = [
                  id="short-body-dishonest-length"),
     pytest.param(lambda s: s.pad(NVCC, b"\0" * 10), {}, IntegrityError, {"what": "size"}, 1,
                  id="body-longer-than-declared"),
+    pytest.param(lambda s: s.always_partial(NVCC), {}, FetchError, {}, 5, id="206-without-range"),
+    pytest.param(lambda s: s.status(NVCC, 416, times=None), {}, FetchError, {}, 5, id="416-forever"),
+    pytest.param(_seq(lambda s: s.unsized(NVCC), lambda s: s.pad(NVCC, b"\0" * 10)), {}, IntegrityError,
+                 {"what": "size"}, 1, id="unsized-body-longer-than-declared"),
+    pytest.param(lambda s: s.pad(NVCC, b"\0" * 10), SEG, IntegrityError, {"what": "size"}, 1,
+                 id="segmented-body-longer-than-declared"),
     pytest.param(lambda s: s.flip(NVCC, at=250_000), SEG, IntegrityError, {"what": "sha256"}, 4,
                  id="segmented-flipped-byte"),
     pytest.param(lambda s: s.status(NVCC, 404, times=None), SEG, FetchError, {"status": 404}, 1,
