@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import lzma
 import tarfile
 import zipfile
 from collections.abc import Sequence
@@ -68,6 +69,15 @@ def make_tar_xz(dest: Path, members: Members) -> Path:
                 ti.size, ti.mode = len(data), mode
                 tf.addfile(ti, io.BytesIO(data))
     return dest
+
+
+def cut_inside_a_member(path: Path) -> None:
+    """Rewrite the .tar.xz at ``path`` as a sound xz stream whose tar ends half-way through its largest
+    member (a mirror that lost the archive's tail, then recompressed what it had)."""
+    raw = lzma.decompress(path.read_bytes())
+    with tarfile.open(path) as tf:
+        largest = max(tf.getmembers(), key=lambda m: m.size)
+    path.write_bytes(lzma.compress(raw[: largest.offset_data + largest.size // 2]))
 
 
 def zip_info(name: str, **kw: object) -> zipfile.ZipInfo:

@@ -21,7 +21,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from cudaredist.cli import app
-from tests.archives import Exe, MirrorArchive, build_mirror
+from tests.archives import Exe, MirrorArchive, build_mirror, cut_inside_a_member, digest, toolkit
 from tests.hosts import WINDOWS, posix_only, skip_on_windows
 from tests.loopback import serving
 
@@ -213,6 +213,7 @@ class Case:
     stream: str = "stderr"  # where the paragraph is ("stdout" for doctor's report)
     lead: str = "error: "   # how it starts
     lines: int | None = 1   # how many lines that stream holds (None: a report of several)
+    absent: tuple[str, ...] = ()  # paths ({tmp} filled in) that must not exist afterwards
 
 
 def _file(rel: str, text: str = "x") -> Callable[[Path], None]:
@@ -271,6 +272,18 @@ _DAMAGE_WORDS = ("{tmp}/tk/cuda-13.0.1-linux-x86_64/.cudaredist/record.json is d
 _TK = ("--install-dir", "{tmp}/tk")
 # a sound managed toolkit of this host (what `run` runs a command with)
 _MANAGED = _installed(f"tk/cuda-13.0.1-{'windows' if WINDOWS else 'linux'}-x86_64")
+
+
+def _truncated_mirror(tmp: Path) -> None:
+    """A directory mirror at tmp/m whose cuda_nvcc archive's tar ends inside a member, the xz stream
+    sound and the manifest stating that archive's real sha256 and size (so the download passes)."""
+    build_mirror(tmp / "m", "13.0.1", toolkit("linux-x86_64"))
+    manifest = json.loads((tmp / "m" / "redistrib_13.0.1.json").read_text())
+    entry = manifest["cuda_nvcc"]["linux-x86_64"]
+    cut_inside_a_member(tmp / "m" / entry["relative_path"])
+    sha, size = digest(tmp / "m" / entry["relative_path"])
+    entry.update(sha256=sha, size=str(size))
+    (tmp / "m" / "redistrib_13.0.1.json").write_text(json.dumps(manifest))
 
 
 _HELD: list[object] = []
@@ -507,6 +520,10 @@ CASES = [
                       ("{tmp}/old", "permission denied", "--cache-dir"),
                       prepare=_old_cache("old", 0o555), how="unprivileged"),
                  id="cache-clear-permission-denied"),
+    pytest.param(Case(("install", "13.0", "-p", "linux-x86_64", "--base-url", "{tmp}/m",
+                       "--prefix", "{tmp}/cuda", "--quiet"), 1,
+                      ("cuda_nvcc-linux-x86_64-13.0.88-archive.tar.xz", "truncated"),
+                      prepare=_truncated_mirror, absent=("{tmp}/cuda",)), id="archive-ends-inside-a-member"),
     pytest.param(Case(("uninstall", "--prefix", "{tmp}/cuda"), 1, ("{tmp}/cuda holds no cudaredist install",),
                       prepare=_dir("cuda", 0o755, "x")), id="uninstall-not-installed"),
     pytest.param(Case(("env", "--prefix", "{tmp}/cuda", "--github"), 1,
@@ -592,6 +609,8 @@ def test_one_paragraph_and_an_exit_code(case: Case, base: str, mirror: Path, red
     assert said.startswith(case.lead) and said.endswith("\n"), said
     for word in case.words:  # paths as the host writes them: C:\...\w/bad.lock reads C:/.../w/bad.lock
         assert word.format(**fill).replace("\\", "/") in said.replace("\\", "/"), said
+    for path in case.absent:
+        assert not Path(path.format(**fill)).exists(), path
 
 
 @posix_only("sh runs the command")

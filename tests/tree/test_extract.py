@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import subprocess
 import tarfile
 import warnings
 import zipfile
@@ -16,7 +18,7 @@ from cudaredist.errors import ConflictError, UnsafeArchiveError
 from cudaredist.localfs import is_case_insensitive
 from cudaredist.tree.extract import extract, redist_mapper
 from cudaredist.tree.staging import Tree
-from tests.archives import Dir, Exe, Link, Members, Special, make_tar_xz, make_zip
+from tests.archives import Dir, Exe, Link, Members, Special, cut_inside_a_member, make_tar_xz, make_zip
 from tests.hosts import assert_link, assert_mode, skip_on_windows
 
 TOP = "comp-linux-x86_64-1.0-archive"
@@ -208,6 +210,46 @@ def test_truncated_tar(tmp_path: Path, tree: Tree) -> None:
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     with pytest.raises(UnsafeArchiveError, match="corrupt or truncated|not a readable"):
         _extract(path, tree)
+
+
+def test_tar_stream_ending_inside_a_member(tmp_path: Path, tree: Tree) -> None:
+    """The compression is sound but the tar stops inside a member: refused as a damaged archive,
+    naming it, with nothing written outside the staging tree (whose owner throws it away)."""
+    path = _tar(tmp_path, {f"{TOP}/": Dir(), f"{TOP}/bin/": Dir(), f"{TOP}/bin/a": os.urandom(300_000)})
+    cut_inside_a_member(path)
+    with pytest.raises(UnsafeArchiveError) as info:
+        _extract(path, tree)
+    assert info.value.archive == path.name and path.name in str(info.value)
+    assert "truncated" in str(info.value)
+    assert _outside(tmp_path, tree) <= {"stage"}
+
+
+@pytest.mark.parametrize("fmt", ["gnu", "posix"])
+def test_sparse_members_are_written_whole(tmp_path: Path, tree: Tree, fmt: str) -> None:
+    """A sparse member (GNU tar's old format, and pax's) is read through tarfile, holes as zeros,
+    not from the raw stream (whose bytes there are the sparse map's data only)."""
+    tar = shutil.which("tar")
+    if tar is None or "GNU tar" not in subprocess.run([tar, "--version"], capture_output=True,
+                                                      text=True).stdout:
+        pytest.skip("GNU tar makes the sparse members (tarfile cannot write them)")
+    src = tmp_path / "src" / TOP / "lib"
+    src.mkdir(parents=True)
+    head, tail = os.urandom(5000), os.urandom(7000)
+    with open(src / "libsparse.a", "wb") as fh:
+        fh.write(head)
+        fh.seek(1 << 20)
+        fh.write(tail)
+    path = tmp_path / "in" / f"{TOP}.tar.xz"
+    path.parent.mkdir()
+    subprocess.run([tar, "--sparse", f"--format={fmt}", "-cJf", str(path), "-C", str(tmp_path / "src"), TOP],
+                   check=True)
+    with tarfile.open(path) as tf:
+        assert any(m.sparse for m in tf.getmembers())  # else this tests nothing
+    _extract(path, tree)
+    records = {r.path: r for r in tree.finish()}
+    whole = head + bytes((1 << 20) - len(head)) + tail
+    assert (tree.root / "lib" / "libsparse.a").read_bytes() == whole
+    assert records["lib/libsparse.a"].sha256 == hashlib.sha256(whole).hexdigest()
 
 
 # -- zips ---------------------------------------------------------------------------------------------
