@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from cudaredist.cli import app
 from cudaredist.managed import release_of, system_toolkits
-from tests.archives import build_mirror, toolkit
+from tests.archives import Exe, MirrorArchive, build_mirror, toolkit
 from tests.hosts import posix_only, wine_limit
 
 LINUX = "linux-x86_64"
@@ -178,6 +178,38 @@ def test_a_train_that_fails_to_install_leaves_the_others_installed_and_linked(
     assert [t["release"] for t in got["toolkits"]] == ["13.0.1"]
     assert [(f["train"], f["exit_code"]) for f in got["failed"]] == [("13.2", 1)]
     assert got["links"] == {"cuda-13.0-linux-x86_64": "cuda-13.0.1-linux-x86_64"}
+
+
+@train_links
+def test_a_train_whose_download_fails_fails_alone(two_trains: Path, tk_dir: Path, tmp_path: Path) -> None:
+    """``install 13.0 13.2`` where one of 13.2's archives is gone from the mirror: 13.0, whose
+    archives arrived, is installed and linked; 13.2 fails in one paragraph; the exit code says so."""
+    # 13.0's archives in the cache first, so that the failing 13.2 download cannot cancel them
+    code, _, err = cli("install", "13.0", "--prefix", str(tmp_path / "warm"), "--base-url", str(two_trains),
+                       "--platform", LINUX)
+    assert code == 0, err
+    # 13.2's nvcc of its own (the fixture's trains share every archive), then gone from the mirror
+    nvcc = toolkit(LINUX, "13.2.0")[0]
+    build_mirror(two_trains, "13.2.0", [MirrorArchive(nvcc.component, LINUX, "13.2.51",
+                                                      {**nvcc.members, "bin/ptxas": Exe(b"#!/bin/sh\n")})])
+    entry = json.loads((two_trains / "redistrib_13.2.0.json").read_text())[nvcc.component][LINUX]
+    gone = entry["relative_path"]
+    (two_trains / gone).unlink()
+    code, out, err = cli("install", "13.0", "13.2", "--base-url", str(two_trains), "--platform", LINUX,
+                         "--json")
+    assert code == 1, err
+    assert "Traceback" not in err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: CUDA 13.2: ") and gone in lines[0], err
+    got = json.loads(out)
+    assert [t["release"] for t in got["toolkits"]] == ["13.0.1"]
+    assert [(f["train"], f["exit_code"]) for f in got["failed"]] == [("13.2", 1)]
+    assert os.readlink(tk_dir / "cuda-13.0-linux-x86_64") == "cuda-13.0.1-linux-x86_64"
+    assert cli("verify", "13.0")[0] == 0
+    # nothing of 13.2 is left behind: no tree, no link, no half-made staging directory (a lock file
+    # stays, as after any install)
+    left = sorted(p.name for p in tk_dir.iterdir() if not p.name.endswith(".lock"))
+    assert left == ["cuda-13.0-linux-x86_64", "cuda-13.0.1-linux-x86_64"]
 
 
 @train_links
