@@ -538,6 +538,9 @@ CASES = [
                       inject=_interrupt), id="interrupted"),
     pytest.param(Case(("install", "--prefix", "{tmp}/cuda", "--quiet"), 2, ("give a TRAIN",)),
                  id="usage-no-train"),
+    *(pytest.param(Case((command, *_TK), 2, ("give --prefix DIR, or the TRAIN of a managed toolkit",
+                                             "cudaredist list")), id=f"{command}-neither-prefix-nor-train")
+      for command in ("verify", "info", "env", "uninstall")),
     pytest.param(Case((*_INSTALL, "--prefix", "{tmp}/cuda", "--lock-timeout", "0.2"), 75,
                       ("{tmp}/cuda is busy", "--lock-timeout"), how="runner", inject=_busy),
                  id="busy-prefix"),
