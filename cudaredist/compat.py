@@ -268,7 +268,7 @@ def _refusal(info: DriverInfo, compat: str, cuda: str, kernel: str, runs: str,
     (``compat`` "": the tree has none, so: whether one would help)."""
     upgrade = f"upgrade the host driver to one that runs {cuda}" + (f" (R{compat.split('.')[0]} or newer)"
                                                                     if compat else "")
-    if not info.loaded:
+    if not info.loaded or info.load_error:  # none, or a library that is not a CUDA driver
         return "no NVIDIA driver here: nothing for a compat package to run on", "see the driver check"
     if runs == "native":
         return f"the host driver {kernel or info.cuda} runs {cuda} natively: compat not needed", ""
@@ -306,8 +306,9 @@ def _refusal(info: DriverInfo, compat: str, cuda: str, kernel: str, runs: str,
 
 def _host_cuda(info: DriverInfo, compat_dir: str) -> tuple[int, int] | None:
     """The CUDA version the host's own driver runs; None where unknown or where the libcuda loaded is
-    the tree's compat one (LD_LIBRARY_PATH already names it)."""
-    if info.version is None or (compat_dir and info.path.startswith(os.path.realpath(compat_dir) + os.sep)):
+    the tree's compat one (LD_LIBRARY_PATH already names it); a driver whose cuInit failed runs none."""
+    if info.version is None or info.init_result not in (None, CUDA_SUCCESS) \
+            or (compat_dir and info.path.startswith(os.path.realpath(compat_dir) + os.sep)):
         return None
     return info.version // 1000, info.version % 1000 // 10
 

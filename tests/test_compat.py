@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -191,3 +192,43 @@ def test_doctor_passes_a_driver_the_compat_package_runs(compat_tree: Path,
     assert checks["driver"]["status"] == "ok" and "compat package runs them" in checks["driver"]["detail"]
     off = runner.invoke(app, ["doctor", "--prefix", str(prefix), "--json", "--compat", "off"])
     assert {c["name"]: c["status"] for c in json.loads(off.stdout)["checks"]}["driver"] == "fail"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="builds an ELF driver stub")
+@pytest.mark.parametrize(("stub", "driver", "gpu", "reason"), [
+    pytest.param({"has_version": False}, ("fail", "is not a working CUDA driver: not a CUDA driver library"),
+                 ("warn", "no GPU can be seen without a driver"),
+                 "no NVIDIA driver here: nothing for a compat package to run on", id="no-cuDriverGetVersion"),
+    pytest.param({"init": 999}, ("fail", "but cuInit failed with 999 (CUDA_ERROR_UNKNOWN)"),
+                 ("fail", "no usable GPU: cuInit returned 999 (CUDA_ERROR_UNKNOWN)"),
+                 "no GPU visible: nothing to run compat on", id="cuInit-999"),
+    pytest.param({"count_result": 101}, ("ok", "supports CUDA 13.0 (cuDriverGetVersion 13000); cuInit ok"),
+                 ("fail", "the driver could not list the GPUs: cuDeviceGetCount returned 101 "
+                          "(CUDA_ERROR_INVALID_DEVICE)"),
+                 "the host driver 535.261.03 runs CUDA 13.0 natively: compat not needed", id="device-query"),
+])
+def test_a_broken_driver_library_gives_env_and_doctor_a_verdict(
+        compat_tree: Path, monkeypatch: pytest.MonkeyPatch, stub: dict[str, Any], driver: tuple[str, str],
+        gpu: tuple[str, str], reason: str) -> None:
+    """A real dlopen of a gcc-built libcuda stub that lacks cuDriverGetVersion, whose cuInit fails with a
+    CUresult doctor has no special words for, or whose device query fails: env decides compat with a
+    reason that names the real cause (never "runs natively" on a driver that cannot initialise), doctor
+    gives each check a verdict line, and neither raises."""
+    from tests.test_doctor import build_stub
+
+    prefix, tmp_path = compat_tree, compat_tree.parent
+    lib = build_stub(tmp_path / "driver", **stub)
+    proc = tmp_path / "proc-version"
+    proc.write_text("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  535.261.03  Release Build\n")
+    probe = compat.probe_driver
+    monkeypatch.setattr(compat, "probe_driver", lambda *a, **k: probe(str(lib), proc_file=str(proc)))
+    r = runner.invoke(app, ["env", "--prefix", str(prefix), "--json"])
+    assert r.exit_code == 0 and r.exception is None, r.stderr
+    assert json.loads(r.stdout)["compat"] == {"first": False, "reason": reason}
+    r = runner.invoke(app, ["doctor", "--prefix", str(prefix), "--json"])
+    assert r.exit_code == 1 and not isinstance(r.exception, Exception)  # a verdict, not a traceback
+    checks = {c["name"]: c for c in json.loads(r.stdout)["checks"]}
+    assert (checks["driver"]["status"], checks["gpu"]["status"]) == (driver[0], gpu[0])
+    assert driver[1] in checks["driver"]["detail"] and gpu[1] in checks["gpu"]["detail"]
+    assert checks["compat"]["detail"].endswith(reason)
+    assert (checks["compat"]["status"] == "ok") == (driver[0] == "ok")  # never "runs natively" on a dead one

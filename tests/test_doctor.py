@@ -398,8 +398,10 @@ def test_probe_failure_from_a_fake_nvcc(tmp_path: Path) -> None:
 STUB_C = r"""
 #include <stdio.h>
 int cuInit(unsigned int flags) { (void)flags; return INIT_RESULT; }
+#if HAS_VERSION
 int cuDriverGetVersion(int *v) { if (VERSION_RESULT) return VERSION_RESULT; *v = VERSION; return 0; }
-int cuDeviceGetCount(int *n) { *n = NDEV; return 0; }
+#endif
+int cuDeviceGetCount(int *n) { *n = NDEV; return COUNT_RESULT; }
 int cuDeviceGet(int *d, int i) { *d = i; return 0; }
 int cuDeviceGetName(char *buf, int len, int d) { snprintf(buf, len, "Fake GPU %d", d); return 0; }
 int cuDeviceGetAttribute(int *v, int attr, int d) {
@@ -411,13 +413,15 @@ int cuDeviceGetAttribute(int *v, int attr, int d) {
 
 
 def build_stub(where: Path, *, init: int = 0, version: int = 13000, version_result: int = 0, ndev: int = 1,
-               cc0: tuple[int, int] = (9, 0), cc1: tuple[int, int] = (8, 0)) -> Path:
+               cc0: tuple[int, int] = (9, 0), cc1: tuple[int, int] = (8, 0), has_version: bool = True,
+               count_result: int = 0) -> Path:
     gcc = need("gcc")
     where.mkdir(parents=True, exist_ok=True)
     (where / "stub.c").write_text(STUB_C)
     out = where / "libcuda.so.1"
     defines = {"INIT_RESULT": init, "VERSION": version, "VERSION_RESULT": version_result, "NDEV": ndev,
-               "MAJOR0": cc0[0], "MINOR0": cc0[1], "MAJOR1": cc1[0], "MINOR1": cc1[1]}
+               "MAJOR0": cc0[0], "MINOR0": cc0[1], "MAJOR1": cc1[0], "MINOR1": cc1[1],
+               "HAS_VERSION": int(has_version), "COUNT_RESULT": count_result}
     subprocess.run([gcc, "-shared", "-fPIC", *(f"-D{k}={v}" for k, v in defines.items()),
                     "-o", str(out), str(where / "stub.c")], check=True, capture_output=True)
     return out
