@@ -190,12 +190,9 @@ class Cache:
 
     def _older_cache(self) -> bool:
         """Written by a cudaredist before the marker: only our names at the top, and in archives/
-        only sha256-named files."""
-        try:
-            return self._names() <= OURS and (not self.archives.is_dir() or all(
-                ARCHIVE_NAME.fullmatch(n) for n in os.listdir(self.archives)))
-        except OSError:
-            return False
+        only sha256-named files. One it cannot read raises (OSError): no verdict on it either way."""
+        return self._names() <= OURS and (not self.archives.is_dir() or all(
+            ARCHIVE_NAME.fullmatch(n) for n in os.listdir(self.archives)))
 
     def _mark(self) -> None:
         # the marker first: once it is there, no other process takes the root for someone's data
