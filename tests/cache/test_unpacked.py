@@ -142,6 +142,56 @@ def test_clone_falls_back_to_a_copy_and_a_full_disk_is_an_error(tmp_path: Path,
     assert info.value.errno == errno.ENOSPC
 
 
+def test_a_kernel_copy_that_stops_early_is_finished_by_plain_reads(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """copy_file_range may copy less than asked and then 0 (a file that some filesystems report short):
+    the rest comes through read and write from where the kernel stopped, not from the start."""
+    src = tmp_path / "src"
+    src.write_bytes(os.urandom(300_000))
+    calls: list[int] = []
+
+    def short(fi: int, fo: int, count: int) -> int:
+        calls.append(count)
+        return os.write(fo, os.pread(fi, 70_000, os.lseek(fi, 0, os.SEEK_CUR))) if len(calls) == 1 else 0
+
+    monkeypatch.setattr(links, "_copy_file_range", short)
+    assert place(src, tmp_path / "a", "copy", 0o644) == "copy"
+    assert calls == [300_000, 230_000] and (tmp_path / "a").read_bytes() == src.read_bytes()
+
+
+@pytest.mark.parametrize(("code", "words"), [
+    pytest.param(errno.EPERM, None, id="unsupported-copies"),  # link(2): the filesystem has no hard links
+    pytest.param(errno.EACCES, "permission denied", id="eacces-fails"),
+    pytest.param(errno.EDQUOT, "no space left", id="edquot-fails")])  # worded as a full disk, as staging does
+def test_a_refused_hard_link_copies_only_where_the_filesystem_cannot_link(
+        tmp_path: Path, archive: Path, monkeypatch: pytest.MonkeyPatch, code: int, words: str | None) -> None:
+    """`--link-mode hardlink` where os.link fails: an errno that means "no hard links here" copies
+    instead; any other is one local-disk error naming the file, and the cache entry stays whole."""
+    cache = UnpackedCache(tmp_path / "cache")
+    item = _item(archive)
+    entry = cache.build(item, "linux-x86_64", _fill(archive, item))
+
+    def refuse(src: object, dest: object) -> None:
+        raise OSError(code, os.strerror(code), str(src), None, str(dest))
+
+    monkeypatch.setattr(os, "link", refuse)
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    tree = Tree(stage)
+    if words is None:
+        materialize(entry, tree, how="hardlink", component="comp", archive=archive.name)
+        assert {r.path for r in tree.finish()} == {r.path for r in entry.records}
+        assert os.stat(stage / "include/x.h").st_ino != os.stat(entry.tree / "include/x.h").st_ino
+        assert (stage / "include/x.h").read_bytes() == b"// x"
+    else:
+        with pytest.raises(LocalDiskError) as info:
+            materialize(entry, tree, how="hardlink", component="comp", archive=archive.name)
+        said = str(info.value)
+        assert "\n" not in said and words in said.lower() and str(tmp_path) in said, said
+    again = cache.lookup(item, "linux-x86_64")  # not poisoned: the entry is found and its bytes intact
+    assert again is not None and (again.tree / "include/x.h").read_bytes() == b"// x"
+
+
 @pytest.mark.parametrize("how", ["copy", "hardlink"])
 def test_a_big_entry_is_placed_by_several_threads_and_a_conflict_still_stops_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
