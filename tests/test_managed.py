@@ -317,3 +317,43 @@ def test_a_managed_swap_cut_short_names_the_previous_tree(two_trains: Path, tmp_
     code, _, err = cli("install", *split_line(redo))
     assert code == 0 and "restored" in err, err
     assert tk.is_dir() and not old.exists()
+
+
+@train_links
+def test_list_all_shows_the_systems_toolkits_once_each(two_trains: Path, tk_dir: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """`list --all` where CUDA_HOME and /usr/local/cuda-X.Y name toolkits (the glob and the site dirs are
+    this test's): each system toolkit once, with its release and how it was found, after the managed
+    ones; a managed toolkit found again through /usr/local/cuda* is not listed twice."""
+    from cudaredist import managed
+
+    install(two_trains, "13.0")
+    usr_local = tmp_path / "usr" / "local" / "cuda-12.4"
+    (usr_local / "bin").mkdir(parents=True)
+    (usr_local / "bin" / "nvcc").write_text("")
+    (usr_local / "include").mkdir()
+    (usr_local / "include" / "cuda.h").write_text("#define CUDA_VERSION 12040\n")
+    home = tmp_path / "opt" / "cuda"
+    (home / "bin").mkdir(parents=True)
+    (home / "include").mkdir()
+    (home / "include" / "cuda_runtime.h").write_text("")  # no nvcc, no version: a runtime-only tree
+    mine = tk_dir / "cuda-13.0-linux-x86_64"
+    monkeypatch.setattr(managed.glob, "glob", lambda pattern: [str(usr_local), str(mine)]
+                        if pattern == "/usr/local/cuda*" else [])
+    monkeypatch.setattr(managed.site, "getsitepackages", lambda: [str(tmp_path / "site")])
+    monkeypatch.setattr(managed.site, "getusersitepackages", lambda: str(tmp_path / "user-site"))
+    for var in ("CUDA_PATH", "CONDA_PREFIX"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("CUDA_HOME", str(home))
+    code, out, err = cli("list", "--all")
+    assert code == 0 and err == "", err
+    lines = out.splitlines()
+    assert len(lines) == 3 and lines[0].startswith("13.0.1")
+    assert str(tk_dir / "cuda-13.0.1-linux-x86_64") in lines[0]
+    assert lines[1].split() == ["?", "(system)", str(home), "[CUDA_HOME]"]
+    assert lines[2].split() == ["12.4", "(system)", str(usr_local), "[/usr/local/cuda*]"]
+    code, out, _ = cli("list", "--all", "--json")
+    assert code == 0 and json.loads(out)["system"] == [
+        {"path": str(home), "release": "", "found_by": "CUDA_HOME", "cudaredist": False},
+        {"path": str(usr_local), "release": "12.4", "found_by": "/usr/local/cuda*", "cudaredist": False}]
+    assert [t["release"] for t in json.loads(out)["toolkits"]] == ["13.0.1"]
