@@ -75,22 +75,29 @@ def _str(entry: dict[str, Any], key: str, where: str) -> str:
     return value
 
 
+def _tables(entry: dict[str, Any], key: str, at: str, where: str) -> list[dict[str, Any]]:
+    """The fix's [[fix.KEY]] tables ([] where it has none)."""
+    tables = entry.get(key, [])
+    if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
+        raise ManifestError(f"{at}: each [[fix.{key}]] must be a table", source=where)
+    return tables
+
+
 def _fix(entry: Any, where: str) -> Fix:
     if not isinstance(entry, dict):
         raise ManifestError(f"{where}: each [[fix]] must be a table", source=where)
     at = f"{where} (fix {entry.get('id', '?')})"
-    edits = entry.get("edit")
-    if not isinstance(edits, list) or not edits:
+    if not (edits := _tables(entry, "edit", at, where)):
         raise ManifestError(f"{at}: a fix needs at least one [[fix.edit]]", source=where)
     made = []
     for e in edits:
-        count = e.get("count", 1) if isinstance(e, dict) else None
+        count = e.get("count", 1)
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
             raise ManifestError(f"{at}: an edit's count must be a positive number", source=where)
         made.append(Edit(_str(e, "file", at), _str(e, "find", at).encode(), _str(e, "replace", at).encode(),
                          count))
     known = tuple((_str(k, "file", at), _str(k, "before", at), _str(k, "after", at))
-                  for k in entry.get("known", []))
+                  for k in _tables(entry, "known", at, where))
     platforms = entry.get("platforms", [])
     if not isinstance(platforms, list) or not all(isinstance(p, str) for p in platforms):
         raise ManifestError(f"{at}: platforms must be a list of names", source=where)

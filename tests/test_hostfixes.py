@@ -338,3 +338,63 @@ def test_the_12_x_headers_build_against_glibc_241_with_the_fix(tmp_path: Path) -
     assert unfixed.returncode != 0 and "different exception specifier" in unfixed.stderr
     fixed = subprocess.run([*cmd, str(tmp_path / "fixed" / "include")], capture_output=True, text=True)
     assert fixed.returncode == 0, fixed.stderr
+
+
+_GOOD_FIX = """[[fix]]
+id = "one"
+since = "11.0"
+before = "13.2"
+condition = "c"
+summary = "s"
+source = "x"
+"""
+_GOOD_EDIT = '[[fix.edit]]\nfile = "include/a.h"\nfind = "a"\nreplace = "b"\n'
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    pytest.param("[[fix]\n", "cannot read", id="not-toml"),
+    pytest.param("fix = 3\n", "[[fix]] must be an array of tables", id="fix-not-an-array"),
+    pytest.param("fix = [3]\n", "each [[fix]] must be a table", id="fix-not-a-table"),
+    pytest.param(_GOOD_FIX, "(fix one): a fix needs at least one [[fix.edit]]", id="no-edit"),
+    pytest.param(_GOOD_FIX + _GOOD_EDIT.replace('replace = "b"', 'replace = "b"\ncount = 0'),
+                 "(fix one): an edit's count must be a positive number", id="count-zero"),
+    pytest.param(_GOOD_FIX + 'edit = ["include/a.h"]\n', "(fix one): each [[fix.edit]] must be a table",
+                 id="edit-not-a-table"),
+    pytest.param(_GOOD_FIX + _GOOD_EDIT.replace('find = "a"\n', ""),
+                 "(fix one): 'find' must be a non-empty string", id="edit-without-find"),
+    pytest.param(_GOOD_FIX.replace('condition = "c"\n', "") + _GOOD_EDIT,
+                 "(fix one): 'condition' must be a non-empty string", id="fix-without-condition"),
+    pytest.param(_GOOD_FIX.replace('"x"\n', '"x"\nplatforms = "linux-x86_64"\n') + _GOOD_EDIT,
+                 "(fix one): platforms must be a list of names", id="platforms-a-string"),
+    pytest.param(_GOOD_FIX.replace('"x"\n', '"x"\nknown = ["include/a.h"]\n') + _GOOD_EDIT,
+                 "(fix one): each [[fix.known]] must be a table", id="known-not-a-table"),
+    pytest.param(_GOOD_FIX.replace('"x"\n', '"x"\nknown = "include/a.h"\n') + _GOOD_EDIT,
+                 "(fix one): each [[fix.known]] must be a table", id="known-a-string"),
+    pytest.param((_GOOD_FIX + _GOOD_EDIT) * 2, "two fixes have the same id", id="same-id-twice"),
+])
+def test_a_malformed_hostfixes_toml_is_one_manifest_error_naming_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, words: str) -> None:
+    """The loader given a hostfixes.toml that is not TOML or not the schema: a ManifestError of one line
+    that names the file (and the fix), never an AttributeError from inside the loader."""
+    (tmp_path / hostfixes.FILE).write_text(text)
+    monkeypatch.setattr(hostfixes, "data_dir", lambda: tmp_path)
+    hostfixes.fixes.cache_clear()
+    try:
+        with pytest.raises(hostfixes.ManifestError) as info:
+            hostfixes.fixes()
+    finally:
+        hostfixes.fixes.cache_clear()  # the next test reads the real file again
+    said = str(info.value)
+    assert said.startswith(str(tmp_path / hostfixes.FILE)) or said.startswith("cannot read"), said
+    assert words in said and str(tmp_path / hostfixes.FILE) in said and "\n" not in said, said
+
+
+def test_a_well_formed_hostfixes_toml_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / hostfixes.FILE).write_text(_GOOD_FIX + _GOOD_EDIT)
+    monkeypatch.setattr(hostfixes, "data_dir", lambda: tmp_path)
+    hostfixes.fixes.cache_clear()
+    try:
+        (fix,) = hostfixes.fixes()
+    finally:
+        hostfixes.fixes.cache_clear()
+    assert (fix.id, fix.files, fix.platforms, fix.known) == ("one", ("include/a.h",), (), ())
