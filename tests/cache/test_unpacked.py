@@ -150,9 +150,14 @@ def test_a_kernel_copy_that_stops_early_is_finished_by_plain_reads(tmp_path: Pat
     src.write_bytes(os.urandom(300_000))
     calls: list[int] = []
 
-    def short(fi: int, fo: int, count: int) -> int:
+    def short(fi: int, fo: int, count: int) -> int:  # copies 70,000 bytes, leaving fi's offset alone
         calls.append(count)
-        return os.write(fo, os.pread(fi, 70_000, os.lseek(fi, 0, os.SEEK_CUR))) if len(calls) == 1 else 0
+        if len(calls) > 1:
+            return 0
+        at = os.lseek(fi, 0, os.SEEK_CUR)
+        data = os.read(fi, 70_000)  # not os.pread: Windows has none
+        os.lseek(fi, at, os.SEEK_SET)
+        return os.write(fo, data)
 
     monkeypatch.setattr(links, "_copy_file_range", short)
     assert place(src, tmp_path / "a", "copy", 0o644) == "copy"
