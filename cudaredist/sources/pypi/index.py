@@ -87,6 +87,7 @@ class WheelIndex:
         self._pages: dict[str, list[IndexFile]] = {}
         self.served: dict[str, str] = {}  # project -> the index whose page (hashes) was used
         self._mirror_pages: dict[str, dict[str, str]] = {}
+        self._metadata: dict[str, Metadata] = {}  # metapackage wheel -> its METADATA, read once
         self.notes: list[str] = []
 
     # -- project pages -----------------------------------------------------------------------------
@@ -234,16 +235,20 @@ class WheelIndex:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def metadata(self, release: Release) -> Metadata:
-        """The metapackage release's METADATA, its wheel fetched into the cache and verified first."""
+        """The metapackage release's METADATA, its wheel fetched into the cache and verified first;
+        read once per index, however many platforms and products ask."""
         from cudaredist.fetch.fetcher import Fetcher
 
+        if release.file.filename in self._metadata:
+            return self._metadata[release.file.filename]
         meta = self.data.metapackage
         item = self.planned(meta, release.file, meta, "", f"CUDA {release.label}'s requirements",
                             release=release.label, platform="")
         path = Fetcher(self.transport, self.cache, offline=self.offline).fetch(item)[0]
         try:
             with zipfile.ZipFile(path) as zf:
-                return wheel_metadata(zf, release.file.filename)
+                found = self._metadata[release.file.filename] = wheel_metadata(zf, release.file.filename)
         except zipfile.BadZipFile as exc:
             raise PlanError(f"{release.file.filename} is not a readable wheel: {exc}") from exc
+        return found
 
