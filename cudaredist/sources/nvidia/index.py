@@ -106,6 +106,7 @@ class Index:
         self.cache = cache
         self.offline = offline
         self._labels: dict[str, list[str]] = {}  # one listing per base and run
+        self._manifests: dict[tuple[str, str], Manifest] = {}  # one parse per manifest and run
 
     def labels(self, base: str, *, quick: bool = False) -> list[str]:
         """Release labels at ``base`` (listed once per run); ``quick``: another base follows, so
@@ -163,7 +164,10 @@ class Index:
                           check=lambda data: read_manifest(base, label, data))
 
     def manifest(self, base: str, label: str) -> Manifest:
-        return read_manifest(base, label, self.manifest_bytes(base, label))
+        """A product's manifest, read once per run however many platforms ask for it."""
+        if (base, label) not in self._manifests:
+            self._manifests[base, label] = read_manifest(base, label, self.manifest_bytes(base, label))
+        return self._manifests[base, label]
 
     def release(self, train: str, bases: Sequence[str] | Bases) -> Release:
         """Resolve ``train`` against the first authenticated base that has it; archives come from
