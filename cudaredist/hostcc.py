@@ -320,6 +320,7 @@ class Choice:
     quiet: bool = False  # the compiler nvcc runs is not changed (it passes, or is kept): `env` says nothing
     candidates: tuple[tuple[str, str], ...] = ()  # (candidate, verdict)
     accepted: bool = False  # the compiler nvcc runs with these exports passes the header
+    shell: tuple[HostCompiler, HostConfigVerdict] | None = None  # the shell's own compiler, where judged
 
     @property
     def toolset(self) -> Toolset | None:
@@ -364,18 +365,19 @@ def choose(include: Path, env: Mapping[str, str], *, windows: bool, release: str
     whose = "the cross compiler " if cross else "nvcc's default, "
     label = f"{hc.spec} ({hc.source})" if hc.named else whose + (
         _default_name(hc, env) if hc.path else hc.spec)
-    if hc.path is not None:
-        verdict = judge_host_config(hc, include, env)
-        judged = ((label, _verdict(verdict)),)
-        if verdict.accepted or not verdict.judged:
-            said = f"passes {header}" if verdict.accepted else \
-                f"could not be judged against {header} ({verdict.error})"
+    shell = (hc, judge_host_config(hc, include, env)) if hc.path is not None else None
+    if shell is not None:
+        mine = shell[1]
+        judged = ((label, _verdict(mine)),)
+        if mine.accepted or not mine.judged:
+            said = f"passes {header}" if mine.accepted else \
+                f"could not be judged against {header} ({mine.error})"
             return Choice(None, f"host compiler: {label} {said}; {'kept' if hc.named else 'nothing set'}",
-                          base, quiet=True, candidates=judged, accepted=verdict.accepted)
-        refused = f"{label}{'' if hc.named else ','} is refused by {header} (\"{_said(verdict.error)}\")"
+                          base, quiet=True, candidates=judged, accepted=mine.accepted, shell=shell)
+        refused = f"{label}{'' if hc.named else ','} is refused by {header} (\"{_said(mine.error)}\")"
         if hc.allow_unsupported:
             return Choice(None, f"host compiler: {refused}, and kept: -allow-unsupported-compiler is set in "
-                                f"{hc.flags_source}", base, candidates=judged)
+                                f"{hc.flags_source}", base, candidates=judged, shell=shell)
     else:
         judged = ((label, "not found"),)
         refused = f"{label} is not found" if hc.named else f"nvcc finds no {hc.spec} on PATH"
@@ -400,7 +402,8 @@ def choose(include: Path, env: Mapping[str, str], *, windows: bool, release: str
         others = (f"none of the {len(compilers)} installed here passes {header}" if compilers else
                   f"no other is installed here ({none})")
         return Choice(None, f"host compiler: {why}, and {others}; nothing {'more ' if base else ''}set "
-                            "(`cudaredist doctor` says what to install)", base, candidates=candidates)
+                            "(`cudaredist doctor` says what to install)", base, candidates=candidates,
+                      shell=shell)
     variables, prepend = _exports(found, {**env, **dict(base)}, hc)
     cmake = env.get("CUDAHOSTCXX", "")  # CMake's compiler, kept where the tree takes it
     at = (cmake if os.path.isfile(cmake) else which(cmake, env.get("PATH"))) if cmake else None
@@ -409,7 +412,7 @@ def choose(include: Path, env: Mapping[str, str], *, windows: bool, release: str
         variables = tuple(p for p in variables if p[0] != "CUDAHOSTCXX")
     return Choice(found, f"host compiler: {found.name} ({found.path}): {why}; {found.name} is the newest "
                          f"installed that {header} accepts{keep}", _merge(base, variables), prepend,
-                  candidates=candidates, accepted=True)
+                  candidates=candidates, accepted=True, shell=shell)
 
 
 def request(env: Mapping[str, str], given: str | None = None) -> tuple[str, str]:

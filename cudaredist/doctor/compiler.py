@@ -23,6 +23,8 @@ from cudaredist.errors import UsageError
 from cudaredist.hostcc import (
     ENV_HOST_COMPILER,
     Choice,
+    HostCompiler,
+    HostConfigVerdict,
     for_tree,
     gcc_limit,
     judge_host_config,
@@ -101,6 +103,14 @@ def decision(tk: Toolkit, env: Mapping[str, str], *, windows: bool, which: Which
         return None, str(exc)
 
 
+def judged(hc: HostCompiler, tk: Toolkit, env: Mapping[str, str], choice: Choice | None) -> HostConfigVerdict:
+    """``hc`` judged by the tree's host_config.h: the decision's verdict where it judged the same compiler
+    (the decision runs it once; doctor asks again only for one the decision did not judge)."""
+    if choice is not None and choice.shell is not None and choice.shell[0] == hc:
+        return choice.shell[1]
+    return judge_host_config(hc, tk.include(), env)
+
+
 def _none_here(tk: Toolkit, msvc: bool) -> str:
     """The fix where no compiler is found, and none installed can be judged."""
     return (f"run the build from Visual Studio's {_msvc_prompt(tk)}), or set NVCC_CCBIN to the directory "
@@ -167,7 +177,7 @@ def check_host_compiler(tk: Toolkit, env: Mapping[str, str], *, windows: bool | 
     version = _first_line(_run([hc.path] if hc.msvc else [hc.path, "--version"], env, timeout=30)[1])
     who = f"{version or hc.spec} ({hc.path}, {hc.source})"
     include = tk.include()
-    verdict = judge_host_config(hc, include, env)
+    verdict = judged(hc, tk, env, choice)
     header = f"{f'CUDA {tk.release}' if tk.release else 'the tree'}'s include/crt/host_config.h"
     # what `cudaredist env` sets for nvcc that this shell has otherwise
     differ = [f"{k}={v}" for k, v in (choice.variables if choice else ())
@@ -272,12 +282,12 @@ def explain_probe_failure(output: str) -> tuple[str, str, str]:
 def probe_fix(template: str, tk: Toolkit, env: Mapping[str, str], which: Which) -> str:
     if template == "compiler":
         hc = select_host_compiler(env, windows=tk.windows, which=which)
-        if hc.path is not None and judge_host_config(hc, tk.include(), env).accepted:
+        choice = decision(tk, env, windows=tk.windows, which=which)[0]
+        if hc.path is not None and judged(hc, tk, env, choice).accepted:
             # the header takes it: another compiler is no fix; what nvcc ran says what went wrong
             return (f"{hc.path} ({hc.source}) passes the tree's host_config.h, so nvcc failed running it for "
                     f"another reason: run `{tk.nvcc()} -v probe.cu -o probe` by hand to see the command "
                     "nvcc ran and its own error")
-        choice = decision(tk, env, windows=tk.windows, which=which)[0]
         return compiler_fix(tk, msvc=tk.windows, choice=choice)
     release = tk.release or "<release>"
     return template.format(
