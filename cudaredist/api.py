@@ -213,9 +213,10 @@ def _satisfied(request: InstallRequest, train: str, fixed: Path | None, root: Pa
     """The toolkit already answering ``train`` (read from its record, no network), else None; one
     installed for this request that lacks what its profile means today is said and updated."""
     platform = profiles.host_platform(request.platform)
-    # --prefix: that tree; the install dir: its toolkits of the train, newest first
-    for where in [fixed] if fixed is not None else [t.path for t in find(cast(Path, root), train, platform)]:
-        rec = read_record(where) if where.is_dir() else None
+    # --prefix: that tree; the install dir: its toolkits of the train, newest first (records as scanned)
+    found = [(fixed, read_record(fixed) if fixed.is_dir() else None)] if fixed is not None else \
+        [(t.path, t.record) for t in find(cast(Path, root), train, platform)]
+    for where, rec in found:
         if rec is not None and satisfies(rec, train=train, platform=platform, profile=_profile(request),
                                          components=request.components, source=check_source(request.source),
                                          products=request.products, host=_host(request)):

@@ -28,7 +28,7 @@ import site
 import sys
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +60,7 @@ class Toolkit:
     size: int
     source: str
     products: tuple[tuple[str, str], ...] = ()   # (name, release) of each --with product in it
+    record: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)  # all of it, as read
 
     @property
     def added(self) -> str:
@@ -107,7 +108,7 @@ def scan(root: Path) -> Scan:
         found.append(Toolkit(entry, plan["release"], plan["platform"], plan["profile"],
                              tuple(c["name"] for c in plan["components"]),
                              sum(f["size"] for f in rec["files"]), plan.get("source", "nvidia"),
-                             tuple((p["name"], p["release"]) for p in plan.get("products", []))))
+                             tuple((p["name"], p["release"]) for p in plan.get("products", [])), rec))
     found.sort(key=lambda t: (version_key(t.release), t.platform), reverse=True)
     return Scan(found, damaged)
 
