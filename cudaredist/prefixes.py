@@ -371,10 +371,10 @@ def _file_change(p: Path, st: os.stat_result, f: dict[str, Any], fast: bool, mod
     return ""
 
 
-def verify(prefix: Path, *, fast: bool = False) -> VerifyReport:
+def verify(prefix: Path, *, fast: bool = False, record: dict[str, Any] | None = None) -> VerifyReport:
     """Re-hash every recorded file and compare its exec bits, link targets and kind; ``fast``
-    compares sizes, modes and link targets only."""
-    rec = require_record(prefix)
+    compares sizes, modes and link targets only. ``record``: the prefix's, when the caller has read it."""
+    rec = require_record(prefix) if record is None else record
     report = VerifyReport(str(prefix))
     modes = _keeps_exec_bits(prefix)
     fixups = rec.get("links", [])  # platform fix-ups such as lib64 -> lib

@@ -41,8 +41,8 @@ def verify(
     from cudaredist.prefixes import verify as do_verify
 
     target = tk.target()
-    report = do_verify(target, fast=fast)
     rec = require_record(target)
+    report = do_verify(target, fast=fast, record=rec)
     report.drift = drift_note(target, rec)
     if as_json:
         emit_json(report.to_json())

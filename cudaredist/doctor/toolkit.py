@@ -51,7 +51,7 @@ def check_toolkit(prefix: Path, *, host_windows: bool = WINDOWS) -> tuple[Check,
     has_nvcc = any(f["path"] in ("bin/nvcc", "bin/nvcc.exe") for f in rec.get("files", []))
     tk = Toolkit(prefix, release, platform, nvcc_version, has_nvcc, windows == host_windows, windows,
                  str(plan.get("host", "")), rec)
-    report = verify(prefix, fast=True)
+    report = verify(prefix, fast=True, record=rec)
     # exec bits: a tree copied through a tool that drops them has an nvcc that cannot start
     lost = [p for p in report.changed if report.reasons.get(p) == EXEC_BIT_REMOVED]
     what = f"CUDA {release} ({platform}, profile {plan.get('profile', '?')})"
