@@ -23,7 +23,7 @@ from cudaredist.errors import CudaRedistError, UsageError
 from cudaredist.hostfixes import pending
 from cudaredist.installdir import install_dir, toolkit_name
 from cudaredist.interrupts import with_done
-from cudaredist.managed import find, host, link_trains
+from cudaredist.managed import host, link_trains, scan
 from cudaredist.managed import tidy as tidy_dir
 from cudaredist.prefixes import canonical_prefix, refuse_foreign, tidy
 from cudaredist.record import read_record, satisfies
@@ -215,15 +215,14 @@ def _satisfied(request: InstallRequest, train: str, fixed: Path | None, root: Pa
     platform = profiles.host_platform(request.platform)
     # --prefix: that tree; the install dir: its toolkits of the train, newest first (records as scanned)
     found = [(fixed, read_record(fixed) if fixed.is_dir() else None)] if fixed is not None else \
-        [(t.path, t.record) for t in find(cast(Path, root), train, platform)]
-    for where, rec in found:
-        if rec is not None and satisfies(rec, train=train, platform=platform, profile=_profile(request),
-                                         components=request.components, source=check_source(request.source),
-                                         products=request.products, host=_host(request)):
-            break
-    else:
+        [(t.path, t.record) for t in scan(cast(Path, root)).find(train, platform)]
+    hit = next(((where, rec) for where, rec in found if rec is not None and satisfies(
+        rec, train=train, platform=platform, profile=_profile(request), components=request.components,
+        source=check_source(request.source), products=request.products, host=_host(request))), None)
+    if hit is None:
         return None
-    assert rec is not None  # the record the loop stopped at
+    where, rec = hit
+    assert rec is not None  # the record satisfies judged
     # installed for this request: what it lacks today (drift.outdated), else a host fix, is said and updated
     if why := outdated(rec) or pending(where, rec, request.host_fixes):
         say(f"{where}: {'; '.join(why)}; updating")

@@ -76,9 +76,11 @@ class Toolkit:
 
 @dataclass(frozen=True)
 class Scan:
-    """What the install dir holds: the toolkits, newest release first, and the directories named
-    like one whose install record is damaged (each error names the record and the fix)."""
+    """What the install dir ``root`` holds: the toolkits, newest release first, and the directories named
+    like one whose install record is damaged (each error names the record and the fix). A command
+    scans once and asks it everything (each scan reads every toolkit's record)."""
 
+    root: Path
     toolkits: list[Toolkit]
     damaged: list[tuple[Path, RecordError]]
 
@@ -87,6 +89,35 @@ class Scan:
         named = ((_NAME.match(path.name), err) for path, err in self.damaged)
         return next((err for m, err in named
                      if m and matches(train, m["release"]) and platform in (None, m["platform"])), None)
+
+    def find(self, train: str, platform: str | None = None) -> list[Toolkit]:
+        """Installed toolkits of ``train`` (and ``platform`` when given), best (newest) first."""
+        return [t for t in self.toolkits
+                if matches(train, t.release) and (platform is None or t.platform == platform)]
+
+    def best(self, train: str, platform: str | None = None) -> Toolkit | None:
+        """The newest installed toolkit of ``train``: of ``platform``, or when none is given of this
+        host's platform first, then of any."""
+        hits = self.find(train, platform or host()) or (self.find(train) if platform is None else [])
+        return hits[0] if hits else None
+
+    def one(self, train: str, platform: str | None) -> Toolkit:
+        """The best installed match (this host's platform first when none is given), or a
+        :class:`ResolveError` that says how to install one."""
+        best_match, root = self.best(train, platform), self.root
+        if best_match is None:
+            damaged = self.damaged_of(train, platform)
+            if damaged is not None:
+                raise damaged
+            for name, n in _with_leftovers(root):
+                if matches(train, n["release"]) and platform in (None, n["platform"]) and \
+                        (swap := cut_short(root / name)):  # its previous tree moved aside: that is the answer
+                    raise ResolveError(swap, requested=train, where=str(root))
+            on = f" for {platform}" if platform else ""
+            raise ResolveError(f"no managed CUDA {train} toolkit{on} is installed in {root}; install one "
+                               f"with `{shell_line(train_argv(train, root, platform))}`", requested=train,
+                               where=str(root))
+        return best_match
 
 
 def scan(root: Path) -> Scan:
@@ -110,7 +141,7 @@ def scan(root: Path) -> Scan:
                              sum(f["size"] for f in rec["files"]), plan.get("source", "nvidia"),
                              tuple((p["name"], p["release"]) for p in plan.get("products", [])), rec))
     found.sort(key=lambda t: (version_key(t.release), t.platform), reverse=True)
-    return Scan(found, damaged)
+    return Scan(root, found, damaged)
 
 
 def tidy(root: Path, timeout: float) -> list[str]:
@@ -123,38 +154,6 @@ def _with_leftovers(root: Path) -> list[tuple[str, re.Match[str]]]:
     """The toolkits of ``root`` (name, its parts) that a killed run left something beside."""
     found = {m["name"] for e in (root.iterdir() if root.is_dir() else ()) if (m := _LEFTOVER.match(e.name))}
     return [(name, n) for name in sorted(found) if (n := _NAME.match(name))]
-
-
-def find(root: Path, train: str, platform: str | None = None) -> list[Toolkit]:
-    """Installed toolkits of ``train`` (and ``platform`` when given), best (newest) first."""
-    return [t for t in scan(root).toolkits
-            if matches(train, t.release) and (platform is None or t.platform == platform)]
-
-
-def best(root: Path, train: str, platform: str | None = None) -> Toolkit | None:
-    """The newest installed toolkit of ``train``: of ``platform``, or when none is given of this
-    host's platform first, then of any."""
-    hits = find(root, train, platform or host()) or (find(root, train) if platform is None else [])
-    return hits[0] if hits else None
-
-
-def find_one(root: Path, train: str, platform: str | None) -> Toolkit:
-    """The best installed match (this host's platform first when none is given), or a
-    :class:`ResolveError` that says how to install one."""
-    best_match = best(root, train, platform)
-    if best_match is None:
-        damaged = scan(root).damaged_of(train, platform)
-        if damaged is not None:
-            raise damaged
-        for name, n in _with_leftovers(root):
-            if matches(train, n["release"]) and platform in (None, n["platform"]) and \
-                    (swap := cut_short(root / name)):  # its previous tree moved aside: that is the answer
-                raise ResolveError(swap, requested=train, where=str(root))
-        on = f" for {platform}" if platform else ""
-        raise ResolveError(f"no managed CUDA {train} toolkit{on} is installed in {root}; install one with "
-                           f"`{shell_line(train_argv(train, root, platform))}`", requested=train,
-                           where=str(root))
-    return best_match
 
 
 def _make_junction(target: Path, link: Path) -> None:  # pragma: no cover - Windows only

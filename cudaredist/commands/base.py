@@ -177,7 +177,7 @@ class Toolkit(_Group):
 
     def target(self) -> Path:
         from cudaredist.installdir import install_dir
-        from cudaredist.managed import find_one
+        from cudaredist.managed import scan
         from cudaredist.prefixes import canonical_prefix
 
         if self.prefix is not None and self.train is not None:
@@ -186,4 +186,4 @@ class Toolkit(_Group):
             return canonical_prefix(self.prefix)
         if self.train is None:
             fail("give --prefix DIR, or the TRAIN of a managed toolkit (see `cudaredist list`)", 2)
-        return find_one(install_dir(self.install_dir), self.train, self.platform).path
+        return scan(install_dir(self.install_dir)).one(self.train, self.platform).path

@@ -168,13 +168,13 @@ def uninstall(
     tk = Toolkit.of(locals())
     from cudaredist.cache.store import lock_wait
     from cudaredist.installdir import install_dir as managed_dir
-    from cudaredist.managed import find, link_trains
+    from cudaredist.managed import link_trains, scan
     from cudaredist.prefixes import prefix_lock
     from cudaredist.prefixes import uninstall as do_uninstall
 
     if tk.prefix is None and tk.train is not None:
         root = managed_dir(tk.install_dir)
-        hits = find(root, tk.train, tk.platform)
+        hits = scan(root).find(tk.train, tk.platform)
         if len(hits) > 1 and not remove_all:
             fail(f"{len(hits)} managed toolkits match {tk.train}: "
                  f"{', '.join(h.path.name for h in hits)}; pass --all to remove them all, or "
@@ -278,13 +278,13 @@ def run_cmd(
     The exit code is the command's."""
     from cudaredist.envexport import applied
     from cudaredist.installdir import install_dir as managed_dir
-    from cudaredist.managed import find_one
+    from cudaredist.managed import scan
 
     # options stop at TRAIN (so the command keeps its own): ours between TRAIN and -- are read here
     given, command = _own_options(command)
     install_dir = Path(given["--install-dir"]) if "--install-dir" in given else install_dir
     platform = given.get("--platform", platform)
-    toolkit = find_one(managed_dir(install_dir), train, platform or host())
+    toolkit = scan(managed_dir(install_dir)).one(train, platform or host())
     _plan, chosen, decided, found = _environment(
         toolkit.path, given.get("--host-compiler", host_compiler), given.get("--compat", compat))
     if chosen is not None and not chosen.quiet and chosen.reason:
@@ -393,10 +393,10 @@ def find_cmd(train: o.Train, platform: o.PlatformOpt = None, install_dir: o.Inst
              verbose: o.VerboseOpt = False) -> None:
     """Print the path of the newest installed managed toolkit of TRAIN (exit 1 when there is none)."""
     from cudaredist.installdir import install_dir as managed_dir
-    from cudaredist.managed import find_one, scan
+    from cudaredist.managed import scan
 
-    root = managed_dir(install_dir)
-    found = find_one(root, train, platform or host())  # none: a damaged one's error, else how to install
-    if (damaged := scan(root).damaged_of(train, platform or host())) is not None:
+    here = scan(managed_dir(install_dir))
+    found = here.one(train, platform or host())  # none: a damaged one's error, else how to install
+    if (damaged := here.damaged_of(train, platform or host())) is not None:
         typer.echo(f"warning: skipped: {damaged}", err=True)
     typer.echo(str(found.path))

@@ -43,12 +43,12 @@ def find_toolkit(train: str, platform: str | None = None, root: Path | str | Non
     """The newest managed toolkit of ``train`` in ``root`` (this host's platform first), else one
     of the train whose record is damaged (the toolkit check says so), or None."""
     from cudaredist.installdir import install_dir
-    from cudaredist.managed import best, scan
+    from cudaredist.managed import scan
 
-    root = install_dir(root)
-    if (found := best(root, train, platform)) is not None:
+    here = scan(install_dir(root))
+    if (found := here.best(train, platform)) is not None:
         return found.path
-    damaged = scan(root).damaged_of(train, platform)
+    damaged = here.damaged_of(train, platform)
     return Path(damaged.prefix) if damaged is not None else None
 
 
