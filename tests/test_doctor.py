@@ -382,6 +382,31 @@ def test_explain_probe_failure(output: str, first: str, meaning: str) -> None:
     assert first in line and meaning in what, (line, what)
 
 
+@pytest.mark.parametrize("text", [
+    pytest.param("[[rule]\n", id="not-toml"),
+    pytest.param('rule = "x"\n[unknown]\nmeans = "a"\nfix = "b"\n', id="rule-a-string"),
+    pytest.param('[[rule]]\npattern = "x"\nmeans = "a"\n[unknown]\nmeans = "a"\nfix = "b"\n', id="no-fix"),
+    pytest.param('[[rule]]\npattern = "x"\nmeans = "a"\nfix = "b"\n', id="no-unknown"),
+])
+def test_a_malformed_probe_toml_is_one_manifest_error_naming_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str) -> None:
+    """The probe's rules are data (manifests/probe.toml): one that is not TOML or not the schema is a
+    ManifestError of one line naming the file, never a KeyError from inside the loader."""
+    from cudaredist.doctor import compiler
+    from cudaredist.errors import ManifestError
+
+    (tmp_path / "probe.toml").write_text(text)
+    monkeypatch.setattr(compiler, "data_dir", lambda: tmp_path)
+    compiler._rules.cache_clear()
+    try:
+        with pytest.raises(ManifestError) as info:
+            explain_probe_failure("nvcc fatal: x")
+    finally:
+        compiler._rules.cache_clear()  # the next test reads the real file again
+    said = str(info.value)
+    assert said.startswith(f"cannot read {tmp_path / 'probe.toml'}") and "\n" not in said, said
+
+
 @shell_fakes
 def test_probe_failure_from_a_fake_nvcc(tmp_path: Path) -> None:
     script(tmp_path / "bin" / "nvcc",

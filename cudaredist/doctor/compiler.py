@@ -14,12 +14,13 @@ import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import replace
+from functools import cache
 from pathlib import Path
 from typing import Literal
 
 from cudaredist.doctor.checks import _RANK, Check, Toolkit, Which, _first_line, _run, _which
 from cudaredist.envexport import load_hint
-from cudaredist.errors import UsageError
+from cudaredist.errors import ManifestError, UsageError
 from cudaredist.hostcc import (
     ENV_HOST_COMPILER,
     Choice,
@@ -30,7 +31,7 @@ from cudaredist.hostcc import (
     judge_host_config,
     select_host_compiler,
 )
-from cudaredist.profiles import cross_rule, platform_rule
+from cudaredist.profiles import cross_rule, data_dir, load_toml, platform_rule
 
 
 def cccl_msvc_rule(text: str) -> Literal["error", "message", "none"]:
@@ -226,43 +227,19 @@ int main() {
 }
 """
 
-# (pattern in nvcc's output, what it means, the fix: a text with {release}, {prefix}, {nvcc}, {load},
-# or "compiler" for the host compiler that works here); the first that matches explains the failure
-_MEANINGS: tuple[tuple[str, str, str], ...] = (
-    (r"unsupported (GNU|clang|Microsoft Visual Studio|.*) version",
-     "the host compiler is outside the range this toolkit's host_config.h accepts", "compiler"),
-    (r"exception specification is incompatible with that of previous function \"?(rsqrtf?|[a-z]+pi)\b",
-     "glibc 2.41 and later declare rsqrt/rsqrtf (and sinpi, cospi) with an exception specification that "
-     "this CUDA's crt/math_functions.h contradicts (CUDA 13.2 fixed it with _NV_RSQRT_SPECIFIER)",
-     "{reinstall} with a cudaredist that applies the host fix for glibc >= 2.41 (`cudaredist info --prefix "
-     "{prefix}` lists the fixes applied), or use CUDA 13.2 or later"),
-    (r"traditional preprocessor", "this CCCL needs MSVC's standard preprocessor, /Zc:preprocessor",
-     'set NVCC_APPEND_FLAGS="-Xcompiler=/Zc:preprocessor" (CMake: add -Xcompiler=/Zc:preprocessor to '
-     "CMAKE_CUDA_FLAGS and /Zc:preprocessor to CMAKE_CXX_FLAGS), or CL=/Zc:preprocessor, which cl.exe reads"),
-    (r"Cannot find compiler 'cl\.exe'", "no MSVC environment: cl.exe is not on PATH", "compiler"),
-    (r"(gcc|g\+\+|c\+\+|clang\+\+|cl\.exe)\S*: (not found|No such file)|failed to preprocess host compiler",
-     "nvcc cannot start its host compiler", "compiler"),
-    (r"cudart64_\d+\.dll", "the program cannot find the CUDA runtime DLL (cudart64_*.dll) on PATH",
-     "put the tree's DLL folder on PATH, as `cudaredist env` does: {load}"),
-    (r"cicc|libnvvm|nvvm", "nvcc's device compiler (nvvm, the libnvvm component) is missing or broken",
-     "{reinstall} (the nvcc profile has libnvvm)"),
-    (r"cannot find -lcudart|cudart\.lib|cannot find -lcudadevrt",
-     "the tree has no CUDA runtime libraries to link (the cuda_cudart component)",
-     "{reinstall} with --component cuda_cudart"),
-    (r"nv/target|cuda/std|thrust|cub/", "CCCL headers are missing (the cccl / cuda_cccl component)",
-     "{reinstall} with --component 'cccl|cuda_cccl'"),
-    (r"crt/host_config\.h|crt/host_defines\.h|No such file.*\.h",
-     "headers nvcc needs are missing from the tree (cuda_crt / cuda_cudart components)",
-     "{reinstall} with --component cuda_crt --component cuda_cudart"),
-    (r"ptxas|fatbinary|nvlink", "one of nvcc's own tools failed (ptxas, fatbinary or nvlink)",
-     "`cudaredist verify --prefix {prefix}` says whether the tree was changed; {reinstall} when it was"),
-    (r"\bld\b|collect2|LINK : fatal|undefined reference",
-     "the link step failed: the host linker or a library is missing",
-     "install the host linker (Debian/Ubuntu: apt-get install g++; Windows: Visual Studio's C++ tools)"),
-)
-_UNKNOWN = ("the toolkit could not build a minimal CUDA program",
-            "run the build by hand to read nvcc's whole output: {nvcc} -v probe.cu -o probe (the probe is "
-            "a kernel and a cudaMalloc call)")
+
+@cache
+def _rules() -> tuple[tuple[tuple[str, str, str], ...], tuple[str, str]]:
+    """manifests/probe.toml: (each rule's pattern, meaning and fix, in order; what no rule explains)."""
+    path = str(data_dir() / "probe.toml")
+    data = load_toml(path)
+    try:
+        return (tuple((str(r["pattern"]), str(r["means"]), str(r["fix"])) for r in data["rule"]),
+                (str(data["unknown"]["means"]), str(data["unknown"]["fix"])))
+    except (KeyError, TypeError) as exc:
+        raise ManifestError(f"cannot read {path}: {exc}", source=path) from exc
+
+
 # Windows' STATUS_DLL_NOT_FOUND: a program started without a DLL it links against
 _DLL_NOT_FOUND = (0xC0000135, 0xC0000135 - (1 << 32))
 
@@ -272,11 +249,12 @@ def explain_probe_failure(output: str) -> tuple[str, str, str]:
     lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
     first = next((ln for ln in lines if re.search(r"\berror\b|fatal|not found|cannot", ln, re.I)),
                  lines[0] if lines else "no output")
+    rules, unknown = _rules()
     for text in (first, output):  # when the first line does not say, the rest of the output may
-        for pattern, meaning, fix in _MEANINGS:
+        for pattern, meaning, fix in rules:
             if re.search(pattern, text, re.I):
                 return first, meaning, fix
-    return first, *_UNKNOWN
+    return first, *unknown
 
 
 def probe_fix(template: str, tk: Toolkit, env: Mapping[str, str], which: Which) -> str:
