@@ -319,9 +319,8 @@ def cross_checks(tk: Toolkit, env: Mapping[str, str], *, which: Which = _which) 
     """The host-compiler and probe checks of a cross tree."""
     assert tk.platform is not None
     rule = cross_rule(tk.platform, tk.host)
-    if skip := tk.not_run():
-        return [Check("host-compiler", "ok", skip), Check("probe", "ok", skip)]
-    if not rule.target_dir:  # Windows: MSVC's ARM64 cross tools come from the developer prompt
+    # not run here (each check says so), or Windows: MSVC's ARM64 cross tools come from the developer prompt
+    if tk.not_run() or not rule.target_dir:
         return [check_host_compiler(tk, env, windows=tk.windows, which=which), check_probe(tk, env)]
     choice = decision(tk, env, windows=False, which=which)[0]  # the environment `cudaredist env` gives
     ready = {**env, **dict(choice.variables if choice else ())}
