@@ -183,7 +183,6 @@ class Branches:
 
 
 def driver_branches(path: Path | None = None) -> Branches:
-    """Read manifests/drivers.toml."""
     from cudaredist.profiles import data_dir, load_toml
 
     path = path or data_dir() / "drivers.toml"

@@ -175,8 +175,6 @@ def gcc_limit(include: Path) -> int | None:
 # -- the compilers installed here ---------------------------------------------------------------
 @dataclass(frozen=True)
 class Compiler:
-    """A host compiler installed here."""
-
     name: str  # how messages name it: "g++-15", "MSVC 14.44.35207 (Visual Studio Enterprise 2022)"
     path: str
     version: tuple[int, ...]

@@ -316,7 +316,6 @@ _PACKAGES = {"aarch64-linux-gnu-g++": "g++-aarch64-linux-gnu"}
 
 
 def cross_checks(tk: Toolkit, env: Mapping[str, str], *, which: Which = _which) -> list[Check]:
-    """The host-compiler and probe checks of a cross tree."""
     assert tk.platform is not None
     rule = cross_rule(tk.platform, tk.host)
     # not run here (each check says so), or Windows: MSVC's ARM64 cross tools come from the developer prompt
