@@ -23,6 +23,7 @@ from typing import Any
 from cudaredist.errors import ManifestError, UsageError
 from cudaredist.fsops import WINDOWS
 from cudaredist.plan import version_key
+from cudaredist.profiles import data_dir, load_toml
 
 Loader = Callable[[str], Any]  # ctypes.CDLL
 MODES = ("auto", "on", "off")
@@ -183,8 +184,6 @@ class Branches:
 
 
 def driver_branches(path: Path | None = None) -> Branches:
-    from cudaredist.profiles import data_dir, load_toml
-
     path = path or data_dir() / "drivers.toml"
     try:
         data = load_toml(str(path))

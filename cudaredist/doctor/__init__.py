@@ -35,6 +35,8 @@ from cudaredist.doctor import driver, toolkit
 from cudaredist.doctor.checks import Check, Report, Toolkit, Which, _which
 from cudaredist.doctor.compiler import check_host_compiler, check_probe, cross_checks
 from cudaredist.fsops import WINDOWS
+from cudaredist.installdir import install_dir
+from cudaredist.managed import scan
 from cudaredist.redo import shell_line, train_argv
 
 
@@ -42,9 +44,6 @@ from cudaredist.redo import shell_line, train_argv
 def find_toolkit(train: str, platform: str | None = None, root: Path | str | None = None) -> Path | None:
     """The newest managed toolkit of ``train`` in ``root`` (this host's platform first), else one
     of the train whose record is damaged (the toolkit check says so), or None."""
-    from cudaredist.installdir import install_dir
-    from cudaredist.managed import scan
-
     here = scan(install_dir(root))
     if (found := here.best(train, platform)) is not None:
         return found.path

@@ -8,18 +8,18 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from cudaredist.doctor.checks import Check, Toolkit, Which, _first_line, _run, _short, _which
+from cudaredist.envexport import MSBUILD_DIR, cmake_line, load_hint
 from cudaredist.errors import CudaRedistError
 from cudaredist.fsops import WINDOWS
+from cudaredist.prefixes import EXEC_BIT_REMOVED, cut_short, verify
 from cudaredist.profiles import is_windows
+from cudaredist.record import read_record
+from cudaredist.redo import request_argv, shell_line
 
 
 # -- toolkit ------------------------------------------------------------------------------------
 def check_toolkit(prefix: Path, *, host_windows: bool = WINDOWS) -> tuple[Check, Toolkit | None]:
     """The tree in ``prefix``: its install record, and a quick verify (sizes, links, exec bits)."""
-    from cudaredist.prefixes import EXEC_BIT_REMOVED, cut_short, verify
-    from cudaredist.record import read_record
-    from cudaredist.redo import request_argv, shell_line
-
     install = shell_line(request_argv(None, prefix))
     if not prefix.is_dir():
         if swap := cut_short(prefix):
@@ -108,8 +108,6 @@ def check_nvcc(tk: Toolkit, env: Mapping[str, str]) -> tuple[Check, str | None]:
 def check_msbuild(tk: Toolkit) -> Check:
     """A Windows tree with nvcc: ``CUDA X.Y.props`` and ``.targets`` where CMake's
     ``-T cuda=<tree>`` looks (NVIDIA's visual_studio_integration component)."""
-    from cudaredist.envexport import MSBUILD_DIR, cmake_line
-
     if not tk.windows or not tk.has_nvcc:
         return Check("msbuild", "ok", f"not checked: {'no nvcc' if tk.windows else 'a Linux tree'}")
     where, use = tk.prefix / MSBUILD_DIR, cmake_line(("-T", f"cuda={tk.prefix}"))
@@ -143,8 +141,6 @@ def check_environment(env: Mapping[str, str], tk: Toolkit | None, *, which: Whic
                       host_windows: bool = WINDOWS) -> Check:
     """CUDA_PATH / CUDA_HOME / PATH against the tree (or each other), and what a plain nvcc runs.
     Its fixes are spelled for the host's shells."""
-    from cudaredist.envexport import load_hint
-
     plain = which("nvcc", env.get("PATH"))
     if plain is None:
         runs = "a plain `nvcc` runs nothing: no nvcc on PATH"
