@@ -45,23 +45,13 @@ def prefix_lock(prefix: Path, timeout: float) -> Iterator[None]:
     with hold(prefix.parent / f".{prefix.name}.cudaredist.lock", timeout,
               f"{prefix} is busy: another cudaredist process has held its lock for {timeout:g}s. "
               f"Retry later, or wait longer with --lock-timeout / {ENV_LOCK_TIMEOUT}.", prefix,
-              doing="create the lock file of the prefix in", where=prefix.parent, option="--prefix",
-              same=None if WINDOWS else _holds) as lock:
+              doing="create the lock file of the prefix in", where=prefix.parent, option="--prefix") as lock:
         try:
             yield
         finally:
             if not WINDOWS and not os.path.lexists(prefix):  # Windows' filelock removes it itself
                 with contextlib.suppress(OSError):
                     os.unlink(lock.lock_file)
-
-
-def _holds(lock: Any) -> bool:
-    """Is the file ``lock`` holds still the one at its path (not removed by the previous holder)?"""
-    fd = getattr(getattr(lock, "_context", None), "lock_file_fd", None)
-    try:
-        return fd is None or os.fstat(fd).st_ino == os.stat(lock.lock_file).st_ino
-    except OSError:
-        return False
 
 
 def recover(prefix: Path) -> list[str]:

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cudaredist import fsops
 from cudaredist.errors import BusyError, CacheError, LocalDiskError, UsageError
@@ -89,13 +89,13 @@ def lock_wait(given: float | None = None) -> float:
 
 @contextlib.contextmanager
 def hold(path: Path, wait: float, busy: str, owner: Path, *, doing: str, where: Path, option: str,
-         cls: type[LocalDiskError] = LocalDiskError, waiting: Callable[[], None] | None = None,
-         same: Callable[[Any], bool] | None = None) -> Iterator[filelock.BaseFileLock]:
+         cls: type[LocalDiskError] = LocalDiskError,
+         waiting: Callable[[], None] | None = None) -> Iterator[filelock.BaseFileLock]:
     """Hold the lock file ``path`` of ``owner`` (the one way cudaredist waits for another process or
     thread): a :class:`BusyError` saying ``busy`` after ``wait`` seconds, a local error (``doing``
     ``where``) when it cannot be made. ``waiting()`` is called while another holds it (it may raise,
-    e.g. to give up on Ctrl-C in a worker thread); a lock for which ``same(lock)`` is false (its file
-    was removed by the previous holder) is taken again."""
+    e.g. to give up on Ctrl-C in a worker thread). A lock file its previous holder removed (an
+    uninstalled prefix's, maintenance's) is not taken: filelock >= 4 opens the new one instead."""
     import filelock
 
     lock = filelock.FileLock(str(path), timeout=wait)
@@ -106,7 +106,7 @@ def hold(path: Path, wait: float, busy: str, owner: Path, *, doing: str, where: 
     with contextlib.ExitStack() as held:
         try:
             for take, release in ((lambda s: gate.acquire(timeout=s), gate.release),
-                                  (lambda s: _take_file(lock, s, same), lock.release)):
+                                  (lambda s: _take_file(lock, s), lock.release)):
                 if not _until(deadline, take, waiting):
                     raise BusyError(busy, path=str(owner), lock=lock.lock_file)
                 held.callback(release)
@@ -127,23 +127,19 @@ def _until(deadline: float, take: Callable[[float], bool], waiting: Callable[[],
             return False
 
 
-def _take_file(lock: filelock.BaseFileLock, seconds: float, same: Callable[[Any], bool] | None) -> bool:
-    """One try at the file lock, for up to ``seconds``; a file removed by its previous holder
-    (``same(lock)`` false) is let go and taken again."""
+def _take_file(lock: filelock.BaseFileLock, seconds: float) -> bool:
+    """One try at the file lock, for up to ``seconds``."""
     import filelock
 
-    while True:
-        try:
-            lock.acquire(timeout=seconds)
-        except filelock.Timeout:
-            if not os.path.lexists(lock.lock_file):
-                # no holder has a lock whose file is not there: filelock takes a file it cannot
-                # create (ENOENT in /proc) for a race and retries; the disk's reason
-                os.close(os.open(lock.lock_file, os.O_WRONLY | os.O_CREAT, 0o666))
-            return False
-        if same is None or same(lock):
-            return True
-        lock.release()
+    try:
+        lock.acquire(timeout=seconds)
+    except filelock.Timeout:
+        if not os.path.lexists(lock.lock_file):
+            # no holder has a lock whose file is not there: filelock takes a file it cannot
+            # create (ENOENT in /proc) for a race and retries; the disk's reason
+            os.close(os.open(lock.lock_file, os.O_WRONLY | os.O_CREAT, 0o666))
+        return False
+    return True
 
 
 _GATES: dict[str, threading.Lock] = {}

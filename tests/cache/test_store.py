@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -87,3 +90,32 @@ def test_a_failure_to_make_the_lock_file_gives_the_gate_back(tmp_path: Path) -> 
         with pytest.raises(Exception) as info, _hold(path, wait=0.5):
             pass
         assert not isinstance(info.value, BusyError)
+
+
+_WAITER = """
+import sys, time
+from pathlib import Path
+from cudaredist.cache.store import hold
+path = Path(sys.argv[1])
+with hold(path, 30.0, "busy", path.parent, doing="lock", where=path, option="--cache-dir"):
+    print("held", flush=True)
+    time.sleep(2)
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a lock file held open cannot be removed on Windows")
+def test_a_waiter_whose_lock_file_its_holder_removed_holds_the_file_at_the_path(tmp_path: Path) -> None:
+    """An uninstall removes its prefix's lock file before it lets go (maintenance removes lock files
+    too): the process that waited for it must hold the file now at that path, or a third process
+    would make a new file there and hold the same lock at the same time."""
+    path = tmp_path / "x.lock"
+    with _hold(path):
+        waiter = subprocess.Popen([sys.executable, "-c", _WAITER, str(path)], stdout=subprocess.PIPE,
+                                  text=True)
+        time.sleep(1.0)  # it waits for the file this process holds
+        path.unlink()
+    with waiter:
+        assert waiter.stdout is not None and waiter.stdout.readline() == "held\n"
+        with pytest.raises(BusyError), _hold(path, wait=0.5):  # the waiter's lock is the one at the path
+            pass
+        assert waiter.wait(30) == 0
