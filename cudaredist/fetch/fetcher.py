@@ -182,35 +182,28 @@ class Fetcher:
                                         offset=offset, quick=bool(attempts))
                 self.served[item.archive.sha256] = url
                 return
-            except IntegrityError as exc:
-                if offset and exc.what == "sha256":
+            except (FetchError, IntegrityError) as exc:  # another URL may serve the right bytes
+                self.reporter.advance(-sent)
+                resumed = offset > 0 and isinstance(exc, IntegrityError) and exc.what == "sha256"
+                if resumed:
                     # the kept prefix of an earlier run may be what is wrong: start over from zero
-                    self.reporter.advance(-sent)
                     self.reporter.message(f"a resumed download of {item.archive.filename} did not "
                                           "verify; downloading it again from the start")
                     discard_partial(tmp)
                     offset = 0
-                    if follow is not None and follow.available:
-                        raise StreamBroken(exc) from exc
                     attempts.insert(0, url)
-                    continue
-                self._failed(url, exc, sent, follow, attempts, errors)
-            except FetchError as exc:  # another URL may serve the right bytes
-                offset = resume_point(tmp, item.archive.size)  # what arrived is kept
-                self._failed(url, exc, sent, follow, attempts, errors)
+                else:
+                    self._bad_urls[url] = exc
+                    errors.append(exc)
+                if isinstance(exc, FetchError):
+                    offset = resume_point(tmp, item.archive.size)  # what arrived is kept
+                if follow is not None and follow.available and attempts:
+                    # an extraction already read these bytes: start the tree over, unstreamed
+                    raise StreamBroken(exc) from exc
+                if attempts and not resumed:
+                    self.reporter.message(f"{url} failed ({exc}); trying {attempts[0]}")
         if len(errors) == 1:
             raise errors[0]
         if all(isinstance(e, IntegrityError) for e in errors):
             raise errors[-1]
         raise FetchError("; ".join(str(e) for e in errors), url=item.url)
-
-    def _failed(self, url: str, exc: FetchError | IntegrityError, sent: int, follow: GrowingFile | None,
-                attempts: list[str], errors: list[FetchError | IntegrityError]) -> None:
-        self.reporter.advance(-sent)
-        self._bad_urls[url] = exc
-        if follow is not None and follow.available and attempts:
-            # an extraction already read these bytes: start the tree over, unstreamed
-            raise StreamBroken(exc) from exc
-        errors.append(exc)
-        if attempts:
-            self.reporter.message(f"{url} failed ({exc}); trying {attempts[0]}")
