@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from cudaredist.cache import Cache
-from cudaredist.cache.store import PARTIAL_DAYS, evict, lock_wait
+from cudaredist.cache.store import PARTIAL_DAYS, evict
 from cudaredist.errors import FetchError, IntegrityError, OfflineError
 from cudaredist.fetch.ranges import DownloadFailed, GrowingFile, discard_partial, resume_point
 from cudaredist.fetch.transport import Aborted, Transport
@@ -43,7 +43,7 @@ class Fetcher:
         self.cache = cache
         self.reporter = reporter or Reporter()
         self.offline = offline
-        self.lock_timeout = lock_wait(lock_timeout)
+        self.lock_timeout = lock_timeout  # None: the wait its cache was made with (--lock-timeout)
         # cancel(): stop every download now (stalled reads are cut); their workers raise Aborted.
         # check_abort() between chunks, attempts and lock waits
         self.cancel, self.resume, self.check_abort = transport.cancel, transport.resume, transport.check

@@ -176,6 +176,34 @@ def test_the_index_lock_waits_as_long_as_lock_timeout_says(mirror: Path, tmp_pat
             assert time.monotonic() - t0 < 30
 
 
+def test_the_metapackage_wheel_lock_waits_as_long_as_lock_timeout_says(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another process holds the cache entry lock of the metapackage wheel a pypi install reads its
+    requirements from: --lock-timeout 0.5 gives up after half a second (it waited as long as
+    CUDAREDIST_LOCK_TIMEOUT, or 600 s, says)."""
+    import filelock
+
+    from cudaredist.errors import BusyError
+    from tests.sources.pypi.test_pypi_source import INDEX, FakeIndex, add_release_13_0
+
+    monkeypatch.setenv("CUDAREDIST_LOCK_TIMEOUT", "3")
+    fake = FakeIndex()
+    add_release_13_0(fake)
+    wheel = next(f for files in fake.projects.values() for f in files
+                 if f["filename"] == "cuda_toolkit-13.0.2-py2.py3-none-any.whl")
+    cache = Cache(tmp_path / "cache")
+    cache.prepare()
+    (cache.root / "locks").mkdir(exist_ok=True)
+    with respx.mock(assert_all_called=False) as router, \
+            filelock.FileLock(str(cache.root / "locks" / f"{wheel['hashes']['sha256']}.lock")):
+        fake.mount(router)
+        with pytest.raises(BusyError, match="for more than 0.5s"):
+            install(InstallRequest(trains=("13.0",), prefix=tmp_path / "p", platform="linux-x86_64",
+                                   cache_dir=cache.root, source="pypi", lock_timeout=0.5,
+                                   where=Where(index_url=INDEX)))
+    assert not (tmp_path / "p").exists()
+
+
 def test_a_copy_keeps_the_urls_it_came_through(tmp_path: Path) -> None:
     """The hops are stored beside the page (trust judges them on each use); a copy without them (an
     older cudaredist's) is not fresh: the server is asked again."""
