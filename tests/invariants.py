@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from cudaredist.cache import Cache
+from cudaredist.cache.store import Cache
 from cudaredist.prefixes import verify
 from cudaredist.record import read_record
 

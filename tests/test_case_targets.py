@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cudaredist.cache import Cache
+from cudaredist.cache.store import Cache
 from cudaredist.errors import ConflictError
 from cudaredist.fetch.transport import Transport
 from cudaredist.install import Installer

@@ -339,7 +339,7 @@ def _readonly_fs(under: str) -> Callable[[pytest.MonkeyPatch, Path], None]:
 def _disk_full(mp: pytest.MonkeyPatch, tmp: Path) -> None:
     """Downloads land on /dev/full: the kernel's own ENOSPC on the first write."""
     skip_on_windows("/dev/full (the kernel's own ENOSPC) through a symlink")
-    from cudaredist.cache import Cache
+    from cudaredist.cache.store import Cache
     from cudaredist.fetch.fetcher import Fetcher
 
     def partial(self: Cache, sha256: str) -> Path:

@@ -17,7 +17,7 @@ from pathlib import Path
 import filelock
 import pytest
 
-from cudaredist.cache import Cache
+from cudaredist.cache.store import Cache
 from cudaredist.fetch.transport import Transport
 from cudaredist.install import Installer
 from cudaredist.record import read_record

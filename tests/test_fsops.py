@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from cudaredist import fsops
-from cudaredist.cache import Cache
+from cudaredist.cache.store import Cache
 from cudaredist.install import swap_into_place
 from cudaredist.prefixes import recover, uninstall
 

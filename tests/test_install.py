@@ -16,7 +16,7 @@ from typing import Any
 import filelock
 import pytest
 
-from cudaredist.cache import Cache
+from cudaredist.cache.store import Cache
 from cudaredist.errors import (
     BusyError,
     IntegrityError,

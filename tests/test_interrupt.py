@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cudaredist.cache import Cache
+from cudaredist.cache.store import Cache
 from tests.faultserver import FaultServer
 from tests.fetch.test_faults import NVCC, build_fault_mirror
 from tests.invariants import assert_installed, leftovers, partials, snapshot

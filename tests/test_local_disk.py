@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from cudaredist.cache import Cache
+from cudaredist.cache.store import Cache
 from cudaredist.errors import LocalDiskError
 from cudaredist.fetch.transport import Transport
 from cudaredist.install import Installer

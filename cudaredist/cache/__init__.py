@@ -19,9 +19,3 @@ Callers ask :class:`Cache` (a path for an archive, an entry of the unpacked buck
 never walk its folders. Only :mod:`.maintenance` (``clear``, ``prune``) removes entries, each
 under its lock, and lock files no process holds.
 """
-
-from __future__ import annotations
-
-from cudaredist.cache.store import Cache, default_cache_dir
-
-__all__ = ["Cache", "default_cache_dir"]

@@ -138,7 +138,7 @@ class Ctx(_Group):
                      tuple(self.trusted_host) if self.trusted_host else None, self.channel)
 
     def cache(self) -> Any:
-        from cudaredist.cache import Cache
+        from cudaredist.cache.store import Cache
 
         return Cache(self.cache_dir)
 

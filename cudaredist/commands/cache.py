@@ -20,7 +20,7 @@ app = App(help="Inspect and clean the download cache.", no_args_is_help=True)
 @command
 def cache_dir_cmd(cache_dir: CacheDirOpt = None, verbose: VerboseOpt = False) -> None:
     """Print the cache directory."""
-    from cudaredist.cache import Cache
+    from cudaredist.cache.store import Cache
 
     typer.echo(str(Cache(cache_dir).root))
 
@@ -29,8 +29,8 @@ def cache_dir_cmd(cache_dir: CacheDirOpt = None, verbose: VerboseOpt = False) ->
 @command
 def cache_list(cache_dir: CacheDirOpt = None, as_json: JsonOpt = False, verbose: VerboseOpt = False) -> None:
     """List cached archives and the unpacked entries made from them, with their sizes."""
-    from cudaredist.cache import Cache
     from cudaredist.cache.maintenance import unpacked_entries
+    from cudaredist.cache.store import Cache
 
     cache = Cache(cache_dir)
     entries, unpacked = cache.entries(), unpacked_entries(cache)
@@ -69,8 +69,8 @@ def cache_prune(cache_dir: CacheDirOpt = None,
                 verbose: VerboseOpt = False) -> None:
     """Drop partial downloads, and archives and unpacked entries not used for --days (and beyond
     --max-size); entries in use are left."""
-    from cudaredist.cache import Cache
     from cudaredist.cache.maintenance import parse_size, prune
+    from cudaredist.cache.store import Cache
 
     c = Cache(cache_dir)
     limit = parse_size(max_size) if max_size is not None else None
@@ -82,8 +82,8 @@ def cache_prune(cache_dir: CacheDirOpt = None,
 def cache_clear(cache_dir: CacheDirOpt = None, verbose: VerboseOpt = False) -> None:
     """Delete every cached archive, unpacked entry, partial download and index page. Refuses a
     directory that is not a cudaredist cache; entries a running install holds are left."""
-    from cudaredist.cache import Cache
     from cudaredist.cache.maintenance import clear
+    from cudaredist.cache.store import Cache
 
     c = Cache(cache_dir)
     _report(f"cleared {c.root}", clear(c))

@@ -18,8 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from cudaredist.cache import Cache
-from cudaredist.cache.store import PARTIAL_DAYS, evict
+from cudaredist.cache.store import PARTIAL_DAYS, Cache, evict
 from cudaredist.errors import FetchError, IntegrityError, OfflineError
 from cudaredist.fetch.ranges import DownloadFailed, GrowingFile, discard_partial, resume_point
 from cudaredist.fetch.transport import Aborted, Transport

@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, TypeVar, cast
 
 from cudaredist import interrupts
-from cudaredist.cache import Cache
-from cudaredist.cache.store import evict, lock_wait
+from cudaredist.cache.store import Cache, evict, lock_wait
 from cudaredist.cache.unpacked import UnpackedCache, entry_key, materialize
 from cudaredist.errors import FetchError, UnsafeArchiveError
 from cudaredist.fetch.fetcher import Aborted, DownloadFailed, Fetcher, GrowingFile

@@ -16,7 +16,7 @@ from cudaredist.errors import PlanError, UsageError
 from cudaredist.sources.base import Layout, Source, Where, check_where
 
 if TYPE_CHECKING:
-    from cudaredist.cache import Cache
+    from cudaredist.cache.store import Cache
     from cudaredist.fetch.transport import Transport
 
 ENV_SOURCE = "CUDAREDIST_SOURCE"

@@ -14,8 +14,7 @@ import pytest
 import respx
 
 from cudaredist.api import InstallRequest, install
-from cudaredist.cache import Cache
-from cudaredist.cache.store import ENV_INDEX_TTL, index_ttl_default
+from cudaredist.cache.store import ENV_INDEX_TTL, Cache, index_ttl_default
 from cudaredist.fetch.transport import Transport
 from cudaredist.sources.base import Where
 from cudaredist.sources.nvidia.index import LISTING, Index

@@ -13,7 +13,8 @@ from typing import Any
 import filelock
 import pytest
 
-from cudaredist.cache import Cache, maintenance
+from cudaredist.cache import maintenance
+from cudaredist.cache.store import Cache
 from cudaredist.cache.unpacked import UnpackedCache
 from cudaredist.fetch.fetcher import Fetcher
 from cudaredist.fetch.transport import Transport

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from cudaredist.cache import Cache
+from cudaredist.cache.store import Cache
 from cudaredist.errors import FetchError, IntegrityError
 from cudaredist.fetch.client import RetryPolicy, make_client
 from cudaredist.fetch.transport import Transport

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cudaredist.cache import Cache
+from cudaredist.cache.store import Cache
 from cudaredist.fetch.client import RetryPolicy, make_client
 from cudaredist.fetch.fetcher import DownloadFailed, GrowingFile
 from cudaredist.fetch.transport import Transport

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from cudaredist.cache import Cache
+from cudaredist.cache.store import Cache
 from cudaredist.errors import CudaRedistError, IntegrityError, UnsafeArchiveError
 from cudaredist.fetch.client import RetryPolicy, make_client
 from cudaredist.fetch.transport import Transport

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-from cudaredist.cache import Cache
+from cudaredist.cache.store import Cache
 from cudaredist.errors import CudaRedistError, FetchError, OfflineError, ResolveError, UsageError
 from cudaredist.fetch.client import UNREACHABLE_HINT, is_local, local_path
 from cudaredist.fetch.transport import Transport

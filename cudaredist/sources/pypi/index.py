@@ -17,7 +17,7 @@ from functools import partial
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from cudaredist.cache import Cache
+from cudaredist.cache.store import Cache
 from cudaredist.errors import FetchError, IntegrityError, ManifestError, OfflineError, PlanError, ResolveError
 from cudaredist.fetch.client import UNREACHABLE_HINT, is_local, local_path
 from cudaredist.fetch.transport import Transport

@@ -18,7 +18,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from cudaredist import interrupts
-from cudaredist.cache import Cache
+from cudaredist.cache.store import Cache
 from cudaredist.errors import FetchError, PlanError, ResolveError
 from cudaredist.fetch.transport import Transport
 from cudaredist.plan import Plan, PlannedArchive, ProductRelease

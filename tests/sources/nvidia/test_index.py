@@ -10,7 +10,7 @@ import httpx
 import pytest
 import respx
 
-from cudaredist.cache import Cache
+from cudaredist.cache.store import Cache
 from cudaredist.errors import FetchError, OfflineError, ResolveError
 from cudaredist.fetch.client import RetryPolicy
 from cudaredist.fetch.transport import Transport

@@ -21,7 +21,7 @@ from packaging.requirements import Requirement
 from typer.testing import CliRunner
 
 from cudaredist import sources as source
-from cudaredist.cache import Cache
+from cudaredist.cache.store import Cache
 from cudaredist.cli import app
 from cudaredist.errors import (
     FetchError,
