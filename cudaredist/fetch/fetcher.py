@@ -20,14 +20,12 @@ from pathlib import Path
 
 from cudaredist.cache.store import PARTIAL_DAYS, Cache, evict
 from cudaredist.errors import FetchError, IntegrityError, OfflineError
-from cudaredist.fetch.ranges import DownloadFailed, GrowingFile, discard_partial, resume_point
+from cudaredist.fetch.ranges import GrowingFile, discard_partial, resume_point
 from cudaredist.fetch.transport import Aborted, Transport
 from cudaredist.hashing import CHUNK
 from cudaredist.localfs import disk_error
 from cudaredist.plan import PlannedArchive
 from cudaredist.progress import Reporter
-
-__all__ = ["Aborted", "DownloadFailed", "Fetcher", "GrowingFile", "StreamBroken"]
 
 
 class StreamBroken(Exception):

@@ -19,8 +19,9 @@ from cudaredist import interrupts
 from cudaredist.cache.store import Cache, evict, lock_wait
 from cudaredist.cache.unpacked import UnpackedCache, entry_key, materialize
 from cudaredist.errors import FetchError, UnsafeArchiveError
-from cudaredist.fetch.fetcher import Aborted, DownloadFailed, Fetcher, GrowingFile
-from cudaredist.fetch.transport import Transport
+from cudaredist.fetch.fetcher import Fetcher
+from cudaredist.fetch.ranges import DownloadFailed, GrowingFile
+from cudaredist.fetch.transport import Aborted, Transport
 from cudaredist.fsops import WINDOWS
 from cudaredist.interrupts import wait_first
 from cudaredist.plan import Plan, PlannedArchive, placed

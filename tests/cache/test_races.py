@@ -134,7 +134,7 @@ def test_a_cached_archive_removed_between_its_lookup_and_its_hash(
     """The fetcher found the archive in the cache, then a clear removed it right before the fetcher
     opened it to hash it (or to feed an extraction reading along): it is downloaded instead."""
     import cudaredist.fetch.fetcher as fetcher_mod
-    from cudaredist.fetch.fetcher import GrowingFile
+    from cudaredist.fetch.ranges import GrowingFile
 
     cache = Cache(tmp_path / "cache")
     plan = _plan(transport, cache, mirror)

@@ -14,7 +14,7 @@ import pytest
 
 from cudaredist.cache.store import Cache
 from cudaredist.fetch.client import RetryPolicy, make_client
-from cudaredist.fetch.fetcher import DownloadFailed, GrowingFile
+from cudaredist.fetch.ranges import DownloadFailed, GrowingFile
 from cudaredist.fetch.transport import Transport
 from cudaredist.install import Installer
 from cudaredist.plan import Archive, Plan, PlannedArchive
