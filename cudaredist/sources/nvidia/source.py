@@ -18,7 +18,7 @@ from cudaredist.profiles import (
     needs_notes,
     parse_product_requests,
 )
-from cudaredist.sources.base import Layout, Where, check_where, toolkit_components, with_products
+from cudaredist.sources.base import Layout, Where, toolkit_components, with_products
 from cudaredist.sources.nvidia.index import (
     Bases,
     Index,
@@ -49,7 +49,6 @@ class NvidiaSource:
 
     def __init__(self, transport: Transport, cache: Cache, where: Where) -> None:
         self.transport = transport
-        check_where(where, self.name)
         if where.channel:  # one base URL from here on, as if given
             where = replace(where, base_url=channel_base(where.channel, where.base_url),
                             channel=where.channel.strip().lower())
