@@ -45,10 +45,6 @@ class Spec:
     def __str__(self) -> str:
         return "|".join(self.names)
 
-    def unplannable(self, message: str, release: str, platform: str) -> PlanError:
-        """The error for this component when ``release`` cannot give it for ``platform``."""
-        return PlanError(message, component=str(self), release=release, platform=platform)
-
 
 @dataclass(frozen=True)
 class Profile:

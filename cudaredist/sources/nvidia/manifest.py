@@ -187,11 +187,12 @@ def _pick_archive(comp: Component, platform: str, release: str) -> Archive | Non
 def _missing(spec: Spec, manifest: Manifest, platform: str) -> PlanError:
     present = next((n for n in spec.names if n in manifest.components), None)
     if present is None:
-        return spec.unplannable(f"CUDA {manifest.label} has no component {' or '.join(spec.names)} "
-                                f"(needed for platform {platform})", manifest.label, platform)
+        return PlanError(f"CUDA {manifest.label} has no component {' or '.join(spec.names)} (needed for "
+                         f"platform {platform})", component=str(spec), release=manifest.label,
+                         platform=platform)
     have = ", ".join(manifest.components[present].platforms) or "none"
-    return spec.unplannable(f"component {present} of CUDA {manifest.label} has no archive for platform "
-                            f"{platform} (it has: {have})", manifest.label, platform)
+    return PlanError(f"component {present} of CUDA {manifest.label} has no archive for platform {platform} "
+                     f"(it has: {have})", component=str(spec), release=manifest.label, platform=platform)
 
 
 def make_plan(manifest: Manifest, *, platform: str, base_url: str, profile: str | None = "nvcc",

@@ -143,7 +143,7 @@ def _requirements_for(spec: Spec, meta: Metadata, release: Release, platform: st
     else:
         msg = (f"{data.metapackage} {release.label} has no extra, component or wheel {spec} for {platform}; "
                f"its extras: {', '.join(offered)}")
-    raise spec.unplannable(msg, release.label, platform)
+    raise PlanError(msg, component=str(spec), release=release.label, platform=platform)
 
 
 def _plan_item(index: WheelIndex, name: str, specs: list[str], release: Release,
