@@ -196,7 +196,7 @@ def _missing(spec: Spec, manifest: Manifest, platform: str) -> PlanError:
 
 
 def make_plan(manifest: Manifest, *, platform: str, base_url: str, profile: str | None = "nvcc",
-              components: Sequence[str] = (), source: str = "nvidia") -> Plan:
+              components: Sequence[str] = ()) -> Plan:
     """Select archives for ``platform``: the profile's components plus ``components``.
 
     ``profile=None`` installs exactly ``components``. Every failure happens here,
@@ -227,5 +227,4 @@ def make_plan(manifest: Manifest, *, platform: str, base_url: str, profile: str 
                                     archive_url(base_url, arch.relative_path, comp.key),
                                     license=comp.license))
     return Plan(release=manifest.label, release_date=manifest.release_date, platform=platform,
-                base_url=base_url, profile=profile or "custom", items=tuple(items), source=source,
-                notes=tuple(notes))
+                base_url=base_url, profile=profile or "custom", items=tuple(items), notes=tuple(notes))
