@@ -182,8 +182,6 @@ class Index:
                 label, at = self._pick(train, base, quick)
                 data = self.manifest_bytes(at, label, quick=quick)
             except (FetchError, ResolveError) as exc:
-                if isinstance(exc, OfflineError) and len(readers) == 1 and not bases.untrusted:
-                    raise
                 errors.append(exc)
                 continue
             archives = tuple(at if b == base else b for b in bases.archives if b not in set(readers[:i]))
