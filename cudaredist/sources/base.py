@@ -28,7 +28,8 @@ _URL_OPTIONS = (("base_url", "--base-url (or CUDAREDIST_BASE_URL)"),
 def check_where(where: Where, source: str | None = None) -> Where:
     """``where`` if each URL in it parses and has a scheme cudaredist speaks (a directory needs no
     scheme) and, for ``source`` (a :func:`check_source` name), its options fit together; else a
-    :class:`UsageError` naming the option. No network: the install checks this before its no-op."""
+    :class:`UsageError` naming the option. No network: the install checks this before its no-op.
+    For nvidia, a ``--channel`` comes back as the base URL it means (the channel's name kept)."""
     from urllib.parse import urlsplit
 
     for field, option in _URL_OPTIONS:
@@ -46,13 +47,13 @@ def check_where(where: Where, source: str | None = None) -> Where:
                              "https://, file:// or a directory")
     if where.channel and source == "pypi":
         raise UsageError("--channel names one of NVIDIA's redist indexes: it needs --source nvidia")
-    if source == "nvidia":
-        if where.channel:
-            from cudaredist.sources.nvidia.index import channel_base
+    if source == "nvidia" and where.channel:  # one base URL from here on, as if given
+        from cudaredist.sources.nvidia.index import channel_base
 
-            channel_base(where.channel, where.base_url)
-        if where.no_fallback and not where.mirror:
-            raise UsageError("--no-fallback needs --mirror (or CUDAREDIST_MIRROR)")
+        where = replace(where, base_url=channel_base(where.channel, where.base_url),
+                        channel=where.channel.strip().lower())
+    if source == "nvidia" and where.no_fallback and not where.mirror:
+        raise UsageError("--no-fallback needs --mirror (or CUDAREDIST_MIRROR)")
     return where
 
 

@@ -24,7 +24,6 @@ from cudaredist.sources.nvidia.index import (
     Index,
     Release,
     base_and_mirror,
-    channel_base,
     default_bases,
     read_manifest,
     trusted_bases,
@@ -49,10 +48,7 @@ class NvidiaSource:
 
     def __init__(self, transport: Transport, cache: Cache, where: Where) -> None:
         self.transport = transport
-        if where.channel:  # one base URL from here on, as if given
-            where = replace(where, base_url=channel_base(where.channel, where.base_url),
-                            channel=where.channel.strip().lower())
-        self.where = where
+        self.where = where  # checked by open_source: a --channel is its base URL already
         self.index = Index(transport, cache, offline=where.offline)
         self.trust = transport.trust = Trust.of(where.trusted_hosts)
 
