@@ -2,7 +2,7 @@
 
 ``install TRAIN --platform TARGET --host HOST`` resolves the train for HOST (the profile's
 components, as a native HOST tree would have them), then the same release for TARGET (every
-component but the host tools, with the ``--with`` products). :func:`cross_plan` keeps the host
+component but the host tools, with the ``--with`` products). :func:`resolve_tree` keeps the host
 tools of the first and the rest of the second, each archive with its platform and where its
 folders go (``[cross]`` of profiles.toml): one plan, so one record, one ``verify`` and one lock.
 """
@@ -18,19 +18,6 @@ from cudaredist.profiles import cross_rule, host_tools
 from cudaredist.sources.base import Source
 
 
-def cross_plan(host_plan: Plan, target_plan: Plan) -> Plan:
-    """One plan of ``target_plan``'s platform whose tools come from ``host_plan``."""
-    rule = cross_rule(target_plan.platform, host_plan.platform)
-    tools = host_tools()
-    items = (*(replace(i, platform=host_plan.platform, place=rule.host_places)
-               for i in host_plan.items if i.component in tools),
-             *(replace(i, platform=target_plan.platform, place=rule.target_places)
-               for i in target_plan.items if i.component not in tools))
-    notes = tuple(dict.fromkeys((*host_plan.notes, *target_plan.notes)))
-    return replace(target_plan, host=host_plan.platform, profile=host_plan.profile, items=items,
-                   notes=notes)
-
-
 def resolve_tree(src: Source, train: str, platform: str, host: str = "", *, profile: str | None,
                  components: Sequence[str], products: Sequence[str] = ()) -> Plan:
     """The plan of one tree of ``platform`` (what ``install``, ``resolve`` and ``lock`` plan): the
@@ -39,11 +26,11 @@ def resolve_tree(src: Source, train: str, platform: str, host: str = "", *, prof
     sides."""
     if not host or host == platform:
         return src.resolve(train, [platform], profile=profile, components=components, products=products)[0]
-    cross_rule(platform, host)
+    rule, tools = cross_rule(platform, host), host_tools()
     side = host
     try:
         host_plan = src.resolve(train, [host], profile=profile, components=components)[0]
-        wanted = [c for c in host_plan.components if c not in host_tools()]
+        wanted = [c for c in host_plan.components if c not in tools]
         side = platform
         # the release the host resolved, exactly: both halves of one tree are one release
         target_plan = src.resolve(host_plan.release, [platform], profile=None, components=wanted,
@@ -52,4 +39,9 @@ def resolve_tree(src: Source, train: str, platform: str, host: str = "", *, prof
         role = "tools (--host)" if side == host else "headers and libraries (--platform)"
         raise PlanError(f"a {host} -> {platform} cross tree takes its {role} from {side}, which "
                         f"cannot be planned: {exc}", platform=side) from exc
-    return cross_plan(host_plan, target_plan)
+    items = (*(replace(i, platform=host, place=rule.host_places)
+               for i in host_plan.items if i.component in tools),
+             *(replace(i, platform=platform, place=rule.target_places)
+               for i in target_plan.items if i.component not in tools))
+    notes = tuple(dict.fromkeys((*host_plan.notes, *target_plan.notes)))
+    return replace(target_plan, host=host, profile=host_plan.profile, items=items, notes=notes)
