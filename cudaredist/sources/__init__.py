@@ -47,7 +47,6 @@ def location_argv(source: str, base_url: str, channel: str = "") -> list[str]:
 
 
 def open_source(name: str | None, transport: Transport, cache: Cache, where: Where) -> Source:
-    """The source ``name`` (``--source`` / ``CUDAREDIST_SOURCE`` / nvidia)."""
     source = check_source(name)
     where = check_where(where, source)
     if source == "pypi":

@@ -59,8 +59,6 @@ def check_where(where: Where, source: str | None = None) -> Where:
 
 @dataclass(frozen=True)
 class Where:
-    """Where a source looks, as the command line and environment say."""
-
     base_url: str | None = None     # nvidia: the redist base URL (default NVIDIA's)
     mirror: str | None = None       # nvidia: tried before the base URL
     no_fallback: bool = False       # nvidia: the mirror only

@@ -49,8 +49,6 @@ def default_index_url(url: str | None = None) -> str:
 
 @dataclass(frozen=True)
 class Release:
-    """One release of the metapackage on the index."""
-
     version: Version
     file: IndexFile
 
