@@ -11,7 +11,7 @@ import sys
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
@@ -105,19 +105,8 @@ def emit_json(obj: Any) -> None:
     typer.echo(json.dumps(obj, indent=2))
 
 
-_G = TypeVar("_G", bound="_Group")
-
-
-class _Group:
-    @classmethod
-    def of(cls: type[_G], params: dict[str, Any]) -> _G:
-        """The group (options a command passes on together) from the command's parameters of the same
-        names: its ``locals()``, at the top of its body."""
-        return cls(**{f.name: params[f.name] for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
-
-
 @dataclasses.dataclass(frozen=True)
-class Ctx(_Group):
+class Ctx:
     """Where a command resolves and fetches from: the options install, resolve, trains, mirror and
     lock share (``Ctx.of(locals())``)."""
 
@@ -130,6 +119,12 @@ class Ctx(_Group):
     offline: bool
     source: str | None  # None: not given (install --lock takes the lock's)
     index_url: str | None
+
+    @classmethod
+    def of(cls, params: dict[str, Any]) -> Ctx:
+        """The group (options a command passes on together) from the command's parameters of the same
+        names: its ``locals()``, at the top of its body."""
+        return cls(**{f.name: params[f.name] for f in dataclasses.fields(cls)})
 
     def where(self) -> Where:
         from cudaredist.sources.base import Where
@@ -164,26 +159,3 @@ def command(body: Callable[..., None]) -> Callable[..., None]:
 
     return run
 
-
-@dataclasses.dataclass(frozen=True)
-class Toolkit(_Group):
-    """The installed tree a command acts on (verify, info, env, uninstall, doctor): ``--prefix``, or
-    the best managed toolkit of TRAIN (``Toolkit.of(locals())``)."""
-
-    train: str | None
-    prefix: Path | None
-    platform: str | None
-    install_dir: Path | None
-
-    def target(self) -> Path:
-        from cudaredist.installdir import install_dir
-        from cudaredist.managed import scan
-        from cudaredist.prefixes import canonical_prefix
-
-        if self.prefix is not None and self.train is not None:
-            fail("give --prefix DIR or a TRAIN, not both", 2)
-        if self.prefix is not None:
-            return canonical_prefix(self.prefix)
-        if self.train is None:
-            fail("give --prefix DIR, or the TRAIN of a managed toolkit (see `cudaredist list`)", 2)
-        return scan(install_dir(self.install_dir)).one(self.train, self.platform).path

@@ -13,16 +13,30 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from cudaredist.commands import options as o
-from cudaredist.commands.base import Toolkit, command, emit_json, fail, set_verbose
+from cudaredist.commands.base import command, emit_json, fail, set_verbose
 from cudaredist.fsops import WINDOWS
+from cudaredist.installdir import install_dir as managed_dir
 from cudaredist.interrupts import signal_exit_code, with_done
 from cudaredist.localfs import mb
-from cudaredist.managed import host
+from cudaredist.managed import host, scan
+from cudaredist.prefixes import canonical_prefix
 
 if TYPE_CHECKING:
     from cudaredist.compat import Decision
     from cudaredist.envexport import Environment
     from cudaredist.hostcc import Choice
+
+
+def _target(train: str | None, prefix: Path | None, platform: str | None, install_dir: Path | None) -> Path:
+    """The installed tree a command acts on (verify, info, sbom, env, uninstall, doctor): ``--prefix``, or
+    the best managed toolkit of TRAIN."""
+    if prefix is not None and train is not None:
+        fail("give --prefix DIR or a TRAIN, not both", 2)
+    if prefix is not None:
+        return canonical_prefix(prefix)
+    if train is None:
+        fail("give --prefix DIR, or the TRAIN of a managed toolkit (see `cudaredist list`)", 2)
+    return scan(managed_dir(install_dir)).one(train, platform).path
 
 
 @command
@@ -35,12 +49,11 @@ def verify(
 ) -> None:
     """Re-hash the tree against its install record: missing and changed files (content, exec bits,
     link targets) fail it; extra files, added since the install, are listed."""
-    tk = Toolkit.of(locals())
     from cudaredist.drift import drift_note
     from cudaredist.prefixes import require_record
     from cudaredist.prefixes import verify as do_verify
 
-    target = tk.target()
+    target = _target(train, prefix, platform, install_dir)
     rec = require_record(target)
     report = do_verify(target, fast=fast, record=rec)
     report.drift = drift_note(target, rec)
@@ -66,12 +79,11 @@ def info(
     as_json: o.JsonOpt = False, verbose: o.VerboseOpt = False,
 ) -> None:
     """Show the install record of a prefix."""
-    tk = Toolkit.of(locals())
     from cudaredist.drift import drift_note
     from cudaredist.hostfixes import describe
     from cudaredist.prefixes import require_record
 
-    target = tk.target()
+    target = _target(train, prefix, platform, install_dir)
     rec = require_record(target)
     drift = drift_note(target, rec)
     if as_json:
@@ -140,14 +152,13 @@ def sbom(
 ) -> None:
     """The tree's software bill of materials: the toolkit, every archive or wheel (its verified sha256,
     download URL, license, purl) and the host fixes that changed NVIDIA's bytes."""
-    tk = Toolkit.of(locals())
     from cudaredist import fsops
     from cudaredist import sbom as sboms
     from cudaredist.prefixes import require_record
 
     if fmt not in ("cyclonedx", "spdx"):
         fail(f"--format {fmt}: give cyclonedx (CycloneDX 1.6 JSON) or spdx (SPDX 2.3 JSON)", 2)
-    inv = sboms.inventory(require_record(tk.target()))
+    inv = sboms.inventory(require_record(_target(train, prefix, platform, install_dir)))
     text = sboms.cyclonedx(inv) if fmt == "cyclonedx" else sboms.spdx(inv)
     if output is None:
         typer.echo(text, nl=False)
@@ -165,23 +176,21 @@ def uninstall(
 ) -> None:
     """Remove exactly what cudaredist installed in the prefix (other files stay), or the managed
     toolkits of a TRAIN."""
-    tk = Toolkit.of(locals())
     from cudaredist.cache.store import lock_wait
-    from cudaredist.installdir import install_dir as managed_dir
-    from cudaredist.managed import link_trains, scan
+    from cudaredist.managed import link_trains
     from cudaredist.prefixes import prefix_lock
     from cudaredist.prefixes import uninstall as do_uninstall
 
-    if tk.prefix is None and tk.train is not None:
-        root = managed_dir(tk.install_dir)
-        hits = scan(root).find(tk.train, tk.platform)
+    if prefix is None and train is not None:
+        root = managed_dir(install_dir)
+        hits = scan(root).find(train, platform)
         if len(hits) > 1 and not remove_all:
-            fail(f"{len(hits)} managed toolkits match {tk.train}: "
+            fail(f"{len(hits)} managed toolkits match {train}: "
                  f"{', '.join(h.path.name for h in hits)}; pass --all to remove them all, or "
                  "name one (e.g. a full release, or --platform)", 2)
-        targets = [h.path for h in hits] or [tk.target()]
+        targets = [h.path for h in hits] or [_target(train, prefix, platform, install_dir)]
     else:
-        root, targets = None, [tk.target()]
+        root, targets = None, [_target(train, prefix, platform, install_dir)]
     timeout = lock_wait(lock_timeout)
     removed: list[str] = []
     try:
@@ -211,12 +220,11 @@ def env_cmd(
     as_json: o.JsonOpt = False, verbose: o.VerboseOpt = False,
 ) -> None:
     """Print the environment for a tree: eval "$(cudaredist env --prefix DIR)" or "$(cudaredist env 13.4)"."""
-    tk = Toolkit.of(locals())
     from cudaredist.envexport import SHELLS, append_github, render
 
     if shell is not None and shell not in SHELLS:
         fail(f"unknown --shell {shell!r}; choose one of {', '.join(SHELLS)}", 2)
-    target = tk.target()
+    target = _target(train, prefix, platform, install_dir)
     plan, chosen, decided, found = _environment(target, host_compiler, compat)
     notes = [f"compat: {decided.reason}"] * bool(decided.directory) + list(found.notes)
     for note in [] if as_json else notes:
@@ -245,14 +253,13 @@ def doctor(
     """Why CUDA does not work here: the tree, nvcc, the host compiler, a probe build, the driver,
     the GPUs and the environment, each ok, warn or fail with the fix. Exit 1 if any fails.
     Without --prefix or TRAIN: driver, gpu and environment only."""
-    tk = Toolkit.of(locals())
     from cudaredist import doctor as doc
     from cudaredist.doctor.checks import ORDER
 
-    # target(): --prefix, checked (and refused with a TRAIN); a TRAIN alone is the doctor's to find
-    report = doc.run(tk.target() if tk.prefix is not None else None, train=tk.train,
-                     inputs=doc.Inputs(compat=compat),
-                     find=lambda t: doc.find_toolkit(t, tk.platform, tk.install_dir))
+    # _target: --prefix, checked (and refused with a TRAIN); a TRAIN alone is the doctor's to find
+    report = doc.run(_target(train, prefix, platform, install_dir) if prefix is not None else None,
+                     train=train, inputs=doc.Inputs(compat=compat),
+                     find=lambda t: doc.find_toolkit(t, platform, install_dir))
     if as_json:
         emit_json(report.to_json())
     else:
@@ -277,7 +284,6 @@ def run_cmd(
 
     The exit code is the command's."""
     from cudaredist.envexport import applied
-    from cudaredist.installdir import install_dir as managed_dir
     from cudaredist.managed import scan
 
     # options stop at TRAIN (so the command keeps its own): ours between TRAIN and -- are read here
@@ -363,7 +369,6 @@ def list_cmd(
     as_json: o.JsonOpt = False, verbose: o.VerboseOpt = False,
 ) -> None:
     """List managed toolkits (release, platform, profile, size, path), newest first."""
-    from cudaredist.installdir import install_dir as managed_dir
     from cudaredist.managed import scan, system_toolkits
 
     root = managed_dir(install_dir)
@@ -392,7 +397,6 @@ def list_cmd(
 def find_cmd(train: o.Train, platform: o.PlatformOpt = None, install_dir: o.InstallDirOpt = None,
              verbose: o.VerboseOpt = False) -> None:
     """Print the path of the newest installed managed toolkit of TRAIN (exit 1 when there is none)."""
-    from cudaredist.installdir import install_dir as managed_dir
     from cudaredist.managed import scan
 
     here = scan(managed_dir(install_dir))
