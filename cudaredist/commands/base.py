@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import typer
 
 from cudaredist.errors import CudaRedistError
+from cudaredist.interrupts import Interrupted, signal_exit_code, signum_of, stopped_by, unwinding
+from cudaredist.streams import unprintable
 
 if TYPE_CHECKING:  # the CLI starts without the cache, the sources and httpx
     from cudaredist.sources.base import Where
@@ -38,16 +40,12 @@ def errors() -> Iterator[None]:
     """The one error boundary: a :class:`CudaRedistError` becomes its paragraph and exit code; what
     escaped translation where it happened is translated here as a last resort. Inside it, Ctrl-C and
     SIGTERM unwind the command (:func:`cudaredist.interrupts.unwinding`)."""
-    from cudaredist.interrupts import unwinding
-
     try:
         with unwinding():
             yield
     except (typer.Exit, typer.Abort):  # an exit code already decided
         raise
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated)
-        from cudaredist.interrupts import Interrupted, signal_exit_code, signum_of, stopped_by
-
         # a step that changes a prefix, a cache or the train links says what it left (Interrupted);
         # elsewhere no such step was running, and nothing is claimed about what the command had done
         said = str(exc) if isinstance(exc, Interrupted) else stopped_by(signum_of(exc))
@@ -90,8 +88,6 @@ def translate(exc: Exception) -> CudaRedistError:
     if isinstance(exc, CudaRedistError):
         return exc
     if isinstance(exc, UnicodeEncodeError) and _writing_stdout(exc):
-        from cudaredist.streams import unprintable
-
         return unprintable(exc)  # stdout's encoding cannot hold a path being printed
     if isinstance(exc, OSError):
         from cudaredist.localfs import local_error

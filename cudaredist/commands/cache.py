@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from cudaredist.cache.store import Cache
 from cudaredist.commands.base import command, emit_json
 from cudaredist.commands.options import App, CacheDirOpt, JsonOpt, VerboseOpt
 from cudaredist.localfs import mb
@@ -20,8 +21,6 @@ app = App(help="Inspect and clean the download cache.", no_args_is_help=True)
 @command
 def cache_dir_cmd(cache_dir: CacheDirOpt = None, verbose: VerboseOpt = False) -> None:
     """Print the cache directory."""
-    from cudaredist.cache.store import Cache
-
     typer.echo(str(Cache(cache_dir).root))
 
 
@@ -30,8 +29,6 @@ def cache_dir_cmd(cache_dir: CacheDirOpt = None, verbose: VerboseOpt = False) ->
 def cache_list(cache_dir: CacheDirOpt = None, as_json: JsonOpt = False, verbose: VerboseOpt = False) -> None:
     """List cached archives and the unpacked entries made from them, with their sizes."""
     from cudaredist.cache.maintenance import unpacked_entries
-    from cudaredist.cache.store import Cache
-
     cache = Cache(cache_dir)
     entries, unpacked = cache.entries(), unpacked_entries(cache)
     if as_json:
@@ -70,8 +67,6 @@ def cache_prune(cache_dir: CacheDirOpt = None,
     """Drop partial downloads, and archives and unpacked entries not used for --days (and beyond
     --max-size); entries in use are left."""
     from cudaredist.cache.maintenance import parse_size, prune
-    from cudaredist.cache.store import Cache
-
     c = Cache(cache_dir)
     limit = parse_size(max_size) if max_size is not None else None
     _report(f"pruned {c.root}", prune(c, older_than_days=days, max_size=limit))
@@ -83,7 +78,5 @@ def cache_clear(cache_dir: CacheDirOpt = None, verbose: VerboseOpt = False) -> N
     """Delete every cached archive, unpacked entry, partial download and index page. Refuses a
     directory that is not a cudaredist cache; entries a running install holds are left."""
     from cudaredist.cache.maintenance import clear
-    from cudaredist.cache.store import Cache
-
     c = Cache(cache_dir)
     _report(f"cleared {c.root}", clear(c))

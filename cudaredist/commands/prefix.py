@@ -12,14 +12,17 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from cudaredist import fsops, managed, prefixes
+from cudaredist import sbom as sboms
+from cudaredist.cache.store import lock_wait
 from cudaredist.commands import options as o
 from cudaredist.commands.base import command, emit_json, fail, set_verbose
 from cudaredist.fsops import WINDOWS
+from cudaredist.hostfixes import describe, pending
 from cudaredist.installdir import install_dir as managed_dir
 from cudaredist.interrupts import signal_exit_code, with_done
 from cudaredist.localfs import mb
-from cudaredist.managed import host, scan
-from cudaredist.prefixes import canonical_prefix
+from cudaredist.redo import request_argv, shell_line
 
 if TYPE_CHECKING:
     from cudaredist.compat import Decision
@@ -33,10 +36,10 @@ def _target(train: str | None, prefix: Path | None, platform: str | None, instal
     if prefix is not None and train is not None:
         fail("give --prefix DIR or a TRAIN, not both", 2)
     if prefix is not None:
-        return canonical_prefix(prefix)
+        return prefixes.canonical_prefix(prefix)
     if train is None:
         fail("give --prefix DIR, or the TRAIN of a managed toolkit (see `cudaredist list`)", 2)
-    return scan(managed_dir(install_dir)).one(train, platform).path
+    return managed.scan(managed_dir(install_dir)).one(train, platform).path
 
 
 @command
@@ -50,12 +53,10 @@ def verify(
     """Re-hash the tree against its install record: missing and changed files (content, exec bits,
     link targets) fail it; extra files, added since the install, are listed."""
     from cudaredist.drift import drift_note
-    from cudaredist.prefixes import require_record
-    from cudaredist.prefixes import verify as do_verify
 
     target = _target(train, prefix, platform, install_dir)
-    rec = require_record(target)
-    report = do_verify(target, fast=fast, record=rec)
+    rec = prefixes.require_record(target)
+    report = prefixes.verify(target, fast=fast, record=rec)
     report.drift = drift_note(target, rec)
     if as_json:
         emit_json(report.to_json())
@@ -80,11 +81,9 @@ def info(
 ) -> None:
     """Show the install record of a prefix."""
     from cudaredist.drift import drift_note
-    from cudaredist.hostfixes import describe
-    from cudaredist.prefixes import require_record
 
     target = _target(train, prefix, platform, install_dir)
-    rec = require_record(target)
+    rec = prefixes.require_record(target)
     drift = drift_note(target, rec)
     if as_json:
         emit_json({k: v for k, v in rec.items() if k != "files"} | {"file_count": len(rec["files"])}
@@ -133,9 +132,6 @@ def _notes(target: Path, rec: dict[str, Any], drift: str) -> None:
     """The notes verify and info end with: how the tree drifted from its record, and each known host
     fix that applies to the tree and that it lacks (laid out by an older cudaredist, or with
     --no-host-fixes), with the command that applies it."""
-    from cudaredist.hostfixes import pending
-    from cudaredist.redo import request_argv, shell_line
-
     if drift:
         typer.echo(f"note: {drift}")
     for why in pending(target, rec, True):
@@ -152,13 +148,9 @@ def sbom(
 ) -> None:
     """The tree's software bill of materials: the toolkit, every archive or wheel (its verified sha256,
     download URL, license, purl) and the host fixes that changed NVIDIA's bytes."""
-    from cudaredist import fsops
-    from cudaredist import sbom as sboms
-    from cudaredist.prefixes import require_record
-
     if fmt not in ("cyclonedx", "spdx"):
         fail(f"--format {fmt}: give cyclonedx (CycloneDX 1.6 JSON) or spdx (SPDX 2.3 JSON)", 2)
-    inv = sboms.inventory(require_record(_target(train, prefix, platform, install_dir)))
+    inv = sboms.inventory(prefixes.require_record(_target(train, prefix, platform, install_dir)))
     text = sboms.cyclonedx(inv) if fmt == "cyclonedx" else sboms.spdx(inv)
     if output is None:
         typer.echo(text, nl=False)
@@ -176,14 +168,9 @@ def uninstall(
 ) -> None:
     """Remove exactly what cudaredist installed in the prefix (other files stay), or the managed
     toolkits of a TRAIN."""
-    from cudaredist.cache.store import lock_wait
-    from cudaredist.managed import link_trains
-    from cudaredist.prefixes import prefix_lock
-    from cudaredist.prefixes import uninstall as do_uninstall
-
     if prefix is None and train is not None:
         root = managed_dir(install_dir)
-        hits = scan(root).find(train, platform)
+        hits = managed.scan(root).find(train, platform)
         if len(hits) > 1 and not remove_all:
             fail(f"{len(hits)} managed toolkits match {train}: "
                  f"{', '.join(h.path.name for h in hits)}; pass --all to remove them all, or "
@@ -195,12 +182,12 @@ def uninstall(
     removed: list[str] = []
     try:
         for target in targets:
-            with prefix_lock(target, timeout):
-                n = do_uninstall(target)
+            with prefixes.prefix_lock(target, timeout):
+                n = prefixes.uninstall(target)
             typer.echo(f"removed {n} files from {target}")
             removed.append(str(target))
         if root is not None:
-            link_trains(root, timeout=timeout, warn=lambda w: typer.echo(w, err=True))
+            managed.link_trains(root, timeout=timeout, warn=lambda w: typer.echo(w, err=True))
     except KeyboardInterrupt as exc:  # what each target holds now, said (never "nothing was changed")
         raise with_done(exc, f"interrupted; nothing {'more ' if removed else ''}was removed",
                         "removed before it", removed) from None
@@ -284,13 +271,12 @@ def run_cmd(
 
     The exit code is the command's."""
     from cudaredist.envexport import applied
-    from cudaredist.managed import scan
 
     # options stop at TRAIN (so the command keeps its own): ours between TRAIN and -- are read here
     given, command = _own_options(command)
     install_dir = Path(given["--install-dir"]) if "--install-dir" in given else install_dir
     platform = given.get("--platform", platform)
-    toolkit = scan(managed_dir(install_dir)).one(train, platform or host())
+    toolkit = managed.scan(managed_dir(install_dir)).one(train, platform or managed.host())
     _plan, chosen, decided, found = _environment(
         toolkit.path, given.get("--host-compiler", host_compiler), given.get("--compat", compat))
     if chosen is not None and not chosen.quiet and chosen.reason:
@@ -347,9 +333,8 @@ def _environment(target: Path, host_compiler: str | None,
     from cudaredist.compat import for_tree as compat_for
     from cudaredist.envexport import environment
     from cudaredist.hostcc import for_tree
-    from cudaredist.prefixes import require_record
 
-    plan = require_record(target)["plan"]
+    plan = prefixes.require_record(target)["plan"]
     tools = str(plan.get("host", ""))  # a cross tree's
     chosen = for_tree(target, platform=plan["platform"], release=plan["release"], env=os.environ,
                       host_windows=WINDOWS, given=host_compiler, host=tools)
@@ -369,17 +354,15 @@ def list_cmd(
     as_json: o.JsonOpt = False, verbose: o.VerboseOpt = False,
 ) -> None:
     """List managed toolkits (release, platform, profile, size, path), newest first."""
-    from cudaredist.managed import scan, system_toolkits
-
     root = managed_dir(install_dir)
-    found_here = scan(root)
+    found_here = managed.scan(root)
     toolkits = found_here.toolkits
     for _path, err in found_here.damaged:
         typer.echo(f"warning: skipped: {err}", err=True)
     found = []
     if show_all:
         mine = {os.path.realpath(t.path) for t in toolkits}
-        found = [f for f in system_toolkits() if os.path.realpath(f.path) not in mine]
+        found = [f for f in managed.system_toolkits() if os.path.realpath(f.path) not in mine]
     if as_json:
         emit_json({"install_dir": str(root), "toolkits": [t.to_json() for t in toolkits]}
                   | ({"system": [f.to_json() for f in found]} if show_all else {}))
@@ -397,10 +380,8 @@ def list_cmd(
 def find_cmd(train: o.Train, platform: o.PlatformOpt = None, install_dir: o.InstallDirOpt = None,
              verbose: o.VerboseOpt = False) -> None:
     """Print the path of the newest installed managed toolkit of TRAIN (exit 1 when there is none)."""
-    from cudaredist.managed import scan
-
-    here = scan(managed_dir(install_dir))
-    found = here.one(train, platform or host())  # none: a damaged one's error, else how to install
-    if (damaged := here.damaged_of(train, platform or host())) is not None:
+    here = managed.scan(managed_dir(install_dir))
+    found = here.one(train, platform or managed.host())  # none: a damaged one's error, else how to install
+    if (damaged := here.damaged_of(train, platform or managed.host())) is not None:
         typer.echo(f"warning: skipped: {damaged}", err=True)
     typer.echo(str(found.path))

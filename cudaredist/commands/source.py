@@ -12,6 +12,7 @@ from cudaredist import profiles
 from cudaredist.commands import options as o
 from cudaredist.commands.base import Ctx, command, emit_json
 from cudaredist.localfs import mb
+from cudaredist.plan import version_key
 from cudaredist.profiles import product_title
 
 
@@ -208,7 +209,6 @@ def profiles_cmd(train: TrainsOpt = None, profile: ProfileNameOpt = None, as_jso
     'a|b' is a component NVIDIA renamed: a release installs the first of the names it has. Both
     sources install the same components; --source pypi builds the nvcc-based profiles from 13.0 on.
     """
-    from cudaredist.plan import version_key
     from cudaredist.sources.nvidia.releases import check_train
 
     trains = list(dict.fromkeys(check_train(t) for t in train or []))
