@@ -148,26 +148,19 @@ def install(request: InstallRequest, *, reporter: Reporter | None = None,
                 wanted.remove(train)
                 outcome.done.append(found)
                 say(found.message)
-    if request.lock is not None or wanted:
-        try:
+    try:
+        if request.lock is not None or wanted:
             _run(request, wanted, fixed, outcome, reporter, say)
-        except KeyboardInterrupt as exc:
-            raise _interrupted(exc, outcome) from None
-    if outcome.install_dir is not None:
-        # even when a train failed: those that installed get their links
-        try:
-            outcome.links = link_trains(outcome.install_dir, timeout=timeout,
-                                        warn=outcome.warnings.append)
-        except KeyboardInterrupt as exc:  # the toolkits are in place: said, with what the links are
-            raise _interrupted(exc, outcome) from None
+        if outcome.install_dir is not None:
+            # even when a train failed: those that installed get their links
+            outcome.links = link_trains(outcome.install_dir, timeout=timeout, warn=outcome.warnings.append)
+    except KeyboardInterrupt as exc:
+        # Ctrl-C during the installs, with what each prefix holds: the transaction's own words (or
+        # that nothing was changed), and the trains installed before it came (during the links, the
+        # toolkits are in place: said, with what the links are)
+        raise with_done(exc, "interrupted; nothing was changed in the prefix", "installed before it",
+                        [f"CUDA {d.release} into {d.prefix}" for d in outcome.done if not d.noop]) from None
     return outcome
-
-
-def _interrupted(exc: KeyboardInterrupt, outcome: InstallOutcome) -> KeyboardInterrupt:
-    """Ctrl-C during the installs, with what each prefix holds: the transaction's own words (or
-    that nothing was changed), and the trains installed before it came."""
-    return with_done(exc, "interrupted; nothing was changed in the prefix", "installed before it",
-                     [f"CUDA {d.release} into {d.prefix}" for d in outcome.done if not d.noop])
 
 
 def _check_options(request: InstallRequest) -> None:
