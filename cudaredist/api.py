@@ -129,7 +129,7 @@ def install(request: InstallRequest, *, reporter: Reporter | None = None,
     wanted = list(dict.fromkeys(request.trains))
     if request.lock is None and not wanted:
         raise UsageError("give a TRAIN (e.g. 13.4), several trains, or --lock FILE")
-    if request.prefix is not None and (len(wanted) > 1 or (request.lock is not None and wanted[1:])):
+    if request.prefix is not None and len(wanted) > 1:
         raise UsageError("--prefix takes one TRAIN; without --prefix, each train goes to the install dir")
     _check_options(request)  # the same checks whether or not the install turns out a no-op
     fixed = canonical_prefix(request.prefix) if request.prefix is not None else None
@@ -236,7 +236,7 @@ def _run(request: InstallRequest, wanted: list[str], fixed: Path | None, outcome
     from cudaredist.sources.cross import resolve_tree
 
     reporter = reporter or Reporter()
-    components, products, source = list(request.components), list(request.products), request.source
+    components, source = list(request.components), request.source
     lock_plan: Plan | None = None
     if request.lock is not None:
         from cudaredist.publish.lockfile import plan_for  # only with --lock
@@ -248,8 +248,7 @@ def _run(request: InstallRequest, wanted: list[str], fixed: Path | None, outcome
             source=None if request.source is None else check_source(request.source),
             products=list(request.products) if request.products else None)
         _cross_gate(lock_plan.host, request)
-        components, products = list(locked.components), list(lock_plan.requested_products)
-        source = lock_plan.source
+        components, source = list(locked.components), lock_plan.source
     # a warm install asks no server: index pages and manifests fetched within the TTL answer
     # (--refresh: the server is asked)
     cache = Cache(request.cache_dir, index_ttl=0.0 if request.refresh else index_ttl_default(),
@@ -257,14 +256,13 @@ def _run(request: InstallRequest, wanted: list[str], fixed: Path | None, outcome
     transport = Transport(connections=request.jobs)
     try:
         src = open_source(source, transport, cache, request.where)
-        plans: list[tuple[str, Plan]] = []
         if lock_plan is not None:
-            plans.append((wanted[0] if wanted else str(request.lock), src.relocate(lock_plan)))
-        # every train resolved before any download: a train that does not exist installs nothing
-        platform = profiles.host_platform(request.platform)
-        plans += [(train, resolve_tree(src, train, platform, _host(request), profile=_profile(request),
-                                       components=components, products=products))
-                  for train in (wanted if lock_plan is None else [])]
+            plans = [(wanted[0] if wanted else str(request.lock), src.relocate(lock_plan))]
+        else:  # every train resolved before any download: a train that does not exist installs nothing
+            platform = profiles.host_platform(request.platform)
+            plans = [(train, resolve_tree(src, train, platform, _host(request), profile=_profile(request),
+                                          components=components, products=request.products))
+                     for train in wanted]
         installer = Installer(transport, cache, reporter=reporter, jobs=request.jobs,
                               offline=request.where.offline, lock_timeout=request.lock_timeout,
                               link_mode=request.link_mode, cache_unpacked=request.cache_unpacked)
