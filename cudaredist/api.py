@@ -106,10 +106,6 @@ class InstallOutcome:
     links: list[tuple[str, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # for stderr even when quiet
 
-    @property
-    def exit_code(self) -> int:
-        return self.failed[0].error.exit_code if self.failed else 0
-
     def to_json(self) -> dict[str, Any]:
         if self.install_dir is None:
             return self.done[0].to_json()

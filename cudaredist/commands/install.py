@@ -71,4 +71,4 @@ def install(
         lead = f"CUDA {failed.train}: " if len(request.trains) > 1 else ""
         typer.echo(f"error: {lead}{failed.error}", err=True)
     if outcome.failed:
-        raise typer.Exit(outcome.exit_code)
+        raise typer.Exit(outcome.failed[0].error.exit_code)
