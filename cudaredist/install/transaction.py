@@ -135,63 +135,57 @@ class Installer(Builder):
         warnings: list[str] = []
         swapped: list[bool] = []
         try:
-            return self._transaction(plan, prefix, t0, warnings, swapped, reinstall=reinstall,
-                                     replace_foreign=replace_foreign, requested=requested,
-                                     host_fixes=host_fixes)
+            with prefixes.prefix_lock(prefix, self.lock_timeout):
+                for action in prefixes.recover(prefix):
+                    (warnings.append if action.startswith("warning: ") else self.reporter.message)(action)
+                # an unreadable record's error says to reinstall with --reinstall: then it is not read
+                held = (record.read_record(prefix) or {}) if not reinstall and prefix.is_dir() else {}
+                if held and holds(held, plan) and not hostfixes.pending(prefix, held, host_fixes):
+                    return InstallResult(prefix, plan, noop=True, seconds=time.monotonic() - t0,
+                                         warnings=tuple(warnings))
+                if not replace_foreign:
+                    prefixes.refuse_foreign(prefix)
+                try:
+                    staging = Path(tempfile.mkdtemp(dir=prefix.parent,
+                                                    prefix=f".{prefix.name}.cudaredist-stage-"))
+                except OSError as exc:
+                    raise disk_error(exc, path=prefix.parent / f".{prefix.name}.cudaredist-stage-*",
+                                     where=prefix.parent) from exc
+                try:
+                    # mkdtemp's 0700 would hide the toolkit from other users; the umask was read at start-up
+                    os.chmod(staging, 0o777 & ~UMASK)
+                    self._check_space(plan, staging)
+                    try:
+                        files, downloaded, cached = self._build(plan, staging, prefix)
+                    except StreamBroken as broken:
+                        # (its __cause__ is gone: the build re-raises from None)
+                        self.reporter.message(f"{broken.args[0]}; building the tree again, without "
+                                              "extracting while downloading")
+                        fsops.rmtree(staging)
+                        staging.mkdir()
+                        files, downloaded, cached = self._build(plan, staging, prefix, stream=False)
+                    files, fixed = self._host_fixes(plan, staging, files, host_fixes, warnings)
+                    meant = profile_specs(plan.source, plan.profile, plan.release, plan.platform)
+                    made = record.build_record(plan, files, served=self.fetcher.served,
+                                               links=self._complete(plan, staging), requested=requested,
+                                               meant=[str(s) for s in meant], location=location_argv(
+                                                   plan.source, plan.base_url, plan.channel))
+                    if fixed:
+                        made[hostfixes.RECORD_KEY] = fixed
+                    made["sbom"] = sbom.write(staging, made, self.cache.root / "sbom")
+                    record.write_record(staging, made)
+                    swap_into_place(staging, prefix, warn=warnings.append,
+                                    swapped=lambda: swapped.append(True))
+                except BaseException:
+                    fsops.rmtree(staging)
+                    raise
+            return InstallResult(prefix, plan, noop=False, downloaded=downloaded, cached=cached,
+                                 files=len(files), seconds=time.monotonic() - t0, warnings=tuple(warnings))
         except KeyboardInterrupt as exc:
             if isinstance(exc, interrupts.Interrupted):
                 raise
             raise interrupts.Interrupted(interrupted_text(prefix, plan, swapped=bool(swapped)),
                                          signum=interrupts.signum_of(exc)) from None
-
-    def _transaction(self, plan: Plan, prefix: Path, t0: float, warnings: list[str], swapped: list[bool],
-                     *, reinstall: bool, replace_foreign: bool, requested: Sequence[str],
-                     host_fixes: bool) -> InstallResult:
-        with prefixes.prefix_lock(prefix, self.lock_timeout):
-            for action in prefixes.recover(prefix):
-                (warnings.append if action.startswith("warning: ") else self.reporter.message)(action)
-            # an unreadable record's error says to reinstall with --reinstall: then it is not read
-            held = (record.read_record(prefix) or {}) if not reinstall and prefix.is_dir() else {}
-            if held and holds(held, plan) and not hostfixes.pending(prefix, held, host_fixes):
-                return InstallResult(prefix, plan, noop=True, seconds=time.monotonic() - t0,
-                                     warnings=tuple(warnings))
-            if not replace_foreign:
-                prefixes.refuse_foreign(prefix)
-            try:
-                staging = Path(tempfile.mkdtemp(dir=prefix.parent,
-                                                prefix=f".{prefix.name}.cudaredist-stage-"))
-            except OSError as exc:
-                raise disk_error(exc, path=prefix.parent / f".{prefix.name}.cudaredist-stage-*",
-                                 where=prefix.parent) from exc
-            try:
-                # mkdtemp's 0700 would hide the toolkit from other users; the umask was read at start-up
-                os.chmod(staging, 0o777 & ~UMASK)
-                self._check_space(plan, staging)
-                try:
-                    files, downloaded, cached = self._build(plan, staging, prefix)
-                except StreamBroken as broken:
-                    # (its __cause__ is gone: the build re-raises from None)
-                    self.reporter.message(f"{broken.args[0]}; building the tree again, without "
-                                          "extracting while downloading")
-                    fsops.rmtree(staging)
-                    staging.mkdir()
-                    files, downloaded, cached = self._build(plan, staging, prefix, stream=False)
-                files, fixed = self._host_fixes(plan, staging, files, host_fixes, warnings)
-                meant = profile_specs(plan.source, plan.profile, plan.release, plan.platform)
-                made = record.build_record(plan, files, served=self.fetcher.served,
-                                           links=self._complete(plan, staging), requested=requested,
-                                           meant=[str(s) for s in meant],
-                                           location=location_argv(plan.source, plan.base_url, plan.channel))
-                if fixed:
-                    made[hostfixes.RECORD_KEY] = fixed
-                made["sbom"] = sbom.write(staging, made, self.cache.root / "sbom")
-                record.write_record(staging, made)
-                swap_into_place(staging, prefix, warn=warnings.append, swapped=lambda: swapped.append(True))
-            except BaseException:
-                fsops.rmtree(staging)
-                raise
-        return InstallResult(prefix, plan, noop=False, downloaded=downloaded, cached=cached,
-                             files=len(files), seconds=time.monotonic() - t0, warnings=tuple(warnings))
 
     def _check_space(self, plan: Plan, staging: Path) -> None:
         """Refuse before downloading when a disk clearly cannot hold what lands on it.
