@@ -84,22 +84,14 @@ def build_record(plan: Plan, files: list[FileRecord], *, served: dict[str, str],
 
 
 def write_record(prefix: Path, record: dict[str, Any]) -> None:
-    p = record_path(prefix)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fsops.write_atomic(p, _dumps(record).encode())
-
-
-def _dumps(record: dict[str, Any]) -> str:
     """``record`` as indented JSON with one line per file: json's C encoder writes each line (an
     indented dump of the whole record goes through its pure-Python one, a tenth as fast, and a
     tree has thousands of files)."""
-    rest = {k: v for k, v in record.items() if k != "files"}
-    files = record.get("files")
-    if not isinstance(files, list) or not files:
-        return json.dumps(record, indent=1) + "\n"
-    head = json.dumps(rest, indent=1)
-    body = ",\n  ".join(json.dumps(f) for f in files)
-    return (f"{head[:-2]}," if rest else "{") + f'\n "files": [\n  {body}\n ]\n}}\n'
+    p = record_path(prefix)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    head = json.dumps({k: v for k, v in record.items() if k != "files"}, indent=1)
+    body = ",\n  ".join(json.dumps(f) for f in record["files"])
+    fsops.write_atomic(p, f'{head[:-2]},\n "files": [\n  {body}\n ]\n}}\n'.encode())
 
 
 # What a record must hold, as data: a field's type (or types), the fields of an object, or [that]
