@@ -69,8 +69,7 @@ def index_page(labels: Sequence[str], dirs: Sequence[str], manifests: str = "") 
 
 
 def write_mirror(out: Path, content: MirrorContent, *, fetch: Fetch, get_bytes: Callable[[str], bytes],
-                 reporter: Reporter | None = None, jobs: int = 4, lock_timeout: float | None = None,
-                 locked: bool = False) -> MirrorReport:
+                 reporter: Reporter, jobs: int, locked: bool = False) -> MirrorReport:
     """Write (or complete) in ``out`` the mirror ``content`` describes, under the mirror's lock
     (``locked``: the caller holds the lock of a mirror that contains ``out``). Each ``--with``
     product goes to its own folder (where :func:`product_base` looks), inside ``out`` under the same lock.
@@ -79,14 +78,13 @@ def write_mirror(out: Path, content: MirrorContent, *, fetch: Fetch, get_bytes: 
     (:meth:`cudaredist.fetch.fetcher.Fetcher.fetch`); ``get_bytes`` fetches small documents
     (licence files).
     """
-    reporter = reporter or Reporter()
     out = out.absolute()
     top = dest_path(out, content.folder) if content.folder else out  # where the manifests go
     out.mkdir(parents=True, exist_ok=True)
     report = MirrorReport(str(out), str(top), releases=list(content.releases), notes=list(content.notes))
     # the lock beside the mirror, like the prefix lock, so that the mirror holds only what it serves
     with contextlib.nullcontext() if locked else hold(
-            out.parent / f".{out.name}.cudaredist-mirror.lock", lock_wait(lock_timeout),
+            out.parent / f".{out.name}.cudaredist-mirror.lock", lock_wait(),
             f"the mirror {out} is busy: another cudaredist process is writing it; retry later", out,
             doing="create the lock file of the mirror in", where=out.parent, option="--out"):
         _copy_archives(out, content.copies, fetch, reporter, jobs, report)
@@ -101,7 +99,7 @@ def write_mirror(out: Path, content: MirrorContent, *, fetch: Fetch, get_bytes: 
         for product in content.products:  # each in its own folder, where install looks for it
             where = local_path(product_base(top.as_uri() + "/", product.name))
             part = write_mirror(where, product.content, fetch=fetch, get_bytes=get_bytes, reporter=reporter,
-                                jobs=jobs, lock_timeout=lock_timeout, locked=where.is_relative_to(out))
+                                jobs=jobs, locked=where.is_relative_to(out))
             report.products.append({"name": product.name, "title": product.title,
                                     "releases": part.releases, "out": part.out})
             report.archives += [row | {"product": product.name} for row in part.archives]
