@@ -25,9 +25,8 @@ def request_argv(record: Mapping[str, Any] | None, prefix: Path, *, reinstall: b
     plan, request = record["plan"], record.get("request", {})
     release, platform, had = str(plan["release"]), str(plan["platform"]), str(plan.get("source", "nvidia"))
     # --prefix P, or for a managed toolkit (named by its release and platform) its install dir
-    target = ["--prefix", str(prefix)] if prefix.name != toolkit_name(release, platform) else \
-        install_dir_argv(prefix.parent)
-    argv = ["cudaredist", "install", release, *target, "--platform", platform]
+    argv = ["cudaredist", "install", release, "--prefix", str(prefix), "--platform", platform] \
+        if prefix.name != toolkit_name(release, platform) else train_argv(release, prefix.parent, platform)
     if plan.get("host"):  # a cross tree: the tools' platform too
         argv += ["--host", str(plan["host"])]
     source = source or had
