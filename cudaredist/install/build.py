@@ -4,9 +4,8 @@ from the archive (cached, or downloaded while it is extracted) when there is non
 from __future__ import annotations
 
 import contextlib
-import heapq
-import itertools
 import os
+import queue
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -85,8 +84,7 @@ class Build:
                          and stream and not WINDOWS and is_streamable(it.archive.filename)}
         self.downloaded = self.cached = 0
         # complete archives waiting for an extraction worker: (-size, arrival, item, path)
-        self._downloaded: list[tuple[int, int, PlannedArchive, Path]] = []
-        self._arrival = itertools.count()
+        self._downloaded: queue.PriorityQueue[tuple[int, int, PlannedArchive, Path]] = queue.PriorityQueue()
         self._counting = threading.Lock()
         self.fetch_of: dict[PlannedArchive, Future[tuple[Path, bool]]] = {}
         self.follows = {it: GrowingFile() for it in self.streamed}
@@ -230,14 +228,6 @@ class Build:
                 for follow in self.follows.values():  # one whose extraction never ran
                     follow.close()
 
-    def _place_biggest(self) -> None:
-        """Place the biggest archive downloaded and not placed yet: small archives download first,
-        and in arrival order they would keep the workers from the longest extraction (stop 39: the
-        Windows tree's libnvvm zip waited 0.26 s behind cccl's and cudart's)."""
-        with self._counting:
-            _size, _n, item, path = heapq.heappop(self._downloaded)
-        self.place(item, path)
-
     def _wait(self, leader: ThreadPoolExecutor, extractors: ThreadPoolExecutor,
               extractions: set[Future[Any]]) -> None:
         """Until every download and extraction is done; a finished download of an archive not
@@ -265,10 +255,12 @@ class Build:
                     if item is self.lead:
                         future = leader.submit(self.place, item, path)
                     else:
-                        waiting = (-item.archive.size, next(self._arrival), item, path)
-                        with self._counting:
-                            heapq.heappush(self._downloaded, waiting)
-                        future = extractors.submit(self._place_biggest)
+                        # a worker places the biggest archive downloaded and not placed yet: small archives
+                        # download first, and in arrival order they would keep the workers from the longest
+                        # extraction (stop 39: the Windows tree's libnvvm zip waited 0.26 s behind cccl's
+                        # and cudart's)
+                        self._downloaded.put((-item.archive.size, len(extractions), item, path))
+                        future = extractors.submit(lambda: self.place(*self._downloaded.get_nowait()[2:]))
                     extractions.add(future)
                     pending.add(future)
         except BaseException:
