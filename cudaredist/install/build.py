@@ -80,14 +80,13 @@ class Build:
         # same to place), then the archives biggest first: the longest work starts earliest
         self.items.sort(key=lambda it: (-placing[it], -it.archive.size))
         # A Windows host cannot rename a file another handle has open: no streaming there.
-        self.streamed = {it for it in self.items if it not in self.ready
-                         and stream and not WINDOWS and is_streamable(it.archive.filename)}
+        self.follows = {it: GrowingFile() for it in self.items if it not in self.ready
+                        and stream and not WINDOWS and is_streamable(it.archive.filename)}
         self.downloaded = self.cached = 0
         # complete archives waiting for an extraction worker: (-size, arrival, item, path)
         self._downloaded: queue.PriorityQueue[tuple[int, int, PlannedArchive, Path]] = queue.PriorityQueue()
         self._counting = threading.Lock()
         self.fetch_of: dict[PlannedArchive, Future[tuple[Path, bool]]] = {}
-        self.follows = {it: GrowingFile() for it in self.streamed}
         # the longest extraction, the critical path where cores are few: its own thread, at the
         # priority the others give up (_give_way)
         unpack = [it for it in self.items if it not in self.ready]
@@ -193,7 +192,7 @@ class Build:
         jobs = min(installer.jobs, len(self.items)) or 1
         # A streamed extraction mostly waits for its bytes (a segmented download makes them readable
         # in order late): one thread each, so they never hold the workers a complete archive needs.
-        workers = installer.extract_workers + len(self.streamed)
+        workers = installer.extract_workers + len(self.follows)
         with ThreadPoolExecutor(jobs, thread_name_prefix="fetch") as fetchers, \
                 ThreadPoolExecutor(1, thread_name_prefix="extract-lead") as leader, \
                 ThreadPoolExecutor(workers, thread_name_prefix="extract",
@@ -250,7 +249,7 @@ class Build:
                     else:
                         self.downloaded += 1
                     self.reporter.archive_done(item.archive.filename, item.archive.size, cached=was_cached)
-                    if item in self.streamed:  # extracted while it downloaded
+                    if item in self.follows:  # extracted while it downloaded
                         continue
                     if item is self.lead:
                         future = leader.submit(self.place, item, path)
