@@ -214,7 +214,6 @@ class Installer(Builder):
 
     def _build(self, plan: Plan, staging: Path, prefix: Path, *,
                stream: bool = True) -> tuple[list[FileRecord], int, int]:
-        """Fill ``staging`` with the plan's archives: see :class:`~cudaredist.install.build.Build`."""
         self.fetcher.resume()
         tree = Tree(staging, dest=prefix,
                     case_insensitive=is_windows(plan.platform) or is_case_insensitive(staging))

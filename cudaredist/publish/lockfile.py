@@ -222,7 +222,6 @@ def select(lock: Lock, *, train: str | None, platform: str | None, host: str | N
 def plan_for(path: Path, *, train: str | None, platform: str | None, host: str | None,
              profile: str | None, components: Sequence[str] | None,
              source: str | None, products: Sequence[str] | None = None) -> tuple[Lock, Plan]:
-    """Read the lock at ``path`` and pick the plan this request means (drift is an error)."""
     locked = read_lock(path)
     plan = select(locked, train=train, platform=platform, host=host, profile=profile,
                   components=components, source=source, products=products)
