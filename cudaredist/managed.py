@@ -145,9 +145,12 @@ def scan(root: Path) -> Scan:
 
 
 def tidy(root: Path, timeout: float) -> list[str]:
-    """:func:`cudaredist.prefixes.tidy` for each toolkit of ``root`` that a killed run left something
-    beside (a swap cut short is put back): before the no-op check, so that it needs no network."""
-    return [action for name, _ in _with_leftovers(root) for action in tidy_prefix(root / name, timeout)]
+    """:func:`cudaredist.prefixes.tidy` for each toolkit of ``root`` (a killed uninstall leaves its files
+    inside it) and each that a killed run left something beside (a swap cut short is put back): before
+    the no-op check, so that it needs no network."""
+    names = {e.name for e in (root.iterdir() if root.is_dir() else ())
+             if _NAME.match(e.name) and not fsops.is_link(e)} | {name for name, _ in _with_leftovers(root)}
+    return [action for name in sorted(names) for action in tidy_prefix(root / name, timeout)]
 
 
 def _with_leftovers(root: Path) -> list[tuple[str, re.Match[str]]]:

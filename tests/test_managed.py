@@ -284,6 +284,21 @@ def test_leftovers_in_the_install_dir_are_cleaned_before_the_no_op(mirror: Path,
     assert (tk / ".cudaredist" / "record.json").is_file()
 
 
+def test_a_killed_uninstall_of_a_managed_toolkit_is_put_back_before_the_no_op(mirror: Path,
+                                                                               tk_dir: Path) -> None:
+    """As into a --prefix (test_interrupt): files a killed uninstall moved out of a managed toolkit,
+    whose record is still there, go back before the install answers "already installed"."""
+    install(mirror, "13.0")
+    tk = tk_dir / "cuda-13.0.1-linux-x86_64"
+    trash = tk / ".cudaredist" / "removing-1234abcd"
+    (trash / "bin").mkdir(parents=True)
+    os.rename(tk / "bin" / "nvcc", trash / "bin" / "nvcc")
+    code, _out, err = cli("install", "13.0", "--base-url", "http://127.0.0.1:9/", "--platform", LINUX)
+    assert code == 0 and "nothing to do" in err, err
+    assert f"put back 1 files an interrupted uninstall had moved out of {tk}" in err
+    assert not trash.exists() and cli("verify", "13.0")[0] == 0
+
+
 def test_a_train_not_installed_names_the_install_dir_given(tmp_path: Path) -> None:
     """The advice to install a missing train keeps the --install-dir it was asked about."""
     root = tmp_path / "elsewhere"
