@@ -196,10 +196,6 @@ class Tree:
         return disk_error(exc, path=shown, where=self._where, written=written, symlink=symlink,
                           cache=self._cache_root is not None, cached="unpacked copy")
 
-    def _disk(self, path: str | Path) -> _Disk:
-        """An OSError in the block is this machine's disk failing at ``path``: a LocalDiskError."""
-        return _Disk(self, path)
-
     def _path(self, rel: str) -> str:
         """Where the tree path ``rel`` is on this OS (a string: a Path costs ~8 us a file)."""
         return self._top + rel.replace("/", os.sep)
@@ -240,7 +236,7 @@ class Tree:
         except OSError as exc:
             raise self._local(exc, path) from exc
         if not made:  # something was there already (or a name that folds onto it): where does it lead?
-            with self._disk(path):
+            with _Disk(self, path):
                 real = fsops.short_path(os.path.realpath(fsops.long_path(path)))
             if real != self._real_root and not real.startswith(self._real_root + os.sep):
                 raise UnsafeArchiveError(
@@ -291,7 +287,7 @@ class Tree:
                 while chunk := src.read(CHUNK):
                     if h is not None:
                         h.update(chunk)
-                    with self._disk(dest):  # os.write may take part of it
+                    with _Disk(self, dest):  # os.write may take part of it
                         view = memoryview(chunk)
                         while view:
                             view = view[os.write(fd, view):]
@@ -299,13 +295,13 @@ class Tree:
                     with self._cond:
                         self._written += len(chunk)
                 if not WINDOWS and not umask_keeps(mode):  # created with mode minus the umask's bits
-                    with self._disk(dest):
+                    with _Disk(self, dest):
                         os.fchmod(fd, mode)  # umask-independent
             except BaseException:
                 with contextlib.suppress(OSError):
                     os.close(fd)
                 raise
-            with self._disk(dest):
+            with _Disk(self, dest):
                 os.close(fd)  # NFS and quotas may report a failed write only here
         self._settle(FileRecord(rel, size, h.hexdigest() if h is not None else digest, mode,
                                 component=component))
@@ -342,7 +338,7 @@ class Tree:
         # the tree's own file, on this machine's disk: its errors are the disk's, never the archive's
         # (an "corrupt archive" would evict a verified download)
         source = self.root / target_rel
-        with self._disk(source), open(fsops.long_path(source), "rb") as src:
+        with _Disk(self, source), open(fsops.long_path(source), "rb") as src:
             self.add_file(rel, src, rec.mode, component, archive)
 
     def add_placed(self, recs: Sequence[FileRecord], source: Callable[[FileRecord], str], how: str,
@@ -405,13 +401,13 @@ class Tree:
             return sorted(self._dirs)
 
     def finish(self) -> list[FileRecord]:
-        links.copy_for_links(self.root, self._deferred_links, self._key, self._disk)
+        links.copy_for_links(self.root, self._deferred_links, self._key, lambda path: _Disk(self, path))
         return sorted(self._records.values(), key=lambda r: r.path)
 
 
 class _Disk:
-    """:meth:`Tree._disk`'s block, a plain class: it wraps every chunk written (a generator-based
-    context manager cost ~2.5 us more per file)."""
+    """An OSError in the block is this machine's disk failing at ``path``: a LocalDiskError. A plain
+    class: it wraps every chunk written (a generator-based context manager cost ~2.5 us more per file)."""
 
     __slots__ = ("path", "tree")
 
