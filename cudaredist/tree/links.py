@@ -14,11 +14,8 @@ from __future__ import annotations
 
 import errno
 import os
-import posixpath
-import shutil
 import sys
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable
 from pathlib import Path
 
 from cudaredist import fsops
@@ -141,32 +138,3 @@ _sendfile: Callable[[int, int, int], int] | None = (
     (lambda fi, fo, count: os.sendfile(fo, fi, None, count))
     if hasattr(os, "sendfile") and sys.platform.startswith("linux") else None)
 
-
-def copy_for_links(root: Path, links: Sequence[tuple[str, str]], key: Callable[[str], str],
-                   disk: Callable[[Path], AbstractContextManager[None]]) -> None:
-    """The ``links`` (path, target) of the tree ``root`` that could not be made (Windows without
-    symlink rights) become copies of their targets, each after the deferred links it points at or
-    through: ``libx.so -> libx.so.13 -> libx.so.13.0.1`` arrives in any order and every name ends
-    up with the bytes. ``key`` compares paths as the tree does; ``disk(path)`` translates an error."""
-    pending = {key(rel): (rel, target) for rel, target in links}
-    done: set[str] = set()
-
-    def copy(name: str, seen: tuple[str, ...] = ()) -> None:
-        if name in done or name in seen:  # a loop of links: nothing to copy, as POSIX would fail
-            return
-        rel, target = pending[name]
-        aim = key(posixpath.normpath(posixpath.join(posixpath.dirname(rel), target)))
-        for other in pending:  # the target, or a directory on its way, is a deferred link
-            if aim == other or aim.startswith(other + "/"):
-                copy(other, (*seen, name))
-        done.add(name)
-        src = fsops.long_path((root / rel).parent / target)
-        dest = root / rel
-        with disk(dest):
-            if os.path.isdir(src):
-                shutil.copytree(src, fsops.long_path(dest))
-            elif os.path.exists(src):
-                shutil.copy2(src, fsops.long_path(dest))
-
-    for name in sorted(pending):
-        copy(name)

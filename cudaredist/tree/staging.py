@@ -9,6 +9,8 @@ import contextlib
 import errno
 import hashlib
 import os
+import posixpath
+import shutil
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -401,7 +403,32 @@ class Tree:
             return sorted(self._dirs)
 
     def finish(self) -> list[FileRecord]:
-        links.copy_for_links(self.root, self._deferred_links, self._key, lambda path: _Disk(self, path))
+        """The records of the tree, once the links that could not be made (Windows without symlink
+        rights) are copies of their targets, each after the deferred links it points at or through:
+        ``libx.so -> libx.so.13 -> libx.so.13.0.1`` arrives in any order and every name ends up
+        with the bytes."""
+        pending = {self._key(rel): (rel, target) for rel, target in self._deferred_links}
+        done: set[str] = set()
+
+        def copy(name: str, seen: tuple[str, ...] = ()) -> None:
+            if name in done or name in seen:  # a loop of links: nothing to copy, as POSIX would fail
+                return
+            rel, target = pending[name]
+            aim = self._key(posixpath.normpath(posixpath.join(posixpath.dirname(rel), target)))
+            for other in pending:  # the target, or a directory on its way, is a deferred link
+                if aim == other or aim.startswith(other + "/"):
+                    copy(other, (*seen, name))
+            done.add(name)
+            src = fsops.long_path((self.root / rel).parent / target)
+            dest = self.root / rel
+            with _Disk(self, dest):
+                if os.path.isdir(src):
+                    shutil.copytree(src, fsops.long_path(dest))
+                elif os.path.exists(src):
+                    shutil.copy2(src, fsops.long_path(dest))
+
+        for name in sorted(pending):
+            copy(name)
         return sorted(self._records.values(), key=lambda r: r.path)
 
 
