@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import IO
 
 from cudaredist import fsops
-from cudaredist.errors import ConflictError, LocalDiskError, UnsafeArchiveError
+from cudaredist.errors import ConflictError, CudaRedistError, LocalDiskError, UnsafeArchiveError
 from cudaredist.fsops import WINDOWS
 from cudaredist.localfs import disk_error, fold, umask_keeps
 from cudaredist.tree import links
@@ -53,11 +53,6 @@ class _Claim:
 
 class WriterFailed(ConflictError):
     """Another archive was writing a path this one also has, and failed: its error is the real one."""
-
-
-def _taken(archive: str, rel: str, component: str) -> ConflictError:
-    """A path the tree claims for one archive's member already exists on disk (made by another)."""
-    return ConflictError(f"{archive}: {rel} already exists in the tree", path=rel, second=component)
 
 
 class Tree:
@@ -198,6 +193,14 @@ class Tree:
         return disk_error(exc, path=shown, where=self._where, written=written, symlink=symlink,
                           cache=self._cache_root is not None, cached="unpacked copy")
 
+    def _not_made(self, exc: OSError, rel: str, dest: str, component: str, archive: str, *,
+                  symlink: bool = False) -> CudaRedistError:
+        """A path the tree claims for one archive's member already exists on disk (made by another),
+        or this machine's disk refused to create it at ``dest``."""
+        if isinstance(exc, FileExistsError):
+            return ConflictError(f"{archive}: {rel} already exists in the tree", path=rel, second=component)
+        return self._local(exc, dest, symlink=symlink)
+
     def _path(self, rel: str) -> str:
         """Where the tree path ``rel`` is on this OS (a string: a Path costs ~8 us a file)."""
         return self._top + rel.replace("/", os.sep)
@@ -279,10 +282,8 @@ class Tree:
         with self._writing(rel, archive) as (rel, dest):
             try:
                 fd = os.open(fsops.long_path(dest), _OPEN_FLAGS, mode)
-            except FileExistsError as exc:
-                raise _taken(archive, rel, component) from exc
             except OSError as exc:
-                raise self._local(exc, dest) from exc
+                raise self._not_made(exc, rel, dest, component, archive) from exc
             try:
                 # Reading (the archive's side) and writing (the disk's side) fail for different
                 # reasons: only a failed write is a LocalDiskError.
@@ -317,12 +318,10 @@ class Tree:
         with self._writing(rel, archive) as (rel, dest):
             try:
                 fsops.symlink(target, dest)
-            except FileExistsError as exc:
-                raise _taken(archive, rel, component) from exc
             except OSError as exc:
-                if not WINDOWS:
+                if not WINDOWS or isinstance(exc, FileExistsError):
                     # POSIX has symlinks: a failure here is real, not a missing right
-                    raise self._local(exc, dest, symlink=True) from exc
+                    raise self._not_made(exc, rel, dest, component, archive, symlink=True) from exc
                 # Windows without symlink rights: materialise the target once all files exist.
                 with self._cond:
                     self._deferred_links.append((rel, target))
@@ -376,10 +375,8 @@ class Tree:
                         used = links.place(source(rec), dest, mode, rec.mode, rec.size)  # long paths: its own
                         if how == "clone" and used == "copy":
                             self._clones = False
-                    except FileExistsError as exc:
-                        raise _taken(archive, rel, component) from exc
                     except OSError as exc:  # both sides are this machine's disks
-                        raise self._local(exc, dest) from exc
+                        raise self._not_made(exc, rel, dest, component, archive) from exc
                 placed.append(FileRecord(rel, rec.size, rec.sha256, rec.mode, component=component))
         finally:
             with self._cond:
