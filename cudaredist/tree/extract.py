@@ -14,9 +14,7 @@ import struct
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from functools import cache
 from pathlib import Path
-from types import ModuleType
 from typing import IO, TYPE_CHECKING, Any, cast
 
 from cudaredist.errors import UnsafeArchiveError
@@ -42,18 +40,6 @@ FILE_THREADS = 4
 # (libnvvm: cicc and libnvvm.so, 30 MB each) would otherwise hold one core while the other waits.
 PARALLEL_ZIP_BYTES = 8 << 20
 _LOCAL = struct.Struct("<4sHHHHHIIIHH")  # a zip member's local header
-
-
-@cache
-def _zlib() -> ModuleType:
-    """zlib-ng's zlib API where its wheel is installed (about twice as fast), else the standard one."""
-    try:
-        from zlib_ng import zlib_ng
-    except ImportError:  # pragma: no cover - a host without its wheel
-        import zlib
-
-        return zlib
-    return zlib_ng
 
 
 def redist_mapper(component: str, archive: str, root: str = "") -> Mapper:
@@ -296,7 +282,7 @@ def in_threads(fn: Callable[..., None], shares: Sequence[Iterable[Sequence[Any]]
 
 class DeflatedMember:
     """``read(n)`` of one deflated member of a complete zip, through zlib-ng (the same API, about
-    twice as fast as the standard library's zlib, which zipfile always uses) where it is installed.
+    twice as fast as the standard library's zlib, which zipfile always uses).
 
     Like ``ZipFile.open``, from the local header the central directory points at: the local name
     must be the central one, and the data must inflate to exactly the recorded size and CRC, or it
@@ -315,7 +301,9 @@ class DeflatedMember:
             raise _bad_zip(f"file name in directory {info.orig_filename!r} and header {spelled!r} differ")
         self._fh, self._info, self._left = fh, info, info.compress_size
         self._out = self._crc = 0  # inflated bytes so far, and their CRC-32
-        self._zlib = _zlib()
+        from zlib_ng import zlib_ng
+
+        self._zlib = zlib_ng
         self._d, self._pending = self._zlib.decompressobj(-15), b""
 
     def read(self, n: int = -1) -> bytes:
