@@ -106,7 +106,7 @@ def chain_links(paths: Iterable[str], soname_of: Callable[[str], str | None],
                 yield link_rel, target
 
 
-def add_soname_links(tree: Tree, paths: Iterable[str], *, component: str, archive: str) -> list[str]:
+def add_soname_links(tree: Tree, paths: Iterable[str], *, component: str, archive: str) -> None:
     """Restore the chains of :func:`chain_links` in an extracted tree (the wheels carry no symlinks).
 
     The SONAME comes from the ELF itself; a link whose name the archive already uses is left alone
@@ -120,11 +120,8 @@ def add_soname_links(tree: Tree, paths: Iterable[str], *, component: str, archiv
         with open(full, "rb") as fh:
             return read_soname(fh)
 
-    made: list[str] = []
     def taken(rel: str) -> bool:
         return tree.component_of(rel) == component or os.path.isdir(tree.root / rel)
 
     for link_rel, target in chain_links(paths, soname_of, taken):
         tree.add_symlink(link_rel, target, component, archive)
-        made.append(link_rel)
-    return made
