@@ -254,11 +254,10 @@ def import_library(info: DllExports) -> bytes:
     stem = dll.rsplit(".", 1)[0] if "." in dll else dll
     thunk = b"\x7f" + stem.encode() + b"_NULL_THUNK_DATA"
     # the directory's terminator; the terminators of the lookup and address tables (one pointer each)
-    width, align = 8, _ALIGN_8
     null_descriptor = _coff(info.machine, [(b".idata$3", bytes(20), [], _ALIGN_4 | _DATA_RW)],
                             [(b"__NULL_IMPORT_DESCRIPTOR", 0, 1, _SYM_EXTERNAL)])
-    null_thunk = _coff(info.machine, [(b".idata$5", bytes(width), [], align | _DATA_RW),
-                                      (b".idata$4", bytes(width), [], align | _DATA_RW)],
+    null_thunk = _coff(info.machine, [(b".idata$5", bytes(8), [], _ALIGN_8 | _DATA_RW),
+                                      (b".idata$4", bytes(8), [], _ALIGN_8 | _DATA_RW)],
                        [(thunk, 0, 1, _SYM_EXTERNAL)])
     members: list[tuple[str, bytes, Sequence[bytes]]] = [
         (dll, _import_descriptor(dll, stem, info.machine), [b"__IMPORT_DESCRIPTOR_" + stem.encode()]),
