@@ -94,7 +94,9 @@ def extract(path: Path | None, tree: Tree, *, component: str, archive: str, mapp
                 if m.isdir():
                     tree.add_dir(rel, component, archive)
                 elif m.isreg():
-                    tree.add_file(rel, _member_data(tf, m), m.mode, component, archive)
+                    src = tf.extractfile(m)
+                    assert src is not None  # a regular member
+                    tree.add_file(rel, src, m.mode, component, archive)
                 elif m.issym():
                     tree.add_symlink(rel, m.linkname, component, archive)
                 elif m.islnk():
@@ -124,7 +126,7 @@ def _open_tar(raw: IO[bytes]) -> tarfile.TarFile:
     buffered = io.BufferedReader(cast(io.RawIOBase, raw), READ_SIZE)
     rest = cast(IO[bytes], buffered)
     if buffered.peek(6)[:6] == b"\xfd7zXZ\x00":
-        # tarfile reads headers from it; member data is read from it directly (_member_data)
+        # tarfile reads headers and member data from it, skipping forward
         return tarfile.open(fileobj=cast(IO[bytes], _Forward(lzma.LZMAFile(rest))), mode="r:")
     return tarfile.open(fileobj=rest, mode="r|*", bufsize=1 << 16)
 
@@ -133,8 +135,8 @@ class _Forward:
     """A decompressed stream that tarfile may ``tell`` and ``seek`` forward in (skipping bytes).
 
     Reading a member through tarfile's own stream ("r|") costs three copies of every byte
-    (joining 64 KiB pieces, slicing, ``readinto``), each a fresh megabyte; here a member's
-    bytes come straight from the decompressor (:func:`_member_data`)."""
+    (joining 64 KiB pieces, slicing, ``readinto``), each a fresh megabyte; here ``extractfile``
+    reads a member's bytes from the decompressor with one copy."""
 
     def __init__(self, src: IO[bytes]) -> None:
         self._src = src
@@ -157,42 +159,6 @@ class _Forward:
             if not self.read(min(offset - self.pos, READ_SIZE)):
                 raise tarfile.ReadError("unexpected end of data")
         return self.pos
-
-
-class _MemberData(io.RawIOBase):
-    """The ``size`` bytes of one member from ``stream``, read in the caller's chunk size."""
-
-    def __init__(self, stream: _Forward, size: int) -> None:
-        super().__init__()
-        self._stream = stream
-        self._left = size
-
-    def read(self, n: int | None = -1) -> bytes:
-        n = self._left if n is None or n < 0 else min(n, self._left)
-        if n <= 0:
-            return b""
-        data = self._stream.read(n)
-        while len(data) < n:  # the decompressor may return less than asked before its end
-            more = self._stream.read(n - len(data))
-            if not more:
-                import tarfile
-
-                raise tarfile.ReadError("unexpected end of data")
-            data += more
-        self._left -= n
-        return data
-
-
-def _member_data(tf: tarfile.TarFile, m: tarfile.TarInfo) -> IO[bytes]:
-    """A regular member's content: from the decompressed stream itself where tarfile reads a
-    :class:`_Forward` (and the member is not sparse), else through ``extractfile``."""
-    fo = tf.fileobj
-    if isinstance(fo, _Forward) and not m.sparse:
-        fo.seek(m.offset_data)
-        return cast(IO[bytes], _MemberData(fo, m.size))
-    src = tf.extractfile(m)
-    assert src is not None
-    return src
 
 
 def _extract_zip(path: Path, tree: Tree, *, component: str, archive: str, mapper: Mapper,
