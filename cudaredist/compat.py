@@ -250,11 +250,9 @@ def decide(prefix: Path | str, plan: Mapping[str, Any], info: DriverInfo, mode: 
     cuda = f"CUDA {train[0]}.{train[1]}"
     why, fix = _refusal(info, compat, cuda, kernel, runs, plan,
                         branches if branches is not None else driver_branches())
-    if not directory:
+    if why or not directory:
         return Decision(False, why or f"the host driver {kernel} is older than {cuda}; the tree has no "
-                        "compat package", runs=runs, fix=fix if why else "install with `--with compat`")
-    if why:
-        return Decision(False, why, directory, runs, fix)
+                        "compat package", directory, runs, fix if why else "install with `--with compat`")
     return Decision(True, f"the host driver {kernel} (CUDA {info.cuda if host else 'unknown'}) is older "
                           f"than {cuda}: the tree's compat package {compat} goes first on LD_LIBRARY_PATH",
                     directory, "compat")
