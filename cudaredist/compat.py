@@ -231,8 +231,12 @@ def decide(prefix: Path | str, plan: Mapping[str, Any], info: DriverInfo, mode: 
     if (mode := mode or "auto") not in MODES:
         raise UsageError(f"unknown --compat {mode!r}; choose one of {', '.join(MODES)}")
     directory, compat = compat_of(prefix, plan)
-    train = _mm(str(plan["release"]))
-    kernel, host = info.kernel_module, _host_cuda(info, directory)
+    train, kernel = _mm(str(plan["release"])), info.kernel_module
+    # the CUDA version the host's own driver runs; None where unknown or where the libcuda loaded is
+    # the tree's compat one (LD_LIBRARY_PATH already names it); a driver whose cuInit failed runs none
+    ours = directory and info.path.startswith(os.path.realpath(directory) + os.sep)
+    host = None if info.version is None or info.init_result not in (None, CUDA_SUCCESS) or ours \
+        else (info.version // 1000, info.version % 1000 // 10)
     # without compat: natively; SASS only (minor-version compatibility, PTX fails with 222); not at all
     runs = "native" if host is not None and host >= train else "sass" if host and host[0] == train[0] \
         else "none" if info.loaded and host is not None else "unknown"
@@ -298,15 +302,6 @@ def _refusal(info: DriverInfo, compat: str, cuda: str, kernel: str, runs: str,
         return f"the host driver branch R{branch} reached its end of life ({eol}) before {cuda} " \
             f"({released}): not a forward-compatibility host for it", upgrade
     return "", ""
-
-
-def _host_cuda(info: DriverInfo, compat_dir: str) -> tuple[int, int] | None:
-    """The CUDA version the host's own driver runs; None where unknown or where the libcuda loaded is
-    the tree's compat one (LD_LIBRARY_PATH already names it); a driver whose cuInit failed runs none."""
-    if info.version is None or info.init_result not in (None, CUDA_SUCCESS) \
-            or (compat_dir and info.path.startswith(os.path.realpath(compat_dir) + os.sep)):
-        return None
-    return info.version // 1000, info.version % 1000 // 10
 
 
 def for_tree(prefix: Path | str, plan: Mapping[str, Any], mode: str | None = None, *,
