@@ -129,36 +129,34 @@ def probe_driver(library: str | None = None, *, loader: Loader = ctypes.CDLL,
     version = ctypes.c_int(0)
     version_result = int(get_version(ctypes.byref(version)))
     init_result = int(init(ctypes.c_uint(0)))
-    devices: list[Device] = []
-    device_error = ""
-    if init_result == CUDA_SUCCESS:
-        try:
-            devices = _devices(lib)
-        except (AttributeError, RuntimeError) as exc:
-            device_error = str(exc)
+    devices, device_error = _devices(lib) if init_result == CUDA_SUCCESS else ((), "")
     return DriverInfo(library, True, path, "", version.value if version_result == 0 else None,
-                      version_result, init_result, tuple(devices), device_error, kernel)
+                      version_result, init_result, devices, device_error, kernel)
 
 
-def _devices(lib: Any) -> list[Device]:
+def _devices(lib: Any) -> tuple[tuple[Device, ...], str]:
+    """The GPUs the driver lists, or none and why it could not list them."""
     def call(fn: Any, *args: Any) -> None:
         result = int(fn(*args))
         if result != CUDA_SUCCESS:
             raise RuntimeError(f"{fn.__name__} returned {result} ({cu_error_name(result)})")
 
     count = ctypes.c_int(0)
-    call(lib.cuDeviceGetCount, ctypes.byref(count))
     out = []
-    for i in range(count.value):
-        dev = ctypes.c_int(0)
-        call(lib.cuDeviceGet, ctypes.byref(dev), ctypes.c_int(i))
-        name = ctypes.create_string_buffer(256)
-        call(lib.cuDeviceGetName, name, ctypes.c_int(len(name)), dev)
-        major, minor = ctypes.c_int(0), ctypes.c_int(0)
-        call(lib.cuDeviceGetAttribute, ctypes.byref(major), ctypes.c_int(_ATTR_CC_MAJOR), dev)
-        call(lib.cuDeviceGetAttribute, ctypes.byref(minor), ctypes.c_int(_ATTR_CC_MINOR), dev)
-        out.append(Device(i, name.value.decode(errors="replace"), major.value, minor.value))
-    return out
+    try:
+        call(lib.cuDeviceGetCount, ctypes.byref(count))
+        for i in range(count.value):
+            dev = ctypes.c_int(0)
+            call(lib.cuDeviceGet, ctypes.byref(dev), ctypes.c_int(i))
+            name = ctypes.create_string_buffer(256)
+            call(lib.cuDeviceGetName, name, ctypes.c_int(len(name)), dev)
+            major, minor = ctypes.c_int(0), ctypes.c_int(0)
+            call(lib.cuDeviceGetAttribute, ctypes.byref(major), ctypes.c_int(_ATTR_CC_MAJOR), dev)
+            call(lib.cuDeviceGetAttribute, ctypes.byref(minor), ctypes.c_int(_ATTR_CC_MINOR), dev)
+            out.append(Device(i, name.value.decode(errors="replace"), major.value, minor.value))
+    except (AttributeError, RuntimeError) as exc:
+        return (), str(exc)
+    return tuple(out), ""
 
 
 def cu_error_name(code: int) -> str:
