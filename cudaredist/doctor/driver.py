@@ -14,12 +14,12 @@ from cudaredist.compat import (
     Device,
     DriverBranch,
     DriverInfo,
+    _mm,
     cu_error_name,
     driver_branches,
 )
 from cudaredist.doctor.checks import Check, Status, Toolkit, _run, _short
 from cudaredist.fsops import WINDOWS
-from cudaredist.plan import version_key
 
 
 def _branch_advice(major: int, branches: Mapping[int, DriverBranch], windows: bool) -> str:
@@ -34,7 +34,7 @@ def _branch_advice(major: int, branches: Mapping[int, DriverBranch], windows: bo
 def check_driver(info: DriverInfo, release: str | None, *, windows: bool = WINDOWS,
                  branches: Mapping[int, DriverBranch] | None = None) -> Check:
     branches = driver_branches().cuda if branches is None else branches
-    wanted = (version_key(release) + (0, 0))[:2] if release else None
+    wanted = _mm(release) if release else None
     install = _branch_advice(wanted[0], branches, windows) if wanted else "an NVIDIA driver"
     where = f" from {info.path}" if info.path else ""
     if not info.loaded:
