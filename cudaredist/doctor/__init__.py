@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudaredist import compat
-from cudaredist.compat import Loader
 from cudaredist.doctor import driver, toolkit
 from cudaredist.doctor.checks import Check, Report, Toolkit, Which, _which
 from cudaredist.doctor.compiler import check_host_compiler, check_probe, cross_checks
@@ -58,7 +57,7 @@ class Inputs:
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     which: Which = _which
     driver_library: str | None = None
-    loader: Loader = ctypes.CDLL
+    loader: compat.Loader = ctypes.CDLL
     host_windows: bool = WINDOWS
     proc_file: str = "/proc/driver/nvidia/version"
     compat: str | None = None  # --compat: auto (None), on, off
