@@ -22,20 +22,17 @@ from cudaredist.doctor.checks import Check, Status, Toolkit, _run, _short
 from cudaredist.fsops import WINDOWS
 
 
-def _branch_advice(major: int, branches: Mapping[int, DriverBranch], windows: bool) -> str:
-    b = branches.get(major)
-    if b is None:
-        return f"a driver that supports CUDA {major}.0 (cuDriverGetVersion {major * 1000} or more)"
-    first = b.windows if windows else b.linux
-    return (f"driver branch R{b.branch} or newer" + (f" ({first} or later)" if first else "")
-            + f", which runs every CUDA {major}.x")
-
-
 def check_driver(info: DriverInfo, release: str | None, *, windows: bool = WINDOWS,
                  branches: Mapping[int, DriverBranch] | None = None) -> Check:
     branches = driver_branches().cuda if branches is None else branches
     wanted = _mm(release) if release else None
-    install = _branch_advice(wanted[0], branches, windows) if wanted else "an NVIDIA driver"
+    install = "an NVIDIA driver"
+    if wanted and (b := branches.get(wanted[0])) is not None:
+        first = b.windows if windows else b.linux
+        install = (f"driver branch R{b.branch} or newer" + (f" ({first} or later)" if first else "")
+                   + f", which runs every CUDA {wanted[0]}.x")
+    elif wanted:
+        install = f"a driver that supports CUDA {wanted[0]}.0 (cuDriverGetVersion {wanted[0] * 1000} or more)"
     where = f" from {info.path}" if info.path else ""
     if not info.loaded:
         return Check("driver", "warn",
