@@ -113,7 +113,6 @@ def _kernel_module_version(proc_file: str = "/proc/driver/nvidia/version") -> st
 
 def probe_driver(library: str | None = None, *, loader: Loader = ctypes.CDLL,
                  proc_file: str = "/proc/driver/nvidia/version") -> DriverInfo:
-    """Load the driver library and ask it: cuDriverGetVersion, cuInit, then the devices."""
     library = library or default_driver_library()
     try:
         lib = loader(library)

@@ -121,7 +121,6 @@ def _ref(c: dict[str, Any]) -> str:
 
 
 def cyclonedx(inv: dict[str, Any]) -> str:
-    """``inv`` as CycloneDX 1.6 JSON (cyclonedx-python-lib)."""
     from cyclonedx.model import ExternalReference as Ref
     from cyclonedx.model import ExternalReferenceType, HashAlgorithm, HashType, Property, XsUri
     from cyclonedx.model.bom import Bom, BomMetaData

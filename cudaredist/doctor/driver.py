@@ -110,7 +110,6 @@ def nvcc_gpu_codes(tk: Toolkit | None, env: Mapping[str, str]) -> tuple[str, ...
 
 
 def check_gpu(info: DriverInfo, codes: Sequence[str] = ()) -> Check:
-    """Devices and compute capabilities, the matching -arch, and whether the tree can target them."""
     if not info.loaded or info.init_result is None:
         return Check("gpu", "warn", "no GPU can be seen without a driver",
                      "run `cudaredist doctor` on the machine that runs the programs; set -arch / "
