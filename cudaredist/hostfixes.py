@@ -58,11 +58,6 @@ class Fix:
     edits: tuple[Edit, ...]
     known: tuple[tuple[str, str, str], ...] = ()  # (file, sha256 before, sha256 after)
 
-    def applies_to(self, release: str, platform: str) -> bool:
-        key = version_key(release)
-        return (version_key(self.since) <= key < version_key(self.before)
-                and (not self.platforms or platform in self.platforms))
-
     @property
     def files(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(e.file for e in self.edits))
@@ -120,7 +115,9 @@ def fixes() -> tuple[Fix, ...]:
 
 
 def for_release(release: str, platform: str) -> list[Fix]:
-    return [f for f in fixes() if f.applies_to(release, platform)]
+    key = version_key(release)
+    return [f for f in fixes() if version_key(f.since) <= key < version_key(f.before)
+            and (not f.platforms or platform in f.platforms)]
 
 
 @dataclass(frozen=True)
