@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import posixpath
 from dataclasses import dataclass
-from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
+from urllib.parse import unquote, urldefrag, urljoin, urlsplit
 
 from cudaredist.errors import ManifestError
 
@@ -20,12 +20,6 @@ class IndexFile:
     yanked: bool = False
 
 
-def _file_url(page_url: str, href: str) -> tuple[str, str]:
-    """Absolute URL without fragment, and the fragment (``sha256=...``)."""
-    parts = urlsplit(urljoin(page_url, href))
-    return urlunsplit((parts.scheme, parts.netloc, parts.path, parts.query, "")), parts.fragment
-
-
 def parse_simple_json(data: bytes, page_url: str) -> list[IndexFile]:
     try:
         files = json.loads(data)["files"]
@@ -37,7 +31,7 @@ def parse_simple_json(data: bytes, page_url: str) -> list[IndexFile]:
     for f in files:
         if not isinstance(f, dict) or not isinstance(f.get("filename"), str):
             continue
-        url, _frag = _file_url(page_url, str(f.get("url", "")))
+        url = urldefrag(urljoin(page_url, str(f.get("url", "")))).url
         hashes = f.get("hashes")
         hashes = hashes if isinstance(hashes, dict) else {}
         size = f.get("size")
@@ -64,7 +58,7 @@ def parse_simple_html(data: bytes, page_url: str) -> list[IndexFile]:
     for attrs in found:
         if not (href := attrs.get("href")):
             continue
-        url, frag = _file_url(page_url, href)
+        url, frag = urldefrag(urljoin(page_url, href))  # the fragment: sha256=...
         algo, _, digest = frag.partition("=")
         out.append(IndexFile(unquote(posixpath.basename(urlsplit(url).path)), url,
                              digest.lower() if algo == "sha256" else "", yanked="data-yanked" in attrs))
