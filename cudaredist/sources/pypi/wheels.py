@@ -314,33 +314,22 @@ def _glibc(platform_tag: str) -> tuple[int, int]:
     return _LEGACY_GLIBC.get(platform_tag.split("_", 1)[0], (0, 0))
 
 
-WheelRank = tuple[int, int, tuple[int, int]]
-
-
-def wheel_rank(tags: Iterable[Tag], platform: WheelPlatform) -> WheelRank | None:
-    """Sort key of a wheel with ``tags`` for ``platform`` (lower is better), or None if it does not fit."""
-    for i, pattern in enumerate(platform.tags):
-        hits = [t for t in tags if fnmatch.fnmatchcase(t.platform, pattern)]
-        if hits:
-            return min((0 if t.abi == "none" else 1, i, _glibc(t.platform)) for t in hits)
-    return None
-
-
-def wheel_platforms(files: Iterable[IndexFile], platforms: Iterable[WheelPlatform]) -> str:
+def wheel_platforms(files: Sequence[IndexFile], platforms: Iterable[WheelPlatform]) -> str:
     """The platforms ``files`` have wheels for (what a message lists)."""
-    tags = [parsed[2] for f in files if (parsed := parse_wheel_name(f.filename))]
-    return ", ".join(sorted({p.name for p in platforms for t in tags if wheel_rank(t, p) is not None}))
+    return ", ".join(sorted(p.name for p in platforms if pick_wheel(files, p) is not None))
 
 
 def pick_wheel(files: Iterable[IndexFile], platform: WheelPlatform) -> IndexFile | None:
     """The wheel for ``platform``: tag order of pypi.toml, then the lowest glibc (widest fit)."""
-    ranked: list[tuple[WheelRank, IndexFile]] = []
+    ranked: list[tuple[tuple[int, int, tuple[int, int]], str, IndexFile]] = []
     for f in files:
-        parsed = parse_wheel_name(f.filename)
-        rank = wheel_rank(parsed[2], platform) if parsed else None
-        if rank is not None:
-            ranked.append((rank, f))
-    return min(ranked, key=lambda rf: (rf[0], rf[1].filename))[1] if ranked else None
+        tags = parsed[2] if (parsed := parse_wheel_name(f.filename)) else frozenset()
+        for i, pattern in enumerate(platform.tags):
+            if hits := [t for t in tags if fnmatch.fnmatchcase(t.platform, pattern)]:
+                rank = min((0 if t.abi == "none" else 1, i, _glibc(t.platform)) for t in hits)
+                ranked.append((rank, f.filename, f))
+                break
+    return min(ranked, key=lambda r: r[:2])[2] if ranked else None
 
 # ------------------------------------------------------------------------------------------------
 # Components and the member layout
