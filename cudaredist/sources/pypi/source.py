@@ -29,7 +29,6 @@ from cudaredist.profiles import (
     wanted_specs,
 )
 from cudaredist.sources.base import Layout, ProductPlan, Where, patch, toolkit_components, with_products
-from cudaredist.sources.nvidia.manifest import check_relative_path
 from cudaredist.sources.nvidia.releases import train_rows
 from cudaredist.sources.pypi.index import Release, WheelIndex
 from cudaredist.sources.pypi.wheels import (
@@ -222,15 +221,6 @@ def resolve_plan(index: WheelIndex, train: str, *, platform: str, profile: str |
                    hashes_from=f"{came} ({index.trust.reason(came) or 'trusted by the caller'})")
 
 
-def _build(item: PlannedArchive, platform: str, variant: str = "") -> BuiltArchive:
-    from cudaredist.sources.mirroring import BuiltArchive
-    from cudaredist.sources.pypi.repack import relative_path
-
-    rel = check_relative_path(relative_path(item.component, platform, item.version, variant=variant),
-                              f"{item.component}.{platform}", item.archive.filename)
-    return BuiltArchive(item, platform, rel, variant)
-
-
 class PypiSource:
     name = "pypi"
     builds_archives = True
@@ -264,7 +254,8 @@ class PypiSource:
         """A redist archive built from each wheel (:mod:`.repack`), listed in manifests written from
         what was built; each ``--with`` product's wheels the same, in its own folder, named and
         listed as NVIDIA lays a product out (per CUDA variant: ``_cuda13`` archives, ``cuda13`` keys)."""
-        from cudaredist.sources.mirroring import BuiltManifest, MirrorContent, ProductMirror, unique_builds
+        from cudaredist.sources import mirroring
+        from cudaredist.sources.pypi.repack import relative_path
 
         requests = parse_product_requests(products)
         preset = 6 if xz_preset is None else xz_preset
@@ -281,16 +272,19 @@ class PypiSource:
                 made = {p.name: p for p in plan.products}
                 for item in plan.items:
                     p = made.get(item.product)
-                    key, date = ((item.product, p.release_date) if p else ("cuda", plan.release_date))
-                    groups.setdefault((key, p.release if p else plan.release), (date, []))[1].append(
-                        _build(item, plan.platform, p.cuda_variant if p else ""))
+                    key, label, date, variant = ((p.name, p.release, p.release_date, p.cuda_variant) if p
+                                                 else ("cuda", plan.release, plan.release_date, ""))
+                    rel = relative_path(item.component, plan.platform, item.version, variant)
+                    groups.setdefault((key, label), (date, []))[1].append(
+                        mirroring.BuiltArchive(item, plan.platform, rel, variant))
 
         def content(product: str, **more: Any) -> MirrorContent:
-            manifests = tuple(BuiltManifest(label, date, tuple(builds), product=product)
+            manifests = tuple(mirroring.BuiltManifest(label, date, tuple(builds), product=product)
                               for (name, label), (date, builds) in groups.items() if name == product)
-            return MirrorContent(releases=tuple(m.label for m in manifests), manifests=manifests,
-                                 builds=unique_builds([b for m in manifests for b in m.archives]),
-                                 xz_preset=preset, **more)
+            return mirroring.MirrorContent(
+                releases=tuple(m.label for m in manifests), manifests=manifests,
+                builds=mirroring.unique_builds([b for m in manifests for b in m.archives]), xz_preset=preset,
+                **more)
 
         return content("cuda", notes=tuple(notes), products=tuple(
-            ProductMirror(r.name, r.product.title, content(r.name)) for r in requests))
+            mirroring.ProductMirror(r.name, r.product.title, content(r.name)) for r in requests))
