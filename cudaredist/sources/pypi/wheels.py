@@ -397,8 +397,6 @@ def member_mapper(component: str, version: str, platform: str) -> Callable[[str]
             return None
         if root is not None and parts[0] == root and len(parts) >= 2:
             rest = parts[1:]
-            if rest == ["LICENSE"] or rest == ["LICENSE.txt"]:
-                return tree_path(rest[0], component=component)
         elif parts[0] != "nvidia" or len(parts) < 3:
             return None
         else:
