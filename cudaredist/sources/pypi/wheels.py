@@ -347,11 +347,8 @@ def component_for(package: str, release: str) -> str:
             if pep440(release) >= pep440(since):
                 comp = name
         return comp
-    if base.startswith("nvidia-cuda-"):
-        return "cuda_" + base[len("nvidia-cuda-"):].replace("-", "_")
-    if base.startswith("nvidia-"):
-        return "lib" + base[len("nvidia-"):].replace("-", "_")
-    return base.replace("-", "_")
+    # nvidia-cuda-X is cuda_X, any other nvidia-X libX
+    return re.sub(r"^nvidia-(cuda-)?", lambda m: "cuda_" if m[1] else "lib", base).replace("-", "_")
 
 
 _LICENSE_NAMES = {"license", "license.txt", "license.md", "licence", "licence.txt"}
