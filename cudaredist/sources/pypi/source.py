@@ -32,8 +32,6 @@ from cudaredist.sources.base import Layout, ProductPlan, Where, patch, toolkit_c
 from cudaredist.sources.nvidia.releases import train_rows
 from cudaredist.sources.pypi.index import Release, WheelIndex
 from cudaredist.sources.pypi.wheels import (
-    Metadata,
-    WheelData,
     by_version,
     choose_version,
     component_for,
@@ -103,18 +101,16 @@ def _patch(index: WheelIndex, request: ProductRequest, release: Release, platfor
     """A product that ``replaces`` a toolkit wheel (cuBLAS): the index holds NVIDIA's patch releases as
     later versions of the toolkit's own project (``nvidia-cublas`` 13.4.3.11 beside the 13.4.1.3 that
     cuda-toolkit 13.2.2 pins), so the newest of the pinned major.minor takes its place where newer."""
-    product = request.product
-    [req, *_] = _requirements_for(Spec((product.replaces,)), index.metadata(release), release, platform,
-                                  index.data)
+    [req, *_] = _requirements_for(index, Spec((request.product.replaces,)), release, platform)
     shipped, _notes = _plan_item(index, req.name, [str(req.specifier)], release, platform)
     own = ProductRelease(request.name, shipped.version, str(request), release.date, index.index_url)
     return patch(request, own, platform, functools.partial(
         plan_product, index, platform=platform, cuda_release=release.label, name=req.name))
 
 
-def _requirements_for(spec: Spec, meta: Metadata, release: Release, platform: str,
-                      data: WheelData) -> list[Requirement]:
+def _requirements_for(index: WheelIndex, spec: Spec, release: Release, platform: str) -> list[Requirement]:
     """The wheels one profile entry or ``--component`` asks for: an extra, a component or a package."""
+    data, meta = index.data, index.metadata(release)
     env = marker_env(data.platform(platform))
     for alt in spec.names:
         extra = canonicalize_name(alt)
@@ -190,19 +186,17 @@ def resolve_plan(index: WheelIndex, train: str, *, platform: str, profile: str |
     picked = [_patch(index, r, release, platform) if r.product.replaces
               else plan_product(index, r, platform=platform, cuda_release=label) for r in requests]
     components = toolkit_components(requests, picked, components)
-    notes: list[str] = []
     prof = data.profile(profile) if profile is not None else None
     if prof is not None and prof.since and pep440(label) < pep440(prof.since):
         raise PlanError(f"profile {profile} cannot be built from CUDA {label}'s wheels: {prof.before}. "
                         f"Use --source nvidia, or a release from {prof.since} on", release=label,
                         platform=platform)
     own = prof.specs if prof is not None else ()
-    notes.extend(s.missing for s in own if s.missing and not s.applies_to(label))
+    notes = [s.missing for s in own if s.missing and not s.applies_to(label)]
     specs = wanted_specs([s for s in own if s.applies_to(label)], components)
-    meta = index.metadata(release)
     wanted: dict[str, dict[str, None]] = {}  # wheel -> its specifiers, each once, in order
     for spec in specs:
-        for req in _requirements_for(spec, meta, release, platform, data):
+        for req in _requirements_for(index, spec, release, platform):
             wanted.setdefault(req.name, {})[str(req.specifier)] = None
     with ThreadPoolExecutor(min(8, len(wanted))) as pool:
         results = interrupts.results([pool.submit(_plan_item, index, name, list(specs), release,
