@@ -85,7 +85,7 @@ def plan_product(index: WheelIndex, request: ProductRequest, *, platform: str, c
         label = ".".join(str(p) for p in (*version.release, 0, 0)[:3])  # 9.28.1.4 -> 9.28.1, as the redist
         return ProductPlan(ProductRelease(request.name, label, str(request), chosen.upload_time[:10],
                                           index.served.get(name, index.index_url), f"cuda{major}"), (item,))
-    fits = [f"{v} ({wheel_platforms(found[v], index.data.platforms.values())})" for v in sorted(found)]
+    fits = [f"{v} ({wheel_platforms(found[v])})" for v in sorted(found)]
     asked = f" {request.spec}" if request.spec else ""
     if not allowed:
         raise ResolveError(
@@ -158,10 +158,9 @@ def _plan_item(index: WheelIndex, name: str, specs: list[str], release: Release,
     if chosen is None and (chosen := pick_wheel(candidates, plat)) is not None:
         notes.append(f"{chosen.filename} is yanked on the index; no other wheel of {name} {version} fits")
     if chosen is None:
-        fits = wheel_platforms(candidates, data.platforms.values())
         raise PlanError(
             f"{name} {version} has no wheel for {platform} on {index.index_url} (its wheels are for: "
-            f"{fits or 'no known platform'})", component=name, release=release.label,
+            f"{wheel_platforms(candidates) or 'no known platform'})", component=name, release=release.label,
             platform=platform)
     item = index.planned(name, chosen, component_for(name, release.label), version,
                          f"{data.metapackage} {release.label}", release=release.label, platform=platform)

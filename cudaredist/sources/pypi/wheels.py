@@ -314,9 +314,9 @@ def _glibc(platform_tag: str) -> tuple[int, int]:
     return _LEGACY_GLIBC.get(platform_tag.split("_", 1)[0], (0, 0))
 
 
-def wheel_platforms(files: Sequence[IndexFile], platforms: Iterable[WheelPlatform]) -> str:
+def wheel_platforms(files: Sequence[IndexFile]) -> str:
     """The platforms ``files`` have wheels for (what a message lists)."""
-    return ", ".join(sorted(p.name for p in platforms if pick_wheel(files, p) is not None))
+    return ", ".join(sorted(p.name for p in wheel_data().platforms.values() if pick_wheel(files, p)))
 
 
 def pick_wheel(files: Iterable[IndexFile], platform: WheelPlatform) -> IndexFile | None:
