@@ -27,8 +27,8 @@ from cudaredist.sources.nvidia.releases import check_train, pick_release
 from cudaredist.sources.pypi.simple import IndexFile, parse_simple_page
 from cudaredist.sources.pypi.wheels import (
     Metadata,
-    by_version,
     parse_version,
+    parse_wheel_name,
     release_label,
     wheel_data,
     wheel_metadata,
@@ -82,7 +82,7 @@ class WheelIndex:
         self.trust = trust or Trust.of()
         self.offline = offline
         self.data = wheel_data()
-        self._pages: dict[str, list[IndexFile]] = {}
+        self._pages: dict[str, dict[Version, list[IndexFile]]] = {}
         self.served: dict[str, str] = {}  # project -> the index whose page (hashes) was used
         self._mirror_pages: dict[str, dict[str, str]] = {}
         self._metadata: dict[str, Metadata] = {}  # metapackage wheel -> its METADATA, read once
@@ -107,7 +107,8 @@ class WheelIndex:
         """--no-fallback with an authenticated mirror: its pages stand in for the index's."""
         return self.no_fallback and self.readers() == [self.mirror_url]
 
-    def files(self, project: str) -> list[IndexFile]:
+    def files(self, project: str) -> dict[Version, list[IndexFile]]:
+        """The wheels of ``project`` on its page, by version (other files of the page left out)."""
         name = canonicalize_name(project)
         if name in self._pages:
             return self._pages[name]
@@ -121,9 +122,13 @@ class WheelIndex:
             except FetchError as exc:
                 errors.append(exc)
                 continue
-            self._pages[name] = parse_simple_page(data, f"{root}{name}/")
+            found: dict[Version, list[IndexFile]] = {}
+            for f in parse_simple_page(data, url):
+                if (parsed := parse_wheel_name(f.filename)) is not None and parsed[0] == name:
+                    found.setdefault(parsed[1], []).append(f)
+            self._pages[name] = found
             self.served[name] = root
-            return self._pages[name]
+            return found
         if self.pages_from_the_mirror_only and errors[0].status == 404:
             raise FetchError(f"the mirror {self.mirror_url} has no project {name}, and --no-fallback forbids "
                              f"its page at the package index {self.index_url}: add the project to the "
@@ -208,9 +213,8 @@ class WheelIndex:
     # -- the metapackage ---------------------------------------------------------------------------
     def releases(self) -> list[Release]:
         """Every wheel release of the metapackage, newest first (yanked ones only if nothing else)."""
-        meta = canonicalize_name(self.data.metapackage)
         best = [Release(v, ([f for f in fs if not f.yanked] or fs)[0])
-                for v, fs in by_version(self.files(meta), meta).items()]
+                for v, fs in self.files(self.data.metapackage).items()]
         return sorted(best, key=lambda r: r.version, reverse=True)
 
     def resolve(self, train: str) -> Release:

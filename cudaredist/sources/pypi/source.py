@@ -32,7 +32,6 @@ from cudaredist.sources.base import Layout, ProductPlan, Where, patch, toolkit_c
 from cudaredist.sources.nvidia.releases import train_rows
 from cudaredist.sources.pypi.index import Release, WheelIndex
 from cudaredist.sources.pypi.wheels import (
-    by_version,
     choose_version,
     component_for,
     marker_env,
@@ -73,7 +72,7 @@ def plan_product(index: WheelIndex, request: ProductRequest, *, platform: str, c
             f"{product.title} for CUDA {major} is not on {index.index_url}: the index has no project "
             f"{name} (NVIDIA's {product.title} wheel for CUDA {major}); use --source nvidia, or another "
             "CUDA train", requested=str(request), where=index.index_url) from exc
-    found = {v: fs for v, fs in by_version(files, name).items() if not v.is_prerelease}
+    found = {v: fs for v, fs in files.items() if not v.is_prerelease}
     plat = index.data.platform(platform)
     allowed = [v for v in sorted(found, reverse=True) if request.matches(str(v))]
     for version in allowed:
@@ -145,7 +144,7 @@ def _plan_item(index: WheelIndex, name: str, specs: list[str], release: Release,
                platform: str) -> tuple[PlannedArchive, list[str]]:
     data = index.data
     plat = data.platform(platform)
-    versions = {str(v): fs for v, fs in by_version(index.files(name), name).items()}
+    versions = {str(v): fs for v, fs in index.files(name).items()}
     version = choose_version(specs, versions)
     shown = " and ".join(s for s in specs if s) or "any version"
     if version is None:

@@ -298,15 +298,6 @@ def parse_wheel_name(filename: str) -> tuple[NormalizedName, Version, frozenset[
     return name, version, tags
 
 
-def by_version(files: Iterable[IndexFile], project: str) -> dict[Version, list[IndexFile]]:
-    """The wheels of ``project`` (a canonical name) among ``files``, by version."""
-    out: dict[Version, list[IndexFile]] = {}
-    for f in files:
-        if (parsed := parse_wheel_name(f.filename)) is not None and parsed[0] == project:
-            out.setdefault(parsed[1], []).append(f)
-    return out
-
-
 def _glibc(platform_tag: str) -> tuple[int, int]:
     m = _MANYLINUX.match(platform_tag)
     if m:
