@@ -46,22 +46,19 @@ def parse_simple_html(data: bytes, page_url: str) -> list[IndexFile]:
     anchor's text say the same)."""
     import html.parser  # only for an index that answers HTML (PEP 691 JSON needs none: ~2 ms)
 
-    found: list[dict[str, str | None]] = []
+    out: list[IndexFile] = []
 
     class Anchors(html.parser.HTMLParser):
         def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-            if tag == "a":
-                found.append(dict(attrs))
+            found = dict(attrs)
+            if tag == "a" and (href := found.get("href")):
+                url, frag = urldefrag(urljoin(page_url, href))  # the fragment: sha256=...
+                algo, _, digest = frag.partition("=")
+                out.append(IndexFile(unquote(posixpath.basename(urlsplit(url).path)), url,
+                                     digest.lower() if algo == "sha256" else "",
+                                     yanked="data-yanked" in found))
 
     Anchors().feed(data.decode("utf-8", "replace"))
-    out: list[IndexFile] = []
-    for attrs in found:
-        if not (href := attrs.get("href")):
-            continue
-        url, frag = urldefrag(urljoin(page_url, href))  # the fragment: sha256=...
-        algo, _, digest = frag.partition("=")
-        out.append(IndexFile(unquote(posixpath.basename(urlsplit(url).path)), url,
-                             digest.lower() if algo == "sha256" else "", yanked="data-yanked" in attrs))
     return out
 
 
