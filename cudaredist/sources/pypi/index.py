@@ -164,34 +164,27 @@ class WheelIndex:
                 f"the index lists no sha256 for {chosen.filename} ({chosen.url}); cudaredist installs only "
                 "files whose digest the index publishes", url=chosen.url, what="sha256",
                 expected="a published sha256", actual=chosen.sha256 or "none")
-        at_mirror = self.mirror_file(project, chosen.filename)
-        served = self.served.get(canonicalize_name(project))
-        if at_mirror is None and self.no_fallback and served != self.mirror_url:
-            raise PlanError(f"the mirror {self.mirror_url} does not list {chosen.filename} (needed by "
+        name, mirror = canonicalize_name(project), self.mirror_url
+        served = self.served.get(name)
+        # where the plain-HTTP mirror serves the wheel (its page gives URLs only), read once per project
+        if mirror is not None and not self.offline and served != mirror and name not in self._mirror_pages:
+            page_url = f"{mirror}{name}/"
+            try:
+                data = self._get_page(mirror, page_url, name, quick=not self.no_fallback)
+                self._mirror_pages[name] = {f.filename: f.url for f in parse_simple_page(data, page_url)}
+            except (FetchError, ManifestError) as exc:
+                self._mirror_pages[name] = {}
+                self.notes.append(f"the mirror {mirror} gave no page for {name} ({exc}); its wheels "
+                                  f"come from {self.index_url}")
+        at_mirror = self._mirror_pages.get(name, {}).get(chosen.filename)
+        if at_mirror is None and self.no_fallback and served != mirror:
+            raise PlanError(f"the mirror {mirror} does not list {chosen.filename} (needed by "
                             f"{needed_by}), and --no-fallback forbids {chosen.url}",
                             component=project, release=release, platform=platform)
         fallbacks = (chosen.url,) if at_mirror is not None and not self.no_fallback else ()
         archive = Archive(chosen.filename, chosen.sha256, self.size(chosen))
         return PlannedArchive(component, version, archive, at_mirror or chosen.url, layout=LAYOUT,
                               fallback_urls=fallbacks, product=product)
-
-    def mirror_file(self, project: str, filename: str) -> str | None:
-        """Where the plain-HTTP mirror serves ``filename`` (its page gives URLs only), or None."""
-        mirror = self.mirror_url
-        name = canonicalize_name(project)
-        if mirror is None or self.offline or self.served.get(name) == mirror:
-            return None
-        if name not in self._mirror_pages:
-            page_url = f"{mirror}{name}/"
-            try:
-                data = self._get_page(mirror, page_url, name, quick=not self.no_fallback)
-                found = {f.filename: f.url for f in parse_simple_page(data, page_url)}
-            except (FetchError, ManifestError) as exc:
-                found = {}
-                self.notes.append(f"the mirror {mirror} gave no page for {name} ({exc}); its wheels "
-                                  f"come from {self.index_url}")
-            self._mirror_pages[name] = found
-        return self._mirror_pages[name].get(filename)
 
     def size(self, f: IndexFile) -> int:
         """A file's size: from the JSON page, the file system, the cache (verified against the
