@@ -413,14 +413,6 @@ def choose(include: Path, env: Mapping[str, str], *, windows: bool, release: str
                   candidates=candidates, accepted=True, shell=shell)
 
 
-def request(env: Mapping[str, str], given: str | None = None) -> tuple[str, str]:
-    """(mode, where it comes from): --host-compiler, else CUDAREDIST_HOST_COMPILER, else auto; the
-    keywords auto and off in any case."""
-    origin, mode = ("--host-compiler", given) if given else (ENV_HOST_COMPILER, env.get(ENV_HOST_COMPILER))
-    mode = (mode or "").strip() or "auto"
-    return (mode.lower() if mode.lower() in ("auto", "off") else mode), origin
-
-
 def for_tree(prefix: Path, *, platform: str, release: str, env: Mapping[str, str], host_windows: bool,
              given: str | None = None, host: str = "", which: Which = which_on) -> Choice | None:
     """``choose`` for an installed tree used on this host (None: a tree for another host, or a Windows
@@ -429,7 +421,10 @@ def for_tree(prefix: Path, *, platform: str, release: str, env: Mapping[str, str
     rule = cross_rule(platform, host) if host else None
     if is_windows(platform) != host_windows or (rule is not None and not rule.target_dir):
         return None
-    mode, origin = request(env, given)
+    # --host-compiler, else CUDAREDIST_HOST_COMPILER, else auto; the keywords auto and off in any case
+    origin, mode = ("--host-compiler", given) if given else (ENV_HOST_COMPILER, env.get(ENV_HOST_COMPILER))
+    mode = (mode or "").strip() or "auto"
     include = prefix / "targets" / rule.target_dir / "include" if rule else prefix / "include"
-    return choose(include, env, windows=host_windows, release=release, mode=mode, origin=origin, cross=rule,
+    return choose(include, env, windows=host_windows, release=release, origin=origin, cross=rule,
+                  mode=mode.lower() if mode.lower() in ("auto", "off") else mode,
                   target=platform_rule(platform).arch or "x64", which=which)

@@ -105,7 +105,7 @@ LockTimeoutOpt = Annotated[float | None, typer.Option(
          "CUDAREDIST_LOCK_TIMEOUT; default: 600]")]
 
 HostCompilerOpt = Annotated[str | None, typer.Option(
-    "--host-compiler", metavar="auto|off|COMPILER",  # else hostcc.request reads CUDAREDIST_HOST_COMPILER
+    "--host-compiler", metavar="auto|off|COMPILER",  # else hostcc.for_tree reads CUDAREDIST_HOST_COMPILER
     help="The host compiler nvcc runs with the tree (else $CUDAREDIST_HOST_COMPILER): auto (nvcc's own "
          "when the tree's host_config.h accepts it, else the newest installed that it accepts, exported as "
          "NVCC_CCBIN, CUDAHOSTCXX and, for MSVC, the toolset's environment), off, or one to use (a path or "
