@@ -69,19 +69,13 @@ class Toolset:
         return f"vcvars{'arm64' if self.target == 'arm64' else '64'}.bat -vcvars_ver={self.short}"
 
 
-def find_vswhere(env: Mapping[str, str], which: Which = which_on) -> str | None:
-    """vswhere.exe where the Visual Studio Installer puts it, else on PATH."""
-    base = env.get("ProgramFiles(x86)") or env.get("PROGRAMFILES(X86)")
-    if base:
-        path = os.path.join(base, "Microsoft Visual Studio", "Installer", "vswhere.exe")
-        if os.path.isfile(path):
-            return path
-    return which("vswhere.exe", env.get("PATH")) or which("vswhere", env.get("PATH"))
-
-
 def visual_studios(env: Mapping[str, str], *, which: Which = which_on) -> list[dict[str, object]]:
     """Every Visual Studio vswhere reports (its JSON objects); none without vswhere."""
-    vswhere = find_vswhere(env, which)
+    # vswhere.exe where the Visual Studio Installer puts it, else on PATH
+    base = env.get("ProgramFiles(x86)") or env.get("PROGRAMFILES(X86)")
+    installer = os.path.join(base, "Microsoft Visual Studio", "Installer", "vswhere.exe") if base else ""
+    vswhere = installer if os.path.isfile(installer) else (
+        which("vswhere.exe", env.get("PATH")) or which("vswhere", env.get("PATH")))
     if vswhere is None:
         return []
     rc, out = run_program([vswhere, "-all", "-prerelease", "-products", "*", "-format", "json", "-utf8"],
