@@ -109,10 +109,9 @@ def msvc_toolsets(studios: list[dict[str, object]], *, target: str = "x64") -> l
         name = str(vs.get("displayName") or f"Visual Studio {line}".strip())
         for version in versions:
             for host in hosts:
-                cl = os.path.join(tools, version, "bin", f"Host{host}", target, "cl.exe")
-                if os.path.isfile(cl):
-                    out.append(Toolset(version, os.path.join(tools, version), root, name, generator, host,
-                                       target))
+                ts = Toolset(version, os.path.join(tools, version), root, name, generator, host, target)
+                if os.path.isfile(ts.cl):
+                    out.append(ts)
                     break
     return sorted(out, key=lambda ts: tuple(-v for v in version_of(ts.version)))
 
@@ -136,13 +135,12 @@ def toolset_environment(ts: Toolset, env: Mapping[str, str]) -> tuple[Pairs, Pre
     (the batch files are not run): (variables, directories put in front of PATH, INCLUDE, LIB, LIBPATH)."""
     join = os.path.join
     have = os.path.isdir
-    bindir = join(ts.root, "bin", f"Host{ts.host}", ts.target)
     lib_arch = ts.target
     variables: list[tuple[str, str]] = [
         ("VSINSTALLDIR", join(ts.vs_root, "")), ("VCINSTALLDIR", join(ts.vs_root, "VC", "")),
         ("VCToolsInstallDir", join(ts.root, "")), ("VCToolsVersion", ts.version),
         ("VSCMD_ARG_HOST_ARCH", ts.host), ("VSCMD_ARG_TGT_ARCH", ts.target), ("Platform", ts.target)]
-    path = [bindir]
+    path = [os.path.dirname(ts.cl)]
     include = [d for d in (join(ts.root, "include"), join(ts.root, "ATLMFC", "include"),
                            join(ts.vs_root, "VC", "Auxiliary", "VS", "include")) if have(d)]
     lib = [d for d in (join(ts.root, "ATLMFC", "lib", lib_arch), join(ts.root, "lib", lib_arch)) if have(d)]
