@@ -105,13 +105,11 @@ def select_host_compiler(env: Mapping[str, str], *, windows: bool, which: Which 
         spec, source = env["NVCC_CCBIN"], "NVCC_CCBIN"
     default = "cl.exe" if windows else "gcc"
     linker: str | None = None
-    if spec is None and cross:
-        spec, source = cross, "the cross compiler"
-        path = which(cross, path_var)
-    elif spec is None:
-        spec, source = default, f"nvcc's default `{default}` on PATH"
-        path = which(default, path_var)
-        if not windows:
+    if spec is None:
+        spec = cross or default
+        source = "the cross compiler" if cross else f"nvcc's default `{default}` on PATH"
+        path = which(spec, path_var)
+        if not (windows or cross):
             linker = which("g++", path_var) or ""
     elif os.path.isdir(spec):  # -ccbin DIR: nvcc runs DIR/gcc (DIR\cl.exe)
         candidate = os.path.join(spec, default)
