@@ -114,20 +114,16 @@ def check_msbuild(tk: Toolkit) -> Check:
     train = ".".join(tk.release.split(".")[:2]) if tk.release else "*"
     missing = [f"CUDA {train}.{e}" for e in ("props", "targets") if not any(where.glob(f"CUDA {train}.{e}"))]
     if missing:
+        # from NVIDIA's wheels: the same request from --source nvidia (the wheels lack the files); else
+        # the tree again (its visual_studio_integration was removed)
+        source = str((tk.record or {}).get("plan", {}).get("source", "nvidia"))
+        fix = (f"install the same request from NVIDIA's redist archives (NVIDIA's wheels lack the files): "
+               f"{tk.redo(source='nvidia', reinstall=True)}" if source != "nvidia" else
+               f"reinstall the tree: {tk.redo(reinstall=True)}")
         return Check("msbuild", "warn", f"{' and '.join(missing)} missing in {where}: CMake's Visual Studio "
                      f"generator ({use}) finds no CUDA toolset; Ninja and nvcc builds are unaffected",
-                     _msbuild_fix(tk))
+                     f"{fix}; or build with -G Ninja")
     return Check("msbuild", "ok", f"{where}: cmake -G \"Visual Studio 17 2022\" {use}")
-
-
-def _msbuild_fix(tk: Toolkit) -> str:
-    """From NVIDIA's wheels: the same request from --source nvidia (the wheels lack the files); else
-    the tree again (its visual_studio_integration was removed)."""
-    source = str((tk.record or {}).get("plan", {}).get("source", "nvidia"))
-    if source != "nvidia":
-        return (f"install the same request from NVIDIA's redist archives (NVIDIA's wheels lack the files): "
-                f"{tk.redo(source='nvidia', reinstall=True)}; or build with -G Ninja")
-    return f"reinstall the tree: {tk.redo(reinstall=True)}; or build with -G Ninja"
 
 
 # -- environment --------------------------------------------------------------------------------
