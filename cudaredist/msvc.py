@@ -116,20 +116,6 @@ def msvc_toolsets(studios: list[dict[str, object]], *, target: str = "x64") -> l
     return sorted(out, key=lambda ts: tuple(-v for v in version_of(ts.version)))
 
 
-def _windows_sdk(env: Mapping[str, str]) -> tuple[str, str] | None:
-    """(Windows Kits\\10 root, newest SDK version with um headers), from %ProgramFiles(x86)%."""
-    base = env.get("ProgramFiles(x86)") or env.get("PROGRAMFILES(X86)")
-    if not base:
-        return None
-    root = os.path.join(base, "Windows Kits", "10")
-    try:
-        versions = [v for v in os.listdir(os.path.join(root, "Include"))
-                    if os.path.isdir(os.path.join(root, "Include", v, "um"))]
-    except OSError:
-        return None
-    return (root, max(versions, key=version_of)) if versions else None
-
-
 def toolset_environment(ts: Toolset, env: Mapping[str, str]) -> tuple[Pairs, Prepends]:
     """What ``vcvars64.bat -vcvars_ver=<ts.short>`` sets for the toolset, worked out from the layout
     (the batch files are not run): (variables, directories put in front of PATH, INCLUDE, LIB, LIBPATH)."""
@@ -145,8 +131,16 @@ def toolset_environment(ts: Toolset, env: Mapping[str, str]) -> tuple[Pairs, Pre
                            join(ts.vs_root, "VC", "Auxiliary", "VS", "include")) if have(d)]
     lib = [d for d in (join(ts.root, "ATLMFC", "lib", lib_arch), join(ts.root, "lib", lib_arch)) if have(d)]
     libpath = list(lib) + [d for d in (join(ts.root, "lib", "x86", "store", "references"),) if have(d)]
-    if (sdk := _windows_sdk(env)) is not None:
-        root, version = sdk
+    # the Windows SDK: Windows Kits\10 under %ProgramFiles(x86)%, its newest version with um headers
+    base = env.get("ProgramFiles(x86)") or env.get("PROGRAMFILES(X86)")
+    root = join(base, "Windows Kits", "10") if base else ""
+    try:
+        versions = [v for v in (os.listdir(join(root, "Include")) if root else [])
+                    if have(join(root, "Include", v, "um"))]
+    except OSError:
+        versions = []
+    if versions:
+        version = max(versions, key=version_of)
         variables += [("WindowsSdkDir", join(root, "")), ("WindowsSDKVersion", version + "\\"),
                       ("UniversalCRTSdkDir", join(root, "")), ("UCRTVersion", version)]
         path.append(join(root, "bin", version, ts.host))  # rc.exe and mt.exe, which CMake's link runs
