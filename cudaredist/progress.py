@@ -32,23 +32,20 @@ class PlainLines(Reporter):
         self.verbose = verbose
         self._lock = threading.Lock()
 
-    def _print(self, text: str) -> None:
+    def message(self, text: str) -> None:
         with self._lock:
             print(text, file=self.stream, flush=True)
 
     def start(self, total_bytes: int, archives: int) -> None:
-        self._print(f"fetching {archives} archives, {mb(total_bytes)}")
+        self.message(f"fetching {archives} archives, {mb(total_bytes)}")
 
     def archive_done(self, name: str, size: int, *, cached: bool) -> None:
         how = "cached" if cached else "downloaded"
-        self._print(f"  {how:10} {name} ({mb(size)})")
+        self.message(f"  {how:10} {name} ({mb(size)})")
 
     def extracted(self, name: str) -> None:
         if self.verbose:
-            self._print(f"  extracted  {name}")
-
-    def message(self, text: str) -> None:
-        self._print(text)
+            self.message(f"  extracted  {name}")
 
 
 class TqdmBar(PlainLines):
@@ -91,12 +88,12 @@ class TqdmBar(PlainLines):
             with self._lock:
                 self._bar.update(nbytes)
 
-    def _print(self, text: str) -> None:
+    def message(self, text: str) -> None:
         if self._bar is not None:
             with self._lock:
                 self._bar.write(text, file=self.stream)
         else:
-            super()._print(text)
+            super().message(text)
 
     def close(self) -> None:
         if self._bar is not None:
