@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import json
 import os
 import sys
 import traceback
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
@@ -101,46 +99,26 @@ def emit_json(obj: Any) -> None:
     typer.echo(json.dumps(obj, indent=2))
 
 
-@dataclasses.dataclass(frozen=True)
-class Ctx:
+def where(params: dict[str, Any]) -> Where:
     """Where a command resolves and fetches from: the options install, resolve, trains, mirror and
-    lock share (``Ctx.of(locals())``)."""
+    lock share, from the command's parameters of the same names (its ``locals()``)."""
+    from cudaredist.sources.base import Where
 
-    base_url: str | None
-    channel: str | None
-    mirror: str | None
-    no_fallback: bool
-    trusted_host: list[str] | None
-    cache_dir: Path | None
-    offline: bool
-    source: str | None  # None: not given (install --lock takes the lock's)
-    index_url: str | None
+    trusted = params["trusted_host"]
+    return Where(params["base_url"], params["mirror"], params["no_fallback"], params["index_url"],
+                 params["offline"], tuple(trusted) if trusted else None, params["channel"])
 
-    @classmethod
-    def of(cls, params: dict[str, Any]) -> Ctx:
-        """The group (options a command passes on together) from the command's parameters of the same
-        names: its ``locals()``, at the top of its body."""
-        return cls(**{f.name: params[f.name] for f in dataclasses.fields(cls)})
 
-    def where(self) -> Where:
-        from cudaredist.sources.base import Where
+@contextlib.contextmanager
+def opened(params: dict[str, Any], jobs: int = 8) -> Iterator[Any]:
+    """The source to ask, over one transport of ``jobs`` connections (``params``: as :func:`where`'s,
+    with ``source`` and ``cache_dir``)."""
+    from cudaredist.cache.store import Cache
+    from cudaredist.fetch.transport import Transport
+    from cudaredist.sources import open_source
 
-        return Where(self.base_url, self.mirror, self.no_fallback, self.index_url, self.offline,
-                     tuple(self.trusted_host) if self.trusted_host else None, self.channel)
-
-    def cache(self) -> Any:
-        from cudaredist.cache.store import Cache
-
-        return Cache(self.cache_dir)
-
-    @contextlib.contextmanager
-    def open(self, jobs: int = 8) -> Iterator[Any]:
-        """The source to ask, over one transport of ``jobs`` connections."""
-        from cudaredist.fetch.transport import Transport
-        from cudaredist.sources import open_source
-
-        with Transport(connections=jobs) as transport:
-            yield open_source(self.source, transport, self.cache(), self.where())
+    with Transport(connections=jobs) as transport:
+        yield open_source(params["source"], transport, Cache(params["cache_dir"]), where(params))
 
 
 def command(body: Callable[..., None]) -> Callable[..., None]:

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from cudaredist.commands import options as o
-from cudaredist.commands.base import Ctx, command, emit_json
+from cudaredist.commands.base import command, emit_json, where
 
 
 @command
@@ -56,7 +56,7 @@ def install(
         reinstall=reinstall or force, replace_foreign=replace_foreign, refresh=refresh,
         host_fixes=not no_host_fixes, link_mode=link_mode, cache_unpacked=cache_unpacked,
         lock_timeout=lock_timeout, jobs=jobs,
-        cache_dir=cache_dir, where=Ctx.of(locals()).where())
+        cache_dir=cache_dir, where=where(locals()))
 
     def say(text: str) -> None:
         if not (quiet or as_json):

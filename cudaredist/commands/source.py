@@ -10,7 +10,7 @@ import typer
 
 from cudaredist import profiles
 from cudaredist.commands import options as o
-from cudaredist.commands.base import Ctx, command, emit_json
+from cudaredist.commands.base import command, emit_json, opened
 from cudaredist.localfs import mb
 from cudaredist.plan import version_key
 from cudaredist.profiles import product_title
@@ -35,10 +35,10 @@ def resolve(
     as_json: o.JsonOpt = False, verbose: o.VerboseOpt = False,
 ) -> None:
     """Show the install plan without installing: release, and per component version, URL, size, sha256."""
-    ctx, what = Ctx.of(locals()), _resolving(profile, component, only, with_)
+    what = _resolving(profile, component, only, with_)
     from cudaredist.sources.cross import resolve_tree
 
-    with ctx.open() as src:
+    with opened(locals()) as src:
         plan = resolve_tree(src, train, profiles.host_platform(platform), host or "", **what)
     if as_json:
         emit_json(plan.to_json())
@@ -67,8 +67,7 @@ def trains(base_url: o.BaseUrlOpt = None, channel: o.ChannelOpt = None, mirror: 
            source: o.SourceOpt = None, index_url: o.IndexUrlOpt = None,
            as_json: o.JsonOpt = False, verbose: o.VerboseOpt = False) -> None:
     """List the published trains, each with its newest release and date."""
-    ctx = Ctx.of(locals())
-    with ctx.open() as src:
+    with opened(locals()) as src:
         rows, where, name = src.trains(), src.location(), src.name
     if as_json:
         emit_json({"base_url": where, "trains": rows} | ({"source": name} if name != "nvidia" else {}))
@@ -114,17 +113,18 @@ def mirror_cmd(
     """Write a mirror laid out like NVIDIA's redist site (index.html, manifests as served, archives
     at their relative paths), verified; a re-run fetches only what is missing. With --source pypi
     the archives are built from NVIDIA's wheels, holding the tree `install --source pypi` makes."""
-    ctx, what = Ctx.of(locals()), _resolving(profile, component, only, with_)
+    what = _resolving(profile, component, only, with_)
+    from cudaredist.cache.store import Cache
     from cudaredist.fetch.fetcher import Fetcher
     from cudaredist.progress import pick
     from cudaredist.publish.mirror import write_mirror
 
     platforms = _platforms_or_host(platform)
     reporter = pick(quiet=quiet or as_json, verbose=verbose)
-    with ctx.open(jobs) as src:
+    with opened(locals(), jobs) as src:
         try:
             content = src.mirror_content(train_list, platforms, xz_preset=xz_preset, **what)
-            fetcher = Fetcher(src.transport, ctx.cache(), reporter=reporter, offline=ctx.offline)
+            fetcher = Fetcher(src.transport, Cache(cache_dir), reporter=reporter, offline=offline)
             report = write_mirror(out, content, fetch=fetcher.fetch, get_bytes=src.transport.get_bytes,
                                   reporter=reporter, jobs=jobs)
         finally:
@@ -163,11 +163,11 @@ def lock_cmd(
 ) -> None:
     """Resolve TRAIN for each --platform and write a lock file: release, the base URL that served it,
     components, URLs, sha256 and sizes. `install --lock FILE` installs exactly that."""
-    ctx, what = Ctx.of(locals()), _resolving(profile, component, only, with_)
+    what = _resolving(profile, component, only, with_)
     from cudaredist.publish.lockfile import build_lock, dumps, write_lock
 
     platforms = _platforms_or_host(platform)
-    with ctx.open() as src:
+    with opened(locals()) as src:
         if host:  # cross trees: each --platform's plan pins its host's tools too
             from cudaredist.sources.cross import resolve_tree
 
