@@ -70,10 +70,8 @@ class Installed:
     """One toolkit the request asked for, installed now or found already there (``noop``)."""
 
     prefix: Path
-    release: str
-    platform: str
     noop: bool
-    plan: dict[str, Any]
+    plan: dict[str, Any]   # its release and platform are the toolkit's
     message: str
     downloaded: int = 0
     cached: int = 0
@@ -81,8 +79,8 @@ class Installed:
     seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
-        return {"prefix": str(self.prefix), "noop": self.noop, "release": self.release,
-                "platform": self.platform, "downloaded": self.downloaded, "cached": self.cached,
+        return {"prefix": str(self.prefix), "noop": self.noop, "release": self.plan["release"],
+                "platform": self.plan["platform"], "downloaded": self.downloaded, "cached": self.cached,
                 "files": self.files, "seconds": round(self.seconds, 3), "plan": self.plan,
                 "message": self.message}
 
@@ -154,8 +152,8 @@ def install(request: InstallRequest, *, reporter: Reporter | None = None,
         # Ctrl-C during the installs, with what each prefix holds: the transaction's own words (or
         # that nothing was changed), and the trains installed before it came (during the links, the
         # toolkits are in place: said, with what the links are)
-        raise with_done(exc, "interrupted; nothing was changed in the prefix", "installed before it",
-                        [f"CUDA {d.release} into {d.prefix}" for d in outcome.done if not d.noop]) from None
+        raise with_done(exc, "interrupted; nothing was changed in the prefix", "installed before it", [
+            f"CUDA {d.plan['release']} into {d.prefix}" for d in outcome.done if not d.noop]) from None
     return outcome
 
 
@@ -217,7 +215,7 @@ def _satisfied(request: InstallRequest, train: str, fixed: Path | None, root: Pa
         say(f"{where}: {'; '.join(why)}; updating")
         return None
     plan = rec["plan"]
-    return Installed(where, plan["release"], plan["platform"], True, plan,
+    return Installed(where, True, plan,
                      f"CUDA {plan['release']}{_with_text(plan)} ({plan['platform']}, {plan['profile']}) is "
                      f"already installed in {where}; nothing to do (--refresh looks for a newer release)",
                      files=len(rec["files"]))
@@ -314,5 +312,5 @@ def _row(result: InstallResult, plan: Plan) -> Installed:
     message = (f"{what} is already installed in {result.prefix}; nothing to do" if result.noop else
                f"installed {what} into {result.prefix}: {result.files} files, {result.downloaded} "
                f"downloaded, {result.cached} from cache, {result.seconds:.1f}s")
-    return Installed(result.prefix, plan.release, plan.platform, result.noop, plan.to_json(), message,
-                     result.downloaded, result.cached, result.files, result.seconds)
+    return Installed(result.prefix, result.noop, plan.to_json(), message, result.downloaded, result.cached,
+                     result.files, result.seconds)
