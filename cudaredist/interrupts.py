@@ -134,8 +134,7 @@ def wait_first(fs: Iterable[Future[Any]], timeout: float = 0.2) -> tuple[set[Fut
     from concurrent.futures import FIRST_COMPLETED, wait
 
     with deferred():
-        done, pending = wait(fs, timeout=timeout, return_when=FIRST_COMPLETED)
-    return done, pending
+        return wait(fs, timeout=timeout, return_when=FIRST_COMPLETED)
 
 
 def as_done(fs: Iterable[Future[_T]]) -> Iterator[Future[_T]]:

@@ -354,22 +354,20 @@ def list_cmd(
     as_json: o.JsonOpt = False, verbose: o.VerboseOpt = False,
 ) -> None:
     """List managed toolkits (release, platform, profile, size, path), newest first."""
-    root = managed_dir(install_dir)
-    found_here = managed.scan(root)
-    toolkits = found_here.toolkits
-    for _path, err in found_here.damaged:
+    here = managed.scan(managed_dir(install_dir))
+    for _path, err in here.damaged:
         typer.echo(f"warning: skipped: {err}", err=True)
     found = []
     if show_all:
-        mine = {os.path.realpath(t.path) for t in toolkits}
+        mine = {os.path.realpath(t.path) for t in here.toolkits}
         found = [f for f in managed.system_toolkits() if os.path.realpath(f.path) not in mine]
     if as_json:
-        emit_json({"install_dir": str(root), "toolkits": [t.to_json() for t in toolkits]}
+        emit_json({"install_dir": str(here.root), "toolkits": [t.to_json() for t in here.toolkits]}
                   | ({"system": [f.to_json() for f in found]} if show_all else {}))
         return
-    if not toolkits and not found_here.damaged:
-        typer.echo(f"no managed toolkits in {root} (`cudaredist install 13.4` puts one there)", err=True)
-    for t in toolkits:
+    if not here.toolkits and not here.damaged:
+        typer.echo(f"no managed toolkits in {here.root} (`cudaredist install 13.4` puts one there)", err=True)
+    for t in here.toolkits:
         typer.echo(f"{t.release:<9} {t.platform:<15} {t.profile:<8} {mb(t.size):>10}  "
                    f"{t.path}{t.added}")
     for f in found:
