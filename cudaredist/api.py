@@ -226,10 +226,8 @@ def _run(request: InstallRequest, wanted: list[str], fixed: Path | None, outcome
     """Resolve (or read the lock), fetch and install: the part that needs the source."""
     from cudaredist.fetch.transport import Transport
     from cudaredist.install import Installer
-    from cudaredist.progress import Reporter
     from cudaredist.sources.cross import resolve_tree
 
-    reporter = reporter or Reporter()
     components, source = list(request.components), request.source
     lock_plan: Plan | None = None
     if request.lock is not None:
@@ -282,7 +280,8 @@ def _run(request: InstallRequest, wanted: list[str], fixed: Path | None, outcome
             outcome.done.append(_row(result, plan))
             say(outcome.done[-1].message)
     finally:
-        reporter.close()
+        if reporter is not None:
+            reporter.close()
         transport.close()
 
 
