@@ -121,14 +121,11 @@ def mirror_cmd(
 
     platforms = _platforms_or_host(platform)
     reporter = pick(quiet=quiet or as_json, verbose=verbose)
-    with opened(locals(), jobs) as src:
-        try:
-            content = src.mirror_content(train_list, platforms, xz_preset=xz_preset, **what)
-            fetcher = Fetcher(src.transport, Cache(cache_dir), reporter=reporter, offline=offline)
-            report = write_mirror(out, content, fetch=fetcher.fetch, get_bytes=src.transport.get_bytes,
-                                  reporter=reporter, jobs=jobs)
-        finally:
-            reporter.close()
+    with opened(locals(), jobs) as src:  # (write_mirror closes the reporter after each phase it starts)
+        content = src.mirror_content(train_list, platforms, xz_preset=xz_preset, **what)
+        fetcher = Fetcher(src.transport, Cache(cache_dir), reporter=reporter, offline=offline)
+        report = write_mirror(out, content, fetch=fetcher.fetch, get_bytes=src.transport.get_bytes,
+                              reporter=reporter, jobs=jobs)
         built = src.builds_archives
     if as_json:
         emit_json(report.to_json())
