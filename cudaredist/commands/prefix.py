@@ -212,7 +212,8 @@ def env_cmd(
     if shell is not None and shell not in SHELLS:
         fail(f"unknown --shell {shell!r}; choose one of {', '.join(SHELLS)}", 2)
     target = _target(train, prefix, platform, install_dir)
-    plan, chosen, decided, found = _environment(target, host_compiler, compat)
+    plan = prefixes.require_record(target)["plan"]
+    chosen, decided, found = _environment(target, plan, host_compiler, compat)
     notes = [f"compat: {decided.reason}"] * bool(decided.directory) + list(found.notes)
     for note in [] if as_json else notes:
         typer.echo(f"note: {note}", err=True)
@@ -277,8 +278,9 @@ def run_cmd(
     install_dir = Path(given["--install-dir"]) if "--install-dir" in given else install_dir
     platform = given.get("--platform", platform)
     toolkit = managed.scan(managed_dir(install_dir)).one(train, platform or managed.host())
-    _plan, chosen, decided, found = _environment(
-        toolkit.path, given.get("--host-compiler", host_compiler), given.get("--compat", compat))
+    chosen, decided, found = _environment(toolkit.path, toolkit.record["plan"],  # (as scan read it)
+                                          given.get("--host-compiler", host_compiler),
+                                          given.get("--compat", compat))
     if chosen is not None and not chosen.quiet and chosen.reason:
         typer.echo(f"note: {chosen.reason}", err=True)
     if decided.directory:
@@ -325,16 +327,15 @@ def _own_options(args: list[str]) -> tuple[dict[str, str], list[str]]:
     return given, args[1:]
 
 
-def _environment(target: Path, host_compiler: str | None,
-                 compat: str | None) -> tuple[dict[str, Any], Choice | None, Decision, Environment]:
-    """The environment of the tree at ``target``, which env prints and run runs a command with: its
-    record's plan, the host compiler (``--host-compiler``) and compat (``--compat``) decided for it,
-    and envexport's environment with both applied."""
+def _environment(target: Path, plan: dict[str, Any], host_compiler: str | None,
+                 compat: str | None) -> tuple[Choice | None, Decision, Environment]:
+    """The environment of the tree at ``target`` (``plan``: its record's), which env prints and run
+    runs a command with: the host compiler (``--host-compiler``) and compat (``--compat``) decided for
+    it, and envexport's environment with both applied."""
     from cudaredist.compat import for_tree as compat_for
     from cudaredist.envexport import environment
     from cudaredist.hostcc import for_tree
 
-    plan = prefixes.require_record(target)["plan"]
     tools = str(plan.get("host", ""))  # a cross tree's
     chosen = for_tree(target, platform=plan["platform"], release=plan["release"], env=os.environ,
                       host_windows=WINDOWS, given=host_compiler, host=tools)
@@ -342,7 +343,7 @@ def _environment(target: Path, host_compiler: str | None,
     found = environment(str(target), platform=plan["platform"], release=plan["release"], host_windows=WINDOWS,
                         msbuild=any(c["name"] == "visual_studio_integration" for c in plan["components"]),
                         host=tools, host_compiler=chosen, compat=decided.directory if decided.first else "")
-    return plan, chosen, decided, found
+    return chosen, decided, found
 
 
 @command
