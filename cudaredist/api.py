@@ -261,7 +261,6 @@ def _run(request: InstallRequest, wanted: list[str], fixed: Path | None, outcome
         if len(plans) > 1:
             plans = _prefetch(installer, plans, outcome)
         for train, plan in plans:
-            # no --prefix: the install dir
             target = fixed or cast(Path, outcome.install_dir) / toolkit_name(plan.release, plan.platform)
             say(f"CUDA {plan.release}{_with_text(plan.to_json())} for {plan.platform} ({plan.profile}: "
                 f"{', '.join(plan.components)}) -> {target}")

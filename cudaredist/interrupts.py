@@ -94,8 +94,6 @@ def _raise_terminated(_signum: int, _frame: FrameType | None) -> None:
 
 
 def signum_of(exc: BaseException) -> int:
-    """The signal ``exc`` stands for: an :class:`Interrupted`'s own, SIGTERM for :class:`Terminated`,
-    else SIGINT."""
     if isinstance(exc, Interrupted):
         return exc.signum
     return signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
