@@ -284,13 +284,11 @@ class Cache:
         with contextlib.suppress(OSError):
             os.utime(self.archive_path(sha256))
 
-    def drop_partials(self, hint: str) -> None:
-        """Delete partial downloads ``hint.*``; call with that entry's lock held (their writer is gone)."""
-        for p in self.tmp.glob(f"{glob.escape(hint)}.*"):
-            p.unlink(missing_ok=True)
-
     def partial(self, sha256: str) -> Path:
-        """Where the download of ``sha256`` is written (write it with that entry's lock held)."""
+        """Where the download of ``sha256`` is written (write it with that entry's lock held), once
+        the partial downloads an older cudaredist left for it (``<sha16>.*``: their writer is gone) go."""
+        for p in self.tmp.glob(f"{glob.escape(sha256[:16])}.*"):
+            p.unlink(missing_ok=True)
         self.tmp.mkdir(parents=True, exist_ok=True)
         return self.tmp / f"{sha256.lower()}.part"
 

@@ -83,7 +83,6 @@ class Fetcher:
             hit = self._cached(sha, size, item.archive.filename, drop=True)
             if hit is not None:
                 return hit, True
-            self.cache.drop_partials(sha[:16])  # what an older cudaredist left for this entry
             part = self.cache.partial(sha)  # (a .meta beside it that a killed commit left is rewritten)
             try:
                 offset = self._resumable(part, size)
