@@ -104,8 +104,8 @@ class OrderedHasher:
     right behind its writer, so no second pass over the file is needed once the last range arrives.
     """
 
-    def __init__(self, path: Path, bounds: list[tuple[int, int]],
-                 watch: tuple[Progress, ...] = (), seed: hashlib._Hash | None = None) -> None:
+    def __init__(self, path: Path, bounds: list[tuple[int, int]], watch: tuple[Progress, ...],
+                 h: hashlib._Hash) -> None:
         self.bounds = bounds
         self.watch = watch  # each told how many leading bytes are hashed
         self.ranges = [GrowingFile(start) for start, _end in bounds]
@@ -113,8 +113,7 @@ class OrderedHasher:
             followed.attach(path)
         self.first_response = threading.Event()  # range 0 wrote, or failed: range_ok is known
         self.range_ok = False  # whether the server honoured range 0's Range header
-        self._digest = ""
-        self._thread = threading.Thread(target=self._run, args=(seed or hashlib.sha256(),), daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(h,), daemon=True)
         self._thread.start()
 
     def advance(self, idx: int, pos: int) -> None:
@@ -138,15 +137,13 @@ class OrderedHasher:
                 start += len(chunk)
                 for watch in self.watch:
                     watch(start)
-        self._digest = h.hexdigest()
 
-    def result(self) -> str:
+    def join(self) -> None:
         for followed in self.ranges:
             followed.finish()
         self._thread.join()
         for followed in self.ranges:
             followed.close()
-        return self._digest
 
 
 def marker_path(dest: Path) -> Path:

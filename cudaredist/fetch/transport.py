@@ -238,28 +238,25 @@ class Transport:
             if watch is not None:
                 watch(offset)
         if is_local(url):
-            actual = self._copy_local(url, dest, size, progress, watch)
-        elif offset >= size:
-            actual = h.hexdigest()
+            self._copy_local(url, dest, size, h, progress, watch)
         elif size - offset >= 2 * self.segment_size and self.connections > 1:
-            actual = self._segmented(url, dest, size, progress, watch, start=offset, seed=h, quick=quick)
-        else:
+            h = self._segmented(url, dest, size, progress, watch, start=offset, seed=h, quick=quick)
+        elif offset < size:
             marker_path(dest).unlink(missing_ok=True)  # one stream: the file's length is its valid prefix
             with open(dest, "r+b" if offset else "wb") as fh:
                 fh.seek(offset)
                 fh.truncate()
                 self._stream_range(url, fh, offset, size, size, progress, h, on_write=watch, quick=quick)
-            actual = h.hexdigest()
+        actual = h.hexdigest()
         if actual != sha256:
             raise IntegrityError(
                 f"sha256 mismatch for {url}: expected {sha256}, got {actual}. The download was "
                 "discarded; the server or a proxy served different bytes than the manifest lists.",
                 url=url, what="sha256", expected=sha256, actual=actual)
 
-    def _copy_local(self, url: str, dest: Path, size: int, progress: Progress,
-                    watch: Progress | None) -> str:
-        """Copy a ``file://`` archive into ``dest``, checking its size; its sha256 is returned."""
-        h = hashlib.sha256()
+    def _copy_local(self, url: str, dest: Path, size: int, h: hashlib._Hash, progress: Progress,
+                    watch: Progress | None) -> None:
+        """Copy a ``file://`` archive into ``dest``, checking its size; ``h`` hashes what it copies."""
         n = 0
 
         def read(fi: BinaryIO) -> bytes:
@@ -285,14 +282,13 @@ class Transport:
                     fo.flush()  # a reader follows through another handle
                     watch(n)
         check_size(url, size, n)
-        return h.hexdigest()
 
     def _segmented(self, url: str, dest: Path, size: int, progress: Progress,
                    watch: Progress | None = None, *, start: int = 0,
-                   seed: hashlib._Hash | None = None, quick: bool = False) -> str:
+                   seed: hashlib._Hash, quick: bool = False) -> hashlib._Hash:
         """Fetch bytes [start, size) as concurrent byte ranges (``seed`` has hashed the ones before);
         falls back to one stream without Range. A marker beside ``dest`` keeps the length of the
-        prefix in place, for a later run to resume from if this one is killed."""
+        prefix in place, for a later run to resume from if this one is killed. Returns the file's hash."""
         n = min(self.connections, max(2, (size - start) // self.segment_size))
         bounds = [(start + i * (size - start) // n, start + (i + 1) * (size - start) // n)
                   for i in range(n)]
@@ -327,7 +323,7 @@ class Transport:
                 for t in threads:
                     t.join()
             first.join()
-            hashing = hasher.result()
+            hasher.join()  # h has hashed every range
         real = [e for e in errors if not isinstance(e, RangeIgnored)]
         if real:
             raise next((e for e in real if not isinstance(e, Aborted)), real[0])
@@ -338,8 +334,8 @@ class Transport:
             marker_path(dest).unlink(missing_ok=True)
             with open(dest, "r+b") as out:
                 self._stream_range(url, out, 0, size, size, progress, h, on_write=watch, quick=quick)
-            return h.hexdigest()
-        return hashing
+            return h
+        return seed
 
     def _stream_range(self, url: str, fh: BinaryIO, start: int, end: int, total: int,
                       progress: Progress, h: hashlib._Hash | None, *,
