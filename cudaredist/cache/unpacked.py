@@ -140,7 +140,28 @@ class UnpackedCache:
         key = entry_key(item, platform)
         tmp = self.root / f".tmp-{key[:16]}-{uuid.uuid4().hex[:8]}"
         try:
-            self._build(item, platform, fill, key, tmp)
+            (tmp / "tree").mkdir(parents=True)
+            tree = Tree(tmp / "tree", case_insensitive=is_windows(platform)
+                        or is_case_insensitive(tmp / "tree"), cache_root=self.root.parent)
+            fill(tree)
+            records = tree.finish()
+            # a link is checked by its target; where the host made a copy instead (Windows without the
+            # symlink right), the copy is stamped as a file is (os.readlink would fail on it, always)
+            stamps = {r.path: _stamp(os.stat(fsops.long_path(tmp / "tree" / r.path))) for r in records
+                      if not r.link or not os.path.islink(fsops.long_path(tmp / "tree" / r.path))}
+            body = {"version": UNPACKED_VERSION, "key": key, "archive_sha256": item.archive.sha256,
+                    "name": item.archive.filename, "component": item.component, "layout": item.layout,
+                    "platform": platform, "size": sum(r.size for r in records),
+                    "files": [{"path": r.path, "size": r.size, "sha256": r.sha256, "mode": r.mode,
+                               **({"link": r.link} if r.link else {})} for r in records],
+                    "dirs": tree.directories(), "stamps": stamps}
+            (tmp / RECORD).write_text(json.dumps(body), "utf-8")
+            try:
+                # retried: a scanner opens the fresh DLLs in ``tmp`` for a moment (Windows)
+                fsops.rename(tmp, self.root / key)
+            except OSError:
+                if self._load(key) is None:  # not a finished entry in the way: a real failure
+                    raise
         except OSError as exc:  # the entry's own files (the tree's writes are translated already)
             raise disk_error(exc, path=exc.filename or tmp, where=self.root.parent, cache=True,
                              cached="unpacked copy") from exc
@@ -150,30 +171,6 @@ class UnpackedCache:
         entry = self._load(key)
         assert entry is not None
         return entry
-
-    def _build(self, item: PlannedArchive, platform: str, fill: Any, key: str, tmp: Path) -> None:
-        (tmp / "tree").mkdir(parents=True)
-        tree = Tree(tmp / "tree", case_insensitive=is_windows(platform)
-                    or is_case_insensitive(tmp / "tree"), cache_root=self.root.parent)
-        fill(tree)
-        records = tree.finish()
-        # a link is checked by its target; where the host made a copy instead (Windows without the
-        # symlink right), the copy is stamped as a file is (os.readlink would fail on it, always)
-        stamps = {r.path: _stamp(os.stat(fsops.long_path(tmp / "tree" / r.path))) for r in records
-                  if not r.link or not os.path.islink(fsops.long_path(tmp / "tree" / r.path))}
-        body = {"version": UNPACKED_VERSION, "key": key, "archive_sha256": item.archive.sha256,
-                "name": item.archive.filename, "component": item.component, "layout": item.layout,
-                "platform": platform, "size": sum(r.size for r in records),
-                "files": [{"path": r.path, "size": r.size, "sha256": r.sha256, "mode": r.mode,
-                           **({"link": r.link} if r.link else {})} for r in records],
-                "dirs": tree.directories(), "stamps": stamps}
-        (tmp / RECORD).write_text(json.dumps(body), "utf-8")
-        try:
-            # retried: a scanner opens the fresh DLLs in ``tmp`` for a moment (Windows)
-            fsops.rename(tmp, self.root / key)
-        except OSError:
-            if self._load(key) is None:  # not a finished entry in the way: a real failure
-                raise
 
     def entries(self) -> list[UnpackedEntry]:
         """The complete entries (a directory named by its key with its files.json), for maintenance."""
