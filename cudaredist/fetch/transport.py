@@ -55,9 +55,9 @@ class Transport:
         self._client_lock = threading.Lock()
         self.retry = retry or RetryPolicy()
         self.segment_size = segment_size
-        self.sleep = self._sleep if sleep is None else sleep
         # cancel(): every attempt, backoff and open socket of this transport stops at once
         self.cancelled = threading.Event()
+        self.sleep: Callable[[float], object] = self.cancelled.wait if sleep is None else sleep
         self._sockets: set[socket.socket] = set()
         self._unreachable: set[str] = set()  # hosts that refused or never answered, in this run
         # bounds the open connections of all downloads together (--jobs)
@@ -102,9 +102,6 @@ class Transport:
     def check(self) -> None:
         if self.cancelled.is_set():
             raise Aborted()
-
-    def _sleep(self, seconds: float) -> None:
-        self.cancelled.wait(seconds)
 
     def _trace(self, event: str, info: dict[str, object]) -> None:
         # httpcore reports each new connection: keep its socket so cancel() can cut a blocked read
