@@ -116,8 +116,7 @@ class Transport:
                     self._sockets = {s for s in self._sockets if s.fileno() != -1}
                     self._sockets.add(sock)
                 if self.cancelled.is_set():
-                    with contextlib.suppress(OSError):
-                        sock.shutdown(socket.SHUT_RDWR)
+                    self.cancel()  # connected as the run was cancelled: cut it as cancel() cut the rest
 
     def _request_options(self, url: str, quick: bool) -> dict[str, Any]:
         """Per-request options: the connection tracer, and short timeouts when a fallback waits."""
