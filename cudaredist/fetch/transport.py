@@ -45,7 +45,7 @@ class Aborted(Exception):
     """The run was cancelled (Ctrl-C, or another download failed): stop, keep nothing."""
 
 
-class Transport:
+class Transport(contextlib.AbstractContextManager["Transport"]):
     """Fetches URLs (http, https, file) with retries; thread-safe."""
 
     def __init__(self, client: httpx.Client | None = None, *, retry: RetryPolicy | None = None,
@@ -151,9 +151,6 @@ class Transport:
                              "trying the next base", url=url) from exc
         return Retryable(f"{type(exc).__name__}: {exc}",
                          unreachable=isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)))
-
-    def __enter__(self) -> Transport:
-        return self
 
     def __exit__(self, *_: object) -> None:
         self.close()
