@@ -294,7 +294,6 @@ class Cache:
 
     def commit(self, temp: Path, sha256: str, *, url: str, name: str) -> Path:
         """Move a verified temp file to its content address (atomic; same filesystem)."""
-        self.prepare()
         self.archives.mkdir(exist_ok=True)
         final = self.archive_path(sha256)
         meta_tmp = temp.with_suffix(".meta")
