@@ -41,9 +41,6 @@ class Fetcher:
         self.reporter = reporter or Reporter()
         self.offline = offline
         self.lock_timeout = lock_timeout  # None: the wait its cache was made with (--lock-timeout)
-        # cancel(): stop every download now (stalled reads are cut); their workers raise Aborted.
-        # check_abort() between chunks, attempts and lock waits
-        self.cancel, self.resume, self.check_abort = transport.cancel, transport.resume, transport.check
         self._bad_urls: dict[str, FetchError | IntegrityError] = {}  # failed in this run: not asked again
         self.served: dict[str, str] = {}  # sha256 -> the URL whose bytes verified (this run's downloads)
 
@@ -78,7 +75,7 @@ class Fetcher:
                 f"--offline: {item.archive.filename} ({item.component}, sha256 {sha[:16]}…) is not in "
                 f"the cache {self.cache.root}; its URL is {item.url}. Run the same command online once, "
                 "or fill the cache from a mirror.", url=item.url)
-        with self.cache.lock(sha, timeout=self.lock_timeout, waiting=self.check_abort):
+        with self.cache.lock(sha, timeout=self.lock_timeout, waiting=self.transport.check):
             # another process may have fetched it meanwhile
             hit = self._cached(sha, size, item.archive.filename, drop=True)
             if hit is not None:
@@ -167,7 +164,7 @@ class Fetcher:
 
             def progress(n: int) -> None:
                 nonlocal sent
-                self.check_abort()
+                self.transport.check()
                 with sent_lock:
                     sent += n
                 self.reporter.advance(n)

@@ -102,7 +102,7 @@ class Build:
         try:
             installer, platform = self.installer, self.plan.archive_platform(item)
             with installer.cache.lock(f"unpacked-{entry_key(item, platform)}",
-                                      timeout=installer.lock_timeout, waiting=self.fetcher.check_abort):
+                                      timeout=installer.lock_timeout, waiting=self.fetcher.transport.check):
                 entry = self.unpacked.lookup(item, platform) if item in self.ready else None
                 if entry is None and item in self.ready:  # removed or changed since the hint
                     path, cached = self.fetcher.fetch(item)
@@ -209,7 +209,7 @@ class Build:
             try:
                 self._wait(leader, extractors, extractions)
             except BaseException as exc:
-                self.fetcher.cancel()  # wakes backoff sleeps and lock waits, cuts stalled reads
+                self.fetcher.transport.cancel()  # wakes backoff sleeps and lock waits, cuts stalled reads
                 for follow in self.follows.values():  # unblock extractions following a cancelled download
                     follow.fail(Aborted())
                 if isinstance(exc, (DownloadFailed, WriterFailed)):
@@ -300,7 +300,7 @@ class Builder:
         items = sorted({i.archive.sha256: i for p in plans for i in p.items}.values(),
                        key=lambda it: -it.archive.size)
         self.reporter.start(sum(i.archive.size for i in items), len(items))
-        self.fetcher.resume()
+        self.fetcher.transport.resume()
         try:
             with ThreadPoolExecutor(min(self.jobs, len(items)) or 1, thread_name_prefix="fetch") as pool:
                 try:
@@ -310,7 +310,7 @@ class Builder:
                         self.reporter.archive_done(item.archive.filename, item.archive.size,
                                                    cached=cached)
                 except BaseException:
-                    self.fetcher.cancel()  # before the pool joins its workers: none stays stuck
+                    self.fetcher.transport.cancel()  # before the pool joins its workers: none stays stuck
                     raise
         finally:
             self.reporter.close()

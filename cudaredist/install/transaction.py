@@ -214,7 +214,7 @@ class Installer(Builder):
 
     def _build(self, plan: Plan, staging: Path, prefix: Path, *,
                stream: bool = True) -> tuple[list[FileRecord], int, int]:
-        self.fetcher.resume()
+        self.fetcher.transport.resume()
         tree = Tree(staging, dest=prefix,
                     case_insensitive=is_windows(plan.platform) or is_case_insensitive(staging))
         build = Build(self, plan, tree, stream=stream)
