@@ -39,6 +39,8 @@ PARTIAL_NAME = re.compile(r"([0-9a-f]{16,64})\..*")
 INDEX_KEY = re.compile(r"[0-9a-f]{24}")
 _MARKING = re.compile(rf"\.({re.escape(MARKER)}|{re.escape(CACHEDIR_TAG)})\..*\.part")
 _PREPARING = threading.Lock()
+_GATES: dict[str, threading.Lock] = {}  # the one in-process lock of each lock file, by its path
+_GATING = threading.Lock()
 # How long a fetched index page or manifest answers for the server (pip's and uv's PyPI pages get
 # max-age=600 from PyPI): a warm install within it needs no network at all.
 ENV_INDEX_TTL = "CUDAREDIST_INDEX_TTL"
@@ -102,7 +104,8 @@ def hold(path: Path, wait: float, busy: str, owner: Path, *, doing: str, where: 
     deadline = time.monotonic() + wait
     # the threads of this process queue on a gate per path and only its holder asks filelock, which
     # would make them poll the file (50 ms sleeps; five index pages stored at once lost 50 ms)
-    gate = _gate(path)
+    with _GATING:
+        gate = _GATES.setdefault(os.path.abspath(path), threading.Lock())
     with contextlib.ExitStack() as held:
         try:
             for take, release in ((lambda s: gate.acquire(timeout=s), gate.release),
@@ -140,16 +143,6 @@ def _take_file(lock: filelock.BaseFileLock, seconds: float) -> bool:
             os.close(os.open(lock.lock_file, os.O_WRONLY | os.O_CREAT, 0o666))
         return False
     return True
-
-
-_GATES: dict[str, threading.Lock] = {}
-_GATING = threading.Lock()
-
-
-def _gate(path: Path) -> threading.Lock:
-    """The one in-process lock of the lock file ``path``."""
-    with _GATING:
-        return _GATES.setdefault(os.path.abspath(path), threading.Lock())
 
 
 class Cache:
