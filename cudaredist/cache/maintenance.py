@@ -41,7 +41,6 @@ class Cleaned:
 
 
 def unpacked_entries(cache: Cache) -> list[UnpackedEntry]:
-    """Complete entries of the unpacked bucket, oldest use first."""
     return sorted(UnpackedCache(cache.root).entries(), key=lambda e: e.last_used)
 
 

@@ -131,7 +131,6 @@ def _until(deadline: float, take: Callable[[float], bool], waiting: Callable[[],
 
 
 def _take_file(lock: filelock.BaseFileLock, seconds: float) -> bool:
-    """One try at the file lock, for up to ``seconds``."""
     import filelock
 
     try:

@@ -198,7 +198,6 @@ class Transport(contextlib.AbstractContextManager["Transport"]):
         self.moved[url] = tuple(hops)
 
     def content_length(self, url: str) -> int:
-        """The size the server declares for ``url`` (HEAD), retried like every request."""
         return self._with_retries(url, lambda: self._head_length(url))
 
     def _head_length(self, url: str) -> int:
@@ -249,7 +248,6 @@ class Transport(contextlib.AbstractContextManager["Transport"]):
 
     def _copy_local(self, url: str, dest: Path, size: int, h: hashlib._Hash, progress: Progress,
                     watch: Progress | None) -> None:
-        """Copy a ``file://`` archive into ``dest``, checking its size; ``h`` hashes what it copies."""
         n = 0
 
         def read(fi: BinaryIO) -> bytes:
