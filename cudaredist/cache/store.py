@@ -148,6 +148,8 @@ class Cache:
     def __init__(self, root: Path | None = None, *, lock_timeout: float | None = None,
                  index_ttl: float = 0.0) -> None:
         self.root = (root or default_cache_dir()).expanduser().absolute()
+        self.archives = self.root / "archives"
+        self.tmp = self.root / "tmp"
         self.lock_timeout = lock_wait(lock_timeout)
         # seconds a stored index page answers for the server (0: never; install gives the TTL)
         self.index_ttl = index_ttl
@@ -156,14 +158,6 @@ class Cache:
         self.read_only = False
 
     # -- paths ---------------------------------------------------------------------------------
-    @property
-    def archives(self) -> Path:
-        return self.root / "archives"
-
-    @property
-    def tmp(self) -> Path:
-        return self.root / "tmp"
-
     def archive_path(self, sha256: str) -> Path:
         return self.archives / sha256.lower()
 
