@@ -214,19 +214,14 @@ def resolve_with(index: Index, request: ProductRequest, bases: Bases, release: R
     product.check_platform(platform)
     find = functools.partial(resolve_product, index, bases=bases, platform=platform,
                              cuda_release=release.label, components=components)
-    if product.per_minor:
-        return _per_minor(request, release, platform, find)
-    shipped = release.manifest.components.get(product.replaces) if product.replaces else None
-    if shipped is None:
-        return find(request)
-    return patch(request, ProductRelease(request.name, shipped.version, str(request),
-                                         release.manifest.release_date, release.base), platform, find)
-
-
-def _per_minor(request: ProductRequest, release: Release, platform: str,
-               find: Callable[[ProductRequest], ProductPlan]) -> ProductPlan:
-    """The newest release for the train's major.minor, from the CUDA manifest's own entry (13.1-13.3:
-    the toolkit's archive, mirrored and locked with it) or the product's folder (13.4 on)."""
+    if not product.per_minor:
+        shipped = release.manifest.components.get(product.replaces) if product.replaces else None
+        if shipped is None:
+            return find(request)
+        return patch(request, ProductRelease(request.name, shipped.version, str(request),
+                                             release.manifest.release_date, release.base), platform, find)
+    # per_minor: the newest release for the train's major.minor, from the CUDA manifest's own entry
+    # (13.1-13.3: the toolkit's archive, mirrored and locked with it) or the product's folder (13.4 on)
     own = plan_product(release.manifest, request, platform=platform, cuda_release=release.label,
                        base_url=release.base, archive_bases=release.archive_bases)
     if own is not None and not request.matches(own.release.release):
