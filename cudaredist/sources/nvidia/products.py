@@ -169,7 +169,6 @@ def choose_release(request: ProductRequest, labels: Sequence[str], load: Callabl
         what = f"release {request.spec}" if request.spec else "release"
         raise ResolveError(f"{title} has no {what} at {base_url}; its releases there: {shown}",
                            requested=str(request), where=base_url, available=tuple(sort_labels(labels)))
-    seen: list[Manifest] = []
 
     def quiet(label: str) -> Manifest | None:
         try:
@@ -178,7 +177,6 @@ def choose_release(request: ProductRequest, labels: Sequence[str], load: Callabl
             return None
 
     def attempt(manifest: Manifest) -> ProductPlan | None:
-        seen.append(manifest)
         found = plan_product(manifest, request, platform=platform, cuda_release=cuda_release,
                              base_url=base_url, archive_bases=archive_bases, components=components)
         for item in found.items if found else ():  # NVIDIA keeps a product's archives in its folder
@@ -189,12 +187,13 @@ def choose_release(request: ProductRequest, labels: Sequence[str], load: Callabl
                     "product's archives are under its own folder", source=base_url, entry=item.component)
         return found
 
-    found = attempt(load(ordered[0]))
+    seen = [load(ordered[0])]
+    found = attempt(seen[0])
     if found is None and ordered[1:]:
         with ThreadPoolExecutor(8) as pool:  # the rest at once: read them all to say what exists
-            rest = list(pool.map(quiet, ordered[1:]))
-        for manifest in rest:
-            if manifest is not None and (found := attempt(manifest)) is not None:
+            seen += [m for m in pool.map(quiet, ordered[1:]) if m is not None]
+        for manifest in seen[1:]:
+            if (found := attempt(manifest)) is not None:
                 break
     if found is not None:
         return found
