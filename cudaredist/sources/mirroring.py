@@ -11,10 +11,14 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from cudaredist.errors import ConflictError
 from cudaredist.plan import PlannedArchive, climb
+
+if TYPE_CHECKING:
+    from cudaredist.sources.nvidia.index import Release
 
 
 @dataclass(frozen=True)
@@ -48,14 +52,6 @@ class Document:
 
 
 @dataclass(frozen=True)
-class ServedManifest:
-    """``redistrib_<label>.json`` written exactly as the source served it."""
-
-    label: str
-    data: bytes
-
-
-@dataclass(frozen=True)
 class BuiltManifest:
     """``redistrib_<label>.json`` listing the archives built for the release, merged with what the
     mirror's manifest of that release already lists."""
@@ -75,7 +71,8 @@ class MirrorContent:
     copies: tuple[CopiedArchive, ...] = ()
     builds: tuple[BuiltArchive, ...] = ()
     documents: tuple[Document, ...] = ()
-    manifests: tuple[ServedManifest | BuiltManifest, ...] = ()
+    # a Release's manifest is written exactly as the source served it (its data)
+    manifests: tuple[Release | BuiltManifest, ...] = ()
     notes: tuple[str, ...] = ()
     # of the built .tar.xz archives (the deflate level of .zip ones, 1 at least), or "store"
     xz_preset: int | str = 6

@@ -154,7 +154,7 @@ class NvidiaSource:
             for r in requests))
 
     def _content(self, releases: Sequence[Release], items: Sequence[PlannedArchive]) -> MirrorContent:
-        from cudaredist.sources.mirroring import MirrorContent, ServedManifest, manifest_folder, unique_copies
+        from cudaredist.sources.mirroring import MirrorContent, manifest_folder, unique_copies
 
         folder = manifest_folder(releases[0].base if releases else "",
                                  [i.archive.relative_path for i in items])
@@ -162,8 +162,7 @@ class NvidiaSource:
         documents, notes = ([], []) if self.where.offline else _licenses(
             releases, {c.item.component for c in copies}, folder)
         return MirrorContent(releases=tuple(r.label for r in releases), copies=copies,
-                             documents=tuple(documents),
-                             manifests=tuple(ServedManifest(r.label, r.data) for r in releases),
+                             documents=tuple(documents), manifests=tuple(releases),
                              notes=tuple(notes), folder=folder)
 
     def _product_releases(self, request: ProductRequest, plans: Sequence[Plan]) -> list[Release]:
