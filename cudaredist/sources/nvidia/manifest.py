@@ -211,7 +211,6 @@ def make_plan(manifest: Manifest, *, platform: str, base_url: str, profile: str 
                          if profile is not None else [], components)
     items: list[PlannedArchive] = []
     notes: list[str] = []
-    seen: set[str] = set()
     for spec in specs:
         chosen = manifest.first(spec.names, lambda c: _pick_archive(c, platform, manifest.label))
         if chosen is None and spec.missing:  # a release (or a mirror built from wheels) may lack it
@@ -220,9 +219,8 @@ def make_plan(manifest: Manifest, *, platform: str, base_url: str, profile: str 
         if chosen is None:
             raise _missing(spec, manifest, platform)
         comp, arch = chosen
-        if comp.key in seen:
+        if any(i.component == comp.key for i in items):
             continue
-        seen.add(comp.key)
         items.append(PlannedArchive(comp.key, comp.version, arch,
                                     archive_url(base_url, arch.relative_path, comp.key),
                                     license=comp.license))
