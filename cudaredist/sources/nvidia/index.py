@@ -15,7 +15,6 @@ from cudaredist.fetch.transport import Transport
 from cudaredist.plan import archive_url, join_url, version_key
 from cudaredist.sources.nvidia.manifest import Manifest, parse_manifest
 from cudaredist.sources.nvidia.releases import (
-    check_train,
     labels_from_listing,
     labels_from_names,
     manifests_link,
@@ -144,7 +143,7 @@ class Index:
         if not labels and (inner := manifests_link(self._top_page(base))):
             base = join_url(base, inner)
             labels = self.labels(base, quick=quick)
-        return pick_release(check_train(train), labels, base), base
+        return pick_release(train, labels, base), base
 
     def _top_page(self, base: str) -> str:
         """``base``'s directory page as read (a local base: its index.html), or ""."""
