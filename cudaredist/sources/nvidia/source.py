@@ -25,7 +25,6 @@ from cudaredist.sources.nvidia.index import (
     Release,
     base_and_mirror,
     default_bases,
-    read_manifest,
     trusted_bases,
 )
 from cudaredist.sources.nvidia.manifest import check_relative_path, make_plan
@@ -174,9 +173,9 @@ class NvidiaSource:
                 # a product from the CUDA manifest's own entry (compat of 13.1-13.3) is the toolkit's
                 if p.name == request.name and p.release not in found and any(
                         i.product == p.name for i in plan.items):
-                    data = self.index.manifest_bytes(p.base_url, p.release)
-                    manifest = read_manifest(p.base_url, p.release, data)
-                    found[p.release] = Release(p.release, p.base_url, mapped.archives, manifest, data)
+                    manifest = self.index.manifest(p.base_url, p.release)
+                    found[p.release] = Release(p.release, p.base_url, mapped.archives, manifest,
+                                               self.index.manifest_bytes(p.base_url, p.release))
         return list(found.values())
 
 
