@@ -81,7 +81,8 @@ def write_mirror(out: Path, content: MirrorContent, *, fetch: Fetch, get_bytes: 
     out = out.absolute()
     top = dest_path(out, content.folder) if content.folder else out  # where the manifests go
     out.mkdir(parents=True, exist_ok=True)
-    report = MirrorReport(str(out), str(top), releases=list(content.releases), notes=list(content.notes))
+    report = MirrorReport(str(out), str(top), releases=[m.label for m in content.manifests],
+                          notes=list(content.notes))
     # the lock beside the mirror, like the prefix lock, so that the mirror holds only what it serves
     with contextlib.nullcontext() if locked else hold(
             out.parent / f".{out.name}.cudaredist-mirror.lock", lock_wait(),

@@ -67,11 +67,10 @@ class MirrorContent:
     """A mirror's files, besides its ``index.html`` (which lists what the directory holds once the
     rest is in place). Each relative path appears once."""
 
-    releases: tuple[str, ...]
     copies: tuple[CopiedArchive, ...] = ()
     builds: tuple[BuiltArchive, ...] = ()
     documents: tuple[Document, ...] = ()
-    # a Release's manifest is written exactly as the source served it (its data)
+    # one per release mirrored; a Release's is written exactly as the source served it (its data)
     manifests: tuple[Release | BuiltManifest, ...] = ()
     notes: tuple[str, ...] = ()
     # of the built .tar.xz archives (the deflate level of .zip ones, 1 at least), or "store"

@@ -160,8 +160,7 @@ class NvidiaSource:
         copies = unique_copies(items, folder)
         documents, notes = ([], []) if self.where.offline else _licenses(
             releases, {c.item.component for c in copies}, folder)
-        return MirrorContent(releases=tuple(r.label for r in releases), copies=copies,
-                             documents=tuple(documents), manifests=tuple(releases),
+        return MirrorContent(copies=copies, documents=tuple(documents), manifests=tuple(releases),
                              notes=tuple(notes), folder=folder)
 
     def _product_releases(self, request: ProductRequest, plans: Sequence[Plan]) -> list[Release]:

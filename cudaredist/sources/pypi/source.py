@@ -273,10 +273,8 @@ class PypiSource:
         def content(product: str, **more: Any) -> MirrorContent:
             manifests = tuple(mirroring.BuiltManifest(label, date, tuple(builds), product=product)
                               for (name, label), (date, builds) in groups.items() if name == product)
-            return mirroring.MirrorContent(
-                releases=tuple(m.label for m in manifests), manifests=manifests,
-                builds=mirroring.unique_builds([b for m in manifests for b in m.archives]), xz_preset=preset,
-                **more)
+            builds = mirroring.unique_builds([b for m in manifests for b in m.archives])
+            return mirroring.MirrorContent(manifests=manifests, builds=builds, xz_preset=preset, **more)
 
         return content("cuda", notes=tuple(notes), products=tuple(
             mirroring.ProductMirror(r.name, r.product.title, content(r.name)) for r in requests))
