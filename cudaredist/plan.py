@@ -103,11 +103,6 @@ class Plan:
     def components(self) -> tuple[str, ...]:
         return tuple(i.component for i in self.items)
 
-    @property
-    def requested_products(self) -> tuple[str, ...]:
-        """What ``--with`` asked for, as given (``cudnn``, ``cudnn=9.20``)."""
-        return tuple(p.requested for p in self.products)
-
     def product_base(self, name: str) -> str:
         """The base URL the product's archives' relative paths are under (the toolkit's for "")."""
         return next((p.base_url for p in self.products if p.name == name and p.base_url), self.base_url)

@@ -83,7 +83,7 @@ def build_lock(plans: Sequence[Plan], *, train: str, components: Sequence[str] =
         "base_url": first.base_url,
         "source": first.source,
         "request": {"train": train, "profile": first.profile, "components": list(components)}
-        | ({"with": list(first.requested_products)} if first.requested_products else {})
+        | ({"with": [p.requested for p in first.products]} if first.products else {})
         | ({"host": first.host} if first.host else {}),
         "platforms": [p.platform for p in plans],
         "content_key": content_key(plans),
