@@ -75,9 +75,6 @@ class ProductRelease:
     cuda_variant: str = ""   # the variant its archives were built for ("cuda13"; "13.5": a compat driver's)
     note: str = ""           # what it did to the toolkit ("replaces the toolkit's libcublas 13.4.1.3")
 
-    def to_json(self) -> dict[str, str]:
-        return {k: v for k, v in asdict(self).items() if v or k != "note"}
-
 
 @dataclass(frozen=True)
 class Plan:
@@ -128,8 +125,9 @@ class Plan:
                       | ({"platform": i.platform} if i.platform else {})
                       | ({"place": [list(p) for p in i.place]} if i.place else {})
                       | ({"license": i.license} if i.license else {}) for i in self.items]
-        optional = (("hashes_from", self.hashes_from), ("products", [p.to_json() for p in self.products]),
-                    ("channel", self.channel), ("host", self.host))
+        products = [{k: v for k, v in asdict(p).items() if v or k != "note"} for p in self.products]
+        optional = (("hashes_from", self.hashes_from), ("products", products), ("channel", self.channel),
+                    ("host", self.host))
         return ({f: getattr(self, f) for f in fields} | {"components": components, "notes": list(self.notes)}
                 | {k: v for k, v in optional if v})
 
