@@ -126,7 +126,6 @@ def mirror_cmd(
         fetcher = Fetcher(src.transport, Cache(cache_dir), reporter=reporter, offline=offline)
         report = write_mirror(out, content, fetch=fetcher.fetch, get_bytes=src.transport.get_bytes,
                               reporter=reporter, jobs=jobs)
-        built = src.builds_archives
     if as_json:
         emit_json(report.to_json())
     elif not quiet:
@@ -134,7 +133,7 @@ def mirror_cmd(
             typer.echo(f"note: {note}", err=True)
         got = f"{report.count('downloaded')} downloaded, {report.count('cached')} from cache"
         how = (f"{report.count('downloaded') + report.count('cached')} built from wheels ({got})"
-               if built else got)
+               if content.builds else got)
         added = "".join(f" with {p['title']} {', '.join(p['releases'])} (in {p['out']})"
                         for p in report.products)
         typer.echo(f"mirror {report.out}: CUDA {', '.join(report.releases)}{added} for "

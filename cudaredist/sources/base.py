@@ -72,8 +72,6 @@ class Where:
 class Source(Protocol):
     name: str
     transport: Transport  # what its archives are fetched over (the fetcher and the installer use it)
-    # the mirror re-packs archives (so an xz preset means something) rather than copying them
-    builds_archives: bool
 
     def location(self) -> str:
         """The URL trains are listed from."""

@@ -43,7 +43,6 @@ LAYOUT = Layout(mapper=lambda item, platform: redist_mapper(item.component, item
 
 class NvidiaSource:
     name = "nvidia"
-    builds_archives = False
 
     def __init__(self, transport: Transport, cache: Cache, where: Where) -> None:
         self.transport = transport

@@ -215,7 +215,6 @@ def resolve_plan(index: WheelIndex, train: str, *, platform: str, profile: str |
 
 class PypiSource:
     name = "pypi"
-    builds_archives = True
 
     def __init__(self, transport: Transport, cache: Cache, where: Where) -> None:
         self.transport = transport
