@@ -61,7 +61,6 @@ class Profile:
 
 @dataclass(frozen=True)
 class PlatformRule:
-    name: str
     links: tuple[tuple[str, str], ...]
     hosts: tuple[tuple[str, str], ...]
     arch: str = ""   # Windows: the folder of bin/ and lib/ that holds the DLLs and .lib files
@@ -196,10 +195,10 @@ def platform_rule(name: str) -> PlatformRule:
     body = _data().get("platforms", {}).get(name)
     if body is None:
         # A platform NVIDIA adds later still installs; it just gets no fix-ups.
-        return PlatformRule(name, (), ())
+        return PlatformRule((), ())
     links = tuple(sorted((str(k), str(v)) for k, v in body.get("links", {}).items()))
     hosts = tuple((str(o), str(m)) for o, m in body.get("host", []))
-    return PlatformRule(name, links, hosts, str(body.get("arch", "")))
+    return PlatformRule(links, hosts, str(body.get("arch", "")))
 
 
 _ARCH = re.compile(r"[a-z0-9][a-z0-9_]*")
