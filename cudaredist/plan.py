@@ -27,8 +27,6 @@ def matches(train: str, release: str) -> bool:
 
 @dataclass(frozen=True)
 class Archive:
-    """One downloadable archive: where it is relative to the base URL and how to check it."""
-
     relative_path: str
     sha256: str
     size: int

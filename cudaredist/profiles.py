@@ -23,7 +23,6 @@ DEFAULT_PROFILE = "nvcc"
 
 
 def effective_profile(profile: str | None, only: bool) -> str | None:
-    """The profile a request means: none with ``--only``, else the one named or the default."""
     return None if only else (profile or DEFAULT_PROFILE)
 
 

@@ -24,7 +24,6 @@ SOURCES = ("nvidia", "pypi")
 
 
 def check_source(source: str | None) -> str:
-    """``--source`` > ``CUDAREDIST_SOURCE`` > nvidia."""
     value = (source or os.environ.get(ENV_SOURCE) or "nvidia").strip().lower()
     if value not in SOURCES:
         raise UsageError(f"unknown source {value!r}: use one of {', '.join(SOURCES)} (--source or "

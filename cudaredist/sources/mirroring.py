@@ -100,7 +100,6 @@ def manifest_folder(base: str, relative_paths: Iterable[str]) -> str:
 
 
 def in_mirror(folder: str, relative_path: str) -> str:
-    """A file's path inside the mirror: ``relative_path`` joined to the manifests' ``folder``."""
     return posixpath.normpath(posixpath.join(folder, relative_path))
 
 

@@ -59,7 +59,6 @@ def channel_base(channel: str, base_url: str | None) -> str:
 
 
 def base_and_mirror(base_url: str | None, mirror: str | None) -> tuple[str, str | None]:
-    """The base URL (else CUDAREDIST_BASE_URL, NVIDIA's) and the mirror (else CUDAREDIST_MIRROR)."""
     mirror = mirror or os.environ.get(ENV_MIRROR)
     return (normalize_base(base_url or os.environ.get(ENV_BASE_URL) or CHANNELS["release"]),
             normalize_base(mirror) if mirror else None)
@@ -146,7 +145,6 @@ class Index:
         return pick_release(train, labels, base), base
 
     def _top_page(self, base: str) -> str:
-        """``base``'s directory page as read (a local base: its index.html), or ""."""
         if not is_local(base):
             return (self.cache.load_index(base, LISTING) or b"").decode("utf-8", "replace")
         try:
