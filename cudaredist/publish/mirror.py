@@ -38,6 +38,7 @@ from cudaredist.errors import FetchError, ManifestError
 from cudaredist.fetch.client import local_path
 from cudaredist.localfs import mb
 from cudaredist.plan import PlannedArchive, version_key
+from cudaredist.profiles import product_title
 from cudaredist.progress import Reporter
 from cudaredist.publish.mirrorfiles import MirrorReport, dest_path, place, verifies, write_if_changed
 from cudaredist.sources.mirroring import BuiltArchive, BuiltManifest, CopiedArchive, Document, MirrorContent
@@ -97,13 +98,13 @@ def write_mirror(out: Path, content: MirrorContent, *, fetch: Fetch, get_bytes: 
                 write_manifest(out, manifest, made)
             else:
                 write_if_changed(top / f"redistrib_{manifest.label}.json", manifest.data)
-        for product in content.products:  # each in its own folder, where install looks for it
-            where = local_path(product_base(top.as_uri() + "/", product.name))
-            part = write_mirror(where, product.content, fetch=fetch, get_bytes=get_bytes, reporter=reporter,
+        for product, held in content.products.items():  # each in its own folder, where install looks for it
+            where = local_path(product_base(top.as_uri() + "/", product))
+            part = write_mirror(where, held, fetch=fetch, get_bytes=get_bytes, reporter=reporter,
                                 jobs=jobs, locked=where.is_relative_to(out))
-            report.products.append({"name": product.name, "title": product.title,
+            report.products.append({"name": product, "title": product_title(product),
                                     "releases": part.releases, "out": part.out})
-            report.archives += [row | {"product": product.name} for row in part.archives]
+            report.archives += [row | {"product": product} for row in part.archives]
             report.licenses += [str(Path(part.out, rel)) for rel in part.licenses]
             report.notes += [n for n in part.notes if n not in report.notes]
         labels = labels_from_names(os.listdir(top))

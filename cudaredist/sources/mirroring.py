@@ -9,8 +9,8 @@ bad request fails before the mirror directory is touched.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -75,19 +75,10 @@ class MirrorContent:
     notes: tuple[str, ...] = ()
     # of the built .tar.xz archives (the deflate level of .zip ones, 1 at least), or "store"
     xz_preset: int | str = 6
-    # --with products: each a mirror of its own in the product's folder (see products.product_base)
-    products: tuple[ProductMirror, ...] = ()
+    # --with products by name: each a mirror of its own in the product's folder (see products.product_base)
+    products: Mapping[str, MirrorContent] = field(default_factory=dict)
     # where the manifests and index.html go inside the mirror ("": at its top; see manifest_folder)
     folder: str = ""
-
-
-@dataclass(frozen=True)
-class ProductMirror:
-    """A ``--with`` product's part of a mirror: its releases' files, relative to its own folder."""
-
-    name: str
-    title: str
-    content: MirrorContent
 
 
 def manifest_folder(base: str, relative_paths: Iterable[str]) -> str:

@@ -133,8 +133,6 @@ class NvidiaSource:
                        products: Sequence[str] = ()) -> MirrorContent:
         """The archives as served, each release's manifest bytes, and (online) the licence files;
         each ``--with`` product's the same, for its own folder."""
-        from cudaredist.sources.mirroring import ProductMirror
-
         if xz_preset is not None:
             raise UsageError("--xz-preset needs --source pypi: NVIDIA's archives are mirrored as served")
         requests = parse_product_requests(products)
@@ -147,9 +145,9 @@ class NvidiaSource:
         plans = [p for _r, ps in releases.values() for p in ps]
         content = self._content([r for r, _p in releases.values()],
                                 [i for p in plans for i in p.items if not i.product])
-        return replace(content, products=tuple(ProductMirror(r.name, r.product.title, self._content(
-            self._product_releases(r, plans), [i for p in plans for i in p.items if i.product == r.name]))
-            for r in requests))
+        return replace(content, products={r.name: self._content(
+            self._product_releases(r, plans), [i for p in plans for i in p.items if i.product == r.name])
+            for r in requests})
 
     def _content(self, releases: Sequence[Release], items: Sequence[PlannedArchive]) -> MirrorContent:
         from cudaredist.sources.mirroring import MirrorContent, manifest_folder, unique_copies

@@ -275,5 +275,4 @@ class PypiSource:
             builds = mirroring.unique_builds([b for m in manifests for b in m.archives])
             return mirroring.MirrorContent(manifests=manifests, builds=builds, xz_preset=preset, **more)
 
-        return content("cuda", notes=tuple(notes), products=tuple(
-            mirroring.ProductMirror(r.name, r.product.title, content(r.name)) for r in requests))
+        return content("cuda", notes=tuple(notes), products={r.name: content(r.name) for r in requests})
