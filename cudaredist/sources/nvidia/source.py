@@ -181,13 +181,12 @@ def _licenses(releases: Sequence[Release], wanted: set[str],
     a path the manifest gets wrong is a note."""
     from cudaredist.sources.mirroring import Document, in_mirror
 
-    documents: list[Document] = []
+    documents: dict[str, Document] = {}  # by the license_path each mirrors
     notes: list[str] = []
-    done: set[str] = set()
     for release in releases:
         for key in sorted(wanted):
             comp = release.manifest.components.get(key)
-            if comp is None or not comp.license_path or comp.license_path in done:
+            if comp is None or not comp.license_path or comp.license_path in documents:
                 continue
             try:
                 rel = check_relative_path(comp.license_path, f"{key}.license_path", release.label)
@@ -196,7 +195,6 @@ def _licenses(releases: Sequence[Release], wanted: set[str],
             except ManifestError as exc:
                 notes.append(str(exc))
                 continue
-            if rel not in done and not in_mirror(folder, rel).startswith(".."):  # not above the archives
-                done.add(rel)
-                documents.append(Document(in_mirror(folder, rel), urls))
-    return documents, notes
+            if not in_mirror(folder, rel).startswith(".."):  # not above the archives
+                documents[rel] = Document(in_mirror(folder, rel), urls)
+    return list(documents.values()), notes
