@@ -203,17 +203,13 @@ def platform_rule(name: str) -> PlatformRule:
 _ARCH = re.compile(r"[a-z0-9][a-z0-9_]*")
 
 
-def known_platforms() -> list[str]:
-    return sorted(_data().get("platforms", {}))
-
-
 def host_platform(asked: str | None = None) -> str:
     """``asked`` (a --platform) if given, else this host's CUDA redist platform: the one place that
     decides the platform a command acts for. A ``--platform`` is ``OS-ARCH`` with the OS of a
     platform ``[platforms.*]`` names; an ARCH NVIDIA adds later still installs (without fix-ups), a
     name of another shape is a :class:`UsageError` before any network."""
+    known: list[str] = sorted(_data().get("platforms", {}))
     if asked:
-        known = known_platforms()
         systems = sorted({p.partition("-")[0] for p in known})
         system, _, arch = asked.partition("-")
         if asked in known or (system in systems and _ARCH.fullmatch(arch)):
@@ -222,12 +218,12 @@ def host_platform(asked: str | None = None) -> str:
                          "architecture NVIDIA adds later is written OS-ARCH, OS one of "
                          f"{', '.join(systems)})")
     system, machine = _platform.system().lower(), _platform.machine().lower()
-    for name in known_platforms():
+    for name in known:
         if (system, machine) in platform_rule(name).hosts:
             return name
     raise PlanError(
         f"this host ({system} {machine}) has no CUDA redist platform of its own; "
-        f"pass --platform (one of {', '.join(known_platforms())})")
+        f"pass --platform (one of {', '.join(known)})")
 
 
 def component_title(component: str) -> str:
