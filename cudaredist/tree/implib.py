@@ -77,80 +77,77 @@ class DllExports:
 # -- reading a PE DLL ----------------------------------------------------------------------------
 def read_exports(data: bytes | mmap.mmap, *, where: str = "the DLL") -> DllExports:
     """The named exports of a PE image (PE32 or PE32+), from its bytes or a map of its file."""
-    try:
-        return _read_exports(data, where)
-    except (struct.error, IndexError, UnicodeDecodeError) as exc:
-        raise ImportLibraryError(f"{where} is not a well-formed PE DLL ({exc}); cannot read its "
-                                 "export table", dll=where) from exc
-
-
-def _read_exports(data: bytes | mmap.mmap, where: str) -> DllExports:
     def bad(what: str) -> ImportLibraryError:
         return ImportLibraryError(f"{where} is not a well-formed PE DLL: {what}", dll=where)
 
-    if data[:2] != b"MZ":
-        raise bad("no MZ header")
-    pe = struct.unpack_from("<I", data, 0x3C)[0]
-    if data[pe:pe + 4] != b"PE\0\0":
-        raise bad("no PE signature")
-    machine, nsections, _t, _p, _n, opt_size, _c = struct.unpack_from("<HHIIIHH", data, pe + 4)
-    opt = pe + 24
-    magic = struct.unpack_from("<H", data, opt)[0]
-    if magic == 0x10B:
-        dirs = opt + 96
-    elif magic == 0x20B:
-        dirs = opt + 112
-    else:
-        raise bad(f"unknown optional header magic {magic:#x}")
-    ndirs = struct.unpack_from("<I", data, dirs - 4)[0]
-    sections: list[tuple[int, int, int, int, int]] = []  # (rva, virtual size, raw offset, raw size, flags)
-    table = opt + opt_size
-    for i in range(nsections):
-        vsize, rva, rsize, roff = struct.unpack_from("<IIII", data, table + 40 * i + 8)
-        flags = struct.unpack_from("<I", data, table + 40 * i + 36)[0]
-        sections.append((rva, max(vsize, rsize), roff, rsize, flags))
-
-    def section_of(rva: int) -> tuple[int, int, int, int, int]:
-        for s in sections:
-            if s[0] <= rva < s[0] + s[1]:
-                return s
-        raise bad(f"RVA {rva:#x} lies in no section")
-
-    def at(rva: int) -> int:
-        s = section_of(rva)
-        if rva - s[0] >= s[3]:
-            raise bad(f"RVA {rva:#x} has no file data")
-        return s[2] + rva - s[0]
-
-    def cstr(rva: int) -> str:
-        off = at(rva)
-        end = data.find(b"\0", off)
-        if end < 0:
-            raise bad(f"the name at RVA {rva:#x} has no end")
-        return data[off:end].decode("ascii")
-
-    if ndirs < 1:
-        raise bad("no data directories")
-    exp_rva, exp_size = struct.unpack_from("<II", data, dirs)
-    if exp_rva == 0 or exp_size == 0:
-        raise ImportLibraryError(f"{where} exports nothing (it has no export table)", dll=where)
-    e = at(exp_rva)
-    (name_rva, base, nfuncs, nnames, funcs_rva, names_rva,
-     ords_rva) = struct.unpack_from("<12xIIIIIII", data, e)
-    funcs = struct.unpack_from(f"<{nfuncs}I", data, at(funcs_rva)) if nfuncs else ()
-    names = struct.unpack_from(f"<{nnames}I", data, at(names_rva)) if nnames else ()
-    ords = struct.unpack_from(f"<{nnames}H", data, at(ords_rva)) if nnames else ()
-    exports: list[Export] = []
-    for name_ptr, index in zip(names, ords, strict=True):
-        if index >= nfuncs:
-            raise bad(f"export ordinal index {index} beyond its {nfuncs} addresses")
-        target = funcs[index]
-        name = cstr(name_ptr)
-        if exp_rva <= target < exp_rva + exp_size:
-            exports.append(Export(name, base + index, forward=cstr(target)))
+    try:
+        if data[:2] != b"MZ":
+            raise bad("no MZ header")
+        pe = struct.unpack_from("<I", data, 0x3C)[0]
+        if data[pe:pe + 4] != b"PE\0\0":
+            raise bad("no PE signature")
+        machine, nsections, _t, _p, _n, opt_size, _c = struct.unpack_from("<HHIIIHH", data, pe + 4)
+        opt = pe + 24
+        magic = struct.unpack_from("<H", data, opt)[0]
+        if magic == 0x10B:
+            dirs = opt + 96
+        elif magic == 0x20B:
+            dirs = opt + 112
         else:
-            exports.append(Export(name, base + index, data=not section_of(target)[4] & _SCN_MEM_EXECUTE))
-    return DllExports(cstr(name_rva), machine, tuple(sorted(exports, key=lambda x: x.name)))
+            raise bad(f"unknown optional header magic {magic:#x}")
+        ndirs = struct.unpack_from("<I", data, dirs - 4)[0]
+        # (rva, virtual size, raw offset, raw size, flags) of each section
+        sections: list[tuple[int, int, int, int, int]] = []
+        table = opt + opt_size
+        for i in range(nsections):
+            vsize, rva, rsize, roff = struct.unpack_from("<IIII", data, table + 40 * i + 8)
+            flags = struct.unpack_from("<I", data, table + 40 * i + 36)[0]
+            sections.append((rva, max(vsize, rsize), roff, rsize, flags))
+
+        def section_of(rva: int) -> tuple[int, int, int, int, int]:
+            for s in sections:
+                if s[0] <= rva < s[0] + s[1]:
+                    return s
+            raise bad(f"RVA {rva:#x} lies in no section")
+
+        def at(rva: int) -> int:
+            s = section_of(rva)
+            if rva - s[0] >= s[3]:
+                raise bad(f"RVA {rva:#x} has no file data")
+            return s[2] + rva - s[0]
+
+        def cstr(rva: int) -> str:
+            off = at(rva)
+            end = data.find(b"\0", off)
+            if end < 0:
+                raise bad(f"the name at RVA {rva:#x} has no end")
+            return data[off:end].decode("ascii")
+
+        if ndirs < 1:
+            raise bad("no data directories")
+        exp_rva, exp_size = struct.unpack_from("<II", data, dirs)
+        if exp_rva == 0 or exp_size == 0:
+            raise ImportLibraryError(f"{where} exports nothing (it has no export table)", dll=where)
+        e = at(exp_rva)
+        (name_rva, base, nfuncs, nnames, funcs_rva, names_rva,
+         ords_rva) = struct.unpack_from("<12xIIIIIII", data, e)
+        funcs = struct.unpack_from(f"<{nfuncs}I", data, at(funcs_rva)) if nfuncs else ()
+        names = struct.unpack_from(f"<{nnames}I", data, at(names_rva)) if nnames else ()
+        ords = struct.unpack_from(f"<{nnames}H", data, at(ords_rva)) if nnames else ()
+        exports: list[Export] = []
+        for name_ptr, index in zip(names, ords, strict=True):
+            if index >= nfuncs:
+                raise bad(f"export ordinal index {index} beyond its {nfuncs} addresses")
+            target = funcs[index]
+            name = cstr(name_ptr)
+            if exp_rva <= target < exp_rva + exp_size:
+                exports.append(Export(name, base + index, forward=cstr(target)))
+            else:
+                exports.append(Export(name, base + index, data=not section_of(target)[4] & _SCN_MEM_EXECUTE))
+        return DllExports(cstr(name_rva), machine, tuple(sorted(exports, key=lambda x: x.name)))
+    except (struct.error, IndexError, UnicodeDecodeError) as exc:
+        raise ImportLibraryError(f"{where} is not a well-formed PE DLL ({exc}); cannot read its "
+                                 "export table", dll=where) from exc
 
 
 # -- writing the import library --------------------------------------------------------------------
