@@ -89,16 +89,13 @@ def read_exports(data: bytes | mmap.mmap, *, where: str = "the DLL") -> DllExpor
         machine, nsections, _t, _p, _n, opt_size, _c = struct.unpack_from("<HHIIIHH", data, pe + 4)
         opt = pe + 24
         magic = struct.unpack_from("<H", data, opt)[0]
-        if magic == 0x10B:
-            dirs = opt + 96
-        elif magic == 0x20B:
-            dirs = opt + 112
-        else:
+        if magic not in (0x10B, 0x20B):
             raise bad(f"unknown optional header magic {magic:#x}")
+        dirs = opt + (96 if magic == 0x10B else 112)  # PE32's data directories, or PE32+'s
         ndirs = struct.unpack_from("<I", data, dirs - 4)[0]
+        table = opt + opt_size
         # (rva, virtual size, raw offset, raw size, flags) of each section
         sections: list[tuple[int, int, int, int, int]] = []
-        table = opt + opt_size
         for i in range(nsections):
             vsize, rva, rsize, roff = struct.unpack_from("<IIII", data, table + 40 * i + 8)
             flags = struct.unpack_from("<I", data, table + 40 * i + 36)[0]
