@@ -51,6 +51,9 @@ X86_REFUSED = ("a 32-bit (x86) DLL: its import library needs each __stdcall func
                "have no 32-bit Windows libraries; link against NVIDIA's own .lib)")
 
 _SCN_MEM_EXECUTE = 0x20000000
+# the COFF file header and a section header, as a DLL holds them and as an object is written
+_FILE_HEADER = struct.Struct("<HHIIIHH")
+_SECTION = struct.Struct("<8sIIIIIIHHI")
 _IMPORT_CODE, _IMPORT_DATA = 0, 1
 _IMPORT_NAME = 1  # import by the name as given (no prefix or decoration stripped)
 
@@ -86,8 +89,8 @@ def read_exports(data: bytes | mmap.mmap, *, where: str = "the DLL") -> DllExpor
         pe = struct.unpack_from("<I", data, 0x3C)[0]
         if data[pe:pe + 4] != b"PE\0\0":
             raise bad("no PE signature")
-        machine, nsections, _t, _p, _n, opt_size, _c = struct.unpack_from("<HHIIIHH", data, pe + 4)
-        opt = pe + 24
+        machine, nsections, _t, _p, _n, opt_size, _c = _FILE_HEADER.unpack_from(data, pe + 4)
+        opt = pe + 4 + _FILE_HEADER.size
         magic = struct.unpack_from("<H", data, opt)[0]
         if magic not in (0x10B, 0x20B):
             raise bad(f"unknown optional header magic {magic:#x}")
@@ -95,11 +98,8 @@ def read_exports(data: bytes | mmap.mmap, *, where: str = "the DLL") -> DllExpor
         ndirs = struct.unpack_from("<I", data, dirs - 4)[0]
         table = opt + opt_size
         # (rva, virtual size, raw offset, raw size, flags) of each section
-        sections: list[tuple[int, int, int, int, int]] = []
-        for i in range(nsections):
-            vsize, rva, rsize, roff = struct.unpack_from("<IIII", data, table + 40 * i + 8)
-            flags = struct.unpack_from("<I", data, table + 40 * i + 36)[0]
-            sections.append((rva, max(vsize, rsize), roff, rsize, flags))
+        sections = [(rva, max(vsize, rsize), roff, rsize, flags) for _n, vsize, rva, rsize, roff, *_r, flags
+                    in (_SECTION.unpack_from(data, table + _SECTION.size * i) for i in range(nsections))]
 
         def section_of(rva: int) -> tuple[int, int, int, int, int]:
             for s in sections:
@@ -166,7 +166,7 @@ def _coff(machine: int, sections: Sequence[tuple[bytes, bytes, Sequence[tuple[in
           symbols: Sequence[tuple[bytes, int, int, int]]) -> bytes:
     """A COFF object: sections (name, data, relocations (offset, symbol index), flags) and
     symbols (name, value, section number, storage class)."""
-    header_size = 20 + 40 * len(sections)
+    header_size = _FILE_HEADER.size + _SECTION.size * len(sections)
     body = bytearray()
     headers = bytearray()
     reloc_type = _ADDR32NB[machine]
@@ -176,11 +176,11 @@ def _coff(machine: int, sections: Sequence[tuple[bytes, bytes, Sequence[tuple[in
         reloc_off = header_size + len(body)
         for r_off, r_sym in relocs:
             body += struct.pack("<IIH", r_off, r_sym, reloc_type)
-        headers += struct.pack("<8sIIIIIIHHI", name, 0, 0, len(content), offset if content else 0,
-                               reloc_off if relocs else 0, 0, len(relocs), 0, flags)
+        headers += _SECTION.pack(name, 0, 0, len(content), offset if content else 0,
+                                 reloc_off if relocs else 0, 0, len(relocs), 0, flags)
     strtab = bytearray()
     symtab = b"".join(_symbol(n, strtab, v, s, c) for n, v, s, c in symbols)
-    head = struct.pack("<HHIIIHH", machine, len(sections), 0, header_size + len(body), len(symbols), 0, 0)
+    head = _FILE_HEADER.pack(machine, len(sections), 0, header_size + len(body), len(symbols), 0, 0)
     return head + bytes(headers) + bytes(body) + symtab + struct.pack("<I", 4 + len(strtab)) + bytes(strtab)
 
 
