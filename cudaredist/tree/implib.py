@@ -184,32 +184,6 @@ def _coff(machine: int, sections: Sequence[tuple[bytes, bytes, Sequence[tuple[in
     return head + bytes(headers) + bytes(body) + symtab + struct.pack("<I", 4 + len(strtab)) + bytes(strtab)
 
 
-def _import_descriptor(dll: str, stem: str, machine: int) -> bytes:
-    name = dll.encode("ascii") + b"\0"
-    name += b"\0" * (len(name) & 1)
-    return _coff(machine, [
-        # the import directory entry: lookup table RVA, stamp, forwarder chain, name RVA, IAT RVA
-        (b".idata$2", bytes(20), [(12, 2), (0, 3), (16, 4)], _ALIGN_4 | _DATA_RW),
-        (b".idata$6", name, [], _ALIGN_2 | _DATA_RW),
-    ], [
-        (b"__IMPORT_DESCRIPTOR_" + stem.encode(), 0, 1, _SYM_EXTERNAL),
-        (b".idata$2", 0xC0000040, 1, _SYM_SECTION),
-        (b".idata$6", 0, 2, _SYM_STATIC),
-        (b".idata$4", 0xC0000040, 0, _SYM_SECTION),
-        (b".idata$5", 0xC0000040, 0, _SYM_SECTION),
-        (b"__NULL_IMPORT_DESCRIPTOR", 0, 0, _SYM_EXTERNAL),
-        (b"\x7f" + stem.encode() + b"_NULL_THUNK_DATA", 0, 0, _SYM_EXTERNAL),
-    ])
-
-
-def _short_import(dll: str, machine: int, exp: Export) -> bytes:
-    names = exp.name.encode("ascii") + b"\0" + dll.encode("ascii") + b"\0"
-    kind = _IMPORT_DATA if exp.data else _IMPORT_CODE
-    # the hint is where the loader looks first in the export name table: its ordinal index
-    return struct.pack("<HHHHIIHH", 0, 0xFFFF, 0, machine, 0, len(names), 0,
-                       kind | (_IMPORT_NAME << 2)) + names
-
-
 def _ar(members: Sequence[tuple[str, bytes, Sequence[bytes]]]) -> bytes:
     """A GNU-style ar archive with a first linker member ("/") indexing every member's symbols."""
     def member(name: bytes, data: bytes) -> bytes:
@@ -246,7 +220,22 @@ def import_library(info: DllExports) -> bytes:
         raise ImportLibraryError(f"{dll}: machine type {info.machine:#x} is not one an import library "
                                  "can be written for (x64, arm64)", dll=dll)
     stem = dll.rsplit(".", 1)[0] if "." in dll else dll
+    descriptor = b"__IMPORT_DESCRIPTOR_" + stem.encode()
     thunk = b"\x7f" + stem.encode() + b"_NULL_THUNK_DATA"
+    name = dll.encode("ascii") + b"\0"
+    import_descriptor = _coff(info.machine, [
+        # the import directory entry: lookup table RVA, stamp, forwarder chain, name RVA, IAT RVA
+        (b".idata$2", bytes(20), [(12, 2), (0, 3), (16, 4)], _ALIGN_4 | _DATA_RW),
+        (b".idata$6", name + b"\0" * (len(name) & 1), [], _ALIGN_2 | _DATA_RW),
+    ], [
+        (descriptor, 0, 1, _SYM_EXTERNAL),
+        (b".idata$2", 0xC0000040, 1, _SYM_SECTION),
+        (b".idata$6", 0, 2, _SYM_STATIC),
+        (b".idata$4", 0xC0000040, 0, _SYM_SECTION),
+        (b".idata$5", 0xC0000040, 0, _SYM_SECTION),
+        (b"__NULL_IMPORT_DESCRIPTOR", 0, 0, _SYM_EXTERNAL),
+        (thunk, 0, 0, _SYM_EXTERNAL),
+    ])
     # the directory's terminator; the terminators of the lookup and address tables (one pointer each)
     null_descriptor = _coff(info.machine, [(b".idata$3", bytes(20), [], _ALIGN_4 | _DATA_RW)],
                             [(b"__NULL_IMPORT_DESCRIPTOR", 0, 1, _SYM_EXTERNAL)])
@@ -254,13 +243,18 @@ def import_library(info: DllExports) -> bytes:
                                       (b".idata$4", bytes(8), [], _ALIGN_8 | _DATA_RW)],
                        [(thunk, 0, 1, _SYM_EXTERNAL)])
     members: list[tuple[str, bytes, Sequence[bytes]]] = [
-        (dll, _import_descriptor(dll, stem, info.machine), [b"__IMPORT_DESCRIPTOR_" + stem.encode()]),
+        (dll, import_descriptor, [descriptor]),
         (dll, null_descriptor, [b"__NULL_IMPORT_DESCRIPTOR"]),
         (dll, null_thunk, [thunk]),
     ]
     for exp in info.exports:
+        names = exp.name.encode("ascii") + b"\0" + name
+        kind = _IMPORT_DATA if exp.data else _IMPORT_CODE
+        # the hint is where the loader looks first in the export name table: its ordinal index
+        short_import = struct.pack("<HHHHIIHH", 0, 0xFFFF, 0, info.machine, 0, len(names), 0,
+                                   kind | (_IMPORT_NAME << 2)) + names
         syms = [b"__imp_" + exp.name.encode()] + ([] if exp.data else [exp.name.encode()])
-        members.append((dll, _short_import(dll, info.machine, exp), syms))
+        members.append((dll, short_import, syms))
     return _ar(members)
 
 
