@@ -148,15 +148,6 @@ def read_exports(data: bytes | mmap.mmap, *, where: str = "the DLL") -> DllExpor
 
 
 # -- writing the import library --------------------------------------------------------------------
-def _symbol(name: bytes, strtab: bytearray, value: int, section: int, storage: int) -> bytes:
-    if len(name) <= 8:
-        raw = name.ljust(8, b"\0")
-    else:
-        raw = struct.pack("<II", 0, 4 + len(strtab))
-        strtab += name + b"\0"
-    return raw + struct.pack("<IhHBB", value, section, 0, storage, 0)
-
-
 _SYM_EXTERNAL, _SYM_STATIC, _SYM_SECTION = 2, 3, 0x68
 _DATA_RW = 0x00000040 | 0x40000000 | 0x80000000  # initialized data, readable, writable
 _ALIGN_2, _ALIGN_4, _ALIGN_8 = 0x00200000, 0x00300000, 0x00400000
@@ -179,7 +170,14 @@ def _coff(machine: int, sections: Sequence[tuple[bytes, bytes, Sequence[tuple[in
         headers += _SECTION.pack(name, 0, 0, len(content), offset if content else 0,
                                  reloc_off if relocs else 0, 0, len(relocs), 0, flags)
     strtab = bytearray()
-    symtab = b"".join(_symbol(n, strtab, v, s, c) for n, v, s, c in symbols)
+    symtab = bytearray()
+    for sym, value, section, storage in symbols:
+        if len(sym) <= 8:
+            symtab += sym.ljust(8, b"\0")
+        else:  # a longer name is in the string table
+            symtab += struct.pack("<II", 0, 4 + len(strtab))
+            strtab += sym + b"\0"
+        symtab += struct.pack("<IhHBB", value, section, 0, storage, 0)
     head = _FILE_HEADER.pack(machine, len(sections), 0, header_size + len(body), len(symbols), 0, 0)
     return head + bytes(headers) + bytes(body) + symtab + struct.pack("<I", 4 + len(strtab)) + bytes(strtab)
 
