@@ -169,6 +169,16 @@ def _extract_zip(path: Path, tree: Tree, *, component: str, archive: str, mapper
         zf = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError) as exc:
         raise UnsafeArchiveError(f"{archive} is not a readable zip archive: {exc}", archive=archive) from exc
+
+    def one(info: zipfile.ZipInfo, rel: str, mode: int, digest: str) -> None:
+        if info.compress_type == zipfile.ZIP_DEFLATED and not info.flag_bits & 0x1 and zf.filename:
+            with open(zf.filename, "rb") as fh:  # its own handle: no lock shared with the other threads
+                tree.add_file(rel, cast(IO[bytes], DeflatedMember(fh, info)), mode, component, archive,
+                              digest)
+            return
+        with zf.open(info) as src:
+            tree.add_file(rel, src, mode, component, archive, digest)
+
     with zf:
         entries: dict[str, zipfile.ZipInfo] = {}
         for info in zf.infolist():
@@ -194,33 +204,18 @@ def _extract_zip(path: Path, tree: Tree, *, component: str, archive: str, mapper
                     tree.add_dir(rel, component, archive)
                     continue
                 files.append((info, rel, mode, known.get(clean, "")))
-            _inflate(zf, files, tree, component=component, archive=archive)
+            # every file member into the tree: in archive order, or from several threads for a big zip
+            # (zipfile's handles share the file under a lock; the tree takes claims from any thread)
+            threads = min(FILE_THREADS, os.cpu_count() or 1, len(files))
+            if threads < 2 or (sum(f[0].compress_size for f in files) < PARALLEL_ZIP_BYTES
+                               and len(files) < PARALLEL_FILES):
+                for f in files:
+                    one(*f)
+            else:
+                in_threads(one, [[f] for f in sorted(files, key=lambda f: -f[0].compress_size)], threads,
+                           "inflate")
         except (zipfile.BadZipFile, OSError, EOFError) as exc:
             raise UnsafeArchiveError(f"{archive} is corrupt: {exc}", archive=archive) from exc
-
-
-def _inflate(zf: zipfile.ZipFile, files: Sequence[tuple[zipfile.ZipInfo, str, int, str]], tree: Tree, *,
-             component: str, archive: str) -> None:
-    """Every file member into ``tree``: in archive order, or from several threads for a big zip
-    (zipfile's handles share the file under a lock; the tree takes claims from any thread)."""
-    import zipfile
-
-    def one(info: zipfile.ZipInfo, rel: str, mode: int, digest: str) -> None:
-        if info.compress_type == zipfile.ZIP_DEFLATED and not info.flag_bits & 0x1 and zf.filename:
-            with open(zf.filename, "rb") as fh:  # its own handle: no lock shared with the other threads
-                tree.add_file(rel, cast(IO[bytes], DeflatedMember(fh, info)), mode, component, archive,
-                              digest)
-            return
-        with zf.open(info) as src:
-            tree.add_file(rel, src, mode, component, archive, digest)
-
-    threads = min(FILE_THREADS, os.cpu_count() or 1, len(files))
-    if threads < 2 or (sum(f[0].compress_size for f in files) < PARALLEL_ZIP_BYTES
-                       and len(files) < PARALLEL_FILES):
-        for f in files:
-            one(*f)
-        return
-    in_threads(one, [[f] for f in sorted(files, key=lambda f: -f[0].compress_size)], threads, "inflate")
 
 
 def in_threads(fn: Callable[..., None], shares: Sequence[Iterable[Sequence[Any]]], threads: int,
