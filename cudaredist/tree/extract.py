@@ -24,7 +24,6 @@ from cudaredist.tree.staging import Mapper, Tree
 # tarfile, zipfile and zlib-ng are imported by the functions that read archives: a warm install reads
 # none, and its start-up does without them (2 ms)
 if TYPE_CHECKING:
-    import tarfile
     import zipfile
 
 # an open zip -> its members' sha256 (hex) as the archive itself records them, by clean member path
@@ -78,13 +77,25 @@ def extract(path: Path | None, tree: Tree, *, component: str, archive: str, mapp
 
     with contextlib.ExitStack() as stack:
         raw = fileobj if fileobj is not None else stack.enter_context(
-            open(path, "rb", buffering=0))  # type: ignore[arg-type]  # buffered by _open_tar
+            open(path, "rb", buffering=0))  # type: ignore[arg-type]  # buffered below
+        # A front-to-back tar reader over ``raw`` (a file or a download being written, both
+        # unbuffered). xz goes through LZMAFile: tarfile's own "r|xz" decompresses in 10 KiB steps and
+        # re-joins its buffers, a tenth of the time on big archives.
         try:
-            tf = _open_tar(raw)
+            # LZMAFile and tarfile read 8-64 KiB at a time: one 1 MiB read of the source serves many
+            # (a followed download takes a lock and a seek for each read).
+            buffered = io.BufferedReader(cast(io.RawIOBase, raw), READ_SIZE)
+            rest = cast(IO[bytes], buffered)
+            # closed before the file it reads
+            if buffered.peek(6)[:6] == b"\xfd7zXZ\x00":
+                # tarfile reads headers and member data from it, skipping forward
+                xz = stack.enter_context(lzma.LZMAFile(rest))
+                tf = stack.enter_context(tarfile.open(fileobj=cast(IO[bytes], _Forward(xz)), mode="r:"))
+            else:
+                tf = stack.enter_context(tarfile.open(fileobj=rest, mode="r|*", bufsize=1 << 16))
         except (tarfile.TarError, OSError, EOFError, lzma.LZMAError) as exc:
             raise UnsafeArchiveError(f"{archive} is not a readable tar archive: {exc}",
                                      archive=archive) from exc
-        stack.enter_context(tf)  # closed before the file it reads
         try:
             for m in tf:
                 clean = clean_member(m.name, archive=archive)
@@ -113,22 +124,6 @@ def extract(path: Path | None, tree: Tree, *, component: str, archive: str, mapp
                                              archive=archive, member=m.name)
         except (tarfile.TarError, EOFError, OSError, lzma.LZMAError) as exc:
             raise UnsafeArchiveError(f"{archive} is corrupt or truncated: {exc}", archive=archive) from exc
-
-
-def _open_tar(raw: IO[bytes]) -> tarfile.TarFile:
-    """A front-to-back tar reader over ``raw`` (a file or a download being written, both
-    unbuffered). xz goes through LZMAFile: tarfile's own "r|xz" decompresses in 10 KiB steps and
-    re-joins its buffers, a tenth of the time on big archives."""
-    import tarfile
-
-    # LZMAFile and tarfile read 8-64 KiB at a time: one 1 MiB read of the source serves many
-    # (a followed download takes a lock and a seek for each read).
-    buffered = io.BufferedReader(cast(io.RawIOBase, raw), READ_SIZE)
-    rest = cast(IO[bytes], buffered)
-    if buffered.peek(6)[:6] == b"\xfd7zXZ\x00":
-        # tarfile reads headers and member data from it, skipping forward
-        return tarfile.open(fileobj=cast(IO[bytes], _Forward(lzma.LZMAFile(rest))), mode="r:")
-    return tarfile.open(fileobj=rest, mode="r|*", bufsize=1 << 16)
 
 
 class _Forward:
