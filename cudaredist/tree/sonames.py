@@ -17,6 +17,9 @@ if TYPE_CHECKING:
 _DEV_LIB = re.compile(r"^lib[^/]*\.so(?:\.\d+)*$")
 _PT_LOAD, _PT_DYNAMIC = 1, 2
 _DT_NULL, _DT_STRTAB, _DT_SONAME = 0, 5, 14
+# by EI_CLASS (1: 32-bit, 2: 64-bit): where e_phoff is, and the formats of (e_phoff, e_phentsize,
+# e_phnum), of a program header as (type, offset, vaddr, filesz) and of a dynamic entry (tag, value)
+_CLASSES = {1: (0x1C, "I10xHH", "III4xI12x", "iI"), 2: (0x20, "Q14xHH", "I4xQQ8xQ16x", "qQ")}
 
 
 def read_soname(fh: IO[bytes]) -> str | None:
@@ -25,16 +28,10 @@ def read_soname(fh: IO[bytes]) -> str | None:
         head = fh.read(64)
         if len(head) < 52 or head[:4] != b"\x7fELF" or head[4] not in (1, 2) or head[5] not in (1, 2):
             return None
-        is64 = head[4] == 2
         e = "<" if head[5] == 1 else ">"
-        if is64:
-            (phoff,) = struct.unpack_from(e + "Q", head, 0x20)
-            phentsize, phnum = struct.unpack_from(e + "HH", head, 0x36)
-            ph_fmt, dyn_fmt = e + "IIQQQQQQ", e + "qQ"
-        else:
-            (phoff,) = struct.unpack_from(e + "I", head, 0x1C)
-            phentsize, phnum = struct.unpack_from(e + "HH", head, 0x2A)
-            ph_fmt, dyn_fmt = e + "IIIIIIII", e + "iI"
+        at, fields, ph_fmt, dyn_fmt = _CLASSES[head[4]]
+        phoff, phentsize, phnum = struct.unpack_from(e + fields, head, at)
+        ph_fmt, dyn_fmt = e + ph_fmt, e + dyn_fmt
         if phentsize < struct.calcsize(ph_fmt) or not 0 < phnum < 4096:
             return None
         fh.seek(phoff)
@@ -42,8 +39,7 @@ def read_soname(fh: IO[bytes]) -> str | None:
         loads: list[tuple[int, int, int]] = []  # (vaddr, offset, filesz)
         dynamic: tuple[int, int] | None = None
         for i in range(phnum):
-            f = struct.unpack_from(ph_fmt, table, i * phentsize)
-            ptype, offset, vaddr, filesz = (f[0], f[2], f[3], f[5]) if is64 else (f[0], f[1], f[2], f[4])
+            ptype, offset, vaddr, filesz = struct.unpack_from(ph_fmt, table, i * phentsize)
             if ptype == _PT_LOAD:
                 loads.append((vaddr, offset, filesz))
             elif ptype == _PT_DYNAMIC:
