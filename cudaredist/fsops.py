@@ -214,7 +214,6 @@ def find_held(tree: str | os.PathLike[str], limit: int = 20000) -> str | None:
 def holder_hint(exc: BaseException) -> str:
     """For a sharing or lock violation (WinError 32/33): which file, and that a process holds it."""
     if getattr(exc, "winerror", None) in (32, 33) and isinstance(exc, OSError):
-        name = exc.filename or ""
-        return (f"another process has {name or 'a file in it'} open (an editor, a shell whose "
+        return (f"another process has {exc.filename or 'a file in it'} open (an editor, a shell whose "
                 "current directory is in it, a running program, an antivirus scan)")
     return ""
