@@ -90,31 +90,28 @@ class Tree:
         self._clones = True  # until a clone into this tree came back as a copy
 
     # -- claims ------------------------------------------------------------------------------------
-    def _claim_parents(self, rel: str, component: str, archive: str) -> None:
-        """Claim every directory above ``rel`` (the lock held), refusing one that is a link or a file."""
-        parts = rel.split("/")
-        for i in range(1, len(parts)):
-            parent = "/".join(parts[:i])
-            key = self._key(parent)
-            if key in self._links:
-                raise UnsafeArchiveError(
-                    f"{archive}: member {rel!r} lies under the symlink {parent!r}"
-                    + (" (names compared case-insensitively)" if self.case_insensitive else "")
-                    + "; refused", archive=archive, member=rel)
-            claim = self._claims.setdefault(key, _Claim(component, "dir", done=True, path=parent))
-            if claim.kind != "dir":
-                raise ConflictError(
-                    f"{component} ({archive}) needs {parent!r} to be a directory for {rel!r}, but "
-                    f"{claim.component} installs a {claim.kind} there", path=rel, first=claim.component,
-                    second=component)
-            self._dir_chains.add(key)
-
     def _claim(self, rel: str, kind: str, component: str, archive: str) -> _Claim | None:
         """Claim ``rel``; returns the earlier claim if another archive has it."""
         with self._cond:
             parent = rel.rpartition("/")[0]
             if parent and self._key(parent) not in self._dir_chains:
-                self._claim_parents(rel, component, archive)
+                # claim every directory above ``rel`` (the lock held), refusing one that is a link or a file
+                parts = rel.split("/")
+                for i in range(1, len(parts)):
+                    parent = "/".join(parts[:i])
+                    key = self._key(parent)
+                    if key in self._links:
+                        raise UnsafeArchiveError(
+                            f"{archive}: member {rel!r} lies under the symlink {parent!r}"
+                            + (" (names compared case-insensitively)" if self.case_insensitive else "")
+                            + "; refused", archive=archive, member=rel)
+                    claim = self._claims.setdefault(key, _Claim(component, "dir", done=True, path=parent))
+                    if claim.kind != "dir":
+                        raise ConflictError(
+                            f"{component} ({archive}) needs {parent!r} to be a directory for {rel!r}, but "
+                            f"{claim.component} installs a {claim.kind} there", path=rel,
+                            first=claim.component, second=component)
+                    self._dir_chains.add(key)
             key = self._key(rel)
             prev = self._claims.get(key)
             if prev is None:
