@@ -71,7 +71,6 @@ def _str(entry: dict[str, Any], key: str, where: str) -> str:
 
 
 def _tables(entry: dict[str, Any], key: str, at: str, where: str) -> list[dict[str, Any]]:
-    """The fix's [[fix.KEY]] tables ([] where it has none)."""
     tables = entry.get(key, [])
     if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
         raise ManifestError(f"{at}: each [[fix.{key}]] must be a table", source=where)

@@ -33,7 +33,6 @@ _UNSUPPORTED = {errno.EXDEV, errno.EOPNOTSUPP, errno.ENOTTY, errno.EINVAL, errno
 
 
 def link_mode(given: str | None = None) -> str:
-    """``--link-mode`` > ``CUDAREDIST_LINK_MODE`` > clone."""
     value = (given or os.environ.get(ENV_LINK_MODE) or DEFAULT_LINK_MODE).strip().lower()
     if value not in LINK_MODES:
         raise UsageError(f"unknown link mode {value!r}: use one of {', '.join(LINK_MODES)}")

@@ -385,7 +385,6 @@ class Tree:
             self._compare(rec.path, prev, "file", rec.sha256, component)
 
     def component_of(self, rel: str) -> str | None:
-        """The component that wrote the file ``rel`` (None if none did)."""
         rel = self._spelled(rel)
         with self._cond:
             rec = self._records.get(rel)
