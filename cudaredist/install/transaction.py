@@ -164,13 +164,17 @@ class Installer(Builder):
                         fsops.rmtree(staging)
                         staging.mkdir()
                         files, downloaded, cached = self._build(plan, staging, prefix, stream=False)
-                    files, fixed = self._host_fixes(plan, staging, files, host_fixes, warnings)
+                    outcomes: list[hostfixes.Outcome] = []
+                    if host_fixes:  # each fix said in one line; one that does not fit its file is a warning
+                        files, outcomes = hostfixes.apply(staging, files, plan)
+                        for o in outcomes:
+                            (warnings.append if o.skipped else self.reporter.message)(o.line())
                     meant = profile_specs(plan.source, plan.profile, plan.release, plan.platform)
                     made = record.build_record(plan, files, served=self.fetcher.served,
                                                links=self._complete(plan, staging), requested=requested,
                                                meant=[str(s) for s in meant], location=location_argv(
                                                    plan.source, plan.base_url, plan.channel))
-                    if fixed:
+                    if fixed := hostfixes.applied_json(outcomes):
                         made[hostfixes.RECORD_KEY] = fixed
                     made["sbom"] = sbom.write(staging, made, self.cache.root / "sbom")
                     record.write_record(staging, made)
@@ -228,18 +232,6 @@ class Installer(Builder):
         # NVIDIA's version.json at the root: in the record, verified and uninstalled like the rest
         tree.add_file("version.json", io.BytesIO(version_json(plan)), 0o644, "cuda", "version.json")
         return tree.finish(), build.downloaded, build.cached
-
-    def _host_fixes(self, plan: Plan, staging: Path, files: list[FileRecord], enabled: bool,
-                    warnings: list[str]) -> tuple[list[FileRecord], list[dict[str, str]]]:
-        """The known host fixes applied to the staged tree (none when not ``enabled``), each said in
-        one line; one that does not fit its file is a warning. Returns the files' records with the
-        fixed bytes' hashes and the record's ``host_fixes``."""
-        if not enabled:
-            return files, []
-        files, outcomes = hostfixes.apply(staging, files, plan)
-        for o in outcomes:
-            (warnings.append if o.skipped else self.reporter.message)(o.line())
-        return files, hostfixes.applied_json(outcomes)
 
     def _complete(self, plan: Plan, staging: Path) -> list[dict[str, str]]:
         """Platform fix-ups from profiles.toml (e.g. ``lib64 -> lib`` on Linux)."""
