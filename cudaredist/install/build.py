@@ -127,31 +127,8 @@ class Build:
         """``into(fill)``: ``fill`` extracts the archive into the tree it is given (a new unpacked
         entry's, or the staging tree). The archive is fetched again if it vanished before it was
         opened; one that hashes right but is hostile or broken is evicted from the cache."""
-        for _attempt in range(3):
-            try:
-                return into(self._filler(item, path, follow))
-            except _ArchiveGone:
-                # removed between its fetch and this read: fetched again (a new download if need be)
-                path, _cached = self.fetcher.fetch(item)
-            except UnsafeArchiveError:
-                if follow is not None:
-                    # read before it was verified: a bad download explains it better
-                    err = self.fetch_of[item].exception()
-                    if err is not None:
-                        raise err from None
-                # hashes right but is hostile or broken: keep no copy to install from later
-                cache = self.installer.cache
-                with cache.lock(item.archive.sha256, timeout=self.installer.lock_timeout):
-                    evict(cache.archive_path(item.archive.sha256))
-                raise
-        raise FetchError(f"the cached archive {item.archive.filename} was removed three times while this "
-                         "install read it (is a `cudaredist cache clear` running in a loop?); the prefix "
-                         "is unchanged", url=item.url)
-
-    def _filler(self, item: PlannedArchive, path: Path | None,
-                follow: GrowingFile | None) -> Callable[[Tree], None]:
-        """What fills a new entry's tree: the archive's members through its layout's mapper, then
-        the layout's after-step (e.g. a wheel's symlink chains) over the paths written."""
+        # what fills a new entry's tree: the archive's members through its layout's mapper, then
+        # the layout's after-step (e.g. a wheel's symlink chains) over the paths written
         how, platform = layout(item.layout), self.plan.archive_platform(item)
         mapper, after = how.mapper(item, platform), how.after
         written: list[str] = []
@@ -179,7 +156,26 @@ class Build:
             if after is not None:
                 after(item, platform, entry_tree, written)
 
-        return fill
+        for _attempt in range(3):
+            try:
+                return into(fill)
+            except _ArchiveGone:
+                # removed between its fetch and this read: fetched again (a new download if need be)
+                path, _cached = self.fetcher.fetch(item)
+            except UnsafeArchiveError:
+                if follow is not None:
+                    # read before it was verified: a bad download explains it better
+                    err = self.fetch_of[item].exception()
+                    if err is not None:
+                        raise err from None
+                # hashes right but is hostile or broken: keep no copy to install from later
+                cache = self.installer.cache
+                with cache.lock(item.archive.sha256, timeout=self.installer.lock_timeout):
+                    evict(cache.archive_path(item.archive.sha256))
+                raise
+        raise FetchError(f"the cached archive {item.archive.filename} was removed three times while this "
+                         "install read it (is a `cudaredist cache clear` running in a loop?); the prefix "
+                         "is unchanged", url=item.url)
 
     # -- all of them -------------------------------------------------------------------------------
     def run(self) -> None:
