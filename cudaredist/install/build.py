@@ -202,9 +202,42 @@ class Build:
                 if it in self.follows:
                     pool = leader if it is self.lead else extractors
                     extractions.add(pool.submit(self.place, it, None, self.follows[it]))
+            # until every download and extraction is done; a finished download of an archive not
+            # streamed starts its extraction. The first failure is raised (pending work is cancelled).
+            by_future = {f: it for it, f in self.fetch_of.items()}
+            pending: set[Future[Any]] = set(self.fetch_of.values()) | extractions
             try:
-                self._wait(leader, extractors, extractions)
+                while pending:
+                    # returns within 0.2 s: Ctrl-C reaches a main thread that waits (Windows included),
+                    # raised once the wait has returned (interrupts.wait_first)
+                    done, pending = wait_first(pending)
+                    for fut in done:
+                        item = by_future.get(fut)
+                        if item is None:
+                            fut.result()  # an extraction: raises its failure
+                            continue
+                        path, was_cached = fut.result()
+                        if was_cached:
+                            self.cached += 1
+                        else:
+                            self.downloaded += 1
+                        reporter.archive_done(item.archive.filename, item.archive.size, cached=was_cached)
+                        if item in self.follows:  # extracted while it downloaded
+                            continue
+                        if item is self.lead:
+                            future = leader.submit(self.place, item, path)
+                        else:
+                            # a worker places the biggest archive downloaded and not placed yet: small
+                            # archives download first, and in arrival order they would keep the workers
+                            # from the longest extraction (stop 39: the Windows tree's libnvvm zip waited
+                            # 0.26 s behind cccl's and cudart's)
+                            self._downloaded.put((-item.archive.size, len(extractions), item, path))
+                            future = extractors.submit(lambda: self.place(*self._downloaded.get_nowait()[2:]))
+                        extractions.add(future)
+                        pending.add(future)
             except BaseException as exc:
+                for fut in pending:
+                    fut.cancel()
                 self.fetcher.transport.cancel()  # wakes backoff sleeps and lock waits, cuts stalled reads
                 for follow in self.follows.values():  # unblock extractions following a cancelled download
                     follow.fail(Aborted())
@@ -222,46 +255,6 @@ class Build:
                 extractors.shutdown(wait=True)
                 for follow in self.follows.values():  # one whose extraction never ran
                     follow.close()
-
-    def _wait(self, leader: ThreadPoolExecutor, extractors: ThreadPoolExecutor,
-              extractions: set[Future[Any]]) -> None:
-        """Until every download and extraction is done; a finished download of an archive not
-        streamed starts its extraction. The first failure is raised (pending work is cancelled)."""
-        by_future = {f: it for it, f in self.fetch_of.items()}
-        pending: set[Future[Any]] = set(self.fetch_of.values()) | extractions
-        try:
-            while pending:
-                # returns within 0.2 s: Ctrl-C reaches a main thread that waits (Windows included),
-                # raised once the wait has returned (interrupts.wait_first)
-                done, pending = wait_first(pending)
-                for fut in done:
-                    item = by_future.get(fut)
-                    if item is None:
-                        fut.result()  # an extraction: raises its failure
-                        continue
-                    path, was_cached = fut.result()
-                    if was_cached:
-                        self.cached += 1
-                    else:
-                        self.downloaded += 1
-                    self.reporter.archive_done(item.archive.filename, item.archive.size, cached=was_cached)
-                    if item in self.follows:  # extracted while it downloaded
-                        continue
-                    if item is self.lead:
-                        future = leader.submit(self.place, item, path)
-                    else:
-                        # a worker places the biggest archive downloaded and not placed yet: small archives
-                        # download first, and in arrival order they would keep the workers from the longest
-                        # extraction (stop 39: the Windows tree's libnvvm zip waited 0.26 s behind cccl's
-                        # and cudart's)
-                        self._downloaded.put((-item.archive.size, len(extractions), item, path))
-                        future = extractors.submit(lambda: self.place(*self._downloaded.get_nowait()[2:]))
-                    extractions.add(future)
-                    pending.add(future)
-        except BaseException:
-            for fut in pending:
-                fut.cancel()
-            raise
 
 
 # How far the threads that extract all but the longest archive give way: CFS weighs nice 0 against
