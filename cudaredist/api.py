@@ -231,10 +231,11 @@ def _run(request: InstallRequest, wanted: list[str], fixed: Path | None, outcome
     components, source = list(request.components), request.source
     lock_plan: Plan | None = None
     if request.lock is not None:
-        from cudaredist.publish.lockfile import plan_for  # only with --lock
+        from cudaredist.publish.lockfile import read_lock, select  # only with --lock
 
-        locked, lock_plan = plan_for(
-            request.lock, train=wanted[0] if wanted else None, platform=request.platform, host=host(),
+        locked = read_lock(request.lock)
+        lock_plan = select(
+            locked, train=wanted[0] if wanted else None, platform=request.platform, host=host(),
             profile="custom" if request.only else request.profile,
             components=list(request.components) if (request.components or request.only) else None,
             source=None if request.source is None else check_source(request.source),

@@ -216,13 +216,5 @@ def select(lock: Lock, *, train: str | None, platform: str | None, host: str | N
         if asked is not None and asked != locked:
             raise LockFileError(f"{lock.path} was locked {what} {locked!r}, not {asked!r}; {hint}",
                                 path=lock.path)
-    return lock.plans[platform]
+    return replace(lock.plans[platform], hashes_from=f"the lock file {Path(lock.path).absolute()}")
 
-
-def plan_for(path: Path, *, train: str | None, platform: str | None, host: str | None,
-             profile: str | None, components: Sequence[str] | None,
-             source: str | None, products: Sequence[str] | None = None) -> tuple[Lock, Plan]:
-    locked = read_lock(path)
-    plan = select(locked, train=train, platform=platform, host=host, profile=profile,
-                  components=components, source=source, products=products)
-    return locked, replace(plan, hashes_from=f"the lock file {path.absolute()}")
