@@ -50,7 +50,6 @@ from cudaredist.sources.pypi.wheels import pep440, wheel_data
 from cudaredist.tree import links
 
 Fetch = Callable[[PlannedArchive], tuple[Path, bool]]  # an archive -> (its verified cache path, cached?)
-RELEASE_KEYS = ("release_date", "release_label", "release_product")
 COMPONENT_KEYS = ("name", "license", "license_path", "version")
 
 
@@ -213,7 +212,7 @@ def merge_manifest(existing: dict[str, Any] | None, *, label: str, release_date:
     known = list(wheel_data().platforms)
     out: dict[str, Any] = {"release_date": old.get("release_date") or release_date, "release_label": label,
                            "release_product": old.get("release_product") or product}
-    out.update({k: v for k, v in old.items() if k not in RELEASE_KEYS and not isinstance(v, dict)})
+    out.update({k: v for k, v in old.items() if k not in out and not isinstance(v, dict)})
     for key in sorted(components):
         comp = components[key]
         ordered = {k: comp[k] for k in COMPONENT_KEYS if k in comp}
