@@ -139,8 +139,7 @@ def read_lock(path: Path) -> Lock:
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise LockFileError(f"the lock file {where} lacks a field or has a wrong type: {exc!r}",
                             path=where) from exc
-    listed = obj.get("platforms", [])
-    if not plans or not isinstance(listed, list) or list(plans) != listed:
+    if not plans or list(plans) != obj.get("platforms"):
         raise LockFileError(f"{where}: 'platforms' does not list the planned platforms", path=where)
     source = str(obj.get("source", "nvidia"))
     if source not in LAYOUTS:
