@@ -32,6 +32,7 @@ from typing import Any
 from cudaredist.errors import LockFileError, ManifestError
 from cudaredist.localfs import directory_as_file
 from cudaredist.plan import Plan, archive_url, matches, plan_from_json, with_bases
+from cudaredist.profiles import parse_product_requests
 from cudaredist.publish.mirrorfiles import place
 from cudaredist.sources.nvidia.manifest import check_relative_path
 
@@ -205,8 +206,6 @@ def select(lock: Lock, *, train: str | None, platform: str | None, host: str | N
     if platform not in lock.plans:
         raise LockFileError(f"{lock.path} has no plan for platform {platform} (it locks "
                             f"{', '.join(lock.platforms)}); {hint}", path=lock.path)
-    from cudaredist.profiles import parse_product_requests
-
     for what, locked, asked in (
             ("with profile", lock.profile, profile), ("from source", lock.source, source),
             ("with components", sorted(lock.components), None if components is None else sorted(components)),
