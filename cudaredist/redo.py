@@ -59,5 +59,4 @@ def train_argv(train: str, root: Path | None = None, platform: str | None = None
 
 
 def shell_line(argv: Sequence[str]) -> str:
-    """``argv`` as a line for this host's shell (quoted where a word needs it)."""
     return subprocess.list2cmdline(list(argv)) if WINDOWS else shlex.join(argv)

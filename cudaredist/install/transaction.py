@@ -120,9 +120,6 @@ def version_json(plan: Plan) -> bytes:
 
 
 class Installer(Builder):
-    """A :class:`~cudaredist.install.build.Builder` that swaps each tree it builds into its prefix."""
-
-    # -- transaction -------------------------------------------------------------------------------
     def install(self, plan: Plan, prefix: Path | str, *, reinstall: bool = False,
                 replace_foreign: bool = False, requested: Sequence[str] = (),
                 host_fixes: bool = True) -> InstallResult:

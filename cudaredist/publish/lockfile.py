@@ -112,7 +112,6 @@ def write_lock(path: Path, lock: dict[str, Any]) -> None:
 
 
 def read_lock(path: Path) -> Lock:
-    """Parse and check a lock file: format, digest, every archive entry, the content key."""
     where = str(path)
     try:
         obj = json.loads(Path(path).read_text(encoding="utf-8"))

@@ -250,7 +250,6 @@ def _known_archives(out: Path) -> dict[str, tuple[dict[str, Any], dict[str, Any]
 
 
 def _still_good(out: Path, entry: dict[str, Any], comp: dict[str, Any]) -> bool:
-    """The archive verifies against its manifest entry, and its licence file is there."""
     size, lic, sha = str(entry.get("size", "")), comp.get("license_path"), str(entry.get("sha256", ""))
     if isinstance(lic, str) and lic and not dest_path(out, lic).is_file():
         return False
@@ -338,7 +337,6 @@ def build_archives(out: Path, builds: Sequence[BuiltArchive], *,
 
 
 def write_manifest(out: Path, manifest: BuiltManifest, made: dict[str, Made]) -> None:
-    """``redistrib_<label>.json``: the mirror's own (if any) with the archives built for it added."""
     path = out / f"redistrib_{manifest.label}.json"
     if (existing := _read_json(path)) is None and path.exists():
         raise ManifestError(f"{path} is not a JSON object; move it away to rebuild the manifest of "
