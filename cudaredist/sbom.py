@@ -10,6 +10,7 @@ a later install of the same inventory reuses that document with its own timestam
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import io
@@ -67,11 +68,9 @@ def write(prefix: Path, record: dict[str, Any], cache_dir: Path) -> str:
         doc["metadata"]["timestamp"] = ""  # a rendering of ours (else it is made again)
     except (OSError, ValueError, LookupError, TypeError):
         doc = json.loads(cyclonedx(inv))
-        try:
+        with contextlib.suppress(OSError):
             kept.parent.mkdir(parents=True, exist_ok=True)
             fsops.write_atomic(kept, json.dumps(doc).encode())
-        except OSError:
-            pass
     doc["serialNumber"] = f"urn:uuid:{uuid.uuid4()}"
     doc["metadata"]["timestamp"] = _now().isoformat()
     sbom_path(prefix).parent.mkdir(parents=True, exist_ok=True)
