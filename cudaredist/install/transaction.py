@@ -34,7 +34,6 @@ from cudaredist.tree.staging import FileRecord, Tree
 @dataclass(frozen=True)
 class InstallResult:
     prefix: Path
-    plan: Plan
     noop: bool
     downloaded: int = 0
     cached: int = 0
@@ -138,7 +137,7 @@ class Installer(Builder):
                 # an unreadable record's error says to reinstall with --reinstall: then it is not read
                 held = (record.read_record(prefix) or {}) if not reinstall and prefix.is_dir() else {}
                 if held and holds(held, plan) and not hostfixes.pending(prefix, held, host_fixes):
-                    return InstallResult(prefix, plan, noop=True, seconds=time.monotonic() - t0,
+                    return InstallResult(prefix, noop=True, seconds=time.monotonic() - t0,
                                          warnings=tuple(warnings))
                 if not replace_foreign:
                     prefixes.refuse_foreign(prefix)
@@ -180,7 +179,7 @@ class Installer(Builder):
                 except BaseException:
                     fsops.rmtree(staging)
                     raise
-            return InstallResult(prefix, plan, noop=False, downloaded=downloaded, cached=cached,
+            return InstallResult(prefix, noop=False, downloaded=downloaded, cached=cached,
                                  files=len(files), seconds=time.monotonic() - t0, warnings=tuple(warnings))
         except KeyboardInterrupt as exc:
             if isinstance(exc, interrupts.Interrupted):
