@@ -23,7 +23,6 @@ together in the order a build meets them:
 
 from __future__ import annotations
 
-import ctypes
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -57,9 +56,7 @@ class Inputs:
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     which: Which = _which
     driver_library: str | None = None
-    loader: compat.Loader = ctypes.CDLL
     host_windows: bool = WINDOWS
-    proc_file: str = "/proc/driver/nvidia/version"
     compat: str | None = None  # --compat: auto (None), on, off
 
 
@@ -90,8 +87,7 @@ def run(prefix: Path | None = None, *, train: str | None = None, inputs: Inputs 
                 checks.append(check_host_compiler(tk, env, windows=tk.windows, which=inputs.which))
                 checks.append(check_probe(tk, env, which=inputs.which, host_windows=inputs.host_windows))
             checks.append(toolkit.check_msbuild(tk))
-    info = compat.probe_driver(inputs.driver_library or compat.default_driver_library(inputs.host_windows),
-                               loader=inputs.loader, proc_file=inputs.proc_file)
+    info = compat.probe_driver(inputs.driver_library or compat.default_driver_library(inputs.host_windows))
     drv = driver.check_driver(info, release, windows=inputs.host_windows)
     if tk and tk.record and release and tk.native and not tk.windows and not tk.host:
         decided = compat.decide(tk.prefix, tk.record["plan"], info, inputs.compat)
