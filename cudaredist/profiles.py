@@ -75,6 +75,7 @@ class CrossRule:
     target_dir: str                      # Linux: nvcc -target-dir (targets/<dir>); "" on Windows
     compiler: str                        # the host compiler nvcc drives for the target
     c_compiler: str                      # its C compiler ("": none named)
+    package: str                         # its Debian/Ubuntu package ("": none named)
     system: tuple[str, ...]              # CMAKE_SYSTEM_NAME, CMAKE_SYSTEM_PROCESSOR
     host_places: tuple[tuple[str, str], ...]
     target_places: tuple[tuple[str, str], ...]
@@ -103,7 +104,7 @@ def cross_rule(target: str, host: str) -> CrossRule:
         return tuple((str(k), str(v)) for k, v in body.get(key, {}).items())
 
     return CrossRule(target, host, str(body.get("target_dir", "")), str(body.get("compiler", "")),
-                     str(body.get("c_compiler", "")),
+                     str(body.get("c_compiler", "")), str(body.get("package", "")),
                      tuple(str(s) for s in body.get("system", ())), places("host_places"),
                      places("target_places"), places("links"))
 

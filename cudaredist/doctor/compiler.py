@@ -311,10 +311,6 @@ def check_probe(tk: Toolkit, env: Mapping[str, str], *, timeout: float = 300, wh
 
 
 # -- a cross tree -------------------------------------------------------------------------------
-# where Debian and Ubuntu have each cross compiler profiles.toml names
-_PACKAGES = {"aarch64-linux-gnu-g++": "g++-aarch64-linux-gnu"}
-
-
 def cross_checks(tk: Toolkit, env: Mapping[str, str], *, which: Which = _which) -> list[Check]:
     assert tk.platform is not None
     rule = cross_rule(tk.platform, tk.host)
@@ -329,8 +325,7 @@ def cross_checks(tk: Toolkit, env: Mapping[str, str], *, which: Which = _which) 
         return [check_host_compiler(tk, ready, windows=False, which=which),
                 replace(probe, detail=f"{probe.detail} (for {tk.platform}, with {hc.spec} and "
                                       f"-target-dir {rule.target_dir})")]
-    package = _PACKAGES.get(rule.compiler)
-    fix = (f"install it (Debian/Ubuntu: apt-get install {package})" if package else "install it") + \
+    fix = (f"install it (Debian/Ubuntu: apt-get install {rule.package})" if rule.package else "install it") + \
         ", or name another with NVCC_CCBIN or -ccbin, to check the link step too"
     return [Check("host-compiler", "warn", f"this {tk.host} -> {tk.platform} tree builds with {hc.spec} "
                   f"({hc.source}), which is not installed: only the compile step was checked", fix),
