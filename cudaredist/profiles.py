@@ -79,12 +79,8 @@ class CrossRule:
     system: tuple[str, ...]              # CMAKE_SYSTEM_NAME, CMAKE_SYSTEM_PROCESSOR
     host_places: tuple[tuple[str, str], ...]
     target_places: tuple[tuple[str, str], ...]
-    links: tuple[tuple[str, str], ...] = ()   # made in the finished tree instead of the platform's
-
-
-def host_tools() -> frozenset[str]:
-    """The components a cross tree takes from the host's archives (``[cross] host_tools``)."""
-    return frozenset(str(c) for c in _data().get("cross", {}).get("host_tools", ()))
+    links: tuple[tuple[str, str], ...]   # made in the finished tree instead of the platform's
+    host_tools: frozenset[str]           # the components taken from the host's archives ([cross] host_tools)
 
 
 def cross_rule(target: str, host: str) -> CrossRule:
@@ -106,7 +102,8 @@ def cross_rule(target: str, host: str) -> CrossRule:
     return CrossRule(target, host, str(body.get("target_dir", "")), str(body.get("compiler", "")),
                      str(body.get("c_compiler", "")), str(body.get("package", "")),
                      tuple(str(s) for s in body.get("system", ())), places("host_places"),
-                     places("target_places"), places("links"))
+                     places("target_places"), places("links"),
+                     frozenset(str(c) for c in table.get("host_tools", ())))
 
 
 def is_windows(platform: str) -> bool:

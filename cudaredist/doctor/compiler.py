@@ -325,8 +325,8 @@ def cross_checks(tk: Toolkit, env: Mapping[str, str], *, which: Which = _which) 
         return [check_host_compiler(tk, ready, windows=False, which=which),
                 replace(probe, detail=f"{probe.detail} (for {tk.platform}, with {hc.spec} and "
                                       f"-target-dir {rule.target_dir})")]
-    fix = (f"install it (Debian/Ubuntu: apt-get install {rule.package})" if rule.package else "install it") + \
-        ", or name another with NVCC_CCBIN or -ccbin, to check the link step too"
+    fix = (f"install it (Debian/Ubuntu: apt-get install {rule.package})" if rule.package else
+           "install it") + ", or name another with NVCC_CCBIN or -ccbin, to check the link step too"
     return [Check("host-compiler", "warn", f"this {tk.host} -> {tk.platform} tree builds with {hc.spec} "
                   f"({hc.source}), which is not installed: only the compile step was checked", fix),
             compile_only(tk, env, fix)]

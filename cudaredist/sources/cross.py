@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from cudaredist.errors import PlanError, ResolveError
 from cudaredist.plan import Plan
-from cudaredist.profiles import cross_rule, host_tools
+from cudaredist.profiles import cross_rule
 from cudaredist.sources.base import Source
 
 
@@ -26,11 +26,11 @@ def resolve_tree(src: Source, train: str, platform: str, host: str = "", *, prof
     sides."""
     if not host or host == platform:
         return src.resolve(train, [platform], profile=profile, components=components, products=products)[0]
-    rule, tools = cross_rule(platform, host), host_tools()
+    rule = cross_rule(platform, host)
     side = host
     try:
         host_plan = src.resolve(train, [host], profile=profile, components=components)[0]
-        wanted = [c for c in host_plan.components if c not in tools]
+        wanted = [c for c in host_plan.components if c not in rule.host_tools]
         side = platform
         # the release the host resolved, exactly: both halves of one tree are one release
         target_plan = src.resolve(host_plan.release, [platform], profile=None, components=wanted,
@@ -40,8 +40,8 @@ def resolve_tree(src: Source, train: str, platform: str, host: str = "", *, prof
         raise PlanError(f"a {host} -> {platform} cross tree takes its {role} from {side}, which "
                         f"cannot be planned: {exc}", platform=side) from exc
     items = (*(replace(i, platform=host, place=rule.host_places)
-               for i in host_plan.items if i.component in tools),
+               for i in host_plan.items if i.component in rule.host_tools),
              *(replace(i, platform=platform, place=rule.target_places)
-               for i in target_plan.items if i.component not in tools))
+               for i in target_plan.items if i.component not in rule.host_tools))
     notes = tuple(dict.fromkeys((*host_plan.notes, *target_plan.notes)))
     return replace(target_plan, host=host, profile=host_plan.profile, items=items, notes=notes)
