@@ -177,7 +177,6 @@ def check_host_compiler(tk: Toolkit, env: Mapping[str, str], *, windows: bool | 
     # the compiler's own banner line ("gcc (Debian 12.2.0-14) 12.2.0", "Microsoft (R) C/C++ ...")
     version = _first_line(_run([hc.path] if hc.msvc else [hc.path, "--version"], env, timeout=30)[1])
     who = f"{version or hc.spec} ({hc.path}, {hc.source})"
-    include = tk.include()
     verdict = judged(hc, tk, env, choice)
     header = f"{f'CUDA {tk.release}' if tk.release else 'the tree'}'s include/crt/host_config.h"
     # what `cudaredist env` sets for nvcc that this shell has otherwise
@@ -201,7 +200,7 @@ def check_host_compiler(tk: Toolkit, env: Mapping[str, str], *, windows: bool | 
                             "install g++ (Debian/Ubuntu: apt-get install g++), or set NVCC_CCBIN to a C++ "
                             "compiler, which nvcc then uses to link too"))
     if hc.msvc:
-        checks.append(check_msvc_preprocessor(include, env))
+        checks.append(check_msvc_preprocessor(tk.include(), env))
     # one verdict: the worst status, with the details and fixes of the checks that gave it
     worst = max(checks, key=lambda c: _RANK[c.status]).status
     relevant = [c for c in checks if c.status == worst] if worst != "ok" else checks
@@ -267,9 +266,8 @@ def probe_fix(template: str, tk: Toolkit, env: Mapping[str, str], which: Which) 
                     f"another reason: run `{tk.nvcc()} -v probe.cu -o probe` by hand to see the command "
                     "nvcc ran and its own error")
         return compiler_fix(tk, msvc=tk.windows, choice=choice)
-    release = tk.release or "<release>"
     return template.format(
-        release=release, prefix=tk.prefix, nvcc=tk.nvcc(),
+        release=tk.release or "<release>", prefix=tk.prefix, nvcc=tk.nvcc(),
         load=load_hint(str(tk.prefix), host_windows=tk.windows),
         reinstall=f"reinstall it: {tk.redo(reinstall=True)}")
 
