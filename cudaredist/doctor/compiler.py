@@ -325,15 +325,11 @@ def cross_checks(tk: Toolkit, env: Mapping[str, str], *, which: Which = _which) 
                                       f"-target-dir {rule.target_dir})")]
     fix = (f"install it (Debian/Ubuntu: apt-get install {rule.package})" if rule.package else
            "install it") + ", or name another with NVCC_CCBIN or -ccbin, to check the link step too"
-    return [Check("host-compiler", "warn", f"this {tk.host} -> {tk.platform} tree builds with {hc.spec} "
-                  f"({hc.source}), which is not installed: only the compile step was checked", fix),
-            compile_only(tk, env, fix)]
-
-
-def compile_only(tk: Toolkit, env: Mapping[str, str], fix: str, *, timeout: float = 300) -> Check:
-    """The probe's device code compiled to a cubin with the target's headers (no host compiler of
-    the target needed), preprocessed by this host's own compiler: nvcc's flags from the
-    environment are left out (their -target-dir asks for the target's compiler)."""
+    warned = Check("host-compiler", "warn", f"this {tk.host} -> {tk.platform} tree builds with {hc.spec} "
+                   f"({hc.source}), which is not installed: only the compile step was checked", fix)
+    # the probe's device code compiled to a cubin with the target's headers (no host compiler of
+    # the target needed), preprocessed by this host's own compiler: nvcc's flags from the
+    # environment are left out (their -target-dir asks for the target's compiler)
     include = tk.include()
     dropped = ("NVCC_CCBIN", "NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS")
     plain = {k: v for k, v in env.items() if k not in dropped}
@@ -341,14 +337,13 @@ def compile_only(tk: Toolkit, env: Mapping[str, str], fix: str, *, timeout: floa
         (Path(tmp) / "probe.cu").write_text(PROBE_SOURCE, encoding="utf-8")
         started = time.monotonic()
         rc, out = _run([str(tk.nvcc()), "-cubin", "-arch=sm_90", f"-I{include}", "-isystem",
-                        str(include / "cccl"), "probe.cu", "-o", "probe.cubin"], plain, cwd=tmp,
-                       timeout=timeout)
+                        str(include / "cccl"), "probe.cu", "-o", "probe.cubin"], plain, cwd=tmp, timeout=300)
         took = time.monotonic() - started
         built = rc == 0 and (Path(tmp) / "probe.cubin").is_file()
     if built:
-        return Check("probe", "warn", f"{tk.nvcc()} compiled the probe's kernel against {include} in "
-                     f"{took:.1f} s; only the compile step was checked (no {tk.platform} compiler to "
-                     "build and link the host side)", fix)
+        return [warned, Check("probe", "warn", f"{tk.nvcc()} compiled the probe's kernel against {include} "
+                              f"in {took:.1f} s; only the compile step was checked (no {tk.platform} "
+                              "compiler to build and link the host side)", fix)]
     first, meaning, template = explain_probe_failure(out)
-    return Check("probe", "fail", f"{tk.nvcc()} could not compile the probe's kernel (exit {rc}): {first}; "
-                 f"{meaning}", probe_fix(template, tk, plain, _which))
+    return [warned, Check("probe", "fail", f"{tk.nvcc()} could not compile the probe's kernel (exit {rc}): "
+                          f"{first}; {meaning}", probe_fix(template, tk, plain, which))]
