@@ -249,18 +249,16 @@ def uninstall(prefix: Path) -> int:
                 fsops.rmtree(trash)
             _remove_empty(prefix)  # the directories left empty (files the user added stay)
     except BaseException as exc:
-        signum = interrupts.signum_of(exc)
-        if committed:  # Ctrl-C held until the end: the uninstall is complete
-            if isinstance(exc, KeyboardInterrupt):
-                raise Interrupted(f"interrupted while the uninstall finished; it was completed first: "
-                                  f"{moved} files removed from {prefix}", signum=signum) from None
-            raise
-        with interrupts.deferred():  # a second Ctrl-C waits until every file is back
-            _put_back(prefix, trash)
+        if not committed:
+            with interrupts.deferred():  # a second Ctrl-C waits until every file is back
+                _put_back(prefix, trash)
+        # committed: Ctrl-C held until the end: the uninstall is complete
         if isinstance(exc, KeyboardInterrupt):
-            raise Interrupted(f"interrupted; nothing was removed: {prefix} was restored as it was",
-                              signum=signum) from None
-        if not isinstance(exc, OSError):
+            raise Interrupted(f"interrupted while the uninstall finished; it was completed first: "
+                              f"{moved} files removed from {prefix}" if committed else
+                              f"interrupted; nothing was removed: {prefix} was restored as it was",
+                              signum=interrupts.signum_of(exc)) from None
+        if committed or not isinstance(exc, OSError):
             raise
         held = fsops.holder_hint(exc)
         raise PrefixError(
