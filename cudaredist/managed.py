@@ -109,7 +109,7 @@ class Scan:
             damaged = self.damaged_of(train, platform)
             if damaged is not None:
                 raise damaged
-            for name, n in _with_leftovers(root):
+            for name, n in _names(root):
                 if matches(train, n["release"]) and platform in (None, n["platform"]) and \
                         (swap := cut_short(root / name)):  # its previous tree moved aside: that is the answer
                     raise ResolveError(swap, requested=train, where=str(root))
@@ -148,14 +148,13 @@ def tidy(root: Path, timeout: float) -> list[str]:
     """:func:`cudaredist.prefixes.tidy` for each toolkit of ``root`` (a killed uninstall leaves its files
     inside it) and each that a killed run left something beside (a swap cut short is put back): before
     the no-op check, so that it needs no network."""
-    names = {e.name for e in (root.iterdir() if root.is_dir() else ())
-             if _NAME.match(e.name) and not fsops.is_link(e)} | {name for name, _ in _with_leftovers(root)}
-    return [action for name in sorted(names) for action in tidy_prefix(root / name, timeout)]
+    return [action for name, _ in _names(root) for action in tidy_prefix(root / name, timeout)]
 
 
-def _with_leftovers(root: Path) -> list[tuple[str, re.Match[str]]]:
-    """The toolkits of ``root`` (name, its parts) that a killed run left something beside."""
-    found = {m["name"] for e in (root.iterdir() if root.is_dir() else ()) if (m := _LEFTOVER.match(e.name))}
+def _names(root: Path) -> list[tuple[str, re.Match[str]]]:
+    """The toolkits of ``root`` (name, its parts), and those a killed run left something beside."""
+    found = {m["name"] if m else e.name for e in (root.iterdir() if root.is_dir() else ())
+             if (m := _LEFTOVER.match(e.name)) or not fsops.is_link(e)}
     return [(name, n) for name in sorted(found) if (n := _NAME.match(name))]
 
 
