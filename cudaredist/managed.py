@@ -223,18 +223,16 @@ def link_trains(root: Path, *, timeout: float,
                           "install or uninstall there puts the links right", signum=signum_of(exc)) from None
 
 
-def update_train_links(root: Path, warn: Callable[[str], None] = lambda _text: None) -> list[tuple[str, str]]:
+def update_train_links(root: Path, warn: Callable[[str], None]) -> list[tuple[str, str]]:
     """Point every ``cuda-X.Y-<platform>`` link at the newest installed X.Y.z; drop links whose train
     has none left. Returns the (link, target) pairs now in place, each checked to be there; a link
     that cannot be made is left out and ``warn`` told (the toolkit itself is installed)."""
     best: dict[str, str] = {}
     for t in scan(root).toolkits:  # newest first
         best.setdefault(f"cuda-{'.'.join(t.release.split('.')[:2])}-{t.platform}", t.path.name)
-    made: dict[str, str] = {}
     for link_name, target in best.items():
         link = root / link_name
         if _points_at(link) == target:
-            made[link_name] = target
             continue
         if os.path.lexists(link) and not fsops.is_link(link):
             raise PrefixError(f"{link} exists and is not a link cudaredist made; move it away",
@@ -246,12 +244,10 @@ def update_train_links(root: Path, warn: Callable[[str], None] = lambda _text: N
             warn(f"warning: could not make the train link {link} -> {target} ({exc.strerror or exc}); the "
                  f"toolkit is installed: use its full name, or `cudaredist find` (it needs no link). Is "
                  f"{root} on a filesystem without {kind}s?")
-            continue
-        made[link_name] = target
-    for link in root.iterdir() if root.is_dir() else ():  # train links whose train has none left
+    for link in root.iterdir():  # train links whose train has none left (link_trains: root is a directory)
         if fsops.is_link(link) and re.match(r"^cuda-\d+\.\d+-", link.name) and link.name not in best:
             fsops.remove_link(link)
-    return sorted(made.items())
+    return sorted((name, target) for name, target in best.items() if _points_at(root / name) == target)
 
 
 def host() -> str | None:
