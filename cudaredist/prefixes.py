@@ -280,7 +280,6 @@ class VerifyReport:
     extra: list[str] = field(default_factory=list)  # added since (torch's lib/x64/libcudart.a): no damage
     checked: int = 0
     reasons: dict[str, str] = field(default_factory=dict)  # changed path -> what changed
-    drift: str = ""  # what its profile means today that the tree lacks (:func:`cudaredist.drift.drift_note`)
 
     @property
     def ok(self) -> bool:
@@ -289,8 +288,7 @@ class VerifyReport:
     def to_json(self) -> dict[str, Any]:
         return {"prefix": self.prefix, "ok": self.ok, "checked": self.checked,
                 "missing": self.missing, "changed": self.changed, "extra": self.extra,
-                "reasons": {p: self.reasons[p] for p in self.changed if p in self.reasons}} | (
-                    {"drift": self.drift} if self.drift else {})
+                "reasons": {p: self.reasons[p] for p in self.changed if p in self.reasons}}
 
 
 def _walk(prefix: Path, skip: set[str]) -> set[str]:

@@ -56,9 +56,9 @@ def verify(
     target = _target(train, prefix, platform, install_dir)
     rec = prefixes.require_record(target)
     report = prefixes.verify(target, fast=fast, record=rec)
-    report.drift = drift_note(target, rec)
+    drift = drift_note(target, rec)  # what its profile means today that the tree lacks
     if as_json:
-        emit_json(report.to_json())
+        emit_json(report.to_json() | ({"drift": drift} if drift else {}))
     else:
         for kind in ("missing", "changed", "extra"):
             for path in getattr(report, kind):
@@ -67,7 +67,7 @@ def verify(
         typer.echo(f"{'ok' if report.ok else 'DIFFERS'}: {report.checked} files checked, "
                    f"{len(report.missing)} missing, {len(report.changed)} changed, {len(report.extra)} extra"
                    + (" (added since the install, kept by uninstall)" if report.extra else ""))
-        _notes(target, rec, report.drift)
+        _notes(target, rec, drift)
     if not report.ok:
         raise typer.Exit(1)
 
