@@ -166,13 +166,12 @@ def uninstall(
     """Remove exactly what cudaredist installed in the prefix (other files stay), or the managed
     toolkits of a TRAIN."""
     if prefix is None and train is not None:
-        root = managed_dir(install_dir)
-        hits = managed.scan(root).find(train, platform)
-        if len(hits) > 1 and not remove_all:
-            fail(f"{len(hits)} managed toolkits match {train}: "
-                 f"{', '.join(h.path.name for h in hits)}; pass --all to remove them all, or "
+        here = managed.scan(root := managed_dir(install_dir))
+        targets = [t.path for t in here.find(train, platform) or [here.one(train, platform)]]
+        if len(targets) > 1 and not remove_all:
+            fail(f"{len(targets)} managed toolkits match {train}: "
+                 f"{', '.join(t.name for t in targets)}; pass --all to remove them all, or "
                  "name one (e.g. a full release, or --platform)", 2)
-        targets = [h.path for h in hits] or [_target(train, prefix, platform, install_dir)]
     else:
         root, targets = None, [_target(train, prefix, platform, install_dir)]
     timeout = lock_wait(lock_timeout)
