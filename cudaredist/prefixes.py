@@ -120,11 +120,9 @@ def cut_short(prefix: Path) -> str:
 
 def require_record(prefix: Path) -> dict[str, Any]:
     rec = read_record(prefix)
-    if rec is None:
-        if swap := cut_short(prefix):
-            raise PrefixError(swap, prefix=str(prefix))
-        raise PrefixError(f"{prefix} holds no cudaredist install (no {RECORD_DIR}/{RECORD_FILE})",
-                          prefix=str(prefix))
+    if rec is None:  # a swap cut short says so, else nothing is installed there
+        raise PrefixError(cut_short(prefix) or f"{prefix} holds no cudaredist install (no {RECORD_DIR}/"
+                          f"{RECORD_FILE})", prefix=str(prefix))
     return rec
 
 
