@@ -56,22 +56,20 @@ class Toolkit:
     release: str
     platform: str
     profile: str
-    components: tuple[str, ...]
     size: int
-    source: str
-    products: tuple[tuple[str, str], ...] = ()   # (name, release) of each --with product in it
-    record: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)  # all of it, as read
+    record: dict[str, Any] = field(compare=False, repr=False)  # all of it, as read
 
     @property
     def added(self) -> str:
         """``+cudnn-9.27.0`` for each product the tree holds (what `list` shows), else ""."""
-        return "".join(f" +{name}-{release}" for name, release in self.products)
+        return "".join(f" +{p['name']}-{p['release']}" for p in self.record["plan"].get("products", []))
 
     def to_json(self) -> dict[str, Any]:
+        plan = self.record["plan"]
         return {"path": str(self.path), "release": self.release, "platform": self.platform,
-                "profile": self.profile, "components": list(self.components), "size": self.size,
-                "source": self.source,
-                "products": [{"name": n, "release": r} for n, r in self.products]}
+                "profile": self.profile, "components": [c["name"] for c in plan["components"]],
+                "size": self.size, "source": plan.get("source", "nvidia"),
+                "products": [{"name": p["name"], "release": p["release"]} for p in plan.get("products", [])]}
 
 
 @dataclass(frozen=True)
@@ -137,9 +135,7 @@ def scan(root: Path) -> Scan:
             continue
         plan = rec["plan"]
         found.append(Toolkit(entry, plan["release"], plan["platform"], plan["profile"],
-                             tuple(c["name"] for c in plan["components"]),
-                             sum(f["size"] for f in rec["files"]), plan.get("source", "nvidia"),
-                             tuple((p["name"], p["release"]) for p in plan.get("products", [])), rec))
+                             sum(f["size"] for f in rec["files"]), rec))
     found.sort(key=lambda t: (version_key(t.release), t.platform), reverse=True)
     return Scan(root, found, damaged)
 
