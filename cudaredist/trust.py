@@ -140,8 +140,7 @@ def redirected(url: str, hop: str, *, cached: str | None = None) -> TrustError:
 def refuse(untrusted: Sequence[tuple[str, str]], *, what: str) -> TrustError:
     """Nothing authenticated: every place (``(role, url)``) that could give hashes is plain HTTP."""
     names = " and ".join(f"{role} {url}" for role, url in untrusted)
-    urls = [u for _r, u in untrusted]
-    labels = list(dict.fromkeys(host_label(u) for u in urls))
+    labels = list(dict.fromkeys(host_label(u) for _r, u in untrusted))
     hosts, verb = " and ".join(labels), "is" if len(labels) == 1 else "are"
     return TrustError(
         f"refusing to read {what} from {names}: {hosts} {verb} plain HTTP (not a loopback address, not "
@@ -153,7 +152,7 @@ def refuse(untrusted: Sequence[tuple[str, str]], *, what: str) -> TrustError:
         "host and every network between you and it; or a lock file written where an authenticated place "
         "is reachable (`cudaredist lock TRAIN -o cuda.lock`, then `install --lock cuda.lock`: no manifest "
         "or index page is read, and archives from that host are checked against the lock).",
-        url=urls[0], host=host_label(urls[0]))
+        url=untrusted[0][1], host=labels[0])
 
 
 def unreachable(untrusted: tuple[str, str], trusted: Sequence[str], cause: str, *,
