@@ -63,8 +63,7 @@ def recover(prefix: Path) -> list[str]:
     go back while its record is there (the record goes last: until then the uninstall can be undone)."""
     actions: list[str] = []
     for p in leftovers(prefix):
-        kind = p.name[len(prefix.name) + 1:].split("-")[1]
-        if kind == "old" and not os.path.lexists(prefix):
+        if p.name.startswith(f".{prefix.name}.cudaredist-old-") and not os.path.lexists(prefix):
             fsops.rename(p, prefix)
             actions.append(f"restored {prefix} from an interrupted swap")
             continue
