@@ -306,8 +306,6 @@ def _link_change(p: Path, target: str) -> str | None:
     """Why the link ``p`` -> ``target`` no longer is as recorded ("" when it is, None when it is missing)."""
     try:
         actual = os.readlink(p)
-    except FileNotFoundError:
-        return None
     except OSError:  # not a link: a copy where symlinks could not be made (Windows), else a change
         if not os.path.lexists(p):
             return None
