@@ -145,21 +145,6 @@ def not_removed(tree: Path, exc: OSError) -> str:
 
 
 
-def _installed_path(prefix: Path, rel: str) -> Path | None:
-    """``prefix/rel`` if the recorded path is relative, clean and reached without following a
-    symlink; None otherwise (such a path is not ours to delete)."""
-    parts = rel.split("/")
-    if not rel or rel.startswith("/") or "\\" in rel or ":" in parts[0] or any(
-            x in ("", ".", "..") for x in parts):
-        return None
-    here = prefix
-    for part in parts[:-1]:
-        here = here / part
-        if fsops.is_link(here):  # a symlink or a junction: not followed
-            return None
-    return here / parts[-1]
-
-
 def _removing(prefix: Path) -> list[Path]:
     """The folders an uninstall moves the tree's files into (one a killed uninstall left)."""
     return sorted((prefix / RECORD_DIR).glob("removing-*"))
@@ -222,9 +207,14 @@ def uninstall(prefix: Path) -> int:
     try:
         trash.mkdir()
         for rel, made_dir in entries:
-            p = _installed_path(prefix, rel)
-            if p is None:
+            # ours to delete: a recorded path that is relative, clean and reached without following a
+            # symlink or a junction
+            parts = rel.split("/")
+            if not rel or rel.startswith("/") or "\\" in rel or ":" in parts[0] or any(
+                    x in ("", ".", "..") for x in parts) or any(
+                    fsops.is_link(prefix.joinpath(*parts[:i])) for i in range(1, len(parts))):
                 continue
+            p = prefix / rel
             # never followed: a link (or a junction) is moved, not its target
             if fsops.is_link(p) or p.is_file() or (made_dir and p.is_dir()):
                 to = trash / rel  # at its own path: what is moved out can be put back from it alone
