@@ -278,20 +278,6 @@ class VerifyReport:
                 "reasons": {p: self.reasons[p] for p in self.changed if p in self.reasons}}
 
 
-def _walk(prefix: Path, skip: set[str]) -> set[str]:
-    """Every file and symlink under ``prefix`` (POSIX, relative), not descending into ``skip``."""
-    found: set[str] = set()
-    for dirpath, dirnames, filenames in os.walk(prefix):
-        rel_dir = os.path.relpath(dirpath, prefix).replace(os.sep, "/")
-        base = "" if rel_dir == "." else f"{rel_dir}/"
-        found.update(base + n for n in filenames)
-        # a link or a junction is one entry, never walked into (its target is not the tree's)
-        ends = {d for d in dirnames if fsops.is_link(os.path.join(dirpath, d)) or base + d in skip}
-        found.update(base + d for d in ends)
-        dirnames[:] = [d for d in dirnames if d not in ends and (base or d != RECORD_DIR)]
-    return found
-
-
 def _link_change(p: Path, target: str) -> str | None:
     """Why the link ``p`` -> ``target`` no longer is as recorded ("" when it is, None when it is missing)."""
     try:
@@ -371,5 +357,14 @@ def verify(prefix: Path, *, fast: bool = False, record: dict[str, Any] | None = 
     report.missing.sort()
     report.changed.sort()
     links = {x["path"] for x in fixups}
-    report.extra = sorted(_walk(prefix, links) - {f["path"] for f in rec["files"]} - links)
+    found: set[str] = set()  # every file and symlink under the tree (POSIX, relative), not inside a fix-up
+    for dirpath, dirnames, filenames in os.walk(prefix):
+        rel_dir = os.path.relpath(dirpath, prefix).replace(os.sep, "/")
+        base = "" if rel_dir == "." else f"{rel_dir}/"
+        found.update(base + n for n in filenames)
+        # a link or a junction is one entry, never walked into (its target is not the tree's)
+        ends = {d for d in dirnames if fsops.is_link(os.path.join(dirpath, d)) or base + d in links}
+        found.update(base + d for d in ends)
+        dirnames[:] = [d for d in dirnames if d not in ends and (base or d != RECORD_DIR)]
+    report.extra = sorted(found - {f["path"] for f in rec["files"]} - links)
     return report
