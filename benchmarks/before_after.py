@@ -9,7 +9,7 @@ loopback server, and reports for each the medians of wall, CPU, and the main thr
              and the process's end once its exit handlers ran
   resolve    the source opened and the plan resolved (manifest or index pages, wheel metadata)
   build      downloads, extractions and placement (``Build.run``; the main thread waits there)
-  host fix   the host fixes (``Installer._host_fixes``)
+  host fix   the host fixes (``hostfixes.apply``)
   record     the prefix's record built and written
   sbom       the tree's SBOM written beside it (``sbom.write``: rendered by the library on a miss,
              else the cached rendering with a new timestamp and serial)
@@ -47,7 +47,7 @@ PHASES = {  # phase: [(module, class or "", function)], each timed from its modu
     "start-up": [("cudaredist.api", "", "install")],
     "resolve": [("cudaredist.sources", "", "open_source"), ("cudaredist.sources.cross", "", "resolve_tree")],
     "build": [("cudaredist.install.build", "Build", "run")],
-    "host fix": [("cudaredist.install.transaction", "Installer", "_host_fixes")],
+    "host fix": [("cudaredist.hostfixes", "", "apply")],  # every checkout since the fixes became data
     "record": [("cudaredist.record", "", "build_record"), ("cudaredist.record", "", "write_record")],
     "sbom": [("cudaredist.sbom", "", "write")],  # the tree's SBOM (issue 47)
 }
