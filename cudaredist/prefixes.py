@@ -343,7 +343,7 @@ def verify(prefix: Path, *, fast: bool = False, record: dict[str, Any] | None = 
             if why and f in fixups and p.is_dir() and not p.is_symlink():
                 why = ""  # a fix-up materialised as a directory copy when the link could not be made
         else:
-            with contextlib.suppress(FileNotFoundError):
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):  # a folder above it a file
                 why = _file_change(p, p.lstat(), f, fast, modes)
         if why is None:
             report.missing.append(rel)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import filelock
@@ -78,6 +79,19 @@ def test_verify_reports_missing_changed_and_extra(prefix: Path) -> None:
     assert code == 1
     assert "missing  bin/nvcc.profile" in out and "extra    include/mine.h" in out
     assert out.splitlines()[-1].startswith("DIFFERS:")
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["hashed", "fast"])
+def test_a_folder_replaced_by_a_file_lists_what_it_held_as_missing(prefix: Path, fast: bool) -> None:
+    """bin/ turned into a file: every recorded file under it is missing, and the file is extra (the
+    lstat of bin/nvcc fails with ENOTDIR, not ENOENT, which is no disk error of this machine)."""
+    held = sorted(f["path"] for f in read_record(prefix)["files"] if f["path"].startswith("bin/"))  # type: ignore[index]
+    shutil.rmtree(prefix / "bin")
+    (prefix / "bin").write_bytes(b"not a folder")
+    code, out, err = cli("verify", "--prefix", str(prefix), "--json", *(["--fast"] if fast else []))
+    assert code == 1 and not err, err
+    report = json.loads(out)
+    assert report["missing"] == held and report["extra"] == ["bin"] and held
 
 
 def test_files_added_since_the_install_are_listed_not_failed(prefix: Path) -> None:
