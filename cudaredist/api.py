@@ -23,7 +23,7 @@ from cudaredist.errors import CudaRedistError, UsageError
 from cudaredist.hostfixes import pending
 from cudaredist.installdir import install_dir, toolkit_name
 from cudaredist.interrupts import with_done
-from cudaredist.managed import host, link_trains, scan
+from cudaredist.managed import Scan, host, link_trains, scan
 from cudaredist.managed import tidy as tidy_dir
 from cudaredist.prefixes import canonical_prefix, refuse_foreign, tidy
 from cudaredist.record import read_record, satisfies
@@ -136,8 +136,9 @@ def install(request: InstallRequest, *, reporter: Reporter | None = None,
     if fixed is not None and not request.replace_foreign:
         refuse_foreign(fixed)
     if request.lock is None and not (request.reinstall or request.refresh):
+        there = fixed if fixed is not None else scan(cast(Path, outcome.install_dir))  # once for every train
         for train in list(wanted):
-            found = _satisfied(request, train, fixed, outcome.install_dir, say)
+            found = _satisfied(request, train, there, say)
             if found is not None:
                 wanted.remove(train)
                 outcome.done.append(found)
@@ -195,14 +196,14 @@ def _profile(request: InstallRequest) -> str | None:
     return profiles.effective_profile(request.profile, request.only)
 
 
-def _satisfied(request: InstallRequest, train: str, fixed: Path | None, root: Path | None,
+def _satisfied(request: InstallRequest, train: str, there: Path | Scan,
                say: Callable[[str], None]) -> Installed | None:
     """The toolkit already answering ``train`` (read from its record, no network), else None; one
     installed for this request that lacks what its profile means today is said and updated."""
     platform = profiles.host_platform(request.platform)
     # --prefix: that tree; the install dir: its toolkits of the train, newest first (records as scanned)
-    found = [(fixed, read_record(fixed) if fixed.is_dir() else None)] if fixed is not None else \
-        [(t.path, t.record) for t in scan(cast(Path, root)).find(train, platform)]
+    found = [(there, read_record(there) if there.is_dir() else None)] if isinstance(there, Path) else \
+        [(t.path, t.record) for t in there.find(train, platform)]
     hit = next(((where, rec) for where, rec in found if rec is not None and satisfies(
         rec, train=train, platform=platform, profile=_profile(request), components=request.components,
         source=check_source(request.source), products=request.products, host=_host(request))), None)
