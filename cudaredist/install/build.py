@@ -83,8 +83,6 @@ class Build:
         self.follows = {it: GrowingFile() for it in self.items if it not in self.ready
                         and stream and not WINDOWS and is_streamable(it.archive.filename)}
         self.downloaded = self.cached = 0
-        # complete archives waiting for an extraction worker: (-size, arrival, item, path)
-        self._downloaded: queue.PriorityQueue[tuple[int, int, PlannedArchive, Path]] = queue.PriorityQueue()
         self._counting = threading.Lock()
         self.fetch_of: dict[PlannedArchive, Future[tuple[Path, bool]]] = {}
         # the longest extraction, the critical path where cores are few: its own thread, at the
@@ -206,6 +204,8 @@ class Build:
             # streamed starts its extraction. The first failure is raised (pending work is cancelled).
             by_future = {f: it for it, f in self.fetch_of.items()}
             pending: set[Future[Any]] = set(self.fetch_of.values()) | extractions
+            # complete archives waiting for an extraction worker: (-size, arrival, item, path)
+            waiting: queue.PriorityQueue[tuple[int, int, PlannedArchive, Path]] = queue.PriorityQueue()
             try:
                 while pending:
                     # returns within 0.2 s: Ctrl-C reaches a main thread that waits (Windows included),
@@ -231,8 +231,8 @@ class Build:
                             # archives download first, and in arrival order they would keep the workers
                             # from the longest extraction (stop 39: the Windows tree's libnvvm zip waited
                             # 0.26 s behind cccl's and cudart's)
-                            self._downloaded.put((-item.archive.size, len(extractions), item, path))
-                            future = extractors.submit(lambda: self.place(*self._downloaded.get_nowait()[2:]))
+                            waiting.put((-item.archive.size, len(extractions), item, path))
+                            future = extractors.submit(lambda: self.place(*waiting.get_nowait()[2:]))
                         extractions.add(future)
                         pending.add(future)
             except BaseException as exc:
