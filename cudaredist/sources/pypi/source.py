@@ -84,16 +84,16 @@ def plan_product(index: WheelIndex, request: ProductRequest, *, platform: str, c
         label = ".".join(str(p) for p in (*version.release, 0, 0)[:3])  # 9.28.1.4 -> 9.28.1, as the redist
         return ProductPlan(ProductRelease(request.name, label, str(request), chosen.upload_time[:10],
                                           index.served.get(name, index.index_url), f"cuda{major}"), (item,))
-    fits = [f"{v} ({wheel_platforms(found[v])})" for v in sorted(found)]
     asked = f" {request.spec}" if request.spec else ""
     if not allowed:
         raise ResolveError(
             f"{product.title}{asked} has no wheel {name} on {index.index_url} for CUDA {major}; its "
             f"releases there: {', '.join(str(v) for v in sorted(found, reverse=True)[:12]) or 'none'}",
             requested=str(request), where=index.index_url)
+    fits = [f"{v} ({wheel_platforms(found[v])})" for v in sorted(found)[-8:]]  # the 8 newest, all it shows
     raise PlanError(
         f"{product.title}{asked} has no wheel {name} for {platform} on {index.index_url} (its wheels: "
-        f"{'; '.join(fits[-8:]) or 'none'})", component=name, release=cuda_release, platform=platform)
+        f"{'; '.join(fits) or 'none'})", component=name, release=cuda_release, platform=platform)
 
 
 def _patch(index: WheelIndex, request: ProductRequest, release: Release, platform: str) -> ProductPlan:
