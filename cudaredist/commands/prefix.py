@@ -17,7 +17,6 @@ from cudaredist import sbom as sboms
 from cudaredist.cache.store import lock_wait
 from cudaredist.commands import options as o
 from cudaredist.commands.base import command, emit_json, fail, set_verbose
-from cudaredist.drift import drift_note
 from cudaredist.fsops import WINDOWS
 from cudaredist.hostfixes import describe, pending
 from cudaredist.installdir import install_dir as managed_dir
@@ -53,6 +52,8 @@ def verify(
 ) -> None:
     """Re-hash the tree against its install record: missing and changed files (content, exec bits,
     link targets) fail it; extra files, added since the install, are listed."""
+    from cudaredist.drift import drift_note
+
     target = _target(train, prefix, platform, install_dir)
     rec = prefixes.require_record(target)
     report = prefixes.verify(target, fast=fast, record=rec)
@@ -79,6 +80,8 @@ def info(
     as_json: o.JsonOpt = False, verbose: o.VerboseOpt = False,
 ) -> None:
     """Show the install record of a prefix."""
+    from cudaredist.drift import drift_note
+
     target = _target(train, prefix, platform, install_dir)
     rec = prefixes.require_record(target)
     drift = drift_note(target, rec)
