@@ -29,6 +29,7 @@ def cache_dir_cmd(cache_dir: CacheDirOpt = None, verbose: VerboseOpt = False) ->
 def cache_list(cache_dir: CacheDirOpt = None, as_json: JsonOpt = False, verbose: VerboseOpt = False) -> None:
     """List cached archives and the unpacked entries made from them, with their sizes."""
     from cudaredist.cache.maintenance import unpacked_entries
+
     cache = Cache(cache_dir)
     entries, unpacked = cache.entries(), unpacked_entries(cache)
     if as_json:
@@ -67,6 +68,7 @@ def cache_prune(cache_dir: CacheDirOpt = None,
     """Drop partial downloads, and archives and unpacked entries not used for --days (and beyond
     --max-size); entries in use are left."""
     from cudaredist.cache.maintenance import parse_size, prune
+
     c = Cache(cache_dir)
     limit = parse_size(max_size) if max_size is not None else None
     _report(f"pruned {c.root}", prune(c, older_than_days=days, max_size=limit))
@@ -78,5 +80,6 @@ def cache_clear(cache_dir: CacheDirOpt = None, verbose: VerboseOpt = False) -> N
     """Delete every cached archive, unpacked entry, partial download and index page. Refuses a
     directory that is not a cudaredist cache; entries a running install holds are left."""
     from cudaredist.cache.maintenance import clear
+
     c = Cache(cache_dir)
     _report(f"cleared {c.root}", clear(c))
