@@ -131,7 +131,7 @@ class _Forward:
 
     Reading a member through tarfile's own stream ("r|") costs three copies of every byte
     (joining 64 KiB pieces, slicing, ``readinto``), each a fresh megabyte; here ``extractfile``
-    reads a member's bytes from the decompressor with one copy."""
+    reads a member's bytes from the decompressor with two (LZMAFile's, and its ``readinto``)."""
 
     def __init__(self, src: IO[bytes]) -> None:
         self._src = src
